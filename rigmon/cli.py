@@ -1,0 +1,221 @@
+"""The ``rigmon`` command: one sub-command per job, shared options in one place."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+from . import __version__
+from . import config as configmod
+from .recording import Recording, RecordingError
+
+log = logging.getLogger("rigmon")
+
+DEMO_RECORDING = "h200-matmul-load.rec.jsonl"
+
+
+def demo_path() -> Path:
+    return Path(str(resources.files("rigmon") / "data" / DEMO_RECORDING))
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed without a traceback, exit 2."""
+
+
+# --- shared options -----------------------------------------------------------------------
+def _add_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", metavar="FILE",
+                   help=f"config file (default {configmod.DEFAULT_PATH} if it exists)")
+
+
+def _add_source(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--replay", metavar="FILE", help="read a rigmon recording instead of the hardware")
+    g.add_argument("--demo", action="store_true", help="replay the bundled H200 recording (no GPU needed)")
+    p.add_argument("--replay-gpus", type=int, metavar="N", help="widen the replayed recording to N GPUs")
+
+
+def _load_config(args) -> configmod.Config:
+    return configmod.load(args.config)
+
+
+def _replay_source(args, *, at: float = 0.0, realtime: bool = True, loop: bool = True):
+    path = demo_path() if args.demo else args.replay
+    if path is None:
+        return None, ""
+    from .replay import ReplayClock, ReplaySource
+
+    recording = Recording.load(path)
+    if not recording.ticks:
+        raise UsageError(f"{path}: the recording has no ticks")
+    if args.replay_gpus is not None:
+        if args.replay_gpus < 1:
+            raise UsageError("--replay-gpus must be at least 1")
+        recording = recording.widened(args.replay_gpus)
+    clock = ReplayClock(start_at=at, realtime=realtime)
+    return ReplaySource(recording, clock, loop=loop), f"[replay {Path(path).name}]"
+
+
+# --- commands -----------------------------------------------------------------------------
+def cmd_status(args) -> int:
+    from .poller import build_poller
+    from .status import as_json, render
+
+    config = _load_config(args)
+    source, label = _replay_source(args, at=args.at, realtime=bool(args.watch))
+    poller = build_poller(config, source)
+    poller.open()
+    try:
+        if source is None:
+            time.sleep(0.25)  # psutil's CPU percentage and NVML's averages need a moment
+        while True:
+            sample = poller.poll()
+            where = f"{label} at {source.clock():.1f} s ({source.label() or 'no label'})" if source else ""
+            if args.json:
+                extra = {"replay": {"file": args.replay or str(demo_path()), "at": source.clock(),
+                                    "label": source.label()}} if source else None
+                print(json.dumps(as_json(sample, extra), indent=2))
+            else:
+                if args.watch:
+                    sys.stdout.write("\x1b[H\x1b[2J")
+                print(render(sample, where))
+            if not args.watch:
+                return 0
+            sys.stdout.flush()
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        poller.close()
+
+
+def cmd_record(args) -> int:
+    from .poller import build_poller
+    from .readers import gpu as gpureader
+    from .readers.host import SystemHost
+    from .record import Recorder
+
+    config = _load_config(args)
+    interval = args.interval if args.interval is not None else config.daemon.interval
+    if interval <= 0 or args.seconds <= 0:
+        raise UsageError("--interval and --seconds must be positive")
+    source, _ = _replay_source(args)
+    if source is not None:
+        from .replay import ReplayHost
+
+        nvml, host = gpureader.replay_backend(source), ReplayHost(source)
+        what = f"re-recorded from {args.replay or demo_path()}"
+    else:
+        nvml, host = gpureader.real_backend(), SystemHost(config.host.sysfs)
+        what = "recorded by rigmon record"
+    recorder = Recorder(f"{what}; rigmon {__version__}; {interval:g} s interval")
+    poller = build_poller(config, nvml=recorder.nvml(nvml), host_backend=recorder.host(host))
+    poller.open()
+    ticks = 0
+    gpus = len(poller.gpu.devices) if poller.gpu else 0
+    try:
+        with open(args.out, "w", encoding="utf-8") as out:
+            recorder.write_header(out)
+            started = time.monotonic()
+            while time.monotonic() - started < args.seconds:
+                due = started + ticks * interval
+                time.sleep(max(0.0, due - time.monotonic()))
+                recorder.begin_tick(time.time(), args.label)
+                poller.poll()
+                out.write(json.dumps(recorder.end_tick(), separators=(",", ":")) + "\n")
+                out.flush()
+                ticks += 1
+    except KeyboardInterrupt:
+        pass
+    except OSError as e:
+        raise UsageError(f"{args.out}: {e.strerror or e}") from None
+    finally:
+        poller.close()
+    print(f"recorded {ticks} ticks of {gpus} GPU(s) to {args.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_config_check(args) -> int:
+    path = args.file or args.config
+    config = configmod.load(path)
+    where = path or (configmod.DEFAULT_PATH if configmod.DEFAULT_PATH.exists() else "built-in defaults")
+    print(f"# effective config from {where}")
+    print(to_toml(configmod.masked(config)))
+    return 0
+
+
+def cmd_config_schema(args) -> int:
+    print(json.dumps(configmod.schema(), indent=2))
+    return 0
+
+
+def to_toml(data: dict, prefix: str = "") -> str:
+    scalars, tables = [], []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            tables.append((key, value))
+        elif value is None:
+            scalars.append(f"# {key} = (not set)")
+        else:
+            scalars.append(f"{key} = {json.dumps(value)}")
+    out = "\n".join(scalars)
+    for key, value in tables:
+        name = f"{prefix}.{key}" if prefix else key
+        out += f"\n\n[{name}]\n" + to_toml(value, name)
+    return out.strip("\n")
+
+
+# --- parser -------------------------------------------------------------------------------
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rigmon", description="Hardware-health monitoring for GPU training rigs.")
+    p.add_argument("--version", action="version", version=f"rigmon {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("status", help="show every GPU and the host sensors once")
+    _add_config(s)
+    _add_source(s)
+    s.add_argument("--json", action="store_true", help="print the sample as JSON")
+    s.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS", help="refresh every SECONDS (2)")
+    s.add_argument("--at", type=float, default=0.0, metavar="SECONDS", help="with --replay: seconds into the recording")
+    s.set_defaults(func=cmd_status)
+
+    r = sub.add_parser("record", help="record the hardware's answers to a file (rigmon recording v1)")
+    _add_config(r)
+    _add_source(r)
+    r.add_argument("--out", "-o", required=True, metavar="FILE")
+    r.add_argument("--seconds", type=float, default=60.0, help="how long to record (60)")
+    r.add_argument("--interval", type=float, help="seconds between ticks (the config's poll interval)")
+    r.add_argument("--label", help="a label stored with every tick")
+    r.set_defaults(func=cmd_record)
+
+    c = sub.add_parser("config", help="check the config or print its schema")
+    csub = c.add_subparsers(dest="config_command", required=True, metavar="ACTION")
+    check = csub.add_parser("check", help="validate a config file and print the effective config")
+    _add_config(check)
+    check.add_argument("file", nargs="?", help="the file to check (default: --config or the default path)")
+    check.set_defaults(func=cmd_config_check)
+    schema = csub.add_parser("schema", help="print the config's JSON Schema (for editors)")
+    schema.set_defaults(func=cmd_config_schema)
+
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        return args.func(args)
+    except configmod.ConfigError as e:
+        for path, message in e.problems:
+            print(f"{e.source}: {path}: {message}" if path else f"{e.source}: {message}", file=sys.stderr)
+        return 2
+    except (RecordingError, UsageError) as e:
+        print(f"rigmon: {e}", file=sys.stderr)
+        return 2

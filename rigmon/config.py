@@ -1,0 +1,163 @@
+"""Configuration: one TOML file, validated by pydantic, with defaults good enough that no
+file is needed. ``${NAME}`` in any string is replaced by the environment variable NAME, so
+secrets need not sit in the file."""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+DEFAULT_PATH = Path("/etc/rigmon/rigmon.toml")
+DEFAULT_PORT = 9963  # free in Prometheus's port registry; not node_exporter's, dcgm's or nvidia_gpu_exporter's
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DaemonConfig(_Section):
+    interval: Annotated[float, Field(gt=0, le=3600, description="Seconds between polls. NVML's power reading "
+                                                                 "is a 1 s average, so below 1 s gains little.")] = 1.0
+    history: Annotated[int, Field(ge=1, le=1_000_000, description="Samples kept in memory for alert rules.")] = 900
+    state_dir: Annotated[Path, Field(description="Where spools and state live (systemd's StateDirectory).")] = Path(
+        "/var/lib/rigmon")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class GpuConfig(_Section):
+    enabled: bool = True
+    indices: Annotated[list[Annotated[int, Field(ge=0)]] | None, Field(
+        description="GPU indices to watch; all when absent.")] = None
+    slow_interval: Annotated[float, Field(ge=0, description="Seconds between reads of the slow counters: energy "
+                                                            "(~3 ms a GPU) and cumulative throttle times.")] = 5.0
+    pcie_throughput: Annotated[bool, Field(description="Read PCIe throughput (costs ~21 ms a GPU per read).")] = False
+    processes: bool = True
+    xid_events: bool = True
+
+
+class HostConfig(_Section):
+    enabled: bool = True
+    sysfs: Annotated[Path, Field(description="Root of sysfs, for RAPL energy.")] = Path("/sys")
+    rapl: Annotated[bool, Field(description="Read CPU package energy from RAPL (root-only on recent kernels).")] = True
+
+
+class BasicAuth(_Section):
+    username: Annotated[str, Field(min_length=1)]
+    password_sha256: Annotated[SecretStr, Field(description="Hex SHA-256 of the password.")]
+
+    @field_validator("password_sha256")
+    @classmethod
+    def _hex(cls, v: SecretStr) -> SecretStr:
+        if not re.fullmatch(r"[0-9a-fA-F]{64}", v.get_secret_value()):
+            raise ValueError("must be 64 hex digits (sha256sum of the password)")
+        return v
+
+
+class PrometheusConfig(_Section):
+    enabled: bool = True
+    listen: Annotated[str, Field(description="Address to bind; \"::\" or \"0.0.0.0\" for every interface.")] = "0.0.0.0"
+    port: Annotated[int, Field(ge=0, le=65535)] = DEFAULT_PORT
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    basic_auth: BasicAuth | None = None
+
+
+class Config(_Section):
+    daemon: DaemonConfig = DaemonConfig()
+    gpu: GpuConfig = GpuConfig()
+    host: HostConfig = HostConfig()
+    prometheus: PrometheusConfig = PrometheusConfig()
+
+
+class ConfigError(Exception):
+    """A config that cannot be used. ``problems`` lists (field path, message)."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]):
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(f"{source}: {path}: {msg}" if path else f"{source}: {msg}"
+                                   for path, msg in problems))
+
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand(value: Any, path: str, problems: list[tuple[str, str]], env: dict[str, str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _expand(v, f"{path}.{k}" if path else k, problems, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, f"{path}[{i}]", problems, env) for i, v in enumerate(value)]
+    if isinstance(value, str):
+        def sub(match: re.Match) -> str:
+            name = match.group(1)
+            if name not in env:
+                problems.append((path, f"environment variable {name} is not set"))
+                return ""
+            return env[name]
+        return _ENV.sub(sub, value)
+    return value
+
+
+def parse(data: dict, source: str = "<config>", env: dict[str, str] | None = None) -> Config:
+    problems: list[tuple[str, str]] = []
+    data = _expand(data, "", problems, dict(os.environ) if env is None else env)
+    if problems:
+        raise ConfigError(source, problems)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(source, [(_path(err["loc"]), _message(err)) for err in e.errors()]) from None
+
+
+def load(path: str | Path | None = None, env: dict[str, str] | None = None) -> Config:
+    """The config at ``path``; with no path, the default file if it exists, else defaults."""
+    if path is None:
+        if not DEFAULT_PATH.exists():
+            return Config()
+        path = DEFAULT_PATH
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(str(path), [("", f"cannot read: {e.strerror or e}")]) from None
+    except UnicodeDecodeError:
+        raise ConfigError(str(path), [("", "not UTF-8 text")]) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(str(path), [("", f"not valid TOML: {e}")]) from None
+    return parse(data, str(path), env)
+
+
+def masked(config: Config) -> dict:
+    """The effective config as plain data, secrets shown as ``********``."""
+    return config.model_dump(mode="json")  # SecretStr dumps as "**********"
+
+
+def schema() -> dict:
+    return Config.model_json_schema()
+
+
+def _path(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _message(err: dict) -> str:
+    if err["type"] == "extra_forbidden":
+        return "unknown field"
+    if err["type"] == "missing":
+        return "required field is missing"
+    got = err.get("input")
+    shown = "" if isinstance(got, (dict, list)) or got is None else f" (got {got!r})"
+    return f"{err['msg']}{shown}"

@@ -1,0 +1,101 @@
+"""Readers → one Sample. The poller times each reader, and a reader that fails leaves its
+part of the sample empty with the error in ``sample.readers``; the others go on."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .readers.gpu import GpuReader, replay_backend
+from .readers.host import HostReader, SystemHost
+from .sample import ReaderStatus, Sample
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .replay import ReplaySource
+
+log = logging.getLogger(__name__)
+
+
+class Poller:
+    def __init__(self, gpu: GpuReader | None, host: HostReader | None, wall: Callable[[], float] = time.time):
+        self.gpu = gpu
+        self.host = host
+        self._wall = wall
+        self._failing: dict[str, str] = {}
+
+    def open(self) -> None:
+        for reader in (self.gpu, self.host):
+            if reader is not None:
+                reader.open()
+
+    def poll(self) -> Sample:
+        statuses = []
+        gpus, events, host = (), (), None
+        if self.gpu is not None:
+            started = time.perf_counter()
+            try:
+                gpus, events = self.gpu.read()
+                error = self.gpu.unavailable
+            except Exception as e:  # a reader bug must not stop the daemon
+                error = self._failure("gpu", e)
+            statuses.append(ReaderStatus("gpu", error is None, time.perf_counter() - started, error))
+        if self.host is not None:
+            started = time.perf_counter()
+            error = None
+            try:
+                host = self.host.read()
+            except Exception as e:
+                error = self._failure("host", e)
+            statuses.append(ReaderStatus("host", error is None, time.perf_counter() - started, error))
+        return Sample(
+            time=self._wall(),
+            host=host,
+            gpus=gpus,
+            gpu_info=self.gpu.info if self.gpu is not None else (),
+            system=self.gpu.system if self.gpu is not None else None,
+            events=events,
+            readers=tuple(statuses),
+        )
+
+    def _failure(self, name: str, exc: Exception) -> str:
+        message = f"{type(exc).__name__}: {exc}"
+        if self._failing.get(name) != message:
+            log.exception("%s reader failed", name)
+            self._failing[name] = message
+        return message
+
+    def close(self) -> None:
+        for reader in (self.gpu, self.host):
+            if reader is not None:
+                reader.close()
+
+
+def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=None, host_backend=None) -> Poller:
+    """The readers the config asks for, on real hardware, a replay, or given backends
+    (the recorder hands in its recording proxies)."""
+    gpu = host = None
+    if config.gpu.enabled:
+        if nvml is None and replay is not None:
+            nvml = replay_backend(replay)
+        gpu = GpuReader(
+            nvml,
+            slow_interval=config.gpu.slow_interval,
+            pcie_throughput=config.gpu.pcie_throughput,
+            processes=config.gpu.processes,
+            xid_events=config.gpu.xid_events,
+            indices=config.gpu.indices,
+        )
+    if config.host.enabled:
+        if host_backend is None:
+            if replay is not None:
+                from .replay import ReplayHost
+
+                host_backend = ReplayHost(replay)
+            else:
+                host_backend = SystemHost(Path(config.host.sysfs))
+        host = HostReader(host_backend, rapl=config.host.rapl)
+    return Poller(gpu, host)

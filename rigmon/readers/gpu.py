@@ -1,0 +1,534 @@
+"""The GPU reader: the only module that talks to NVML (through nvidia-ml-py's ``pynvml``).
+
+Static facts are read once at ``open()``; ``read()`` takes one reading of every GPU.
+Every call goes through ``_Device.get``, which owns the error policy:
+
+- NotSupported (and FunctionNotFound) is remembered per GPU and call, and never asked again;
+  where an older call exists the reader falls back to it.
+- GpuIsLost marks that GPU lost; the other GPUs go on.
+- Any other error leaves that one value empty for this poll and is counted.
+
+Slow calls are not paid on every poll: the energy counter and the cumulative throttle
+times (~3 ms and ~0.6 ms per GPU on an H200) are read every ``slow_interval`` seconds, PCIe
+throughput (~21 ms, it samples a 20 ms window) only when asked for. XID critical errors
+arrive on an NVML event thread and are handed out with the next reading.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import pynvml
+
+from ..sample import (
+    CLOCK_EVENT_BITS,
+    ClockEvents,
+    EccCounts,
+    GpuInfo,
+    GpuProcess,
+    GpuReading,
+    RemappedRows,
+    SystemInfo,
+    TemperatureThresholds,
+    ThrottleSeconds,
+    XidEvent,
+)
+
+log = logging.getLogger(__name__)
+
+MHZ = 1e6
+ALL_CLOCK_EVENTS = sum(bit for _, bit in CLOCK_EVENT_BITS)
+_VALUE_BY_TYPE = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+FIELD_MEMORY_TEMP = 82
+_POLL_FIELDS = (FIELD_MEMORY_TEMP,)
+_NO_FIELDS: dict[int, float] = {}
+_FAN_KEYS = tuple(f"fan{i}" for i in range(32))
+# Cumulative nanoseconds spent in each throttling state (field-value API).
+THROTTLE_FIELDS = {
+    74: "sw_power_cap",
+    269: "sw_thermal_slowdown",
+    270: "hw_thermal_slowdown",
+    271: "hw_power_brake_slowdown",
+}
+_THROTTLE_FIELD_IDS = tuple(THROTTLE_FIELDS)
+# (key, error type 0 corrected | 1 uncorrected, counter 0 volatile | 1 aggregate), in EccCounts' order.
+_ECC_CALLS = tuple((f"nvmlDeviceGetTotalEccErrors:{t},{c}", t, c) for c, t in ((0, 0), (0, 1), (1, 0), (1, 1)))
+_ECC_KEYS = tuple(key for key, _, _ in _ECC_CALLS)
+# Errors that mean "no NVIDIA stack here": run without GPUs and say why once.
+_NO_NVML = ("LibraryNotFound", "DriverNotLoaded", "NoPermission", "LibRmVersionMismatch", "Unknown", "FunctionNotFound")
+
+
+def make_error(name: str) -> BaseException:
+    """pynvml's own exception for a recorded error name (used by the replay backend)."""
+    cls = getattr(pynvml, f"NVMLError_{name}", None)
+    return cls() if cls is not None else pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+
+
+def real_backend() -> Any:
+    """The real NVML bindings (what ``rigmon record`` wraps)."""
+    return pynvml
+
+
+def replay_backend(source) -> Any:
+    """A pynvml stand-in answering from a replay source (see ``rigmon.replay``)."""
+    from ..replay import ReplayNVML
+
+    return ReplayNVML(source, make_error)
+
+
+def _error_name(exc: BaseException) -> str:
+    return type(exc).__name__.removeprefix("NVMLError_")
+
+
+class GpuLost(Exception):
+    pass
+
+
+class _Device:
+    """One GPU's handle and what we have learnt about it."""
+
+    __slots__ = ("index", "handle", "info", "unsupported", "lost", "errors", "last_slow", "energy", "throttle",
+                 "pcie_rx", "pcie_tx", "supported_events", "fields_unsupported", "plan", "poll_fields")
+
+    def __init__(self, index: int, handle: Any):
+        self.index = index
+        self.handle = handle
+        self.info: GpuInfo | None = None
+        self.unsupported: set[str] = set()
+        self.lost = False
+        self.errors: dict[str, int] = {}
+        self.last_slow = float("-inf")
+        self.energy: float | None = None
+        self.throttle: ThrottleSeconds | None = None
+        self.pcie_rx: float | None = None
+        self.pcie_tx: float | None = None
+        self.supported_events = ALL_CLOCK_EVENTS
+        self.fields_unsupported: set[int] = set()
+        self.plan: list[tuple[str, list[tuple]]] = []
+        self.poll_fields = True  # False once every per-poll field value said NotSupported
+
+    def get(self, key: str, fn: Callable, *args: Any) -> Any:
+        """Call ``fn(handle, *args)`` under the error policy; None where there is no answer."""
+        if key in self.unsupported:
+            return None
+        try:
+            return fn(self.handle, *args)
+        except pynvml.NVMLError as e:
+            self.failed(key, e)
+        return None
+
+    def failed(self, key: str, exc: BaseException) -> bool:
+        """Apply the error policy to a failed call; True when the call is not supported here."""
+        if isinstance(exc, (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)):
+            self.unsupported.add(key)
+            return True
+        if isinstance(exc, pynvml.NVMLError_GpuIsLost):
+            raise GpuLost from None
+        name = f"{key}: {_error_name(exc)}"
+        if name not in self.errors:
+            log.warning("GPU %d: %s failed: %s", self.index, key, exc)
+        self.errors[name] = self.errors.get(name, 0) + 1
+        return False
+
+    def first(self, *calls: tuple) -> Any:
+        """The first answer of (key, fn, *args) calls: newer calls first, older as fallback."""
+        for key, fn, *args in calls:
+            value = self.get(key, fn, *args)
+            if value is not None:
+                return value
+        return None
+
+
+class GpuReader:
+    name = "gpu"
+
+    def __init__(
+        self,
+        nvml: Any = None,
+        *,
+        slow_interval: float = 5.0,
+        pcie_throughput: bool = False,
+        processes: bool = True,
+        xid_events: bool = True,
+        indices: list[int] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ):
+        self._nvml = nvml if nvml is not None else pynvml
+        self._slow_interval = slow_interval
+        self._pcie_throughput = pcie_throughput
+        self._processes = processes
+        self._xid_events = xid_events
+        self._indices = indices
+        self._monotonic = monotonic
+        self._wall = wall
+        self.devices: list[_Device] = []
+        self.system = SystemInfo()
+        self.unavailable: str | None = None  # why there are no GPUs, when there are none
+        self.initial_count = 0
+        self._events: deque[XidEvent] = deque(maxlen=1000)
+        self._event_thread: threading.Thread | None = None
+        self._event_stop = threading.Event()
+        self._event_set: Any = None
+        self._opened = False
+
+    # --- start-up ------------------------------------------------------------------------
+    def open(self) -> None:
+        nv = self._nvml
+        try:
+            nv.nvmlInit()
+        except pynvml.NVMLError as e:
+            self.unavailable = f"NVML unavailable ({_error_name(e)}: {e}); running without GPUs"
+            log.warning("%s", self.unavailable)
+            return
+        self._opened = True
+        self.system = SystemInfo(
+            driver_version=self._system(nv.nvmlSystemGetDriverVersion),
+            nvml_version=self._system(nv.nvmlSystemGetNVMLVersion),
+            cuda_driver_version=_cuda_version(self._system(nv.nvmlSystemGetCudaDriverVersion_v2)),
+        )
+        count = self._system(nv.nvmlDeviceGetCount) or 0
+        self.initial_count = count
+        for index in range(count):
+            if self._indices is not None and index not in self._indices:
+                continue
+            try:
+                device = _Device(index, nv.nvmlDeviceGetHandleByIndex(index))
+            except pynvml.NVMLError as e:
+                log.error("GPU %d: no handle (%s); it is reported as lost", index, _error_name(e))
+                device = _Device(index, None)
+                device.lost = True
+                device.info = GpuInfo(index=index, uuid="", name="unknown")
+                self.devices.append(device)
+                continue
+            try:
+                device.info = self._static(device)
+                device.plan = self._plan(device)
+            except GpuLost:
+                device.lost = True
+                device.info = GpuInfo(index=index, uuid="", name="unknown")
+                log.error("GPU %d is lost (fell off the bus?)", index)
+            self.devices.append(device)
+        if count == 0:
+            self.unavailable = "NVML found no GPUs"
+            log.warning("%s", self.unavailable)
+        if self._xid_events:
+            self._start_event_thread()
+
+    def _system(self, fn: Callable) -> Any:
+        try:
+            value = fn()
+        except pynvml.NVMLError as e:
+            log.info("%s: %s", fn.__name__, e)
+            return None
+        return value.decode() if isinstance(value, bytes) else value
+
+    def _static(self, d: _Device) -> GpuInfo:
+        nv = self._nvml
+        g = d.get
+        pci = g("nvmlDeviceGetPciInfo", nv.nvmlDeviceGetPciInfo)
+        cc = g("nvmlDeviceGetCudaComputeCapability", nv.nvmlDeviceGetCudaComputeCapability)
+        constraints = g("nvmlDeviceGetPowerManagementLimitConstraints", nv.nvmlDeviceGetPowerManagementLimitConstraints)
+        ecc = g("nvmlDeviceGetEccMode", nv.nvmlDeviceGetEccMode)
+        mig = g("nvmlDeviceGetMigMode", nv.nvmlDeviceGetMigMode)
+        persistence = g("nvmlDeviceGetPersistenceMode", nv.nvmlDeviceGetPersistenceMode)
+        supported = d.first(
+            ("nvmlDeviceGetSupportedClocksEventReasons", nv.nvmlDeviceGetSupportedClocksEventReasons),
+            ("nvmlDeviceGetSupportedClocksThrottleReasons", nv.nvmlDeviceGetSupportedClocksThrottleReasons),
+        )
+        if supported is not None:
+            d.supported_events = supported
+        thresholds = [g(f"nvmlDeviceGetTemperatureThreshold:{i}", nv.nvmlDeviceGetTemperatureThreshold, i)
+                      for i in range(4)]
+        fans = g("nvmlDeviceGetNumFans", nv.nvmlDeviceGetNumFans)
+        info = GpuInfo(
+            index=d.index,
+            uuid=_text(g("nvmlDeviceGetUUID", nv.nvmlDeviceGetUUID)) or "",
+            name=_text(g("nvmlDeviceGetName", nv.nvmlDeviceGetName)) or "unknown",
+            serial=_text(g("nvmlDeviceGetSerial", nv.nvmlDeviceGetSerial)),
+            pci_bus_id=_text(getattr(pci, "busId", None)),
+            board_part_number=_text(g("nvmlDeviceGetBoardPartNumber", nv.nvmlDeviceGetBoardPartNumber)),
+            vbios_version=_text(g("nvmlDeviceGetVbiosVersion", nv.nvmlDeviceGetVbiosVersion)),
+            compute_capability=f"{cc[0]}.{cc[1]}" if cc else None,
+            power_limit_default_watts=_watts(g("nvmlDeviceGetPowerManagementDefaultLimit",
+                                               nv.nvmlDeviceGetPowerManagementDefaultLimit)),
+            power_limit_min_watts=_watts(constraints[0]) if constraints else None,
+            power_limit_max_watts=_watts(constraints[1]) if constraints else None,
+            temperature_thresholds=TemperatureThresholds(*(_celsius(t) for t in thresholds)),
+            max_sm_clock_hertz=_hertz(g("nvmlDeviceGetMaxClockInfo:1", nv.nvmlDeviceGetMaxClockInfo, 1)),
+            max_memory_clock_hertz=_hertz(g("nvmlDeviceGetMaxClockInfo:2", nv.nvmlDeviceGetMaxClockInfo, 2)),
+            max_pcie_generation=d.first(
+                ("nvmlDeviceGetGpuMaxPcieLinkGeneration", nv.nvmlDeviceGetGpuMaxPcieLinkGeneration),
+                ("nvmlDeviceGetMaxPcieLinkGeneration", nv.nvmlDeviceGetMaxPcieLinkGeneration),
+            ),
+            max_pcie_width=g("nvmlDeviceGetMaxPcieLinkWidth", nv.nvmlDeviceGetMaxPcieLinkWidth),
+            supported_clock_events=ClockEvents.decode(d.supported_events, ALL_CLOCK_EVENTS).active(),
+            ecc_enabled=bool(ecc[0]) if ecc else None,
+            persistence_mode=bool(persistence) if persistence is not None else None,
+            mig_enabled=bool(mig[0]) if mig else None,
+            fan_count=fans,
+        )
+        return info
+
+    # --- XID events ----------------------------------------------------------------------
+    def _start_event_thread(self) -> None:
+        nv = self._nvml
+        live = [d for d in self.devices if not d.lost]
+        if not live:
+            return
+        try:
+            self._event_set = nv.nvmlEventSetCreate()
+        except pynvml.NVMLError as e:
+            log.warning("XID events unavailable: %s", e)
+            return
+        registered = {}
+        for d in live:
+            try:
+                nv.nvmlDeviceRegisterEvents(d.handle, pynvml.nvmlEventTypeXidCriticalError, self._event_set)
+                registered[_handle_key(d.handle)] = d
+            except pynvml.NVMLError as e:
+                log.warning("GPU %d: XID events unavailable: %s", d.index, e)
+        if not registered:
+            return
+        self._event_thread = threading.Thread(target=self._watch_events, args=(registered,), name="rigmon-xid",
+                                              daemon=True)
+        self._event_thread.start()
+
+    def _watch_events(self, registered: dict) -> None:
+        nv = self._nvml
+        failures = 0
+        while not self._event_stop.is_set():
+            try:
+                data = nv.nvmlEventSetWait_v2(self._event_set, 500)
+            except pynvml.NVMLError_Timeout:
+                failures = 0
+                continue
+            except pynvml.NVMLError as e:
+                failures += 1
+                if failures == 1:
+                    log.warning("XID event wait failed: %s", e)
+                self._event_stop.wait(min(30.0, 0.5 * 2**failures))
+                continue
+            if not data.eventType & pynvml.nvmlEventTypeXidCriticalError:
+                continue
+            d = registered.get(_handle_key(data.device))
+            if d is None:
+                continue
+            event = XidEvent(gpu_index=d.index, uuid=d.info.uuid, xid=int(data.eventData), time=self._wall())
+            log.error("GPU %d: XID %d", d.index, event.xid)
+            self._events.append(event)
+
+    # --- every poll ----------------------------------------------------------------------
+    def read(self) -> tuple[tuple[GpuReading, ...], tuple[XidEvent, ...]]:
+        now = self._monotonic()
+        readings = []
+        for d in self.devices:
+            if not d.lost:
+                try:
+                    readings.append(self._read(d, now))
+                    continue
+                except GpuLost:
+                    d.lost = True
+                    log.error("GPU %d (%s) is lost: it fell off the bus or stopped answering", d.index, d.info.uuid)
+            readings.append(GpuReading(index=d.index, uuid=d.info.uuid, lost=True))
+        events = []
+        while self._events:
+            events.append(self._events.popleft())
+        return tuple(readings), tuple(events)
+
+    def _plan(self, d: _Device) -> list[tuple[str, list[tuple]]]:
+        """The calls every poll makes for this GPU: (reading, [(key, fn, args), ...older fallbacks])."""
+        nv = self._nvml
+
+        def call(key: str, fn: Callable, *args: Any) -> tuple:
+            return (key, fn, args)
+
+        plan = [
+            ("power", [call("nvmlDeviceGetPowerUsage", nv.nvmlDeviceGetPowerUsage)]),
+            ("limit", [call("nvmlDeviceGetEnforcedPowerLimit", nv.nvmlDeviceGetEnforcedPowerLimit)]),
+            ("temperature", [call("nvmlDeviceGetTemperatureV:0", nv.nvmlDeviceGetTemperatureV, 0),
+                             call("nvmlDeviceGetTemperature:0", nv.nvmlDeviceGetTemperature, 0)]),
+            ("utilization", [call("nvmlDeviceGetUtilizationRates", nv.nvmlDeviceGetUtilizationRates)]),
+            ("graphics_clock", [call("nvmlDeviceGetClockInfo:0", nv.nvmlDeviceGetClockInfo, 0)]),
+            ("sm_clock", [call("nvmlDeviceGetClockInfo:1", nv.nvmlDeviceGetClockInfo, 1)]),
+            ("memory_clock", [call("nvmlDeviceGetClockInfo:2", nv.nvmlDeviceGetClockInfo, 2)]),
+            ("reasons", [call("nvmlDeviceGetCurrentClocksEventReasons", nv.nvmlDeviceGetCurrentClocksEventReasons),
+                         call("nvmlDeviceGetCurrentClocksThrottleReasons",
+                              nv.nvmlDeviceGetCurrentClocksThrottleReasons)]),
+            ("memory", [call("nvmlDeviceGetMemoryInfo:v2", nv.nvmlDeviceGetMemoryInfo, pynvml.nvmlMemory_v2),
+                        call("nvmlDeviceGetMemoryInfo", nv.nvmlDeviceGetMemoryInfo)]),
+            ("pstate", [call("nvmlDeviceGetPerformanceState", nv.nvmlDeviceGetPerformanceState)]),
+            ("pcie_generation", [call("nvmlDeviceGetCurrPcieLinkGeneration", nv.nvmlDeviceGetCurrPcieLinkGeneration)]),
+            ("pcie_width", [call("nvmlDeviceGetCurrPcieLinkWidth", nv.nvmlDeviceGetCurrPcieLinkWidth)]),
+            ("pcie_replay", [call("nvmlDeviceGetPcieReplayCounter", nv.nvmlDeviceGetPcieReplayCounter)]),
+            ("remapped_rows", [call("nvmlDeviceGetRemappedRows", nv.nvmlDeviceGetRemappedRows)]),
+        ]
+        if d.info.ecc_enabled:
+            plan += [(key, [call(key, nv.nvmlDeviceGetTotalEccErrors, t, c)]) for key, t, c in _ECC_CALLS]
+        if self._processes:
+            plan.append(("processes", [call("nvmlDeviceGetComputeRunningProcesses",
+                                            nv.nvmlDeviceGetComputeRunningProcesses)]))
+        fans = d.info.fan_count
+        if fans is None:  # an old driver without a fan count: one fan, the old call
+            plan.append(("fan0", [call("nvmlDeviceGetFanSpeed", nv.nvmlDeviceGetFanSpeed)]))
+        else:  # fans == 0 on passive boards: the call would take 0.6 ms a poll to fail
+            plan += [(f"fan{i}", [call(f"nvmlDeviceGetFanSpeed_v2:{i}", nv.nvmlDeviceGetFanSpeed_v2, i)])
+                     for i in range(fans)]
+        return [(name, [a for a in alternatives if a[0] not in d.unsupported]) for name, alternatives in plan]
+
+    def _run_plan(self, d: _Device) -> dict[str, Any]:
+        raw: dict[str, Any] = {}
+        handle = d.handle
+        pruned = False
+        for name, alternatives in d.plan:
+            while alternatives:
+                key, fn, args = alternatives[0]
+                try:
+                    raw[name] = fn(handle, *args)
+                    break
+                except pynvml.NVMLError as e:
+                    if not d.failed(key, e):
+                        break
+                    alternatives.pop(0)  # not supported: the older call, if any, from now on
+                    pruned = True
+        if pruned:
+            d.plan = [entry for entry in d.plan if entry[1]]
+        return raw
+
+    def _read(self, d: _Device, now: float) -> GpuReading:
+        if now - d.last_slow >= self._slow_interval:
+            self._read_slow(d)
+            d.last_slow = now
+            d.poll_fields = any(f not in d.fields_unsupported for f in _POLL_FIELDS)
+        raw = self._run_plan(d)
+        get = raw.get
+        utilization = get("utilization")
+        memory = get("memory")
+        reasons = get("reasons")
+        ecc = [get(key) for key in _ECC_KEYS]
+        rows = get("remapped_rows")
+        procs = get("processes")
+        fans = [raw[key] for key in _FAN_KEYS[: d.info.fan_count or 1] if key in raw]
+        fields = self._fields(d, _POLL_FIELDS) if d.poll_fields else _NO_FIELDS
+        return GpuReading(
+            index=d.index,
+            uuid=d.info.uuid,
+            power_watts=_watts(get("power")),
+            power_limit_watts=_watts(get("limit")),
+            energy_joules=d.energy,
+            temperature_celsius=_celsius(get("temperature")),
+            memory_temperature_celsius=_celsius(fields.get(FIELD_MEMORY_TEMP)),
+            utilization_gpu_ratio=utilization.gpu / 100 if utilization is not None else None,
+            utilization_memory_ratio=utilization.memory / 100 if utilization is not None else None,
+            graphics_clock_hertz=_hertz(get("graphics_clock")),
+            sm_clock_hertz=_hertz(get("sm_clock")),
+            memory_clock_hertz=_hertz(get("memory_clock")),
+            clock_events=ClockEvents.decode(reasons, d.supported_events) if reasons is not None else None,
+            throttle_seconds=d.throttle,
+            memory_used_bytes=memory.used if memory is not None else None,
+            memory_total_bytes=memory.total if memory is not None else None,
+            performance_state=get("pstate"),
+            fan_speed_ratios=tuple(f / 100 for f in fans) or None,
+            pcie_generation=get("pcie_generation"),
+            pcie_width=get("pcie_width"),
+            pcie_replay_total=get("pcie_replay"),
+            pcie_rx_bytes_per_second=d.pcie_rx,
+            pcie_tx_bytes_per_second=d.pcie_tx,
+            ecc_errors=EccCounts(*ecc) if any(c is not None for c in ecc) else None,
+            remapped_rows=RemappedRows(rows[0], rows[1], bool(rows[2]), bool(rows[3])) if rows is not None else None,
+            processes=tuple(GpuProcess(p.pid, p.usedGpuMemory) for p in procs) if procs is not None else None,
+        )
+
+    def _read_slow(self, d: _Device) -> None:
+        nv = self._nvml
+        energy = d.get("nvmlDeviceGetTotalEnergyConsumption", nv.nvmlDeviceGetTotalEnergyConsumption)
+        d.energy = energy / 1000 if energy is not None else None
+        throttle = self._fields(d, _THROTTLE_FIELD_IDS)
+        if throttle:
+            d.throttle = ThrottleSeconds(**{name: throttle[fid] / 1e9 for fid, name in THROTTLE_FIELDS.items()
+                                            if fid in throttle})
+        if self._pcie_throughput:
+            # KB/s over a 20 ms window the call itself waits out.
+            rx = d.get("nvmlDeviceGetPcieThroughput:1", nv.nvmlDeviceGetPcieThroughput, 1)
+            tx = d.get("nvmlDeviceGetPcieThroughput:0", nv.nvmlDeviceGetPcieThroughput, 0)
+            d.pcie_rx = rx * 1000 if rx is not None else None
+            d.pcie_tx = tx * 1000 if tx is not None else None
+
+    def _fields(self, d: _Device, field_ids: tuple[int, ...]) -> dict[int, float]:
+        """Field values by id; a field that answers NotSupported is not asked again."""
+        wanted = [f for f in field_ids if f not in d.fields_unsupported]
+        if not wanted:
+            return {}
+        values = d.get("nvmlDeviceGetFieldValues", self._nvml.nvmlDeviceGetFieldValues, wanted)
+        if values is None:
+            return {}
+        out = {}
+        for v in values:
+            if v.nvmlReturn == pynvml.NVML_SUCCESS:
+                out[v.fieldId] = getattr(v.value, _VALUE_BY_TYPE[v.valueType])
+            elif v.nvmlReturn in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+                                  pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                d.fields_unsupported.add(v.fieldId)
+            elif v.nvmlReturn == pynvml.NVML_ERROR_GPU_IS_LOST:
+                raise GpuLost
+        return out
+
+    # --- state for status, doctor and the exporter ----------------------------------------
+    @property
+    def info(self) -> tuple[GpuInfo, ...]:
+        return tuple(d.info for d in self.devices)
+
+    def unsupported(self) -> dict[int, tuple[str, ...]]:
+        return {d.index: tuple(sorted(d.unsupported)) for d in self.devices}
+
+    def close(self) -> None:
+        self._event_stop.set()
+        if self._event_thread is not None:
+            self._event_thread.join(timeout=2)
+        if self._event_set is not None:
+            try:
+                self._nvml.nvmlEventSetFree(self._event_set)
+            except pynvml.NVMLError:
+                pass
+        if self._opened:
+            try:
+                self._nvml.nvmlShutdown()
+            except pynvml.NVMLError:
+                pass
+            self._opened = False
+
+
+def _handle_key(handle: Any) -> Any:
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (ctypes.ArgumentError, TypeError):
+        return handle
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _watts(milliwatts: int | None) -> float | None:
+    return milliwatts / 1000 if milliwatts is not None else None
+
+
+def _hertz(mhz: int | None) -> float | None:
+    return mhz * MHZ if mhz is not None else None
+
+
+def _celsius(value: float | None) -> float | None:
+    return float(value) if value is not None else None
+
+
+def _cuda_version(value: int | None) -> str | None:
+    return f"{value // 1000}.{value % 1000 // 10}" if value else None

@@ -1,0 +1,206 @@
+"""The host reader: CPU temperatures, fans, load and memory through psutil, CPU package
+energy from RAPL in sysfs. The only module that talks to psutil and /sys.
+
+A machine without hwmon (VMs, containers) is a normal state: the reading says so in its
+notes and has no temperatures or fans. Each section fails on its own; the rest survives.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ..sample import CpuEnergy, CpuTemperature, FanReading, HostReading, SensorTemperature
+
+log = logging.getLogger(__name__)
+
+# Chips that carry CPU temperatures, and how to pick one value per socket.
+_AMD_CHIPS = ("k10temp", "zenpower")
+_INTEL_CHIPS = ("coretemp",)
+_OTHER_CPU_CHIPS = ("cpu_thermal", "cpu-thermal", "soc_thermal")
+
+
+class SystemHost:
+    """The real backend: psutil's calls as they are, plus RAPL zones read from sysfs."""
+
+    def __init__(self, sysfs: str | Path = "/sys"):
+        self._powercap = Path(sysfs) / "class" / "powercap"
+
+    def sensors_temperatures(self) -> dict:
+        return psutil.sensors_temperatures() if hasattr(psutil, "sensors_temperatures") else {}
+
+    def sensors_fans(self) -> dict:
+        return psutil.sensors_fans() if hasattr(psutil, "sensors_fans") else {}
+
+    def cpu_percent(self) -> float:
+        return psutil.cpu_percent(interval=None)
+
+    def cpu_count(self) -> int | None:
+        return psutil.cpu_count()
+
+    def getloadavg(self) -> tuple[float, float, float]:
+        return psutil.getloadavg()
+
+    def virtual_memory(self) -> Any:
+        return psutil.virtual_memory()
+
+    def powercap(self) -> dict[str, list[int]]:
+        """``{zone name: [energy_uj, max_energy_range_uj]}`` for the top-level RAPL zones."""
+        zones = {}
+        for zone in sorted(self._powercap.glob("intel-rapl:*")):
+            if zone.name.count(":") != 1:  # sub-zones (core, dram) are parts of a package
+                continue
+            name = (zone / "name").read_text().strip()  # "package-0", "psys"
+            zones[name if name not in zones else zone.name] = [
+                int((zone / "energy_uj").read_text()),
+                int((zone / "max_energy_range_uj").read_text()),
+            ]
+        return zones
+
+
+class HostReader:
+    name = "host"
+
+    def __init__(self, backend: Any = None, *, rapl: bool = True):
+        self._backend = backend if backend is not None else SystemHost()
+        self._rapl = rapl
+        self._rapl_state: dict[str, tuple[int, float]] = {}  # zone -> (last raw µJ, joules counted so far)
+        self._said: set[str] = set()
+        self._cpu_count: int | None = None
+
+    def open(self) -> None:
+        self._cpu_count = self._section("cpu_count", self._backend.cpu_count)  # a static fact: read once
+        self._section("cpu", self._backend.cpu_percent)  # psutil's first call only sets a baseline
+
+    def read(self) -> HostReading:
+        notes: list[str] = []
+        temps = self._section("temperatures", self._backend.sensors_temperatures, notes) or {}
+        fans = self._section("fans", self._backend.sensors_fans, notes) or {}
+        if not temps and not fans:
+            notes.append("no temperature or fan sensors visible (no /sys/class/hwmon: VM or container?)")
+        cpu = self._section("cpu", self._backend.cpu_percent, notes)
+        load = self._section("load", self._backend.getloadavg, notes)
+        memory = self._section("memory", self._backend.virtual_memory, notes)
+        cpu_temps = cpu_temperatures(temps)
+        if temps and not cpu_temps:
+            notes.append(f"no CPU temperature sensor among {', '.join(sorted(temps))}")
+        return HostReading(
+            temperatures=tuple(
+                SensorTemperature(chip, _label(entry[0], "temp", i), float(entry[1]), _opt(entry[2]), _opt(entry[3]))
+                for chip, entries in temps.items() for i, entry in enumerate(entries) if entry[1] is not None
+            ),
+            cpu_temperatures=cpu_temps,
+            fans=tuple(
+                FanReading(chip, _label(entry[0], "fan", i), float(entry[1]))
+                for chip, entries in fans.items() for i, entry in enumerate(entries)
+            ),
+            cpu_utilization_ratio=cpu / 100 if cpu is not None else None,
+            cpu_count=self._cpu_count,
+            load1=load[0] if load else None,
+            load5=load[1] if load else None,
+            load15=load[2] if load else None,
+            memory_total_bytes=memory.total if memory is not None else None,
+            memory_available_bytes=memory.available if memory is not None else None,
+            cpu_energy=self._energy(notes) if self._rapl else (),
+            notes=tuple(notes),
+        )
+
+    def _section(self, what: str, fn, notes: list[str] | None = None) -> Any:
+        try:
+            return fn()
+        except Exception as e:  # one broken sensor section must not take the reading down
+            message = f"{what} unreadable: {type(e).__name__}: {e}"
+            if notes is not None:
+                notes.append(message)
+            if message not in self._said:
+                self._said.add(message)
+                log.warning("%s", message)
+            return None
+
+    def _energy(self, notes: list[str]) -> tuple[CpuEnergy, ...]:
+        zones = self._section("RAPL energy", self._backend.powercap, notes)
+        if not zones:
+            return ()
+        out = []
+        for zone, (raw, max_range) in zones.items():
+            last = self._rapl_state.get(zone)
+            if last is None:
+                counted = raw / 1e6
+            else:
+                last_raw, counted = last
+                delta = raw - last_raw
+                if delta < 0:  # the hardware counter wrapped at max_energy_range_uj
+                    delta += max_range
+                counted += delta / 1e6
+            self._rapl_state[zone] = (raw, counted)
+            out.append(CpuEnergy(zone=zone, joules=counted))
+        return tuple(out)
+
+    def close(self) -> None:
+        pass
+
+
+def cpu_temperatures(temps: dict) -> tuple[CpuTemperature, ...]:
+    """One temperature per CPU socket, saying which sensor it is.
+
+    Intel coretemp: "Package id N" (else the hottest "Core"). AMD k10temp/zenpower: "Tdie",
+    else the hottest "Tccd", else "Tctl" (a control value that may carry an offset). Several
+    sockets show as several groups under one chip name, each starting a new package or Tctl.
+    """
+    out: list[CpuTemperature] = []
+    for chip, entries in temps.items():
+        if chip in _INTEL_CHIPS:
+            groups = _split(entries, lambda label: label.startswith("Package id"))
+            prefer = (("Package id",), ("Core",))
+        elif chip in _AMD_CHIPS:
+            groups = _split(entries, lambda label: label in ("Tctl", ""))
+            prefer = (("Tdie",), ("Tccd",), ("Tctl", ""))
+        elif chip in _OTHER_CPU_CHIPS:
+            groups, prefer = [entries], (("",),)
+        else:
+            continue
+        for group in groups:
+            chosen = _choose(group, prefer)
+            if chosen is not None:
+                label, current, high, critical = chosen
+                socket = _socket_number(label, len(out))
+                out.append(CpuTemperature(socket, chip, label or "temp1", float(current), _opt(high), _opt(critical)))
+    return tuple(out)
+
+
+def _split(entries: list, starts_group) -> list[list]:
+    groups: list[list] = []
+    for entry in entries:
+        if starts_group(entry[0]) or not groups:
+            groups.append([])
+        groups[-1].append(entry)
+    return groups
+
+
+def _choose(group: list, prefer: tuple[tuple[str, ...], ...]):
+    for prefixes in prefer:
+        candidates = [e for e in group if e[1] is not None and _matches(e[0], prefixes)]
+        if candidates:
+            return max(candidates, key=lambda e: e[1])
+    return None
+
+
+def _matches(label: str, prefixes: tuple[str, ...]) -> bool:
+    return any(label.startswith(p) if p else label == "" for p in prefixes)
+
+
+def _socket_number(label: str, fallback: int) -> int:
+    match = re.match(r"Package id (\d+)", label)
+    return int(match.group(1)) if match else fallback
+
+
+def _label(label: str, kind: str, position: int) -> str:
+    return label or f"{kind}{position + 1}"
+
+
+def _opt(value: Any) -> float | None:
+    return float(value) if value is not None else None

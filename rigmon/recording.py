@@ -1,0 +1,156 @@
+"""The *rigmon recording v1* format: what the hardware answered, call by call.
+
+Line 1 is a header with the static answers; every other line is a tick with the answers of
+one poll. A call is keyed by its pynvml (or psutil) function name, plus ``:`` and its
+integer arguments after the handle. Lookup at a tick: the tick's value, else the header's,
+else NotSupported. Field values are keyed one field at a time
+(``nvmlDeviceGetFieldValues:82``), so any batch of fields can be answered; XID events that
+arrived before a tick are listed under ``nvmlEventSetWait_v2`` in that tick's GPU entry.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+FORMAT = "rigmon-recording"
+VERSION = 1
+
+
+class RecordingError(ValueError):
+    """A file that is not a readable rigmon recording; the message says where and why."""
+
+
+def call_key(name: str, args: tuple = ()) -> str:
+    return f"{name}:{','.join(str(int(a)) for a in args)}" if args else name
+
+
+def error_value(exc: BaseException) -> dict:
+    """How a raised pynvml error is stored: its class name without ``NVMLError_``."""
+    return {"nvml_error": type(exc).__name__.removeprefix("NVMLError_")}
+
+
+def encode(value: Any) -> Any:
+    """A pynvml or psutil answer as plain JSON (ctypes structs become objects)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, ctypes.Structure):
+        return {
+            name: encode(getattr(value, name))
+            for name, ctype, *_ in value._fields_
+            if not issubclass(ctype, (ctypes._Pointer, ctypes.Union)) and not name.startswith("_")
+        }
+    if isinstance(value, dict):
+        return {str(k): encode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encode(v) for v in value]
+    if hasattr(value, "_asdict"):  # psutil's namedtuples that are not plain tuples
+        return encode(value._asdict())
+    if hasattr(value, "__dict__"):  # pynvml's "friendly objects" (processes)
+        return {k: encode(v) for k, v in vars(value).items() if not k.startswith("_")}
+    raise TypeError(f"cannot store a {type(value).__name__} in a recording")
+
+
+@dataclass
+class Recording:
+    header: dict
+    ticks: list[dict] = field(default_factory=list)
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.header.get("gpus", []))
+
+    @property
+    def duration(self) -> float:
+        return self.ticks[-1]["t"] - self.ticks[0]["t"] if self.ticks else 0.0
+
+    def offsets(self) -> list[float]:
+        t0 = self.ticks[0]["t"] if self.ticks else 0.0
+        return [round(tick["t"] - t0, 3) for tick in self.ticks]  # ticks carry milliseconds
+
+    @classmethod
+    def load(cls, path: str | Path) -> Recording:
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise RecordingError(f"{path}: cannot read: {e.strerror or e}") from None
+        lines = [line for line in text.splitlines() if line.strip()]
+        if not lines:
+            raise RecordingError(f"{path}: empty file, not a rigmon recording")
+        header = _parse_line(path, 1, lines[0])
+        if header.get("format") != FORMAT:
+            raise RecordingError(f"{path}: line 1: format is {header.get('format')!r}, expected {FORMAT!r}")
+        if header.get("version") != VERSION:
+            raise RecordingError(
+                f"{path}: line 1: version {header.get('version')!r} is not supported (only {VERSION})")
+        if not isinstance(header.get("gpus", []), list):
+            raise RecordingError(f"{path}: line 1: 'gpus' must be a list")
+        ticks = []
+        for number, line in enumerate(lines[1:], start=2):
+            tick = _parse_line(path, number, line)
+            if not isinstance(tick.get("t"), (int, float)):
+                raise RecordingError(f"{path}: line {number}: tick has no numeric 't'")
+            have, want = len(tick.get("gpus", [])), len(header.get("gpus", []))
+            if have != want:
+                raise RecordingError(f"{path}: line {number}: {have} GPU entries, header has {want}")
+            ticks.append(tick)
+        return cls(header, ticks)
+
+    def dump(self, out: TextIO) -> None:
+        out.write(json.dumps(self.header, separators=(",", ":")) + "\n")
+        for tick in self.ticks:
+            out.write(json.dumps(tick, separators=(",", ":")) + "\n")
+
+    def save(self, path: str | Path) -> None:
+        with open(path, "w", encoding="utf-8") as out:
+            self.dump(out)
+
+    def widened(self, count: int) -> Recording:
+        """The same recording with ``count`` GPUs, copies of the recorded ones with their own
+        identities: a way to drive an 8-GPU box from a 1-GPU recording."""
+        source = self.header.get("gpus", [])
+        if not source:
+            raise RecordingError("a recording without GPUs cannot be widened")
+
+        def copy(entries: list[dict], with_identity: bool) -> list[dict]:
+            out = []
+            for i in range(count):
+                entry = dict(entries[i % len(entries)])
+                if with_identity and i >= len(entries):
+                    _give_identity(entry, i)
+                out.append(entry)
+            return out
+
+        header = dict(self.header, gpus=copy(source, True))
+        header["nvml"] = dict(header.get("nvml", {}), nvmlDeviceGetCount=count)
+        ticks = [dict(tick, gpus=copy(tick["gpus"], False)) for tick in self.ticks]
+        return Recording(header, ticks)
+
+
+def _give_identity(entry: dict, index: int) -> None:
+    uuid = entry.get("nvmlDeviceGetUUID")
+    if isinstance(uuid, str):
+        entry["nvmlDeviceGetUUID"] = f"{uuid[:-4]}{index:04x}"
+    pci = entry.get("nvmlDeviceGetPciInfo")
+    if isinstance(pci, dict) and "busId" in pci:
+        bus = f"{0x10 + index:02x}"
+        entry["nvmlDeviceGetPciInfo"] = dict(pci, bus=0x10 + index, busId=f"00000000:{bus}:00.0",
+                                             busIdLegacy=f"0000:{bus}:00.0")
+    if isinstance(entry.get("nvmlDeviceGetSerial"), str):
+        entry["nvmlDeviceGetSerial"] = f"{entry['nvmlDeviceGetSerial']}-{index}"
+
+
+def _parse_line(path: Path, number: int, line: str) -> dict:
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise RecordingError(f"{path}: line {number}: not JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(value, dict):
+        raise RecordingError(f"{path}: line {number}: expected a JSON object")
+    return value

@@ -1,0 +1,294 @@
+"""Replay backends: answer the pynvml and psutil calls the readers make from a recording.
+
+The readers cannot tell these from the real libraries: same function names, same argument
+shapes, struct answers with the same attribute names, and errors raised as pynvml's own
+exception classes (handed in by the GPU reader, which is the only module importing pynvml).
+Which tick answers is chosen by a clock that says how far into the recording we are.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .recording import Recording, call_key
+
+_VALUE_UNION = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+NVML_ERROR_NOT_SUPPORTED = 3
+
+
+class Struct(dict):
+    """A recorded ctypes struct: attribute access like the real one."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class _Raise:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "nvml_error" in value:
+            return _Raise(str(value["nvml_error"]))
+        return Struct((k, _decode(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+class ReplayClock:
+    """Seconds into the recording. Real time from ``start_at`` at ``speed``, or set by hand
+    (``set``) when a test or benchmark steps through ticks."""
+
+    def __init__(self, start_at: float = 0.0, speed: float = 1.0, realtime: bool = True):
+        self._base = start_at
+        self._speed = speed
+        self._started = time.monotonic()
+        self._realtime = realtime
+
+    def set(self, seconds: float) -> None:
+        self._base, self._realtime = seconds, False
+
+    def __call__(self) -> float:
+        if self._realtime:
+            return self._base + (time.monotonic() - self._started) * self._speed
+        return self._base
+
+
+class ReplaySource:
+    """A decoded recording and the clock that picks the current tick. Past the end it loops
+    (``loop=True``) or holds the last tick."""
+
+    def __init__(self, recording: Recording, clock: Callable[[], float] | None = None, loop: bool = True):
+        if not recording.ticks:
+            raise ValueError("the recording has no ticks to replay")
+        self.recording = recording
+        self.clock = clock or ReplayClock()
+        self.loop = loop
+        self._offsets = recording.offsets()
+        # A looped recording restarts one median tick interval after its last tick.
+        self._period = recording.duration + (recording.duration / max(len(self._offsets) - 1, 1))
+        self.header_nvml = _decode(recording.header.get("nvml", {}))
+        self.header_gpus = [_decode(g) for g in recording.header.get("gpus", [])]
+        self.header_host = _decode(recording.header.get("host", {}))
+        self.tick_gpus = [[_decode(g) for g in tick.get("gpus", [])] for tick in recording.ticks]
+        self.tick_host = [_decode(tick.get("host", {})) for tick in recording.ticks]
+        self.tick_labels = [tick.get("label") for tick in recording.ticks]
+
+    def tick_index(self) -> int:
+        position = self.clock()
+        if self.loop and self._period > 0:
+            position %= self._period
+        return max(bisect.bisect_right(self._offsets, position) - 1, 0)
+
+    def label(self) -> str | None:
+        return self.tick_labels[self.tick_index()]
+
+
+class ReplayHandle:
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"<replayed GPU {self.index}>"
+
+
+class ReplayNVML:
+    """pynvml-shaped: ``nvmlDeviceGetPowerUsage(handle)`` and friends, from a recording.
+
+    ``make_error(name)`` builds pynvml's ``NVMLError_<name>`` so the reader's own error
+    handling runs unchanged."""
+
+    def __init__(self, source: ReplaySource, make_error: Callable[[str], BaseException]):
+        self._source = source
+        self._error = make_error
+        self._handles = [ReplayHandle(i) for i in range(len(source.header_gpus))]
+
+    # --- lookups -------------------------------------------------------------------------
+    def _answer(self, value: Any) -> Any:
+        if isinstance(value, _Raise):
+            raise self._error(value.name)
+        return value
+
+    def _system(self, key: str) -> Any:
+        return self._answer(self._source.header_nvml.get(key, _Raise("NotSupported")))
+
+    def _device(self, index: int, key: str) -> Any:
+        tick = self._source.tick_gpus[self._source.tick_index()][index]
+        value = tick.get(key, _MISSING)
+        if value is _MISSING:
+            value = self._source.header_gpus[index].get(key, _NOT_SUPPORTED)
+        return self._answer(value)
+
+    # --- system --------------------------------------------------------------------------
+    def nvmlInit(self) -> None:
+        if "nvmlInit" in self._source.header_nvml:  # recorded only when it failed
+            self._system("nvmlInit")
+
+    def nvmlInitWithFlags(self, flags: int) -> None:
+        self.nvmlInit()
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        if "nvmlDeviceGetCount" in self._source.header_nvml:
+            return self._system("nvmlDeviceGetCount")
+        return len(self._handles)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> ReplayHandle:
+        key = call_key("nvmlDeviceGetHandleByIndex", (index,))
+        if key in self._source.header_nvml:
+            self._system(key)
+        if not 0 <= index < len(self._handles):
+            raise self._error("InvalidArgument")
+        return self._handles[index]
+
+    def nvmlDeviceGetFieldValues(self, handle: ReplayHandle, field_ids: list[int]) -> list[Struct]:
+        out = []
+        for field_id in field_ids:
+            try:
+                recorded = self._device(handle.index, f"nvmlDeviceGetFieldValues:{int(field_id)}")
+            except Exception as e:  # a whole-call failure (GpuIsLost) fails the batch as NVML does
+                if type(e).__name__.endswith("_NotSupported"):
+                    out.append(Struct(fieldId=field_id, nvmlReturn=NVML_ERROR_NOT_SUPPORTED, valueType=0,
+                                      value=Struct.fromkeys(_VALUE_UNION, 0), timestamp=0, latencyUsec=0))
+                    continue
+                raise
+            number = recorded.get("value", 0)
+            out.append(Struct(recorded, fieldId=field_id, value=Struct.fromkeys(_VALUE_UNION, number)))
+        return out
+
+    # --- XID events ----------------------------------------------------------------------
+    def nvmlEventSetCreate(self) -> ReplayEventSet:
+        return ReplayEventSet(self._source)
+
+    def nvmlDeviceRegisterEvents(self, handle: ReplayHandle, event_types: int, event_set: ReplayEventSet) -> None:
+        if "nvmlDeviceRegisterEvents" in self._source.header_gpus[handle.index]:  # recorded only when it failed
+            self._device(handle.index, "nvmlDeviceRegisterEvents")
+        event_set.register(handle, event_types)
+
+    def nvmlEventSetWait_v2(self, event_set: ReplayEventSet, timeout_ms: int) -> Struct:
+        event = event_set.next_event(timeout_ms)
+        if event is None:
+            raise self._error("Timeout")
+        return event
+
+    nvmlEventSetWait = nvmlEventSetWait_v2
+
+    def nvmlEventSetFree(self, event_set: ReplayEventSet) -> None:
+        event_set.close()
+
+    # --- every other call ------------------------------------------------------------------
+    def __getattr__(self, name: str) -> Callable:
+        if name.startswith("nvmlSystem"):
+            def system_call(*args: Any) -> Any:
+                return self._system(call_key(name, args))
+            fn = system_call
+        elif name.startswith("nvmlDevice"):
+            def device_call(handle: ReplayHandle, *args: Any) -> Any:
+                return self._device(handle.index, call_key(name, args))
+            fn = device_call
+        else:
+            raise AttributeError(name)
+        setattr(self, name, fn)  # cache: the next call skips __getattr__
+        return fn
+
+
+_MISSING = object()
+_NOT_SUPPORTED = _Raise("NotSupported")
+
+
+class ReplayEventSet:
+    """Delivers each recorded XID once, when the replay clock passes its tick."""
+
+    def __init__(self, source: ReplaySource):
+        self._source = source
+        self._handles: dict[int, ReplayHandle] = {}
+        self._cursor = source.tick_index()
+        self._pending: list[Struct] = []
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+
+    def register(self, handle: ReplayHandle, event_types: int) -> None:
+        self._handles[handle.index] = handle
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def _collect(self) -> None:
+        now = self._source.tick_index()
+        if now == self._cursor:
+            return
+        count = len(self._source.tick_gpus)
+        index = self._cursor
+        while index != now:
+            index = (index + 1) % count
+            for gpu, entry in enumerate(self._source.tick_gpus[index]):
+                if gpu not in self._handles:
+                    continue
+                for event in entry.get("nvmlEventSetWait_v2", ()) or ():
+                    self._pending.append(Struct(
+                        device=self._handles[gpu], eventType=event.get("eventType", 8),
+                        eventData=event.get("eventData", 0), gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF))
+        self._cursor = now
+
+    def next_event(self, timeout_ms: int) -> Struct | None:
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            with self._lock:
+                self._collect()
+                if self._pending:
+                    return self._pending.pop(0)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closed.wait(min(remaining, 0.02)):
+                return None
+
+
+class ReplayHost:
+    """The host reader's backend (psutil's calls and RAPL), answered from a recording."""
+
+    def __init__(self, source: ReplaySource):
+        self._source = source
+
+    def _get(self, key: str, default: Any) -> Any:
+        tick = self._source.tick_host[self._source.tick_index()]
+        if key in tick:
+            return tick[key]
+        return self._source.header_host.get(key, default)
+
+    def sensors_temperatures(self) -> dict:
+        return self._get("sensors_temperatures", {})
+
+    def sensors_fans(self) -> dict:
+        return self._get("sensors_fans", {})
+
+    def cpu_percent(self) -> float | None:
+        return self._get("cpu_percent", None)
+
+    def cpu_count(self) -> int | None:
+        return self._get("cpu_count", None)
+
+    def getloadavg(self) -> list | None:
+        return self._get("getloadavg", None)
+
+    def virtual_memory(self) -> Struct | None:
+        return self._get("virtual_memory", None)
+
+    def powercap(self) -> dict:
+        return self._get("powercap", {})

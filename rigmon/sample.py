@@ -1,0 +1,239 @@
+"""The typed, immutable sample: what one poll saw, in base units.
+
+Every record is a NamedTuple: immutable, typed, and about four times cheaper to build than a
+frozen dataclass, which matters when eight GPUs are read every second.
+
+Readers build it; everything downstream (status, exporters, sinks, the alert engine) reads
+it and never talks to pynvml or psutil. Units: watts, joules, degrees Celsius, hertz,
+bytes, seconds, ratios in 0..1. ``None`` means "not read": unsupported by this hardware,
+not due this poll, or the read failed (the reader's status says which).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+# Clock-event ("throttle") reason bits, in NVML's order. Names are the sample's field names.
+CLOCK_EVENT_BITS: tuple[tuple[str, int], ...] = (
+    ("gpu_idle", 0x1),
+    ("applications_clocks_setting", 0x2),
+    ("sw_power_cap", 0x4),
+    ("hw_slowdown", 0x8),
+    ("sync_boost", 0x10),
+    ("sw_thermal_slowdown", 0x20),
+    ("hw_thermal_slowdown", 0x40),
+    ("hw_power_brake_slowdown", 0x80),
+    ("display_clock_setting", 0x100),
+)
+
+
+class ClockEvents(NamedTuple):
+    """Which clock-event reasons are active; None where the GPU does not report the reason."""
+
+    gpu_idle: bool | None = None
+    applications_clocks_setting: bool | None = None
+    sw_power_cap: bool | None = None
+    hw_slowdown: bool | None = None
+    sync_boost: bool | None = None
+    sw_thermal_slowdown: bool | None = None
+    hw_thermal_slowdown: bool | None = None
+    hw_power_brake_slowdown: bool | None = None
+    display_clock_setting: bool | None = None
+
+    @staticmethod
+    def decode(mask: int, supported: int) -> ClockEvents:
+        return _decode_clock_events(mask, supported)
+
+    def active(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in CLOCK_EVENT_BITS if getattr(self, name))
+
+
+@functools.lru_cache(maxsize=512)
+def _decode_clock_events(mask: int, supported: int) -> ClockEvents:
+    # Immutable, and a GPU's mask takes few values: decoded once, shared after.
+    return ClockEvents(*((bool(mask & bit) if supported & bit else None) for _, bit in CLOCK_EVENT_BITS))
+
+
+class ThrottleSeconds(NamedTuple):
+    """Cumulative time spent in each throttling state since the driver loaded (seconds)."""
+
+    sw_power_cap: float | None = None
+    sw_thermal_slowdown: float | None = None
+    hw_thermal_slowdown: float | None = None
+    hw_power_brake_slowdown: float | None = None
+
+
+class TemperatureThresholds(NamedTuple):
+    shutdown: float | None = None
+    slowdown: float | None = None
+    memory_max: float | None = None
+    gpu_max: float | None = None
+
+
+class EccCounts(NamedTuple):
+    corrected_volatile: int | None = None
+    uncorrected_volatile: int | None = None
+    corrected_aggregate: int | None = None
+    uncorrected_aggregate: int | None = None
+
+
+class RemappedRows(NamedTuple):
+    correctable: int
+    uncorrectable: int
+    pending: bool
+    failure: bool
+
+
+class GpuProcess(NamedTuple):
+    pid: int
+    used_memory_bytes: int | None
+
+
+class GpuInfo(NamedTuple):
+    """Facts read once at start-up."""
+
+    index: int
+    uuid: str
+    name: str
+    serial: str | None = None
+    pci_bus_id: str | None = None
+    board_part_number: str | None = None
+    vbios_version: str | None = None
+    compute_capability: str | None = None
+    power_limit_default_watts: float | None = None
+    power_limit_min_watts: float | None = None
+    power_limit_max_watts: float | None = None
+    temperature_thresholds: TemperatureThresholds = TemperatureThresholds()
+    max_sm_clock_hertz: float | None = None
+    max_memory_clock_hertz: float | None = None
+    max_pcie_generation: int | None = None
+    max_pcie_width: int | None = None
+    supported_clock_events: tuple[str, ...] = ()
+    ecc_enabled: bool | None = None
+    persistence_mode: bool | None = None
+    mig_enabled: bool | None = None
+    fan_count: int | None = None
+
+
+class GpuReading(NamedTuple):
+    """One GPU at one poll. ``lost`` means the GPU fell off the bus (all readings None)."""
+
+    index: int
+    uuid: str
+    lost: bool = False
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    energy_joules: float | None = None
+    temperature_celsius: float | None = None
+    memory_temperature_celsius: float | None = None
+    utilization_gpu_ratio: float | None = None
+    utilization_memory_ratio: float | None = None
+    graphics_clock_hertz: float | None = None
+    sm_clock_hertz: float | None = None
+    memory_clock_hertz: float | None = None
+    clock_events: ClockEvents | None = None
+    throttle_seconds: ThrottleSeconds | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    performance_state: int | None = None
+    fan_speed_ratios: tuple[float, ...] | None = None
+    pcie_generation: int | None = None
+    pcie_width: int | None = None
+    pcie_replay_total: int | None = None
+    pcie_rx_bytes_per_second: float | None = None
+    pcie_tx_bytes_per_second: float | None = None
+    ecc_errors: EccCounts | None = None
+    remapped_rows: RemappedRows | None = None
+    processes: tuple[GpuProcess, ...] | None = None
+
+
+class XidEvent(NamedTuple):
+    gpu_index: int
+    uuid: str
+    xid: int
+    time: float
+
+
+class SensorTemperature(NamedTuple):
+    chip: str
+    label: str
+    celsius: float
+    high_celsius: float | None = None
+    critical_celsius: float | None = None
+
+
+class CpuTemperature(NamedTuple):
+    """The one temperature chosen to stand for a CPU socket, and which sensor it came from."""
+
+    socket: int
+    chip: str
+    sensor: str
+    celsius: float
+    high_celsius: float | None = None
+    critical_celsius: float | None = None
+
+
+class FanReading(NamedTuple):
+    chip: str
+    label: str
+    rpm: float
+
+
+class CpuEnergy(NamedTuple):
+    """A RAPL zone's energy counter, made monotonic across hardware wrap-arounds."""
+
+    zone: str
+    joules: float
+
+
+class HostReading(NamedTuple):
+    temperatures: tuple[SensorTemperature, ...] = ()
+    cpu_temperatures: tuple[CpuTemperature, ...] = ()
+    fans: tuple[FanReading, ...] = ()
+    cpu_utilization_ratio: float | None = None
+    cpu_count: int | None = None
+    load1: float | None = None
+    load5: float | None = None
+    load15: float | None = None
+    memory_total_bytes: int | None = None
+    memory_available_bytes: int | None = None
+    cpu_energy: tuple[CpuEnergy, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+class SystemInfo(NamedTuple):
+    driver_version: str | None = None
+    nvml_version: str | None = None
+    cuda_driver_version: str | None = None
+
+
+class ReaderStatus(NamedTuple):
+    """How one reader fared at this poll: node_exporter's collector_success and duration."""
+
+    name: str
+    ok: bool
+    duration_seconds: float
+    error: str | None = None
+
+
+class Sample(NamedTuple):
+    time: float
+    host: HostReading | None
+    gpus: tuple[GpuReading, ...]
+    gpu_info: tuple[GpuInfo, ...]
+    system: SystemInfo
+    events: tuple[XidEvent, ...] = ()
+    readers: tuple[ReaderStatus, ...] = ()
+
+    def gpu(self, index: int) -> GpuReading | None:
+        return next((g for g in self.gpus if g.index == index), None)
+
+
+def to_jsonable(obj):
+    """A plain-JSON view of any sample object (records become objects, tuples lists)."""
+    if hasattr(obj, "_asdict"):
+        return {name: to_jsonable(value) for name, value in obj._asdict().items()}
+    if isinstance(obj, (tuple, list)):
+        return [to_jsonable(v) for v in obj]
+    return obj

@@ -1,0 +1,118 @@
+"""``rigmon status``: one sample as a table for people or as JSON for scripts."""
+
+from __future__ import annotations
+
+import time
+
+from .sample import GpuInfo, GpuReading, Sample, to_jsonable
+
+NS = "n/s"  # not supported by this hardware (or not readable here)
+
+
+def as_json(sample: Sample, extra: dict | None = None) -> dict:
+    out = to_jsonable(sample)
+    for gpu in out["gpus"]:
+        events = gpu.get("clock_events")
+        gpu["clock_events_active"] = [k for k, v in events.items() if v] if events else None
+    if extra:
+        out.update(extra)
+    return out
+
+
+def _fmt(value, spec: str = "{:.0f}", unit: str = "") -> str:
+    if value is None:
+        return NS
+    return spec.format(value) + unit
+
+
+def _gb(value) -> str:
+    return NS if value is None else f"{value / 1e9:.1f}"
+
+
+def render(sample: Sample, source: str = "") -> str:
+    lines = []
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(sample.time))
+    system = sample.system
+    versions = ""
+    if system is not None and system.driver_version:
+        versions = f"driver {system.driver_version}, CUDA {system.cuda_driver_version or NS}"
+    lines.append("  ".join(part for part in (f"rigmon status  {stamp}", versions, source) if part))
+    lines.append("")
+    info = {i.index: i for i in sample.gpu_info}
+    if sample.gpus:
+        lines += _gpu_table(sample.gpus, info)
+    for status in sample.readers:
+        if status.error:
+            lines.append(f"{status.name}: {status.error}")
+    for event in sample.events:
+        when = time.strftime("%H:%M:%S", time.localtime(event.time))
+        lines.append(f"XID {event.xid} on GPU {event.gpu_index} at {when}")
+    lines.append("")
+    lines += _host(sample)
+    lines.append("")
+    lines.append(f"{NS} = not supported by this hardware or not readable here")
+    return "\n".join(lines)
+
+
+def _gpu_table(gpus: tuple[GpuReading, ...], info: dict[int, GpuInfo]) -> list[str]:
+    header = ("GPU", "NAME", "TEMP", "MEM TEMP", "SLOWDOWN", "POWER / LIMIT", "ENERGY", "UTIL", "SM CLOCK",
+              "MEMORY USED", "PCIe NOW/MAX", "REPLAYS", "ECC UNCORR", "FAN", "CLOCK EVENTS")
+    rows = [header]
+    for g in gpus:
+        i = info.get(g.index)
+        name = i.name if i else "?"
+        if g.lost:
+            rows.append((str(g.index), name, "LOST: fell off the bus or stopped answering") + ("",) * (len(header) - 3))
+            continue
+        events = g.clock_events.active() if g.clock_events else None
+        max_link = f"{_fmt(i.max_pcie_generation)}x{_fmt(i.max_pcie_width)}" if i else NS
+        rows.append((
+            str(g.index),
+            name,
+            _fmt(g.temperature_celsius, unit=" °C"),
+            _fmt(g.memory_temperature_celsius, unit=" °C"),
+            _fmt(i.temperature_thresholds.slowdown if i else None, unit=" °C"),
+            f"{_fmt(g.power_watts, '{:.1f}')} / {_fmt(g.power_limit_watts, '{:.0f}')} W",
+            _fmt(g.energy_joules / 3.6e6 if g.energy_joules is not None else None, "{:.3f}", " kWh"),
+            _fmt(g.utilization_gpu_ratio * 100 if g.utilization_gpu_ratio is not None else None, unit=" %"),
+            _fmt(g.sm_clock_hertz / 1e6 if g.sm_clock_hertz is not None else None, unit=" MHz"),
+            f"{_gb(g.memory_used_bytes)} / {_gb(g.memory_total_bytes)} GB",
+            f"{_fmt(g.pcie_generation)}x{_fmt(g.pcie_width)} / {max_link}",
+            _fmt(g.pcie_replay_total),
+            _fmt(g.ecc_errors.uncorrected_volatile if g.ecc_errors else None),
+            " ".join(f"{r * 100:.0f} %" for r in g.fan_speed_ratios) if g.fan_speed_ratios else NS,
+            NS if events is None else (", ".join(events) or "none"),
+        ))
+    widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+def _host(sample: Sample) -> list[str]:
+    host = sample.host
+    if host is None:
+        return ["host: not read"]
+    lines = ["HOST"]
+    if host.cpu_temperatures:
+        for t in host.cpu_temperatures:
+            limit = f" (high {t.high_celsius:.0f}, critical {t.critical_celsius:.0f} °C)" if t.critical_celsius else ""
+            lines.append(f"  CPU {t.socket} temperature  {t.celsius:.1f} °C from {t.chip} {t.sensor}{limit}")
+    else:
+        lines.append(f"  CPU temperature  {NS}")
+    chosen = {(c.chip, c.sensor) for c in host.cpu_temperatures}
+    other = [t for t in host.temperatures if (t.chip, t.label) not in chosen]
+    for t in other:
+        lines.append(f"  {t.chip} {t.label}  {t.celsius:.1f} °C")
+    if host.fans:
+        lines.append("  fans  " + ", ".join(f"{f.chip}/{f.label} {f.rpm:.0f} rpm" for f in host.fans))
+    else:
+        lines.append(f"  fans  {NS}")
+    cpu = _fmt(host.cpu_utilization_ratio * 100 if host.cpu_utilization_ratio is not None else None, unit=" %")
+    load = " ".join(_fmt(v, "{:.2f}") for v in (host.load1, host.load5, host.load15))
+    lines.append(f"  CPU  {cpu} of {_fmt(host.cpu_count)} cores, load {load}")
+    if host.memory_total_bytes:
+        lines.append(f"  memory  {_gb(host.memory_available_bytes)} GB available of {_gb(host.memory_total_bytes)} GB")
+    for e in host.cpu_energy:
+        lines.append(f"  CPU energy {e.zone}  {e.joules / 3.6e6:.4f} kWh (RAPL)")
+    for note in host.notes:
+        lines.append(f"  note: {note}")
+    return lines

@@ -1,0 +1,107 @@
+"""Recordings for tests, in the rigmon recording v1 format, built from the real H200
+recording: each scenario changes only what its name says."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from rigmon.cli import demo_path
+from rigmon.recording import Recording
+from rigmon.replay import ReplayClock, ReplaySource
+
+SHARED_FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "h200" / "matmul-load.rec.jsonl"
+H200 = SHARED_FIXTURE if SHARED_FIXTURE.exists() else demo_path()
+LOAD_AT = 9.988  # seconds into the H200 recording: the first tick at 692159 mW
+
+
+def h200() -> Recording:
+    return Recording.load(H200)
+
+
+def source(recording: Recording, at: float = 0.0, loop: bool = False) -> ReplaySource:
+    clock = ReplayClock(start_at=at, realtime=False)
+    clock.set(at)
+    return ReplaySource(recording, clock, loop=loop)
+
+
+def error(name: str) -> dict:
+    return {"nvml_error": name}
+
+
+def with_host(recording: Recording, **host) -> Recording:
+    """The same GPU answers with these host answers in the header and every tick."""
+    rec = copy.deepcopy(recording)
+    rec.header["host"] = dict(rec.header.get("host", {}), **host)
+    for tick in rec.ticks:
+        tick["host"] = dict(tick.get("host", {}), **host)
+    return rec
+
+
+def half_not_supported(recording: Recording) -> Recording:
+    """Every other call answers NotSupported, in the header and in every tick."""
+    rec = copy.deepcopy(recording)
+    keys = sorted(set(rec.header["gpus"][0]) | {k for t in rec.ticks for k in t["gpus"][0]})
+    dropped = {k for i, k in enumerate(keys) if i % 2 == 1 and k not in ("nvmlDeviceGetUUID", "nvmlDeviceGetName")}
+    for entry in [rec.header["gpus"][0]] + [t["gpus"][0] for t in rec.ticks]:
+        for key in dropped:
+            entry[key] = error("NotSupported")
+    rec.dropped = dropped  # type: ignore[attr-defined]
+    return rec
+
+
+def gpu_lost(recording: Recording, gpus: int = 2, lost: int = 1, from_second: float = 20.0) -> Recording:
+    """``gpus`` GPUs; from ``from_second`` on, GPU ``lost`` answers every call with GpuIsLost."""
+    rec = copy.deepcopy(recording.widened(gpus))
+    keys = set(rec.header["gpus"][lost]) | {k for t in rec.ticks for k in t["gpus"][lost]}
+    keys |= {"nvmlDeviceGetFieldValues:82", "nvmlDeviceGetTemperatureV:0", "nvmlDeviceGetMemoryInfo:33554472"}
+    t0 = rec.ticks[0]["t"]
+    for tick in rec.ticks:
+        if tick["t"] - t0 >= from_second:
+            tick["gpus"][lost] = {key: error("GpuIsLost") for key in keys}
+    return rec
+
+
+def old_driver(recording: Recording) -> Recording:
+    """A driver older than the bindings: the newer calls are FunctionNotFound."""
+    rec = copy.deepcopy(recording)
+    for key in ("nvmlDeviceGetTemperatureV:0", "nvmlDeviceGetCurrentClocksEventReasons",
+                "nvmlDeviceGetSupportedClocksEventReasons", "nvmlDeviceGetMemoryInfo:33554472",
+                "nvmlDeviceGetGpuMaxPcieLinkGeneration"):
+        rec.header["gpus"][0][key] = error("FunctionNotFound")
+    for tick in rec.ticks:
+        tick["gpus"][0].pop("nvmlDeviceGetCurrentClocksEventReasons", None)
+    rec.header["gpus"][0]["nvmlDeviceGetSupportedClocksThrottleReasons"] = 511
+    return rec
+
+
+def no_nvml(recording: Recording, why: str = "LibraryNotFound") -> Recording:
+    rec = copy.deepcopy(recording)
+    rec.header["nvml"] = {"nvmlInit": error(why)}
+    return rec
+
+
+def with_xid(recording: Recording, at_second: float, xid: int, gpu: int = 0) -> Recording:
+    rec = copy.deepcopy(recording)
+    t0 = rec.ticks[0]["t"]
+    tick = next(t for t in rec.ticks if t["t"] - t0 >= at_second)
+    tick["gpus"][gpu]["nvmlEventSetWait_v2"] = [{"eventType": 8, "eventData": xid}]
+    return rec
+
+
+K10TEMP_TCTL_ONLY = {"k10temp": [["Tctl", 71.25, None, None]], "nvme": [["Composite", 38.85, 84.85, 84.85]]}
+CORETEMP_TWO_PACKAGES = {"coretemp": [
+    ["Package id 0", 58.0, 80.0, 100.0], ["Core 0", 55.0, 80.0, 100.0], ["Core 1", 57.0, 80.0, 100.0],
+    ["Package id 1", 64.0, 80.0, 100.0], ["Core 0", 61.0, 80.0, 100.0], ["Core 1", 63.0, 80.0, 100.0],
+]}
+K10TEMP_TDIE = {"k10temp": [["Tctl", 80.5, None, None], ["Tdie", 70.5, None, None], ["Tccd1", 68.0, None, None]]}
+FAN_STOPPED = {"nct6798": [["", 1150], ["", 0], ["", 870]]}
+
+
+def write(recording: Recording, path: Path) -> Path:
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(json.dumps(recording.header) + "\n")
+        for tick in recording.ticks:
+            out.write(json.dumps(tick) + "\n")
+    return path

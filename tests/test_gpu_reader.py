@@ -1,0 +1,191 @@
+"""The GPU reader on the real H200 recording and on scenarios built from it."""
+
+import time
+
+import pytest
+import scenarios as sc
+
+from rigmon.readers.gpu import GpuReader, replay_backend
+
+
+class Counting:
+    """Counts the calls the reader makes on the backend (to check what it asks again)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.calls: list[tuple] = []
+
+    def __getattr__(self, name):
+        target = getattr(self._inner, name)
+        if not callable(target):
+            return target
+
+        def call(*args):
+            self.calls.append((name, args[1:] if name.startswith("nvmlDevice") else args))
+            return target(*args)
+        return call
+
+
+def open_reader(recording, at=0.0, **kw):
+    source = sc.source(recording, at)
+    backend = Counting(replay_backend(source))
+    reader = GpuReader(backend, xid_events=kw.pop("xid_events", False), **kw)
+    reader.open()
+    return reader, source, backend
+
+
+def test_h200_under_load_in_base_units():
+    reader, _, _ = open_reader(sc.h200(), at=sc.LOAD_AT)
+    (gpu,), events = reader.read()
+    info = reader.info[0]
+    assert gpu.power_watts == pytest.approx(692.159)
+    assert gpu.power_limit_watts == 700.0
+    assert gpu.sm_clock_hertz == 1470e6
+    assert gpu.memory_clock_hertz == 3201e6
+    assert gpu.temperature_celsius == 63
+    assert gpu.utilization_gpu_ratio == 1.0 and gpu.utilization_memory_ratio == 0.25
+    assert gpu.clock_events.sw_power_cap is True and gpu.clock_events.active() == ("sw_power_cap",)
+    assert gpu.energy_joules == pytest.approx(73208.040)
+    assert gpu.memory_used_bytes == 1839071232 and gpu.memory_total_bytes == 150754820096
+    assert gpu.pcie_generation == 5 and gpu.pcie_width == 16 and gpu.pcie_replay_total == 1
+    assert gpu.remapped_rows.pending is False and gpu.ecc_errors.uncorrected_volatile == 0
+    assert gpu.fan_speed_ratios is None  # passively cooled board
+    assert events == ()
+    assert info.name == "NVIDIA H200" and info.uuid == "GPU-051bc521-f352-6ece-a775-fbe39f974666"
+    assert info.temperature_thresholds.slowdown == 89 and info.temperature_thresholds.shutdown == 95
+    assert info.temperature_thresholds.gpu_max == 87 and info.temperature_thresholds.memory_max == 95
+    assert info.max_sm_clock_hertz == 1980e6 and info.max_pcie_generation == 5 and info.max_pcie_width == 16
+    assert info.power_limit_min_watts == 200 and info.power_limit_max_watts == 700
+    assert info.compute_capability == "9.0" and info.pci_bus_id == "00000000:00:06.0"
+    assert info.ecc_enabled is True and info.persistence_mode is True and info.mig_enabled is False
+    assert len(info.supported_clock_events) == 9
+    assert reader.system.driver_version == "580.159.04" and reader.system.cuda_driver_version == "13.0"
+
+
+def test_idle_tick_reads_idle():
+    reader, _, _ = open_reader(sc.h200(), at=0.0)
+    (gpu,), _ = reader.read()
+    assert gpu.power_watts == pytest.approx(84.307)
+    assert gpu.clock_events.active() == ("gpu_idle",)
+
+
+def test_slow_calls_are_not_paid_every_poll():
+    reader, source, backend = open_reader(sc.h200(), slow_interval=3600)
+    reader.read()
+    for step in range(1, 20):
+        source.clock.set(step * 0.5)
+        reader.read()
+    names = [name for name, _ in backend.calls]
+    assert names.count("nvmlDeviceGetTotalEnergyConsumption") == 1
+    assert "nvmlDeviceGetPcieThroughput" not in names
+    assert names.count("nvmlDeviceGetPowerUsage") == 20
+    # static facts are read once, at start-up
+    assert names.count("nvmlDeviceGetMaxClockInfo") == 2 and names.count("nvmlDeviceGetName") == 1
+
+
+def test_not_supported_is_remembered_and_not_asked_again():
+    rec = sc.half_not_supported(sc.h200())
+    reader, source, backend = open_reader(rec, at=sc.LOAD_AT)
+    first = reader.read()[0][0]
+    asked_first = len(backend.calls)
+    backend.calls.clear()
+    source.clock.set(sc.LOAD_AT + 1)
+    second = reader.read()[0][0]
+    assert not first.lost and not second.lost
+    # every call that said NotSupported once is absent from the second poll
+    unsupported = reader.unsupported()[0]
+    assert unsupported
+    assert not [c for c in backend.calls if c[0] in {k.split(":")[0] for k in unsupported if ":" not in k}]
+    assert len(backend.calls) < asked_first
+    # and the reading says None for them rather than failing
+    none_fields = [f for f in ("power_watts", "power_limit_watts", "temperature_celsius", "sm_clock_hertz",
+                               "pcie_generation", "utilization_gpu_ratio") if getattr(second, f) is None]
+    assert none_fields
+
+
+def test_fan_not_asked_on_passive_board_but_read_on_fans():
+    rec = sc.h200()
+    rec.header["gpus"][0]["nvmlDeviceGetNumFans"] = 2
+    rec.header["gpus"][0]["nvmlDeviceGetFanSpeed_v2:0"] = 45
+    rec.header["gpus"][0]["nvmlDeviceGetFanSpeed_v2:1"] = 47
+    reader, _, _ = open_reader(rec)
+    assert reader.read()[0][0].fan_speed_ratios == (0.45, 0.47)
+    reader, _, backend = open_reader(sc.h200())
+    reader.read()
+    assert not [c for c in backend.calls if c[0].startswith("nvmlDeviceGetFanSpeed")]
+
+
+def test_gpu_lost_mid_run_others_go_on():
+    rec = sc.gpu_lost(sc.h200(), gpus=2, lost=1, from_second=20)
+    reader, source, _ = open_reader(rec, at=sc.LOAD_AT)
+    before, _ = reader.read()
+    assert [g.lost for g in before] == [False, False]
+    source.clock.set(25)
+    after, _ = reader.read()
+    assert after[0].lost is False and after[0].power_watts > 600
+    assert after[1].lost is True and after[1].power_watts is None
+    assert after[1].uuid == reader.info[1].uuid and after[1].uuid != after[0].uuid
+    source.clock.set(26)
+    again, _ = reader.read()
+    assert again[1].lost and again[0].power_watts is not None
+
+
+def test_driver_older_than_bindings_falls_back():
+    reader, _, backend = open_reader(sc.old_driver(sc.h200()), at=sc.LOAD_AT)
+    (gpu,), _ = reader.read()
+    names = [n for n, _ in backend.calls]
+    assert "nvmlDeviceGetTemperature" in names and "nvmlDeviceGetCurrentClocksThrottleReasons" in names
+    assert gpu.temperature_celsius == 63
+    assert gpu.clock_events.sw_power_cap is True
+    assert gpu.memory_used_bytes == 1839071232
+    assert reader.info[0].max_pcie_generation == 5
+
+
+@pytest.mark.parametrize("why", ["LibraryNotFound", "DriverNotLoaded"])
+def test_no_nvml_runs_without_gpus_and_says_why(why, caplog):
+    reader, _, _ = open_reader(sc.no_nvml(sc.h200(), why))
+    assert reader.read() == ((), ())
+    assert why in reader.unavailable
+    assert sum(why in r.message for r in caplog.records) == 1
+
+
+def test_xid_arrives_from_the_event_thread():
+    rec = sc.with_xid(sc.h200(), at_second=12, xid=79)
+    reader, source, _ = open_reader(rec, at=sc.LOAD_AT, xid_events=True)
+    try:
+        assert reader.read()[1] == ()
+        source.clock.set(13)
+        deadline = time.monotonic() + 3
+        events = ()
+        while not events and time.monotonic() < deadline:
+            time.sleep(0.02)
+            events = reader.read()[1]
+        assert [(e.gpu_index, e.xid, e.uuid) for e in events] == [(0, 79, reader.info[0].uuid)]
+        source.clock.set(14)
+        time.sleep(0.1)
+        assert reader.read()[1] == ()  # delivered once
+    finally:
+        reader.close()
+
+
+def test_field_values_give_memory_temperature_and_throttle_seconds():
+    rec = sc.h200()
+    g = rec.header["gpus"][0]
+    g["nvmlDeviceGetFieldValues:82"] = {"nvmlReturn": 0, "valueType": 1, "value": 43}
+    g["nvmlDeviceGetFieldValues:74"] = {"nvmlReturn": 0, "valueType": 3, "value": 86826926400}
+    g["nvmlDeviceGetFieldValues:269"] = {"nvmlReturn": 0, "valueType": 3, "value": 0}
+    g["nvmlDeviceGetFieldValues:270"] = {"nvmlReturn": 3, "valueType": 3, "value": 0}
+    reader, _, _ = open_reader(rec)
+    (gpu,), _ = reader.read()
+    assert gpu.memory_temperature_celsius == 43
+    assert gpu.throttle_seconds.sw_power_cap == pytest.approx(86.8269264)
+    assert gpu.throttle_seconds.sw_thermal_slowdown == 0
+    assert gpu.throttle_seconds.hw_thermal_slowdown is None
+
+
+def test_widened_recording_has_distinct_gpus():
+    reader, _, _ = open_reader(sc.h200().widened(8), at=sc.LOAD_AT)
+    gpus, _ = reader.read()
+    assert len(gpus) == 8 and len({g.uuid for g in gpus}) == 8
+    assert len({i.pci_bus_id for i in reader.info}) == 8
+    assert all(g.power_watts == pytest.approx(692.159) for g in gpus)

@@ -1,0 +1,101 @@
+"""A recording made by rigmon replays to the same readings (round trip)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import scenarios as sc
+
+from rigmon.config import Config
+from rigmon.poller import build_poller
+from rigmon.readers.gpu import replay_backend
+from rigmon.record import Recorder
+from rigmon.recording import Recording, RecordingError
+from rigmon.replay import ReplayHost
+
+
+def _readings(sample):
+    """The readings without wall-clock times, which differ between runs by design."""
+    return sample.gpus, sample.host, sample.gpu_info
+
+
+def test_record_then_replay_gives_the_same_samples(tmp_path):
+    # The "hardware" is the H200 recording with host sensors and an XID added, wrapped by the recorder.
+    original = sc.with_xid(sc.with_host(sc.h200().widened(2), sensors_temperatures=sc.CORETEMP_TWO_PACKAGES,
+                                        sensors_fans=sc.FAN_STOPPED, cpu_percent=12.5), at_second=11, xid=48)
+    hardware = sc.source(original, at=8.0)
+    recorder = Recorder("test")
+    config = Config()
+    poller = build_poller(config, nvml=recorder.nvml(replay_backend(hardware)),
+                          host_backend=recorder.host(ReplayHost(hardware)))
+    poller.open()
+    out = tmp_path / "rec.jsonl"
+    positions = [8.0 + 0.5 * i for i in range(12)]
+    originals = []
+    with open(out, "w") as f:
+        recorder.write_header(f)
+        for i, at in enumerate(positions):
+            hardware.clock.set(at)
+            if i == 7:  # give the event thread time to see the XID tick
+                import time
+                time.sleep(0.3)
+            recorder.begin_tick(1000.0 + at)
+            originals.append(poller.poll())
+            f.write(json.dumps(recorder.end_tick()) + "\n")
+    poller.close()
+    assert sum(len(s.events) for s in originals) == 1
+
+    recording = Recording.load(out)
+    assert recording.gpu_count == 2 and len(recording.ticks) == len(positions)
+    replay = sc.source(recording, at=0.0)
+    poller = build_poller(config, replay)
+    poller.open()
+    replayed = []
+    for i, at in enumerate(positions):
+        replay.clock.set(at - 8.0)
+        if i == 7:
+            import time
+            time.sleep(0.3)
+        replayed.append(poller.poll())
+    poller.close()
+    for a, b in zip(originals, replayed, strict=True):
+        assert _readings(a) == _readings(b)
+        assert [(e.gpu_index, e.xid) for e in a.events] == [(e.gpu_index, e.xid) for e in b.events]
+    assert replayed[0].gpus[0].power_watts == pytest.approx(84.3, abs=1)
+    assert replayed[-1].gpus[1].power_watts > 600
+
+
+def test_record_command_round_trip(tmp_path):
+    out = tmp_path / "cli.rec.jsonl"
+    done = subprocess.run([sys.executable, "-m", "rigmon", "record", "--demo", "--out", str(out), "--seconds", "1.2",
+                           "--interval", "0.3", "--label", "cli"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "recorded" in done.stderr
+    recording = Recording.load(out)
+    assert recording.header["format"] == "rigmon-recording" and recording.header["version"] == 1
+    assert len(recording.ticks) >= 3 and all(t["label"] == "cli" for t in recording.ticks)
+    assert recording.header["gpus"][0]["nvmlDeviceGetUUID"] == "GPU-051bc521-f352-6ece-a775-fbe39f974666"
+    shown = subprocess.run([sys.executable, "-m", "rigmon", "status", "--replay", str(out), "--json"],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    gpu = json.loads(shown.stdout)["gpus"][0]
+    assert gpu["power_watts"] == pytest.approx(84.3, abs=2) and gpu["clock_events_active"] == ["gpu_idle"]
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", "empty file"),
+    ("not json\n", "line 1: not JSON"),
+    ('{"format": "other", "version": 1}\n', "format is 'other'"),
+    ('{"format": "rigmon-recording", "version": 9}\n', "version 9"),
+    ('{"format": "rigmon-recording", "version": 1, "gpus": [{}]}\n{"t": 1, "gpus": []}\n', "line 2: 0 GPU entries"),
+])
+def test_bad_recordings_are_named(tmp_path, content, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    with pytest.raises(RecordingError, match=message):
+        Recording.load(path)
+    done = subprocess.run([sys.executable, "-m", "rigmon", "status", "--replay", str(path)], capture_output=True,
+                          text=True, timeout=60)
+    if content:
+        assert done.returncode == 2 and message.split("'")[0] in done.stderr and "Traceback" not in done.stderr
