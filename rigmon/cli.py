@@ -203,6 +203,9 @@ def parser() -> argparse.ArgumentParser:
     schema = csub.add_parser("schema", help="print the config's JSON Schema (for editors)")
     schema.set_defaults(func=cmd_config_schema)
 
+    from .daemon import add_parser as add_run
+
+    add_run(sub, _add_config, _add_source)
     return p
 
 

@@ -10,10 +10,12 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 DEFAULT_PATH = Path("/etc/rigmon/rigmon.toml")
-DEFAULT_PORT = 9963  # free in Prometheus's port registry; not node_exporter's, dcgm's or nvidia_gpu_exporter's
+# Not node_exporter's 9100, dcgm-exporter's 9400 or nvidia_gpu_exporter's 9835. Prometheus's
+# 9100-9999 exporter range is fully allocated, so any default collides with something: it is a setting.
+DEFAULT_PORT = 9963
 
 
 class _Section(BaseModel):
@@ -62,9 +64,19 @@ class PrometheusConfig(_Section):
     enabled: bool = True
     listen: Annotated[str, Field(description="Address to bind; \"::\" or \"0.0.0.0\" for every interface.")] = "0.0.0.0"
     port: Annotated[int, Field(ge=0, le=65535)] = DEFAULT_PORT
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
+    tls_cert: Annotated[Path | None, Field(description="PEM certificate (chain); serve HTTPS when set.")] = None
+    tls_key: Annotated[Path | None, Field(description="PEM private key for tls_cert.")] = None
     basic_auth: BasicAuth | None = None
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> PrometheusConfig:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: set both or neither")
+        for name in ("tls_cert", "tls_key"):
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{name}: no such file: {path}")
+        return self
 
 
 class Config(_Section):

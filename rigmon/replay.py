@@ -87,6 +87,7 @@ class ReplaySource:
         self.tick_gpus = [[_decode(g) for g in tick.get("gpus", [])] for tick in recording.ticks]
         self.tick_host = [_decode(tick.get("host", {})) for tick in recording.ticks]
         self.tick_labels = [tick.get("label") for tick in recording.ticks]
+        self.has_events = any("nvmlEventSetWait_v2" in g for tick in self.tick_gpus for g in tick)
 
     def tick_index(self) -> int:
         position = self.clock()
@@ -249,6 +250,9 @@ class ReplayEventSet:
         self._cursor = now
 
     def next_event(self, timeout_ms: int) -> Struct | None:
+        if not self._source.has_events:  # like NVML blocking in C: no wake-ups for nothing
+            self._closed.wait(timeout_ms / 1000)
+            return None
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             with self._lock:
@@ -256,7 +260,7 @@ class ReplayEventSet:
                 if self._pending:
                     return self._pending.pop(0)
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._closed.wait(min(remaining, 0.02)):
+            if remaining <= 0 or self._closed.wait(min(remaining, 0.05)):
                 return None
 
 

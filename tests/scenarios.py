@@ -105,3 +105,30 @@ def write(recording: Recording, path: Path) -> Path:
         for tick in recording.ticks:
             out.write(json.dumps(tick) + "\n")
     return path
+
+
+def one_tick(recording: Recording, at: float = LOAD_AT) -> Recording:
+    """Only the tick at ``at``: a replay that holds those values for ever."""
+    offsets = recording.offsets()
+    index = max(i for i, o in enumerate(offsets) if o <= at + 1e-6)
+    return Recording(copy.deepcopy(recording.header), [copy.deepcopy(recording.ticks[index])])
+
+
+def rich(recording: Recording, gpus: int = 8) -> Recording:
+    """Every kind of reading present: 8 GPUs, fans, field values, CPU sensors and an XID."""
+    rec = with_host(recording.widened(gpus), sensors_temperatures={**CORETEMP_TWO_PACKAGES,
+                                                                    "nvme": [["Composite", 38.85, 84.85, 84.85]]},
+                    sensors_fans=FAN_STOPPED, cpu_percent=42.0, getloadavg=[3.5, 2.5, 1.5],
+                    virtual_memory={"total": 128 * 2**30, "available": 100 * 2**30},
+                    powercap={"package-0": [123456789, 262143328850]})
+    rec = copy.deepcopy(rec)
+    for g in rec.header["gpus"]:
+        g["nvmlDeviceGetFieldValues:82"] = {"nvmlReturn": 0, "valueType": 1, "value": 43}
+        g["nvmlDeviceGetFieldValues:74"] = {"nvmlReturn": 0, "valueType": 3, "value": 86826926400}
+        g["nvmlDeviceGetFieldValues:269"] = {"nvmlReturn": 0, "valueType": 3, "value": 0}
+        g["nvmlDeviceGetFieldValues:270"] = {"nvmlReturn": 0, "valueType": 3, "value": 0}
+        g["nvmlDeviceGetFieldValues:271"] = {"nvmlReturn": 0, "valueType": 3, "value": 0}
+        g["nvmlDeviceGetNumFans"] = 1
+        g["nvmlDeviceGetFanSpeed_v2:0"] = 55
+        g["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": 4242, "usedGpuMemory": 1 << 30}]
+    return with_xid(rec, at_second=1.0, xid=79, gpu=3)

@@ -66,7 +66,7 @@ def test_watch_refreshes_until_interrupted():
 def test_version_and_help():
     assert rigmon("--version").stdout.startswith("rigmon ")
     helptext = rigmon("--help").stdout
-    for command in ("status", "record", "config"):
+    for command in ("status", "record", "config", "run"):
         assert command in helptext
     assert rigmon("status", "--replay", "/nonexistent.jsonl").returncode == 2
 

@@ -1,0 +1,266 @@
+"""``rigmon run``: poll on a schedule, keep the latest sample and a bounded history, and
+hand every sample to the sinks (the Prometheus exporter now; InfluxDB and alerts consume
+the same way). Data flows one way: poller → sample → sinks.
+
+Service behaviour: READY=1 after the first poll and the bind; WATCHDOG=1 only after polls
+that really complete; SIGTERM or SIGINT is a warm stop (the running poll finishes, sinks
+flush, exit 0); a second signal is a cold stop (exit at once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
+from apscheduler.schedulers.background import BackgroundScheduler
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from . import config as configmod
+from . import logs
+from .exporters.prometheus import MetricsApp, RigmonCollector, serve
+from .poller import Poller, build_poller
+from .sample import Sample
+from .systemd import Notifier
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_SECONDS = 4.0
+
+
+class Sink(Protocol):
+    def consume(self, sample: Sample) -> None: ...
+
+
+class PollStats:
+    """The daemon's own health, exported as rigmon_poll_* and rigmon_reader_*."""
+
+    def __init__(self, interval: float):
+        self.interval = interval
+        self.polls = 0
+        self.failed = 0
+        self.skipped = 0
+        self.last_duration: float | None = None
+        self.last_time: float | None = None
+        self.readers: tuple = ()
+        self.generation = 0
+        self._lock = threading.Lock()
+
+    def completed(self, sample: Sample, duration: float) -> None:
+        with self._lock:
+            self.polls += 1
+            self.last_duration = duration
+            self.last_time = sample.time
+            self.readers = sample.readers
+            self.generation += 1
+
+    def families(self):
+        with self._lock:
+            duration = GaugeMetricFamily("rigmon_poll_duration_seconds", "Duration of the last poll.",
+                                         labels=[])
+            if self.last_duration is not None:
+                duration.add_metric([], self.last_duration)
+            yield duration
+            last = GaugeMetricFamily("rigmon_last_poll_timestamp_seconds", "Unix time of the last completed poll.",
+                                     labels=[])
+            if self.last_time is not None:
+                last.add_metric([], self.last_time)
+            yield last
+            yield GaugeMetricFamily("rigmon_poll_interval_seconds", "Configured seconds between polls.",
+                                    value=self.interval)
+            yield CounterMetricFamily("rigmon_polls", "Polls completed since start.", value=self.polls)
+            yield CounterMetricFamily("rigmon_polls_failed", "Polls that raised since start.", value=self.failed)
+            yield CounterMetricFamily("rigmon_polls_skipped", "Polls skipped because the previous one overran.",
+                                      value=self.skipped)
+            reader_duration = GaugeMetricFamily("rigmon_reader_duration_seconds",
+                                                "How long each reader took in the last poll.", labels=["reader"])
+            reader_success = GaugeMetricFamily("rigmon_reader_success",
+                                               "1 if the reader worked in the last poll (0: no GPUs, no NVML, "
+                                               "or a failure; see the log).", labels=["reader"])
+            for status in self.readers:
+                reader_duration.add_metric([status.name], status.duration_seconds)
+                reader_success.add_metric([status.name], int(status.ok))
+            yield reader_duration
+            yield reader_success
+
+
+class Daemon:
+    def __init__(self, config: configmod.Config, poller: Poller, notifier: Notifier | None = None,
+                 sinks: list[Sink] | None = None):
+        self.config = config
+        self.poller = poller
+        self.notifier = notifier or Notifier()
+        self.stats = PollStats(config.daemon.interval)
+        self.collector = RigmonCollector(self.stats)
+        self.sinks: list[Sink] = [self.collector] + list(sinks or [])
+        self.history: deque[Sample] = deque(maxlen=config.daemon.history)
+        self.latest: Sample | None = None
+        self.stopped = threading.Event()
+        self._stop_requested = threading.Event()
+        self._scheduler: BackgroundScheduler | None = None
+        self._server = None
+        self._last_ping = 0.0
+        self._signals = 0
+        self._ready = False
+
+    # --- one poll ------------------------------------------------------------------------
+    def poll_once(self) -> Sample:
+        started = time.perf_counter()
+        sample = self.poller.poll()
+        for sink in self.sinks:
+            try:
+                sink.consume(sample)
+            except Exception:  # a sink's bug must not stop polling or the other sinks
+                log.exception("sink %s failed", type(sink).__name__)
+        self.latest = sample
+        self.history.append(sample)
+        self.stats.completed(sample, time.perf_counter() - started)
+        self._ping()
+        return sample
+
+    def _ping(self) -> None:
+        if not self._ready:  # systemd hears WATCHDOG only after READY
+            return
+        now = time.monotonic()
+        spacing = min(1.0, self.notifier.watchdog_seconds / 4) if self.notifier.watchdog_seconds else 1.0
+        if now - self._last_ping >= spacing:
+            self.notifier.watchdog()
+            self._last_ping = now
+
+    def _job(self) -> None:
+        try:
+            self.poll_once()
+        except Exception:
+            self.stats.failed += 1
+            log.exception("poll failed")
+
+    def _on_event(self, event) -> None:
+        if event.code in (EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED):
+            self.stats.skipped += 1
+            log.warning("poll skipped: the previous poll is still running (interval %.3g s)",
+                        self.config.daemon.interval)
+        elif event.code == EVENT_JOB_ERROR:
+            self.stats.failed += 1
+
+    # --- life cycle ----------------------------------------------------------------------
+    def start(self, serve_http: bool = True) -> None:
+        self.poller.open()
+        self.poll_once()  # the first sample exists before anyone can scrape
+        if serve_http and self.config.prometheus.enabled:
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(self.collector)
+            auth = self.config.prometheus.basic_auth
+            app = MetricsApp(registry, lambda: self.stats.generation,
+                             (auth.username, auth.password_sha256.get_secret_value()) if auth else None)
+            self._server, _ = serve(app, self.config.prometheus)
+            scheme = "https" if self.config.prometheus.tls_cert else "http"
+            log.info("serving metrics on %s://%s:%d/metrics", scheme, self.config.prometheus.listen,
+                     self._server.server_address[1])
+        interval = self.config.daemon.interval
+        self._scheduler = BackgroundScheduler(job_defaults={"max_instances": 1, "coalesce": True,
+                                                            "misfire_grace_time": max(interval, 1.0)})
+        self._scheduler.add_listener(self._on_event, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED | EVENT_JOB_ERROR)
+        self._scheduler.add_job(self._job, "interval", seconds=interval, id="poll", name="poll")
+        self._scheduler.start()
+        watchdog = self.notifier.watchdog_seconds
+        if watchdog is not None and watchdog < 2 * interval:
+            log.warning("WatchdogSec=%.3g s is less than twice the poll interval (%.3g s): systemd may kill a "
+                        "healthy daemon", watchdog, interval)
+        gpus = len(self.latest.gpus) if self.latest else 0
+        self.notifier.ready(f"polling {gpus} GPU(s) every {interval:g} s")
+        self._ready = True
+        log.info("rigmon started: %d GPU(s), polling every %g s", gpus, interval)
+
+    @property
+    def port(self) -> int | None:
+        return self._server.server_address[1] if self._server else None
+
+    def request_stop(self) -> None:
+        self._stop_requested.set()
+
+    def stop(self) -> None:
+        """Warm stop: the running poll finishes, sinks flush, the server closes."""
+        self.notifier.stopping()
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=True)
+        for sink in self.sinks:
+            close = getattr(sink, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:
+                    log.exception("closing sink %s failed", type(sink).__name__)
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        self.poller.close()
+        self.stopped.set()
+
+    def wait(self) -> None:
+        while not self._stop_requested.wait(0.5):
+            pass
+
+    def install_signal_handlers(self) -> None:
+        def handler(signum, frame):
+            self._signals += 1
+            if self._signals == 1:
+                log.info("%s: stopping (warm); send it again to stop at once", signal.Signals(signum).name)
+                self._stop_requested.set()
+            else:
+                log.warning("%s again: cold stop", signal.Signals(signum).name)
+                os._exit(1)
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+
+# --- command ------------------------------------------------------------------------------
+def add_parser(sub, add_config: Callable, add_source: Callable) -> None:
+    p = sub.add_parser("run", help="run the monitoring daemon (Prometheus endpoint, sinks)")
+    add_config(p)
+    add_source(p)
+    p.add_argument("--listen", metavar="ADDR", help="override prometheus.listen")
+    p.add_argument("--port", type=int, help="override prometheus.port (0 picks a free port)")
+    p.set_defaults(func=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .cli import UsageError, _replay_source
+
+    config = configmod.load(args.config)
+    overrides = {k: v for k, v in (("listen", args.listen), ("port", args.port)) if v is not None}
+    if overrides:
+        data = config.model_dump()
+        data["prometheus"].update(overrides)
+        config = configmod.parse(data, "command line")
+    logs.setup(config.daemon.log_level, args.verbose)
+    source, label = _replay_source(args)
+    if source is not None:
+        log.info("replaying %s (%d GPU(s), %.0f s, looping)", label, source.recording.gpu_count,
+                 source.recording.duration)
+    daemon = Daemon(config, build_poller(config, source))
+    daemon.install_signal_handlers()
+    try:
+        daemon.start()
+    except OSError as e:
+        daemon.poller.close()
+        raise UsageError(str(e)) from None
+    started = time.monotonic()
+    daemon.wait()
+    stopper = threading.Thread(target=daemon.stop, daemon=True)
+    stopper.start()
+    stopper.join(STOP_GRACE_SECONDS)
+    if stopper.is_alive():
+        log.error("warm stop took over %.0f s; exiting anyway", STOP_GRACE_SECONDS)
+        return 1
+    log.info("stopped after %.0f s, %d polls (%d skipped)", time.monotonic() - started, daemon.stats.polls,
+             daemon.stats.skipped)
+    return 0

@@ -1,0 +1,1 @@
+"""Exporters and sinks: consume samples, never read hardware."""

@@ -1,0 +1,52 @@
+"""Logging set-up, and a filter that says a repeated message once with a count."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+
+class RepeatFilter(logging.Filter):
+    """Lets a message through once; identical repeats are counted, and reported as
+    "previous message repeated N times" when another message comes or every ``every`` seconds."""
+
+    def __init__(self, every: float = 600.0, clock=time.monotonic):
+        super().__init__()
+        self._every = every
+        self._clock = clock
+        self._last: tuple | None = None
+        self._repeats = 0
+        self._since = 0.0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "_rigmon_summary", False):
+            return True
+        key = (record.name, record.levelno, record.getMessage())
+        now = self._clock()
+        if key == self._last:
+            self._repeats += 1
+            if now - self._since < self._every:
+                return False
+            record.msg, record.args = f"{key[2]} (repeated {self._repeats} times in {now - self._since:.0f} s)", ()
+            self._repeats, self._since = 0, now
+            return True
+        if self._repeats:
+            summary = logging.LogRecord(self._last[0], self._last[1], __file__, 0,
+                                        "previous message repeated %d more times: %s",
+                                        (self._repeats, self._last[2]), None)
+            summary._rigmon_summary = True
+            logging.getLogger(self._last[0]).handle(summary)
+        self._last, self._repeats, self._since = key, 0, now
+        return True
+
+
+def setup(level: str = "info", verbose: bool = False) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    # journald adds its own timestamps; keep lines short and greppable
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RepeatFilter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose else getattr(logging, level.upper()))
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)

@@ -1,0 +1,131 @@
+"""Real servers for tests, started on loopback: Prometheus, InfluxDB and rigmon itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last_error = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as e:  # not up yet
+            last_error = e
+        time.sleep(interval)
+    raise TimeoutError(f"timed out waiting for {what}" + (f" (last error: {last_error})" if last_error else ""))
+
+
+def http_get(url: str, headers: dict | None = None, timeout: float = 10.0, context=None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+class Rigmon:
+    """``rigmon run`` as a subprocess with its own config file."""
+
+    def __init__(self, tmp: Path, replay: Path | None = None, config: str = "", extra_args: list[str] | None = None,
+                 env: dict | None = None, port: int | None = None):
+        self.port = port or free_port()
+        self.config = tmp / "rigmon.toml"
+        self.config.write_text(config)
+        self.log = open(tmp / "rigmon.log", "w+")
+        args = [sys.executable, "-m", "rigmon", "run", "--config", str(self.config), "--listen", "127.0.0.1",
+                "--port", str(self.port)]
+        if replay is not None:
+            args += ["--replay", str(replay)]
+        self.proc = subprocess.Popen(args + (extra_args or []), stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})})
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/metrics"
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        def up():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"rigmon exited {self.proc.returncode}: {self.output()}")
+            return http_get(self.url, timeout=2)[0] in (200, 401)
+        wait_for(up, timeout, what="rigmon to serve metrics")
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self, timeout: float = 10.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+class Prometheus:
+    """Debian's prometheus, scraping the given targets every second."""
+
+    def __init__(self, tmp: Path, targets: list[str], scrape_interval: str = "1s", rule_files: list[str] | None = None):
+        binary = shutil.which("prometheus")
+        if binary is None:
+            raise RuntimeError("prometheus is not installed: run tests/run, which installs it")
+        self.port = free_port()
+        self.dir = tmp / "prometheus"
+        self.dir.mkdir()
+        config = {
+            "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+            "scrape_configs": [{"job_name": "rigmon", "static_configs": [{"targets": targets}]}],
+        }
+        if rule_files:
+            config["rule_files"] = rule_files
+        (self.dir / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
+        self.log = open(self.dir / "log", "w+")
+        self.proc = subprocess.Popen([binary, f"--config.file={self.dir / 'prometheus.yml'}",
+                                      f"--storage.tsdb.path={self.dir / 'data'}",
+                                      f"--web.listen-address=127.0.0.1:{self.port}"],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for(lambda: http_get(f"http://127.0.0.1:{self.port}/-/ready", timeout=2)[0] == 200, 60,
+                 what="prometheus to be ready")
+
+    def query(self, promql: str) -> list[dict]:
+        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        status, body = http_get(url)
+        data = json.loads(body)
+        if data.get("status") != "success":
+            raise RuntimeError(f"{promql}: {data}")
+        return data["data"]["result"]
+
+    def wait_query(self, promql: str, timeout: float = 30.0) -> list[dict]:
+        return wait_for(lambda: self.query(promql), timeout, 0.25, what=f"prometheus to answer {promql}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()

@@ -1,0 +1,280 @@
+"""``rigmon run``: a real Prometheus scrapes it; promtool lints it; systemd and signals."""
+
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+
+import pytest
+import scenarios as sc
+from servers import Prometheus, Rigmon, free_port, http_get, wait_for
+
+from rigmon.config import Config
+from rigmon.daemon import Daemon
+from rigmon.logs import RepeatFilter
+from rigmon.poller import build_poller
+
+
+@pytest.fixture
+def load_recording(tmp_path):
+    return sc.write(sc.one_tick(sc.h200()), tmp_path / "load.rec.jsonl")
+
+
+def test_prometheus_scrapes_the_recordings_values(tmp_path, load_recording):
+    rigmon = Rigmon(tmp_path, load_recording, "[daemon]\ninterval = 0.5\n")
+    try:
+        rigmon.wait_ready()
+        prom = Prometheus(tmp_path, [f"127.0.0.1:{rigmon.port}"])
+        try:
+            (power,) = prom.wait_query("rigmon_gpu_power_watts")
+            assert power["metric"]["gpu"] == "0"
+            assert power["metric"]["uuid"] == "GPU-051bc521-f352-6ece-a775-fbe39f974666"
+            assert float(power["value"][1]) == pytest.approx(692.159)
+            expected = {
+                'up{job="rigmon"}': 1,
+                "rigmon_gpu_power_limit_watts": 700,
+                'rigmon_gpu_clock_hertz{clock="sm"}': 1470e6,
+                'rigmon_gpu_clock_hertz{clock="memory"}': 3201e6,
+                'rigmon_gpu_temperature_celsius{sensor="gpu"}': 63,
+                'rigmon_gpu_temperature_threshold_celsius{threshold="slowdown"}': 89,
+                'rigmon_gpu_clock_event_active{reason="sw_power_cap"}': 1,
+                'rigmon_gpu_clock_event_active{reason="hw_slowdown"}': 0,
+                'rigmon_gpu_utilization_ratio{kind="gpu"}': 1.0,
+                "rigmon_gpu_memory_used_bytes": 1839071232,
+                "rigmon_gpu_energy_joules_total": 73208.040,
+                'rigmon_gpu_pcie_link_generation{link="max"}': 5,
+                "rigmon_gpu_pcie_replays_total": 1,
+                'rigmon_gpu_info{name="NVIDIA H200",driver="580.159.04"}': 1,
+                'rigmon_gpus{state="answering"}': 1,
+                'rigmon_reader_success{reader="gpu"}': 1,
+                'rigmon_build_info{version!=""}': 1,
+            }
+            for query, value in expected.items():
+                (series,) = prom.wait_query(query)
+                assert float(series["value"][1]) == pytest.approx(value), query
+            (polls,) = prom.wait_query("rigmon_polls_total")
+            assert float(polls["value"][1]) >= 1
+            assert not prom.query("rigmon_gpu_fan_speed_ratio")  # passively cooled: no fan series at all
+        finally:
+            prom.stop()
+    finally:
+        assert rigmon.stop() == 0
+
+
+def _exposition(url: str) -> bytes:
+    status, body = http_get(url, headers={"Accept": "text/plain"})
+    assert status == 200
+    return body
+
+
+@pytest.mark.parametrize("recording", ["h200", "rich"])
+def test_promtool_check_metrics_finds_no_problem(tmp_path, recording):
+    rec = sc.h200() if recording == "h200" else sc.rich(sc.h200())
+    path = sc.write(rec, tmp_path / "r.rec.jsonl")
+    rigmon = Rigmon(tmp_path, path, "[daemon]\ninterval = 0.5\n")
+    try:
+        rigmon.wait_ready()
+        if recording == "rich":
+            wait_for(lambda: b"rigmon_gpu_xid_errors_total{" in _exposition(rigmon.url), 10, what="the XID")
+        body = _exposition(rigmon.url)
+        done = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, timeout=30)
+        assert done.returncode == 0 and done.stdout == b"" and done.stderr == b"", done.stdout + done.stderr
+        text = body.decode()
+        if recording == "rich":
+            for line in ('rigmon_fan_speed_rpm{chip="nct6798",fan="fan2"} 0.0',
+                         'rigmon_cpu_temperature_celsius{chip="coretemp",sensor="Package id 1",socket="1"} 64.0',
+                         'rigmon_gpu_xid_errors_total{gpu="3",',
+                         'rigmon_gpu_temperature_celsius{gpu="7",sensor="memory"',
+                         'rigmon_gpu_clock_event_seconds_total{gpu="0",reason="sw_power_cap"',
+                         'rigmon_cpu_energy_joules_total{zone="package-0"} 123.456789'):
+                assert line in text, line
+            assert text.count("rigmon_gpu_up{") == 8
+    finally:
+        assert rigmon.stop() == 0
+
+
+def test_sigterm_warm_stop_and_systemd_notifications(tmp_path):
+    address = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(address)
+    sock.settimeout(0.2)
+    rigmon = Rigmon(tmp_path, sc.demo_path(), "[daemon]\ninterval = 0.2\n",
+                    env={"NOTIFY_SOCKET": address, "WATCHDOG_USEC": "2000000"})
+    messages = []
+
+    def receive(until: float):
+        while time.monotonic() < until:
+            try:
+                messages.append(sock.recv(4096).decode())
+            except TimeoutError:
+                pass
+
+    try:
+        receive(time.monotonic() + 4)
+        assert messages and messages[0].startswith("READY=1"), messages
+        assert "STATUS=polling 1 GPU(s)" in messages[0]
+        assert sum(m == "WATCHDOG=1" for m in messages) >= 3  # 0.5 s apart with a 2 s watchdog
+        http_get(rigmon.url)
+        started = time.monotonic()
+        rigmon.proc.send_signal(signal.SIGTERM)
+        code = rigmon.proc.wait(10)
+        elapsed = time.monotonic() - started
+        receive(time.monotonic() + 0.3)
+        assert code == 0, rigmon.output()
+        assert elapsed < 5, elapsed
+        assert "STOPPING=1" in messages
+        assert "stopped after" in rigmon.output()
+    finally:
+        rigmon.stop()
+        sock.close()
+
+
+class SlowPoller:
+    """A poller whose polls take longer than the interval."""
+
+    def __init__(self, inner, seconds):
+        self._inner, self._seconds = inner, seconds
+        self.gpu, self.host = inner.gpu, inner.host
+
+    def open(self):
+        self._inner.open()
+
+    def poll(self):
+        time.sleep(self._seconds)
+        return self._inner.poll()
+
+    def close(self):
+        self._inner.close()
+
+
+def test_overrunning_polls_are_skipped_and_counted_not_stacked():
+    config = Config.model_validate({"daemon": {"interval": 0.1}, "prometheus": {"enabled": False}})
+    source = sc.source(sc.h200(), loop=True)
+    daemon = Daemon(config, SlowPoller(build_poller(config, source), 0.35))
+    daemon.start(serve_http=False)
+    time.sleep(2.0)
+    daemon.stop()
+    assert daemon.stats.skipped >= 5
+    assert 2 <= daemon.stats.polls <= 8  # 2 s of 0.35 s polls, one at a time
+    assert daemon.history[-1].gpus[0].power_limit_watts == 700
+
+
+def test_no_gpu_no_sensors_still_serves(tmp_path):
+    path = sc.write(sc.no_nvml(sc.h200()), tmp_path / "none.rec.jsonl")
+    rigmon = Rigmon(tmp_path, path, "[daemon]\ninterval = 0.3\n")
+    try:
+        rigmon.wait_ready()
+        text = _exposition(rigmon.url).decode()
+        assert 'rigmon_reader_success{reader="gpu"} 0.0' in text
+        assert 'rigmon_reader_success{reader="host"} 1.0' in text
+        assert 'rigmon_host_sensors_visible 0.0' in text
+        assert "rigmon_gpu_power_watts{" not in text
+        assert "NVML unavailable (LibraryNotFound" in rigmon.output()
+    finally:
+        assert rigmon.stop() == 0
+
+
+def _self_signed(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def test_tls_and_basic_auth(tmp_path):
+    import base64
+    import hashlib
+
+    cert, key = _self_signed(tmp_path)
+    digest = hashlib.sha256(b"s3cret pass").hexdigest()
+    config = (f'[daemon]\ninterval = 0.5\n[prometheus]\ntls_cert = "{cert}"\ntls_key = "{key}"\n'
+              f'[prometheus.basic_auth]\nusername = "prom"\npassword_sha256 = "${{RIGMON_TEST_DIGEST}}"\n')
+    rigmon = Rigmon(tmp_path, sc.demo_path(), config, env={"RIGMON_TEST_DIGEST": digest})
+    context = ssl.create_default_context(cafile=str(cert))
+    url = f"https://127.0.0.1:{rigmon.port}/metrics"
+    try:
+        wait_for(lambda: http_get(url, context=context, timeout=2)[0] == 401, 30, what="TLS endpoint")
+        good = base64.b64encode(b"prom:s3cret pass").decode()
+        bad = base64.b64encode(b"prom:wrong").decode()
+        status, body = http_get(url, {"Authorization": f"Basic {good}"}, context=context)
+        assert status == 200 and b"rigmon_gpu_power_watts" in body
+        assert http_get(url, {"Authorization": f"Basic {bad}"}, context=context)[0] == 401
+        with pytest.raises((ConnectionError, OSError)):  # plain HTTP gets no answer
+            http_get(f"http://127.0.0.1:{rigmon.port}/metrics", timeout=3)
+    finally:
+        assert rigmon.stop() == 0
+
+
+def test_port_in_use_is_a_clear_error(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        rigmon = Rigmon(tmp_path, sc.demo_path(), "", port=port)
+        code = rigmon.proc.wait(30)
+    assert code == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in rigmon.output() and "Traceback" not in rigmon.output()
+
+
+def test_gzip_and_one_render_per_poll(tmp_path):
+    import gzip
+
+    rigmon = Rigmon(tmp_path, sc.demo_path(), "[daemon]\ninterval = 5\n")
+    try:
+        rigmon.wait_ready()
+        status, body = http_get(rigmon.url, {"Accept-Encoding": "gzip"})
+        assert status == 200 and b"rigmon_gpu_power_watts" in gzip.decompress(body)
+        first = _exposition(rigmon.url)
+        assert _exposition(rigmon.url) == first  # same poll, same bytes
+    finally:
+        rigmon.stop()
+
+
+def test_repeated_log_messages_are_said_once_with_a_count():
+    import logging
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    now = [0.0]
+    logger = logging.getLogger("rigmon.test.repeat")
+    logger.propagate = False
+    handler = Keep()
+    handler.addFilter(RepeatFilter(every=60, clock=lambda: now[0]))
+    logger.addHandler(handler)
+    for _ in range(10):
+        logger.warning("GPU 0: nvmlDeviceGetPowerUsage failed: Unknown Error")
+        now[0] += 1
+    logger.warning("something else")
+    for _ in range(70):
+        logger.warning("again")
+        now[0] += 1
+    assert records[0] == "GPU 0: nvmlDeviceGetPowerUsage failed: Unknown Error"
+    assert records[1] == "previous message repeated 9 more times: GPU 0: nvmlDeviceGetPowerUsage failed: Unknown Error"
+    assert records[2] == "something else"
+    assert records[3] == "again" and "repeated" in records[4] and len(records) == 5
+
+
+def test_unknown_replay_file_exit_2(tmp_path):
+    rigmon = Rigmon(tmp_path, tmp_path / "absent.rec.jsonl", "", port=free_port())
+    assert rigmon.proc.wait(30) == 2
+    assert "cannot read" in rigmon.output()
+
+
+def test_config_error_names_the_field_for_run(tmp_path):
+    rigmon = Rigmon(tmp_path, sc.demo_path(), "[prometheus]\nport = \"x\"\n")
+    assert rigmon.proc.wait(30) == 2
+    assert "prometheus.port" in rigmon.output()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a private sysfs")
+def test_defaults_need_no_config_file():
+    from rigmon import config
+
+    assert config.load(None).prometheus.port == 9963 or config.DEFAULT_PATH.exists()
