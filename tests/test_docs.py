@@ -1,0 +1,44 @@
+"""README and the shipped example config stay true."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import scenarios as sc
+from servers import Rigmon, http_get
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_example_config_is_valid_and_equals_the_defaults():
+    from rigmon import config
+
+    assert config.load(ROOT / "deploy" / "rigmon.toml") == config.Config()
+    done = subprocess.run([sys.executable, "-m", "rigmon", "config", "check", str(ROOT / "deploy" / "rigmon.toml")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_readme_metrics_table_matches_the_exporter(tmp_path):
+    documented = set(re.findall(r"^\| `(rigmon_[a-z0-9_]+)`", (ROOT / "README.md").read_text(), re.M))
+    rigmon = Rigmon(tmp_path, sc.write(sc.rich(sc.h200()), tmp_path / "rich.rec.jsonl"), "[daemon]\ninterval = 0.3\n")
+    try:
+        rigmon.wait_ready()
+        import time
+
+        time.sleep(1.5)  # the XID tick
+        body = http_get(rigmon.url, {"Accept": "text/plain"})[1].decode()
+    finally:
+        rigmon.stop()
+    names = set(re.findall(r"^# TYPE (rigmon_[a-z0-9_]+) ", body, re.M))  # counters carry _total here
+    assert names - documented == set(), "exported but not in README"
+    assert documented - names == set(), "in README but not exported"
+
+
+def test_readme_has_exactly_two_setup_commands():
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"^```sh\n(.*?)\n```", block, re.M | re.S)
+    assert len(commands) == 2, commands
+    assert "rigmon run" in commands[0] and commands[1].strip() == "tests/run"
