@@ -63,27 +63,46 @@ def _replay_source(args, *, at: float = 0.0, realtime: bool = True, loop: bool =
 
 # --- commands -----------------------------------------------------------------------------
 def cmd_status(args) -> int:
+    from collections import deque
+
+    from .alerts.sink import alert_dict, build_engine
     from .poller import build_poller
     from .status import as_json, render
 
     config = _load_config(args)
     source, label = _replay_source(args, at=args.at, realtime=bool(args.watch))
     poller = build_poller(config, source)
+    engine = build_engine(config) if config.alerts.enabled else None
+    history: deque = deque(maxlen=config.daemon.history)
+    alerts, note = None, ""
+    if engine is not None and source is not None and not args.watch:
+        from .alerts.offline import replay_rules  # the recording's alerts as of --at
+
+        replay_rules(source.recording, config, until=args.at, engine=engine)
+        alerts = [alert_dict(a) for a in engine.firing()]
+    elif engine is not None and not args.watch:
+        alerts, note = _daemon_alerts(config)
     poller.open()
     try:
         if source is None:
             time.sleep(0.25)  # psutil's CPU percentage and NVML's averages need a moment
         while True:
             sample = poller.poll()
+            if engine is not None and args.watch:
+                history.append(sample)
+                engine.evaluate(history, sample.time)
+                alerts, note = [alert_dict(a) for a in engine.firing()], "since this status started"
             where = f"{label} at {source.clock():.1f} s ({source.label() or 'no label'})" if source else ""
             if args.json:
-                extra = {"replay": {"file": args.replay or str(demo_path()), "at": source.clock(),
-                                    "label": source.label()}} if source else None
+                extra = {"alerts": alerts}
+                if source:
+                    extra["replay"] = {"file": args.replay or str(demo_path()), "at": source.clock(),
+                                       "label": source.label()}
                 print(json.dumps(as_json(sample, extra), indent=2))
             else:
                 if args.watch:
                     sys.stdout.write("\x1b[H\x1b[2J")
-                print(render(sample, where))
+                print(render(sample, where, alerts, note))
             if not args.watch:
                 return 0
             sys.stdout.flush()
@@ -92,6 +111,26 @@ def cmd_status(args) -> int:
         return 0
     finally:
         poller.close()
+
+
+def _daemon_alerts(config) -> tuple[list | None, str]:
+    """Firing alerts from the rigmon daemon on this machine: alerts need its history."""
+    import ssl
+    import urllib.request
+
+    prom = config.prometheus
+    where = f"127.0.0.1:{prom.port}"
+    if not prom.enabled:
+        return None, "the daemon's endpoint is disabled in the config"
+    if prom.basic_auth is not None:
+        return None, f"the daemon at {where} asks for a password; see rigmon_alert_active in Prometheus"
+    scheme = "https" if prom.tls_cert else "http"
+    context = ssl._create_unverified_context() if prom.tls_cert else None  # our own daemon on loopback
+    try:
+        with urllib.request.urlopen(f"{scheme}://{where}/alerts", timeout=1.0, context=context) as response:
+            return json.loads(response.read())["alerts"], f"from the daemon at {where}"
+    except (OSError, ValueError, KeyError):
+        return None, f"no rigmon daemon answers on {where} (alerts need its history: start rigmon run)"
 
 
 def cmd_record(args) -> int:
@@ -206,6 +245,10 @@ def parser() -> argparse.ArgumentParser:
     from .daemon import add_parser as add_run
 
     add_run(sub, _add_config, _add_source)
+
+    from .alerts.commands import add_parsers as add_alert_commands
+
+    add_alert_commands(sub, _add_config, _add_source)
     return p
 
 

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
+from .alerts.rules import Duration, RuleOverride, RuleSpec, merge
+
 DEFAULT_PATH = Path("/etc/rigmon/rigmon.toml")
 # Not node_exporter's 9100, dcgm-exporter's 9400 or nvidia_gpu_exporter's 9835. Prometheus's
 # 9100-9999 exporter range is fully allocated, so any default collides with something: it is a setting.
@@ -79,11 +81,71 @@ class PrometheusConfig(_Section):
         return self
 
 
+class PsuGroupConfig(_Section):
+    name: Annotated[str, Field(min_length=1)]
+    watts: Annotated[float, Field(gt=0, description="The PSU's (or group's) budget in watts.")]
+    gpus: Annotated[list[Annotated[int, Field(ge=0)]] | None, Field(
+        description="GPU indices on this PSU; all when absent.")] = None
+    include_cpu: Annotated[bool, Field(description="Add the CPU package power (RAPL) to this group.")] = False
+
+
+class PowerBudgetConfig(_Section):
+    watts: Annotated[float | None, Field(gt=0, description="Budget for all GPUs (plus the CPU package when "
+                                                             "include_cpu); no whole-box budget when absent.")] = None
+    include_cpu: bool = True
+    groups: list[PsuGroupConfig] = []
+
+
+class AlertsConfig(_Section):
+    enabled: bool = True
+    repeat_interval: Annotated[Duration, Field(
+        description="Remind of a firing alert this often (0: never).")] = 4 * 3600.0
+    builtin: Annotated[dict[str, RuleOverride], Field(
+        description="Changes to built-in rules by name: enabled, for, params, severity, when, clear, texts.")] = {}
+    rules: Annotated[list[RuleSpec], Field(description="Your own rules.")] = []
+    power_budget: PowerBudgetConfig = PowerBudgetConfig()
+    expected_sensors: Annotated[list[str], Field(
+        description="Sensors that must be there from the start: 'fan:chip/label', 'temperature:chip/label', "
+                    "'NVML'.")] = []
+
+    @model_validator(mode="after")
+    def _merge(self) -> AlertsConfig:
+        merge(self.builtin, self.rules)  # raises ValueError naming the rule and field
+        return self
+
+    def effective_rules(self) -> list[RuleSpec]:
+        return merge(self.builtin, self.rules)
+
+
+class NotifierConfig(_Section):
+    type: Literal["webhook", "slack", "discord", "ntfy"]
+    url: Annotated[SecretStr, Field(description="Where to post (a secret: Slack and Discord URLs carry a token). "
+                                                "For ntfy, the topic URL.")]
+    name: str | None = None
+    min_severity: Literal["info", "warning", "critical"] = "warning"
+    headers: dict[str, SecretStr] = {}
+    token: Annotated[SecretStr | None, Field(description="Bearer token (ntfy access tokens).")] = None
+    timeout: Annotated[float, Field(gt=0, le=300)] = 10.0
+    retry_initial: Annotated[Duration, Field(description="First retry delay; doubles up to retry_max.")] = 1.0
+    retry_max: Duration = 60.0
+    max_age: Annotated[Duration, Field(description="Give up on a message this old (logged, counted).")] = 24 * 3600.0
+    queue_size: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, v: SecretStr) -> SecretStr:
+        if not re.match(r"^https?://[^/\s]+", v.get_secret_value()):
+            raise ValueError("must be an http:// or https:// URL")
+        return v
+
+
 class Config(_Section):
     daemon: DaemonConfig = DaemonConfig()
     gpu: GpuConfig = GpuConfig()
     host: HostConfig = HostConfig()
     prometheus: PrometheusConfig = PrometheusConfig()
+    alerts: AlertsConfig = AlertsConfig()
+    notifiers: list[NotifierConfig] = []
 
 
 class ConfigError(Exception):
@@ -171,5 +233,9 @@ def _message(err: dict) -> str:
     if err["type"] == "missing":
         return "required field is missing"
     got = err.get("input")
-    shown = "" if isinstance(got, (dict, list)) or got is None else f" (got {got!r})"
-    return f"{err['msg']}{shown}"
+    secret = any(str(part) in _SECRET_FIELDS for part in err["loc"])
+    shown = "" if secret or isinstance(got, (dict, list)) or got is None else f" (got {got!r})"
+    return err["msg"].removeprefix("Value error, ") + shown
+
+
+_SECRET_FIELDS = {"url", "token", "headers", "password_sha256", "password"}

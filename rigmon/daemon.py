@@ -10,6 +10,7 @@ flush, exit 0); a second signal is a cold stop (exit at once).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -26,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from . import config as configmod
 from . import logs
+from .alerts.sink import AlertSink, alert_dict
 from .exporters.prometheus import MetricsApp, RigmonCollector, serve
 from .poller import Poller, build_poller
 from .sample import Sample
@@ -99,8 +101,10 @@ class Daemon:
         self.poller = poller
         self.notifier = notifier or Notifier()
         self.stats = PollStats(config.daemon.interval)
-        self.collector = RigmonCollector(self.stats)
-        self.sinks: list[Sink] = [self.collector] + list(sinks or [])
+        self.alerts = AlertSink(config) if config.alerts.enabled else None
+        self.collector = RigmonCollector([self.stats] + ([self.alerts] if self.alerts else []))
+        # Alerts first, so a scrape sees the alert state of the sample it shows.
+        self.sinks: list[Sink] = ([self.alerts] if self.alerts else []) + [self.collector] + list(sinks or [])
         self.history: deque[Sample] = deque(maxlen=config.daemon.history)
         self.latest: Sample | None = None
         self.stopped = threading.Event()
@@ -159,7 +163,8 @@ class Daemon:
             registry.register(self.collector)
             auth = self.config.prometheus.basic_auth
             app = MetricsApp(registry, lambda: self.stats.generation,
-                             (auth.username, auth.password_sha256.get_secret_value()) if auth else None)
+                             (auth.username, auth.password_sha256.get_secret_value()) if auth else None,
+                             routes={"/alerts": self._alerts_json})
             self._server, _ = serve(app, self.config.prometheus)
             scheme = "https" if self.config.prometheus.tls_cert else "http"
             log.info("serving metrics on %s://%s:%d/metrics", scheme, self.config.prometheus.listen,
@@ -178,6 +183,10 @@ class Daemon:
         self.notifier.ready(f"polling {gpus} GPU(s) every {interval:g} s")
         self._ready = True
         log.info("rigmon started: %d GPU(s), polling every %g s", gpus, interval)
+
+    def _alerts_json(self) -> tuple[str, bytes]:
+        alerts = self.alerts.engine.firing() if self.alerts else []
+        return "application/json", json.dumps({"alerts": [alert_dict(a) for a in alerts]}).encode()
 
     @property
     def port(self) -> int | None:

@@ -74,7 +74,8 @@ class Poller:
                 reader.close()
 
 
-def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=None, host_backend=None) -> Poller:
+def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=None, host_backend=None,
+                 wall: Callable[[], float] = time.time, event_thread: bool = True) -> Poller:
     """The readers the config asks for, on real hardware, a replay, or given backends
     (the recorder hands in its recording proxies)."""
     gpu = host = None
@@ -87,7 +88,9 @@ def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=Non
             pcie_throughput=config.gpu.pcie_throughput,
             processes=config.gpu.processes,
             xid_events=config.gpu.xid_events,
+            event_thread=event_thread,
             indices=config.gpu.indices,
+            wall=wall,
         )
     if config.host.enabled:
         if host_backend is None:
@@ -98,4 +101,4 @@ def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=Non
             else:
                 host_backend = SystemHost(Path(config.host.sysfs))
         host = HostReader(host_backend, rapl=config.host.rapl)
-    return Poller(gpu, host)
+    return Poller(gpu, host, wall)

@@ -29,7 +29,7 @@ def _gb(value) -> str:
     return NS if value is None else f"{value / 1e9:.1f}"
 
 
-def render(sample: Sample, source: str = "") -> str:
+def render(sample: Sample, source: str = "", alerts: list[dict] | None = None, alerts_note: str = "") -> str:
     lines = []
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(sample.time))
     system = sample.system
@@ -49,6 +49,8 @@ def render(sample: Sample, source: str = "") -> str:
         lines.append(f"XID {event.xid} on GPU {event.gpu_index} at {when}")
     lines.append("")
     lines += _host(sample)
+    lines.append("")
+    lines += _alerts(alerts, alerts_note)
     lines.append("")
     lines.append(f"{NS} = not supported by this hardware or not readable here")
     return "\n".join(lines)
@@ -115,4 +117,14 @@ def _host(sample: Sample) -> list[str]:
         lines.append(f"  CPU energy {e.zone}  {e.joules / 3.6e6:.4f} kWh (RAPL)")
     for note in host.notes:
         lines.append(f"  note: {note}")
+    return lines
+
+
+def _alerts(alerts: list[dict] | None, note: str) -> list[str]:
+    if alerts is None:
+        return [f"ALERTS  unknown: {note}" if note else "ALERTS  unknown"]
+    head = f"ALERTS  {len(alerts) or 'none'} firing" + (f" ({note})" if note else "")
+    lines = [head]
+    for a in alerts:
+        lines.append(f"  {a['severity'].upper():<8} {a['alertname']} [{a['subject']}]  {a['summary']}")
     return lines

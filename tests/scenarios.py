@@ -132,3 +132,33 @@ def rich(recording: Recording, gpus: int = 8) -> Recording:
         g["nvmlDeviceGetFanSpeed_v2:0"] = 55
         g["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": 4242, "usedGpuMemory": 1 << 30}]
     return with_xid(rec, at_second=1.0, xid=79, gpu=3)
+
+
+def timeline(seconds: float, step: float = 5.0, at: float = LOAD_AT, gpus: int = 1, host: dict | None = None,
+             modify=None) -> Recording:
+    """``seconds`` of ticks every ``step`` s, each a copy of the H200 tick at ``at`` (with
+    ``gpus`` GPUs and the given host answers), changed by ``modify(t, tick)``."""
+    base = h200().widened(gpus) if gpus > 1 else h200()
+    template = one_tick(base, at).ticks[0]
+    header = copy.deepcopy(base.header)
+    if host is not None:
+        header["host"] = dict(header.get("host", {}), **copy.deepcopy(host))
+    t0 = template["t"]
+    ticks = []
+    for i in range(int(seconds / step) + 1):
+        t = i * step
+        tick = copy.deepcopy(template)
+        tick["t"] = round(t0 + t, 3)
+        tick["label"] = "scenario"
+        if host is not None:
+            tick["host"] = copy.deepcopy(host)
+        if modify is not None:
+            modify(t, tick)
+        ticks.append(tick)
+    return Recording(header, ticks)
+
+
+def set_gpu(tick: dict, **values) -> None:
+    """Set GPU 0's answers: set_gpu(tick, nvmlDeviceGetPowerUsage=300000)."""
+    for key, value in values.items():
+        tick["gpus"][0][key.replace("__", ":")] = value

@@ -27,7 +27,7 @@ BAD = [
     ("missing env", "[prometheus.basic_auth]\nusername = \"u\"\npassword_sha256 = \"${NO_SUCH_VAR_X}\"\n",
      "prometheus.basic_auth.password_sha256: environment variable NO_SUCH_VAR_X is not set"),
     ("bad hash", "[prometheus.basic_auth]\nusername = \"u\"\npassword_sha256 = \"secret\"\n",
-     "prometheus.basic_auth.password_sha256: Value error, must be 64 hex digits"),
+     "prometheus.basic_auth.password_sha256: must be 64 hex digits"),
     ("missing field", "[prometheus.basic_auth]\nusername = \"u\"\n",
      "prometheus.basic_auth.password_sha256: required field is missing"),
 ]

@@ -42,3 +42,15 @@ def test_readme_has_exactly_two_setup_commands():
     commands = re.findall(r"^```sh\n(.*?)\n```", block, re.M | re.S)
     assert len(commands) == 2, commands
     assert "rigmon run" in commands[0] and commands[1].strip() == "tests/run"
+
+
+def test_readme_toml_examples_are_valid_config():
+    import tomllib
+
+    from rigmon import config
+
+    blocks = re.findall(r"^```toml\n(.*?)\n```", (ROOT / "README.md").read_text(), re.M | re.S)
+    assert len(blocks) >= 2
+    env = {"SLACK_WEBHOOK_URL": "https://hooks.slack.example/T/B/x", "NTFY_TOKEN": "tk"}
+    for block in blocks:
+        config.parse(tomllib.loads(block), "README", env)

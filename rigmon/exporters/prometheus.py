@@ -31,7 +31,6 @@ from ..sample import CLOCK_EVENT_BITS, Sample
 
 if TYPE_CHECKING:
     from ..config import PrometheusConfig
-    from ..daemon import PollStats
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +43,8 @@ class RigmonCollector:
     """Turns the latest sample into metric families. It also counts XID events, which arrive
     in one sample each, so it must see every sample: the daemon hands each one to ``consume``."""
 
-    def __init__(self, stats: PollStats | None = None):
-        self._stats = stats
+    def __init__(self, providers: list | None = None):
+        self._providers = providers or []  # objects with families(): the daemon's stats, the alert sink
         self._sample: Sample | None = None
         self._xids: Counter[tuple[str, str, str]] = Counter()
         self._lock = threading.Lock()
@@ -64,8 +63,8 @@ class RigmonCollector:
             sample, xids = self._sample, dict(self._xids)
         yield InfoMetricFamily("rigmon_build", "rigmon build information.",
                                value={"version": __version__, "python": platform.python_version()})
-        if self._stats is not None:
-            yield from self._stats.families()
+        for provider in self._providers:
+            yield from provider.families()
         if sample is None:
             return
         yield from _gpu_families(sample, xids)
@@ -257,8 +256,10 @@ def _bit(value: bool | None) -> int | None:
 class MetricsApp:
     """WSGI app serving /metrics: rendered once per poll and format, optional basic auth."""
 
-    def __init__(self, registry: CollectorRegistry, generation, auth: tuple[str, str] | None = None):
+    def __init__(self, registry: CollectorRegistry, generation, auth: tuple[str, str] | None = None,
+                 routes: dict | None = None):
         self._registry = registry
+        self._routes = routes or {}  # path -> () -> (content type, body): the daemon's /alerts
         self._generation = generation  # changes when a new sample arrives
         self._auth = auth  # (username, sha256 hex of the password)
         self._cache: dict[tuple, bytes] = {}
@@ -275,6 +276,10 @@ class MetricsApp:
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
             return [b"<html><head><title>rigmon</title></head><body><h1>rigmon</h1>"
                     b"<p><a href='/metrics'>Metrics</a></p></body></html>\n"]
+        if path in self._routes:
+            content_type, body = self._routes[path]()
+            start_response("200 OK", [("Content-Type", content_type), ("Content-Length", str(len(body)))])
+            return [body]
         if path != "/metrics":
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found: try /metrics\n"]

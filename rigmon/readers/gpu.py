@@ -157,6 +157,7 @@ class GpuReader:
         pcie_throughput: bool = False,
         processes: bool = True,
         xid_events: bool = True,
+        event_thread: bool = True,
         indices: list[int] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -166,6 +167,8 @@ class GpuReader:
         self._pcie_throughput = pcie_throughput
         self._processes = processes
         self._xid_events = xid_events
+        self._use_event_thread = event_thread
+        self._registered: dict = {}
         self._indices = indices
         self._monotonic = monotonic
         self._wall = wall
@@ -297,6 +300,9 @@ class GpuReader:
                 log.warning("GPU %d: XID events unavailable: %s", d.index, e)
         if not registered:
             return
+        self._registered = registered
+        if not self._use_event_thread:
+            return  # read() drains the event set itself: deterministic for offline replays
         self._event_thread = threading.Thread(target=self._watch_events, args=(registered,), name="rigmon-xid",
                                               daemon=True)
         self._event_thread.start()
@@ -316,14 +322,25 @@ class GpuReader:
                     log.warning("XID event wait failed: %s", e)
                 self._event_stop.wait(min(30.0, 0.5 * 2**failures))
                 continue
-            if not data.eventType & pynvml.nvmlEventTypeXidCriticalError:
-                continue
-            d = registered.get(_handle_key(data.device))
-            if d is None:
-                continue
-            event = XidEvent(gpu_index=d.index, uuid=d.info.uuid, xid=int(data.eventData), time=self._wall())
-            log.error("GPU %d: XID %d", d.index, event.xid)
-            self._events.append(event)
+            self._take_event(data, registered)
+
+    def _take_event(self, data: Any, registered: dict) -> None:
+        if not data.eventType & pynvml.nvmlEventTypeXidCriticalError:
+            return
+        d = registered.get(_handle_key(data.device))
+        if d is None:
+            return
+        event = XidEvent(gpu_index=d.index, uuid=d.info.uuid, xid=int(data.eventData), time=self._wall())
+        log.error("GPU %d: XID %d", d.index, event.xid)
+        self._events.append(event)
+
+    def _drain_events(self) -> None:
+        while True:
+            try:
+                data = self._nvml.nvmlEventSetWait_v2(self._event_set, 0)
+            except pynvml.NVMLError:
+                return
+            self._take_event(data, self._registered)
 
     # --- every poll ----------------------------------------------------------------------
     def read(self) -> tuple[tuple[GpuReading, ...], tuple[XidEvent, ...]]:
@@ -338,6 +355,8 @@ class GpuReader:
                     d.lost = True
                     log.error("GPU %d (%s) is lost: it fell off the bus or stopped answering", d.index, d.info.uuid)
             readings.append(GpuReading(index=d.index, uuid=d.info.uuid, lost=True))
+        if self._registered and self._event_thread is None:
+            self._drain_events()
         events = []
         while self._events:
             events.append(self._events.popleft())

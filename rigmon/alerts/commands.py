@@ -1,0 +1,155 @@
+"""``rigmon rules list|test`` and ``rigmon doctor``."""
+
+from __future__ import annotations
+
+import time
+
+from .. import config as configmod
+from ..recording import Recording
+from .entities import KINDS
+from .rules import Rule
+
+
+def add_parsers(sub, add_config, add_source) -> None:
+    rules = sub.add_parser("rules", help="list the alert rules, or test them on a recording")
+    rsub = rules.add_subparsers(dest="rules_command", required=True, metavar="ACTION")
+    listing = rsub.add_parser("list", help="every rule in effect, with its condition")
+    add_config(listing)
+    listing.set_defaults(func=cmd_rules_list)
+    test = rsub.add_parser("test", help="print every transition the rules make on a recording")
+    add_config(test)
+    test.add_argument("--replay", required=True, metavar="FILE", help="the recording to run the rules on")
+    test.add_argument("--all", action="store_true", help="show info alerts too")
+    test.set_defaults(func=cmd_rules_test)
+
+    doctor = sub.add_parser("doctor", help="which rules cannot evaluate on this machine, and why")
+    add_config(doctor)
+    add_source(doctor)
+    doctor.set_defaults(func=cmd_doctor)
+
+
+def cmd_rules_list(args) -> int:
+    config = configmod.load(args.config)
+    for spec in config.alerts.effective_rules():
+        state = "" if spec.enabled else "  (disabled)"
+        wait = f" for {spec.for_:g}s" if spec.for_ else ""
+        params = f"  params {spec.params}" if spec.params else ""
+        print(f"{spec.name:<26} {spec.severity:<8} {spec.kind:<6} {spec.when}{wait}{params}{state}")
+    return 0
+
+
+def cmd_rules_test(args) -> int:
+    from .offline import replay_rules
+
+    config = configmod.load(args.config)
+    recording = Recording.load(args.replay)
+    t0 = recording.ticks[0]["t"] if recording.ticks else 0.0
+    transitions = replay_rules(recording, config)
+    shown = [t for t in transitions if args.all or t.severity != "info"]
+    print(f"{args.replay}: {len(recording.ticks)} ticks over {recording.duration:.1f} s, "
+          f"{recording.gpu_count} GPU(s), {sum(1 for s in config.alerts.effective_rules() if s.enabled)} rules")
+    for t in shown:
+        stamp = time.strftime("%H:%M:%S", time.gmtime(t.time))
+        subject = ", ".join(f"{k}={v}" for k, v in t.labels.items() if k not in ("uuid", "name")) or "host"
+        print(f"{t.time - t0:8.1f} s  {stamp}Z  {t.status.upper():<8} {t.severity:<8} {t.alertname} [{subject}]  "
+              f"{t.summary}")
+    counts = {}
+    for t in transitions:
+        if t.status == "firing":
+            counts[t.severity] = counts.get(t.severity, 0) + 1
+    hidden = len(transitions) - len(shown)
+    if hidden:
+        print(f"({hidden} info transition(s) not shown: --all shows them)")
+    print(f"{len(transitions)} transition(s); fired: " +
+          (", ".join(f"{n} {sev}" for sev, n in sorted(counts.items())) or "none"))
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from ..cli import _replay_source
+    from ..poller import build_poller
+    from .sink import build_engine
+
+    config = configmod.load(args.config)
+    source, label = _replay_source(args)
+    poller = build_poller(config, source)
+    poller.open()
+    try:
+        if source is None:
+            time.sleep(0.25)
+        sample = poller.poll()
+    finally:
+        poller.close()
+    engine = build_engine(config)
+    entities = engine.entities(sample)
+    print(f"rigmon doctor {label}".rstrip())
+    for line in _facts(sample, poller, config):
+        print(f"  {line}")
+    print()
+    problems = 0
+    for rule in [Rule(s) for s in config.alerts.effective_rules()]:
+        if not rule.spec.enabled:
+            print(f"  {rule.name:<26} disabled in the config")
+            continue
+        why = _why_not(rule, entities, sample, poller, config)
+        if why:
+            problems += 1
+            print(f"  {rule.name:<26} cannot evaluate: {why}")
+        else:
+            print(f"  {rule.name:<26} ok")
+    print(f"\n{problems} rule(s) cannot evaluate here")
+    return 0
+
+
+def _facts(sample, poller, config) -> list[str]:
+    out = []
+    gpu = poller.gpu
+    if gpu is None:
+        out.append("GPUs: disabled in the config")
+    elif gpu.unavailable:
+        out.append(f"GPUs: {gpu.unavailable}")
+    else:
+        out.append(f"GPUs: {len(sample.gpus)} ({', '.join(sorted({i.name for i in sample.gpu_info}))}), driver "
+                   f"{sample.system.driver_version}")
+        for info in sample.gpu_info:
+            if info.fan_count == 0:
+                out.append(f"GPU {info.index}: no fans (passively cooled, fan speed NotSupported): a failing "
+                           f"chassis fan shows only as temperature rising against power")
+            if info.persistence_mode is False:
+                out.append(f"GPU {info.index}: persistence mode is off (the GPU re-initialises when the last "
+                           f"client exits; rigmon keeps NVML open, other tools may not)")
+    host = sample.host
+    if host is not None:
+        out.append(f"hwmon: {len(host.temperatures)} temperature(s), {len(host.fans)} fan(s)")
+        for note in host.notes:
+            out.append(f"host: {note}")
+        if config.host.rapl and not host.cpu_energy:
+            out.append("RAPL: no CPU energy readable (no intel-rapl zones, or root-only on this kernel)")
+    out.append(f"notifiers: {len(config.notifiers) or 'none configured (transitions go to the log only)'}")
+    return out
+
+
+def _why_not(rule: Rule, entities: dict, sample, poller, config) -> str | None:
+    mine = [v for k, v in entities.items() if k[0] == rule.kind]
+    if not mine:
+        return {
+            "gpu": (poller.gpu.unavailable if poller.gpu and poller.gpu.unavailable else "no GPUs"),
+            "fan": "no fan sensors visible (no hwmon fan inputs: a VM, a container, or no Super-I/O driver "
+                   "such as nct6775/it87 loaded)",
+            "cpu": "no CPU temperature sensor (no coretemp/k10temp/zenpower in hwmon)",
+            "psu": "no power budget configured ([alerts.power_budget])",
+            "sensor": "no sensors seen",
+            "host": "no host reading",
+        }[rule.kind]
+    gpu_vars = {v for v in rule.variables if v.startswith("gpu")}
+    if rule.kind == "host" and gpu_vars and (poller.gpu is None or poller.gpu.unavailable):
+        return poller.gpu.unavailable if poller.gpu else "GPUs are disabled in the config"
+    missing = sorted(var for var in rule.variables if var in KINDS[rule.kind]
+                     and all(e.get(var) is None for e in mine))
+    if missing:
+        detail = {"processes": "process list not readable (containers hide other PIDs)",
+                  "process_memory_bytes": "process list not readable",
+                  "cpu_utilization": "CPU utilisation not read"}
+        return "; ".join(f"{var} not available" + (f" ({detail[var]})" if var in detail else " on this hardware")
+                         for var in missing)
+    return None

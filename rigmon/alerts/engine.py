@@ -1,0 +1,294 @@
+"""The alert engine: rules, sample history and a clock in; transitions out.
+
+It does no I/O and reads no clock of its own (``now`` is an argument), so a test drives it
+through any scenario with injected time. An alert is pending while its condition holds for
+less than the rule's ``for``, then firing; it resolves when the rule's ``clear`` condition
+holds (by default: ``when`` no longer does). A condition that meets a missing value is
+unknown and changes nothing.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..sample import Sample
+from .entities import KINDS, LABELS, gpu_entities, host_entities, sensor_keys
+from .rules import SEVERITY_RANK, Rule
+from .xid import xid_meaning
+
+
+@dataclass(frozen=True)
+class PsuGroup:
+    name: str
+    watts: float
+    gpus: tuple[int, ...] | None = None  # None: every GPU
+    include_cpu: bool = False
+
+
+@dataclass
+class Alert:
+    rule: Rule
+    key: tuple
+    labels: dict[str, str]
+    active_since: float
+    state: str = "pending"  # pending | firing
+    fired_at: float | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+    summary: str = ""
+    description: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.rule.name
+
+    @property
+    def severity(self) -> str:
+        return self.rule.severity
+
+    @property
+    def subject(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.labels.items() if k not in ("uuid", "name")) or "host"
+
+
+@dataclass(frozen=True)
+class Transition:
+    status: str  # firing | resolved
+    alertname: str
+    severity: str
+    labels: dict[str, str]
+    summary: str
+    description: str
+    hint: str
+    starts_at: float
+    ends_at: float | None
+    time: float
+    values: dict[str, Any]
+
+    @property
+    def key(self) -> str:
+        return self.alertname + "".join(f",{k}={v}" for k, v in sorted(self.labels.items()))
+
+    def line(self) -> str:
+        state = "FIRING" if self.status == "firing" else "resolved"
+        return f"{state} {self.severity} {self.alertname}: {self.summary}"
+
+
+class _Formatter(string.Formatter):
+    """Templates show "n/a" for missing values instead of failing."""
+
+    def get_value(self, key, args, kwargs):
+        return kwargs.get(key) if isinstance(key, str) else super().get_value(key, args, kwargs)
+
+    def format_field(self, value, format_spec):
+        if value is None:
+            return "n/a"
+        try:
+            return super().format_field(value, format_spec)
+        except (ValueError, TypeError):
+            return str(value)
+
+
+_FORMAT = _Formatter()
+
+
+def render(template: str, values: dict[str, Any]) -> str:
+    try:
+        return _FORMAT.vformat(template, (), values)
+    except (IndexError, KeyError, ValueError, AttributeError):
+        return template
+
+
+class AlertEngine:
+    def __init__(self, rules: Sequence[Rule], psu_groups: Sequence[PsuGroup] = (),
+                 expected_sensors: Sequence[str] = ()):
+        self.rules = [r for r in rules if r.spec.enabled]
+        self.psu_groups = tuple(psu_groups)
+        self.alerts: dict[tuple, Alert] = {}
+        self._entities: dict[int, dict[tuple, dict]] = {}  # id(sample) -> entities, for history functions
+        self._evaluated: set[int] = set()
+        self._xid_totals: dict[int, int] = {}
+        self._last_xid: dict[int, int] = {}
+        self._ever_max: dict[tuple, dict[str, float]] = {}
+        self._seen_sensors: set[tuple[str, str]] = set()
+        self._previous_sample: Sample | None = None
+        for name in expected_sensors:
+            self._seen_sensors.add(_expected_key(name))
+
+    # --- entities ------------------------------------------------------------------------
+    def entities(self, sample: Sample) -> dict[tuple, dict]:
+        """What the rules see in ``sample``: {(kind, ...): {variable: value}}."""
+        return self._entities_of(sample)
+
+    def _entities_of(self, sample: Sample) -> dict[tuple, dict]:
+        key = id(sample)
+        cached = self._entities.get(key)
+        if cached is not None:
+            return cached
+        entities = gpu_entities(sample, self._xid_totals, self._last_xid)
+        entities.update(host_entities(sample))
+        for group in self.psu_groups:
+            gpus = [g for g in sample.gpus if not g.lost and (group.gpus is None or g.index in group.gpus)]
+            watts = sum(g.power_watts or 0 for g in gpus)
+            if group.include_cpu:
+                watts += self._cpu_watts(sample)
+            entities[("psu", group.name)] = {"psu": group.name, "power_watts": watts, "budget_watts": group.watts}
+        present = sensor_keys(sample)
+        for kind, name in self._seen_sensors | present:
+            entities[("sensor", kind, name)] = {"sensor_kind": kind, "sensor": name,
+                                                "present": (kind, name) in present}
+        self._entities[key] = entities
+        return entities
+
+    def _cpu_watts(self, sample: Sample) -> float:
+        """CPU package power from the RAPL energy counter's rise since the previous sample."""
+        previous = self._previous_sample
+        if previous is None or sample.host is None or previous.host is None or sample.time <= previous.time:
+            return 0.0
+        before = {e.zone: e.joules for e in previous.host.cpu_energy}
+        joules = sum(e.joules - before[e.zone] for e in sample.host.cpu_energy
+                     if e.zone in before and e.zone.startswith("package"))
+        return max(joules, 0.0) / (sample.time - previous.time)
+
+    # --- evaluation ----------------------------------------------------------------------
+    def evaluate(self, history: Sequence[Sample], now: float) -> list[Transition]:
+        """Evaluate every rule on the newest sample of ``history`` at time ``now``."""
+        if not history:
+            return []
+        sample = history[-1]
+        if id(sample) not in self._evaluated:
+            self._count_events(sample)
+        live = {id(s) for s in history}
+        self._entities = {k: v for k, v in self._entities.items() if k in live}
+        self._evaluated &= live
+        entities = self._entities_of(sample)
+        self._evaluated.add(id(sample))
+        self._previous_sample = sample
+        self._seen_sensors |= {(e["sensor_kind"], e["sensor"]) for k, e in entities.items() if k[0] == "sensor"
+                               and e["present"]}
+        for key, values in entities.items():
+            tracked = self._ever_max.setdefault(key, {})
+            for name, value in values.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    if value > tracked.get(name, float("-inf")):
+                        tracked[name] = value
+        times = [s.time for s in history]
+        transitions: list[Transition] = []
+        for rule in self.rules:
+            for key, values in entities.items():
+                if key[0] != rule.kind:
+                    continue
+                names = self._names(rule, key, values, history, times, now)
+                transitions += self._step(rule, key, values, names, now)
+        return transitions
+
+    def _count_events(self, sample: Sample) -> None:
+        for event in sample.events:
+            self._xid_totals[event.gpu_index] = self._xid_totals.get(event.gpu_index, 0) + 1
+            self._last_xid[event.gpu_index] = event.xid
+
+    def _names(self, rule: Rule, key: tuple, values: dict, history: Sequence[Sample], times: list[float],
+               now: float) -> dict[str, Any]:
+        ever = self._ever_max.get(key, {})
+
+        def window(var: str, seconds: float) -> list:
+            start = bisect.bisect_left(times, now - seconds)
+            series = []
+            for s in itertools.islice(history, start, None):
+                v = self._entities_of(s).get(key, {}).get(var)
+                if v is not None:
+                    series.append(v)
+            return series
+
+        def increase(var: str, seconds: float) -> float | None:
+            series = window(var, seconds)
+            if not series:
+                return None
+            total = 0.0
+            for a, b in zip(series, series[1:], strict=False):
+                total += b - a if b >= a else b  # a counter reset counts from zero
+            return total
+
+        def over(fn):
+            def call(var: str, seconds: float):
+                series = window(var, seconds)
+                return fn(series) if series else None
+            return call
+
+        names = dict.fromkeys(KINDS[rule.kind])  # a variable this entity lacks is None: unknown
+        names.update(values)
+        names.update(rule.params)
+        names.update(increase=increase, avg_over=over(lambda s: sum(s) / len(s)), max_over=over(max),
+                     min_over=over(min), ever_max=lambda var: ever.get(var), abs=abs, min=min, max=max)
+        return names
+
+    def _step(self, rule: Rule, key: tuple, values: dict, names: dict, now: float) -> list[Transition]:
+        alert_key = (rule.name, key)
+        alert = self.alerts.get(alert_key)
+        condition = rule.when.evaluate(names)
+        if alert is None:
+            if not condition:
+                return []
+            labels = {label: str(values.get(label, "")) for label in LABELS[rule.kind]}
+            alert = self.alerts[alert_key] = Alert(rule, key, labels, active_since=now)
+        if alert.state == "pending":
+            if condition is None:
+                return []
+            if not condition:
+                del self.alerts[alert_key]
+                return []
+            if now - alert.active_since >= rule.for_seconds:
+                alert.state, alert.fired_at = "firing", now
+                self._describe(alert, names)
+                return [self._transition(alert, "firing", now)]
+            return []
+        # firing
+        if rule.clear is not None:
+            cleared = rule.clear.evaluate(names)
+        else:
+            cleared = None if condition is None else not condition
+        if cleared:
+            del self.alerts[alert_key]
+            return [self._transition(alert, "resolved", now)]
+        if condition:
+            self._describe(alert, names)  # keep the values current for status and reminders
+        return []
+
+    def _describe(self, alert: Alert, names: dict) -> None:
+        context = {k: v for k, v in names.items() if not callable(v)}
+        ever = self._ever_max.get(alert.key, {})
+        context.update({f"ever_max_{k}": v for k, v in ever.items()})
+        context["for_seconds"] = alert.rule.for_seconds
+        context["xid_meaning"] = xid_meaning(names.get("last_xid"))
+        context["remap_state"] = ("failed" if names.get("remap_failure") else
+                                  "pending: a GPU reset is needed" if names.get("remap_pending") else "")
+        alert.values = {k: v for k, v in context.items() if isinstance(v, (int, float, str, bool)) or v is None}
+        alert.summary = render(alert.rule.spec.summary, context)
+        alert.description = render(alert.rule.spec.description, context)
+
+    def _transition(self, alert: Alert, status: str, now: float) -> Transition:
+        return Transition(status=status, alertname=alert.name, severity=alert.severity, labels=dict(alert.labels),
+                          summary=alert.summary, description=alert.description, hint=alert.rule.spec.hint,
+                          starts_at=alert.fired_at or alert.active_since, ends_at=now if status == "resolved" else None,
+                          time=now, values=dict(alert.values))
+
+    def transition_of(self, alert: Alert, now: float) -> Transition:
+        """A firing alert as a transition, for reminders."""
+        return self._transition(alert, "firing", now)
+
+    def firing(self) -> list[Alert]:
+        out = [a for a in self.alerts.values() if a.state == "firing"]
+        return sorted(out, key=lambda a: (-SEVERITY_RANK[a.severity], a.name, a.subject))
+
+
+def _expected_key(name: str) -> tuple[str, str]:
+    if name.upper() == "NVML":
+        return ("nvml", "NVML")
+    kind, _, rest = name.partition(":")
+    if rest and kind in ("fan", "temperature"):
+        return (kind, rest)
+    return ("fan", name)

@@ -1,0 +1,219 @@
+"""Notifiers: deliver alert transitions to webhooks without ever blocking polling.
+
+Each configured receiver has its own bounded queue and thread. Messages go out in order:
+the oldest is retried (exponential backoff with jitter, honouring Retry-After) on
+timeouts, connection errors, 429 and 5xx until it is delivered or older than ``max_age``;
+other 4xx answers are permanent (logged, counted, dropped). A full queue drops its oldest
+message and counts it. Delivery errors are logged, never raised.
+
+Formats: ``webhook`` posts Alertmanager's webhook JSON (version 4), so receivers written
+for Alertmanager work unchanged; ``slack`` and ``discord`` post their incoming-webhook JSON;
+``ntfy`` posts the text with title, priority and tags headers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from .engine import Transition
+from .rules import SEVERITY_RANK
+
+if TYPE_CHECKING:
+    from ..config import NotifierConfig
+
+log = logging.getLogger(__name__)
+
+ZERO_TIME = "0001-01-01T00:00:00Z"
+NTFY_PRIORITY = {"critical": "5", "warning": "4", "info": "3"}
+EMOJI = {"critical": "🔴", "warning": "🟠", "info": "🔵", "resolved": "✅"}
+
+
+@dataclass(frozen=True)
+class Message:
+    transition: Transition
+    host: str
+    reminder: bool
+    queued_at: float
+
+
+class Permanent(Exception):
+    """The receiver refused the message for good (4xx other than 429)."""
+
+
+class Retry(Exception):
+    def __init__(self, reason: str, after: float | None = None):
+        super().__init__(reason)
+        self.after = after
+
+
+def _rfc3339(t: float | None) -> str:
+    if t is None:
+        return ZERO_TIME
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def alertmanager_payload(m: Message, receiver: str) -> dict:
+    t = m.transition
+    labels = {"alertname": t.alertname, "severity": t.severity, "host": m.host, **t.labels}
+    annotations = {k: v for k, v in (("summary", t.summary), ("description", t.description), ("hint", t.hint)) if v}
+    fingerprint = hashlib.sha256(json.dumps(sorted(labels.items())).encode()).hexdigest()[:16]
+    alert = {"status": t.status, "labels": labels, "annotations": annotations, "startsAt": _rfc3339(t.starts_at),
+             "endsAt": _rfc3339(t.ends_at), "generatorURL": "", "fingerprint": fingerprint}
+    return {
+        "version": "4", "groupKey": f"{{}}:{{alertname=\"{t.alertname}\", host=\"{m.host}\"}}", "truncatedAlerts": 0,
+        "status": t.status, "receiver": receiver, "groupLabels": {"alertname": t.alertname, "host": m.host},
+        "commonLabels": labels, "commonAnnotations": annotations, "externalURL": "", "alerts": [alert],
+    }
+
+
+def text(m: Message) -> tuple[str, str]:
+    """(title, body) for chat receivers."""
+    t = m.transition
+    state = "RESOLVED" if t.status == "resolved" else ("still firing" if m.reminder else "FIRING")
+    title = f"[{state}] {t.alertname} on {m.host} ({t.severity})"
+    lines = [t.summary]
+    if t.description and t.status == "firing":
+        lines.append(t.description)
+    if t.hint and t.status == "firing":
+        lines.append(f"Check: {t.hint}")
+    return title, "\n".join(lines)
+
+
+class Notifier:
+    def __init__(self, config: NotifierConfig, host: str, sleep=None):
+        self.config = config
+        self.name = config.name or config.type
+        self.host = host
+        self._url = config.url.get_secret_value()
+        self._queue: deque[Message] = deque()
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self.sent = 0
+        self.failed = 0
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._run, name=f"rigmon-notify-{self.name}", daemon=True)
+        self._thread.start()
+
+    def submit(self, transition: Transition, reminder: bool = False) -> None:
+        if SEVERITY_RANK[transition.severity] < SEVERITY_RANK[self.config.min_severity]:
+            return
+        with self._cond:
+            if len(self._queue) >= self.config.queue_size:
+                lost = self._queue.popleft()
+                self.dropped += 1
+                log.error("notifier %s: queue full, dropped %s %s", self.name, lost.transition.status,
+                          lost.transition.alertname)
+            self._queue.append(Message(transition, self.host, reminder, time.time()))
+            self._cond.notify()
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def _run(self) -> None:
+        attempt = 0
+        while not self._stop.is_set():
+            with self._cond:
+                while not self._queue and not self._stop.is_set():
+                    self._cond.wait(1.0)
+                if self._stop.is_set() and not self._queue:
+                    return
+                message = self._queue[0]
+            if time.time() - message.queued_at > self.config.max_age:
+                self._drop(message, f"older than max_age ({self.config.max_age:.0f} s)")
+                attempt = 0
+                continue
+            try:
+                self.send(message)
+            except Retry as e:
+                attempt += 1
+                delay = min(self.config.retry_max, self.config.retry_initial * 2 ** (attempt - 1))
+                delay = e.after if e.after is not None else delay * random.uniform(0.5, 1.5)
+                if attempt == 1 or attempt % 10 == 0:
+                    log.warning("notifier %s: %s; retrying (attempt %d, next in %.1f s, %d queued)", self.name, e,
+                                attempt, delay, len(self._queue))
+                if self._stop.wait(delay):
+                    return
+                continue
+            except Permanent as e:
+                self._drop(message, str(e))
+                attempt = 0
+                continue
+            with self._cond:
+                if self._queue and self._queue[0] is message:
+                    self._queue.popleft()
+            self.sent += 1
+            if attempt:
+                log.info("notifier %s: delivered after %d retries", self.name, attempt)
+            attempt = 0
+
+    def _drop(self, message: Message, why: str) -> None:
+        with self._cond:
+            if self._queue and self._queue[0] is message:
+                self._queue.popleft()
+        self.failed += 1
+        log.error("notifier %s: gave up on %s %s: %s", self.name, message.transition.status,
+                  message.transition.alertname, why)
+
+    # --- one delivery --------------------------------------------------------------------
+    def request(self, message: Message) -> tuple[bytes, dict[str, str]]:
+        kind = self.config.type
+        headers = {"User-Agent": "rigmon", **{k: v.get_secret_value() for k, v in self.config.headers.items()}}
+        if self.config.token is not None:
+            headers["Authorization"] = f"Bearer {self.config.token.get_secret_value()}"
+        title, body = text(message)
+        t = message.transition
+        if kind == "webhook":
+            data = alertmanager_payload(message, self.name)
+        elif kind == "slack":
+            icon = EMOJI["resolved" if t.status == "resolved" else t.severity]
+            data = {"text": f"{icon} *{title}*\n{body}"}
+        elif kind == "discord":
+            icon = EMOJI["resolved" if t.status == "resolved" else t.severity]
+            data = {"content": f"{icon} **{title}**\n{body}"[:2000], "allowed_mentions": {"parse": []}}
+        else:  # ntfy
+            headers.update({"Title": title.encode("utf-8").decode("latin-1", "replace"),
+                            "Priority": "3" if t.status == "resolved" else NTFY_PRIORITY[t.severity],
+                            "Tags": "white_check_mark" if t.status == "resolved" else f"warning,{t.alertname}",
+                            "Content-Type": "text/plain; charset=utf-8"})
+            return body.encode(), headers
+        headers["Content-Type"] = "application/json"
+        return json.dumps(data).encode(), headers
+
+    def send(self, message: Message) -> None:
+        body, headers = self.request(message)
+        request = urllib.request.Request(self._url, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.config.timeout) as response:
+                response.read()
+        except urllib.error.HTTPError as e:
+            if e.code == 429 or e.code >= 500:
+                retry_after = e.headers.get("Retry-After") if e.headers else None
+                after = float(retry_after) if retry_after and retry_after.isdigit() else None
+                raise Retry(f"HTTP {e.code}", after) from None
+            raise Permanent(f"HTTP {e.code} {e.reason}") from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
+            raise Retry(f"{type(e).__name__}: {getattr(e, 'reason', e)}") from None
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Try to deliver what is queued for up to ``timeout`` seconds, then stop."""
+        deadline = time.monotonic() + timeout
+        while self._queue and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        self._thread.join(0.5)
+        if self._queue:
+            log.warning("notifier %s: %d message(s) undelivered at exit", self.name, len(self._queue))

@@ -1,0 +1,40 @@
+"""Rules on a recording, offline: ``rigmon rules test`` and the scenario tests."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..poller import build_poller
+from ..recording import Recording
+from ..replay import ReplayClock, ReplaySource
+from .engine import AlertEngine, Transition
+from .sink import build_engine
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+
+def replay_rules(recording: Recording, config: Config, until: float | None = None,
+                 engine: AlertEngine | None = None) -> list[Transition]:
+    """Every transition the rules make on ``recording``, tick by tick, at the recording's times
+    (up to ``until`` seconds into it). Pass an ``engine`` to look at its alerts afterwards."""
+    clock = ReplayClock(realtime=False)
+    source = ReplaySource(recording, clock, loop=False)
+    t0 = recording.ticks[0]["t"]
+    poller = build_poller(config, source, wall=lambda: t0 + clock(), event_thread=False)
+    engine = engine if engine is not None else build_engine(config)
+    history = deque(maxlen=config.daemon.history)
+    transitions: list[Transition] = []
+    poller.open()
+    try:
+        for offset in recording.offsets():
+            if until is not None and offset > until:
+                break
+            clock.set(offset)
+            sample = poller.poll()
+            history.append(sample)
+            transitions += engine.evaluate(history, sample.time)
+    finally:
+        poller.close()
+    return transitions

@@ -1,0 +1,229 @@
+"""Alert rules as data: a TOML table per rule, validated when loaded.
+
+A rule applies to every entity of one ``kind`` (each GPU, fan, CPU socket, sensor, PSU group,
+or the host). ``when`` is an expression over that kind's variables (see ``entities``), the
+rule's ``params`` and a few functions over the sample history:
+
+    increase(var, window)   rise of a counter over the window (resets count from zero)
+    avg_over(var, window), max_over(var, window), min_over(var, window)
+    ever_max(var)           the largest value since rigmon started
+    abs(x), min(a, b), max(a, b)
+
+Windows and ``for`` are seconds or durations like "30s", "10m", "1h". An expression that
+meets a value the hardware did not give (None) is unknown: it neither fires nor clears.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import tomllib
+from importlib import resources
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from .entities import KINDS, LABELS
+
+HISTORY_FUNCTIONS = ("increase", "avg_over", "max_over", "min_over", "ever_max")
+PLAIN_FUNCTIONS = {"abs": abs, "min": min, "max": max}
+_ALLOWED = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd, ast.BinOp,
+            ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE,
+            ast.Name, ast.Load, ast.Constant, ast.Call, ast.IfExp)
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$")
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from 30, 2.5, "30s", "10m", "1h30m"."""
+    if isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or a string like '10m'")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError("a duration cannot be negative")
+        return float(value)
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match and any(match.groups()):
+            h, m, s = (float(g) if g else 0.0 for g in match.groups())
+            return h * 3600 + m * 60 + s
+    raise ValueError(f"not a duration: {value!r} (use seconds or e.g. '30s', '10m', '1h')")
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+Severity = Literal["critical", "warning", "info"]
+SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+
+
+class Expression:
+    """A validated, compiled rule expression."""
+
+    def __init__(self, text: str, kind: str, params: dict[str, Any]):
+        self.text = text
+        try:
+            tree = ast.parse(text.strip(), mode="eval")
+        except SyntaxError as e:
+            raise ValueError(f"syntax error at column {e.offset}: {e.msg}") from None
+        allowed_names = set(KINDS[kind]) | set(LABELS[kind]) | set(params) | {"True", "False", "None"}
+        self.variables: set[str] = set()
+        for node in ast.walk(tree):
+            if not isinstance(node, _ALLOWED):
+                raise ValueError(f"{type(node).__name__} is not allowed in a rule expression")
+            if isinstance(node, ast.Call):
+                if not isinstance(node.func, ast.Name) or node.func.id not in (*HISTORY_FUNCTIONS, *PLAIN_FUNCTIONS):
+                    raise ValueError(f"unknown function in {ast.unparse(node)!r}; functions: "
+                                     f"{', '.join((*HISTORY_FUNCTIONS, *PLAIN_FUNCTIONS))}")
+                if node.keywords:
+                    raise ValueError(f"{node.func.id}() takes no keyword arguments")
+                if node.func.id in HISTORY_FUNCTIONS:
+                    self._check_history_call(node, kind, params)
+            elif isinstance(node, ast.Name) and node.id not in allowed_names | set(HISTORY_FUNCTIONS) | set(
+                    PLAIN_FUNCTIONS):
+                raise ValueError(f"unknown name {node.id!r}; {kind} rules can use: "
+                                 f"{', '.join(sorted(KINDS[kind]))} and params {sorted(params) or 'none'}")
+            if isinstance(node, ast.Name) and node.id in KINDS[kind]:
+                self.variables.add(node.id)
+        tree = _HistoryArgs(params).visit(tree)
+        ast.fix_missing_locations(tree)
+        self._code = compile(tree, f"<rule {text!r}>", "eval")
+
+    @staticmethod
+    def _check_history_call(node: ast.Call, kind: str, params: dict[str, Any]) -> None:
+        want = 1 if node.func.id == "ever_max" else 2
+        if len(node.args) != want:
+            raise ValueError(f"{node.func.id}() takes {want} argument{'s' if want > 1 else ''}")
+        var = node.args[0]
+        if not isinstance(var, ast.Name) or var.id not in KINDS[kind]:
+            raise ValueError(f"the first argument of {node.func.id}() must be a {kind} variable")
+        if want == 2:
+            window = node.args[1]
+            if isinstance(window, ast.Name) and window.id in params:
+                parse_duration(params[window.id])
+            elif isinstance(window, ast.Constant):
+                parse_duration(window.value)
+            else:
+                raise ValueError(f"the window of {node.func.id}() must be seconds, a duration or a param")
+
+    def evaluate(self, names: dict[str, Any]) -> Any:
+        """The value, or None when a value it needs is missing."""
+        try:
+            return eval(self._code, {"__builtins__": {}}, names)  # the AST was checked: no attribute access
+        except (TypeError, ZeroDivisionError):
+            return None
+
+
+class _HistoryArgs(ast.NodeTransformer):
+    """increase(pcie_replays, "5m") → increase("pcie_replays", 300.0): history functions get
+    the variable's name and the window in seconds."""
+
+    def __init__(self, params: dict[str, Any]):
+        self._params = params
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id in HISTORY_FUNCTIONS:
+            args = [ast.Constant(node.args[0].id)]
+            if len(node.args) > 1:
+                window = node.args[1]
+                value = self._params[window.id] if isinstance(window, ast.Name) else window.value
+                args.append(ast.Constant(parse_duration(value)))
+            node.args = args
+        return node
+
+
+class RuleSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$")]
+    kind: Literal["gpu", "fan", "cpu", "host", "psu", "sensor"]
+    when: str
+    clear: str | None = None
+    for_: Annotated[Duration, Field(alias="for")] = 0.0
+    severity: Severity
+    summary: str
+    description: str = ""
+    hint: str = ""
+    params: dict[str, float | int | bool] = {}
+    enabled: bool = True
+
+    @model_validator(mode="after")
+    def _expressions(self) -> RuleSpec:
+        for field in ("when", "clear"):
+            text = getattr(self, field)
+            if text is not None:
+                try:
+                    Expression(text, self.kind, self.params)
+                except ValueError as e:
+                    raise ValueError(f"{field}: {e}") from None
+        return self
+
+
+class RuleOverride(BaseModel):
+    """Changes to a built-in rule: turn it off, re-threshold it, or rewrite it."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    enabled: bool | None = None
+    when: str | None = None
+    clear: str | None = None
+    for_: Annotated[Duration | None, Field(alias="for")] = None
+    severity: Severity | None = None
+    summary: str | None = None
+    description: str | None = None
+    hint: str | None = None
+    params: dict[str, float | int | bool] | None = None
+
+
+class Rule:
+    """A rule ready to evaluate."""
+
+    def __init__(self, spec: RuleSpec):
+        self.spec = spec
+        self.name = spec.name
+        self.kind = spec.kind
+        self.severity = spec.severity
+        self.for_seconds = spec.for_
+        self.params = dict(spec.params)
+        self.when = Expression(spec.when, spec.kind, spec.params)
+        self.clear = Expression(spec.clear, spec.kind, spec.params) if spec.clear else None
+
+    @property
+    def variables(self) -> set[str]:
+        return self.when.variables | (self.clear.variables if self.clear else set())
+
+    def __repr__(self) -> str:
+        return f"<Rule {self.name} ({self.severity})>"
+
+
+def builtin_specs() -> dict[str, dict]:
+    text = (resources.files("rigmon.alerts") / "builtin.toml").read_text(encoding="utf-8")
+    return {rule["name"]: rule for rule in tomllib.loads(text)["rules"]}
+
+
+def merge(overrides: dict[str, RuleOverride], custom: list[RuleSpec]) -> list[RuleSpec]:
+    """Built-in rules with the config's overrides applied, then the user's own rules.
+    Raises ValueError with the rule's name in the message on a conflict."""
+    builtins = builtin_specs()
+    unknown = set(overrides) - set(builtins)
+    if unknown:
+        raise ValueError(f"no built-in rule named {', '.join(sorted(unknown))} "
+                         f"(built-in rules: {', '.join(sorted(builtins))})")
+    out = []
+    for name, raw in builtins.items():
+        override = overrides.get(name)
+        if override is not None:
+            changes = override.model_dump(by_alias=True, exclude_none=True)
+            if "params" in changes:
+                changes["params"] = {**raw.get("params", {}), **changes["params"]}
+            raw = {**raw, **changes}
+        try:
+            out.append(RuleSpec.model_validate(raw))
+        except ValidationError as e:
+            err = e.errors()[0]
+            field = ".".join(str(p) for p in err["loc"])
+            raise ValueError(f"builtin.{name}{'.' + field if field else ''}: "
+                             f"{err['msg'].removeprefix('Value error, ')}") from None
+    for spec in custom:
+        if spec.name in builtins:
+            raise ValueError(f"{spec.name} is a built-in rule: change it under [alerts.builtin.{spec.name}]")
+        out.append(spec)
+    return out

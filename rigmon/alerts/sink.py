@@ -1,0 +1,115 @@
+"""The alert sink: runs the engine on every sample, logs every transition, hands them to
+the notifiers (with a reminder every ``repeat_interval`` while firing), and exports the
+alert state as metrics."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections import Counter, deque
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from ..sample import Sample
+from .engine import AlertEngine, PsuGroup, Transition
+from .notify import Notifier
+from .rules import Rule
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+log = logging.getLogger("rigmon.alerts")
+
+
+def alert_dict(alert) -> dict:
+    """A firing alert as plain data (the daemon's /alerts, rigmon status)."""
+    return {"alertname": alert.name, "severity": alert.severity, "subject": alert.subject, "labels": alert.labels,
+            "summary": alert.summary, "since": alert.fired_at, "hint": alert.rule.spec.hint}
+
+
+def build_engine(config: Config) -> AlertEngine:
+    budget = config.alerts.power_budget
+    groups = []
+    if budget.watts is not None:
+        groups.append(PsuGroup("all GPUs" + (" + CPU" if budget.include_cpu else ""), budget.watts, None,
+                               budget.include_cpu))
+    groups += [PsuGroup(g.name, g.watts, tuple(g.gpus) if g.gpus is not None else None, g.include_cpu)
+               for g in budget.groups]
+    rules = [Rule(spec) for spec in config.alerts.effective_rules()]
+    return AlertEngine(rules, groups, config.alerts.expected_sensors)
+
+
+class AlertSink:
+    def __init__(self, config: Config, notifiers: list[Notifier] | None = None, host: str | None = None):
+        self.engine = build_engine(config)
+        self.history: deque[Sample] = deque(maxlen=config.daemon.history)
+        self.notifiers = notifiers if notifiers is not None else [
+            Notifier(n, host or socket.gethostname()) for n in config.notifiers]
+        self.repeat_interval = config.alerts.repeat_interval
+        self.transitions: Counter[tuple[str, str, str]] = Counter()
+        self._last_sent: dict[str, float] = {}
+
+    def consume(self, sample: Sample) -> list[Transition]:
+        self.history.append(sample)
+        now = sample.time
+        transitions = self.engine.evaluate(self.history, now)
+        for t in transitions:
+            level = logging.WARNING if t.status == "firing" and t.severity != "info" else logging.INFO
+            log.log(level, "%s", t.line())
+            self.transitions[(t.alertname, t.severity, t.status)] += 1
+            self._send(t, reminder=False)
+            if t.status == "resolved":
+                self._last_sent.pop(t.key, None)
+            else:
+                self._last_sent[t.key] = now
+        if self.repeat_interval > 0:
+            for alert in self.engine.firing():
+                reminder = self.engine.transition_of(alert, now)
+                if now - self._last_sent.get(reminder.key, now) >= self.repeat_interval:
+                    self._send(reminder, reminder=True)
+                    self._last_sent[reminder.key] = now
+        return transitions
+
+    def _send(self, transition: Transition, reminder: bool) -> None:
+        for notifier in self.notifiers:
+            notifier.submit(transition, reminder)
+
+    def families(self):
+        active = GaugeMetricFamily("rigmon_alert_active", "1 for each firing alert (from the last poll).",
+                                   labels=["alertname", "severity", "subject"])
+        for alert in self.engine.firing():
+            active.add_metric([alert.name, alert.severity, alert.subject], 1)
+        yield active
+        transitions = CounterMetricFamily("rigmon_alert_transitions", "Alert transitions since start.",
+                                          labels=["alertname", "severity", "status"])
+        for (name, severity, status), count in sorted(self.transitions.items()):
+            transitions.add_metric([name, severity, status], count)
+        yield transitions
+        sent = CounterMetricFamily("rigmon_notifications_sent", "Notifications delivered.", labels=["notifier"])
+        failed = CounterMetricFamily("rigmon_notifications_failed", "Notifications given up on (refused or too "
+                                                                    "old).", labels=["notifier"])
+        dropped = CounterMetricFamily("rigmon_notifications_dropped", "Notifications dropped from a full queue.",
+                                      labels=["notifier"])
+        queued = GaugeMetricFamily("rigmon_notifications_queued", "Notifications waiting for delivery.",
+                                   labels=["notifier"])
+        for n in self.notifiers:
+            sent.add_metric([n.name], n.sent)
+            failed.add_metric([n.name], n.failed)
+            dropped.add_metric([n.name], n.dropped)
+            queued.add_metric([n.name], n.pending)
+        yield from (sent, failed, dropped, queued)
+        budget = GaugeMetricFamily("rigmon_power_budget_watts", "Configured power budget per PSU group.",
+                                   labels=["psu"])
+        draw = GaugeMetricFamily("rigmon_power_budget_draw_watts", "Power drawn against each budget (GPUs, plus "
+                                                                   "the CPU package where counted).", labels=["psu"])
+        if self.history:
+            for key, values in self.engine.entities(self.history[-1]).items():
+                if key[0] == "psu":
+                    budget.add_metric([values["psu"]], values["budget_watts"])
+                    draw.add_metric([values["psu"]], values["power_watts"])
+        yield from (budget, draw)
+
+    def close(self) -> None:
+        for n in self.notifiers:
+            n.close()

@@ -1,0 +1,193 @@
+"""Every built-in rule fires on its scenario and stays quiet on its negative one.
+
+Scenarios are recordings in the v1 format made from the real H200 tick (see scenarios.py),
+written to disk and read back, then replayed through the real readers and the engine."""
+
+import pytest
+import scenarios as sc
+from scenarios import set_gpu, timeline
+
+from rigmon.alerts.offline import replay_rules
+from rigmon.config import Config, parse
+from rigmon.recording import Recording
+
+MASK = "nvmlDeviceGetCurrentClocksEventReasons"
+
+
+def fans(rpm2):
+    return {"sensors_fans": {"nct6798": [["", 1150], ["", rpm2], ["", 870]]}}
+
+
+def cpu(celsius, busy, critical=100.0):
+    return {"sensors_temperatures": {"k10temp": [["Tctl", celsius + 10, None, None],
+                                                 ["Tdie", celsius, 95.0, critical]]},
+            "cpu_percent": busy}
+
+
+def fan_stops(t, tick):
+    tick["host"] = fans(1150 if t < 60 else 0)
+
+
+def fan_blips(t, tick):
+    tick["host"] = fans(0 if 60 <= t < 70 else 1150)
+
+
+def mask(value):
+    return lambda t, tick: set_gpu(tick, **{MASK: value})
+
+
+def power(mw, util=100):
+    """A GPU at ``mw`` milliwatts and ``util`` % busy; the SW power cap is active only near the 700 W cap."""
+    return lambda t, tick: set_gpu(tick, nvmlDeviceGetPowerUsage=mw, **{MASK: 0x4 if mw > 680000 else 0},
+                                   nvmlDeviceGetUtilizationRates={"gpu": util, "memory": 10})
+
+
+def temperature(celsius):
+    return lambda t, tick: set_gpu(tick, nvmlDeviceGetTemperature__0=celsius)
+
+
+def stalled_job(util):
+    return lambda t, tick: set_gpu(tick, nvmlDeviceGetUtilizationRates={"gpu": util, "memory": 0},
+                                   nvmlDeviceGetComputeRunningProcesses=[{"pid": 4242, "usedGpuMemory": 20 << 30}])
+
+
+def ecc(before, after):
+    return lambda t, tick: set_gpu(tick, **{"nvmlDeviceGetTotalEccErrors:1,0": before if t < 60 else after})
+
+
+def rows(value):
+    return lambda t, tick: set_gpu(tick, nvmlDeviceGetRemappedRows=value)
+
+
+def replays(rising):
+    return lambda t, tick: set_gpu(tick, nvmlDeviceGetPcieReplayCounter=1 + (int(t // 20) if rising else 0))
+
+
+def link(gen, util):
+    return lambda t, tick: set_gpu(tick, nvmlDeviceGetCurrPcieLinkGeneration=gen,
+                                   nvmlDeviceGetUtilizationRates={"gpu": util, "memory": 10})
+
+
+def fan_vanishes(t, tick):
+    tick["host"] = fans(900) if t < 60 else {"sensors_fans": {}}
+
+
+def two_gpus_at(mw):
+    def modify(t, tick):
+        for g in tick["gpus"]:
+            g["nvmlDeviceGetPowerUsage"] = mw
+    return modify
+
+
+# rule: (positive recording, negative recording, config)
+SCENARIOS = {
+    "FanStalled": (lambda: timeline(120, 5, modify=fan_stops), lambda: timeline(120, 5, modify=fan_blips), {}),
+    "CoolingDegraded": (lambda: timeline(900, 15, host=cpu(75, 5)), lambda: timeline(900, 15, host=cpu(75, 90)), {}),
+    "CpuTemperatureCritical": (lambda: timeline(60, 5, host=cpu(97, 100, critical=105)),
+                               lambda: timeline(60, 5, host=cpu(80, 100)), {}),
+    "GpuThermalSlowdown": (lambda: timeline(60, 5, modify=mask(0x20)), lambda: timeline(60, 5, modify=mask(0x4)), {}),
+    "GpuNearSlowdown": (lambda: timeline(90, 5, modify=temperature(86)),
+                        lambda: timeline(90, 5, modify=temperature(80)), {}),
+    "GpuAtSlowdownTemperature": (lambda: timeline(60, 5, modify=temperature(90)),
+                                 lambda: timeline(60, 5, modify=temperature(86)), {}),
+    "GpuPowerBrake": (lambda: timeline(60, 1, modify=mask(0x80 | 0x4)),
+                      lambda: timeline(60, 1, modify=lambda t, tick: set_gpu(
+                          tick, **{MASK: 0x8 if 30 <= t < 32 else 0x4})), {}),
+    "GpuPowerCapped": (lambda: timeline(180, 5, modify=mask(0x4)),
+                       lambda: timeline(180, 5, modify=power(120000, 0)), {}),
+    "GpuStarved": (lambda: timeline(900, 15, modify=power(300000)), lambda: timeline(900, 15, modify=power(690000)),
+                   {}),
+    "GpuJobStalled": (lambda: timeline(1500, 30, modify=stalled_job(0)),
+                      lambda: timeline(1500, 30, modify=stalled_job(100)), {}),
+    "GpuLost": (lambda: sc.gpu_lost(sc.h200()), lambda: sc.h200(), {}),
+    "GpuCountDropped": (lambda: sc.gpu_lost(sc.h200()), lambda: sc.h200().widened(2), {}),
+    "GpuXid": (lambda: sc.with_xid(sc.h200(), at_second=20, xid=79), lambda: sc.h200(), {}),
+    "GpuEccUncorrectable": (lambda: timeline(120, 5, modify=ecc(0, 2)), lambda: timeline(120, 5, modify=ecc(3, 3)),
+                            {}),
+    "GpuRowRemap": (lambda: timeline(30, 5, modify=rows([0, 0, 1, 0])),
+                    lambda: timeline(30, 5, modify=rows([5, 0, 0, 0])), {}),
+    "PcieReplaysRising": (lambda: timeline(120, 5, modify=replays(True)),
+                          lambda: timeline(120, 5, modify=replays(False)), {}),
+    "PcieLinkDegraded": (lambda: timeline(120, 5, modify=link(3, 100)), lambda: timeline(120, 5, modify=link(3, 0)),
+                         {}),
+    "PowerBudgetHigh": (lambda: timeline(90, 5), lambda: timeline(90, 5, modify=power(500000)),
+                        {"alerts": {"power_budget": {"watts": 750, "include_cpu": False}}}),
+    "PowerBudgetExceeded": (lambda: timeline(60, 5, gpus=2, modify=two_gpus_at(692000)),
+                            lambda: timeline(60, 5, gpus=2, modify=two_gpus_at(500000)),
+                            {"alerts": {"power_budget": {"groups": [
+                                {"name": "psu-a", "gpus": [0, 1], "watts": 1300}]}}}),
+    "SensorMissing": (lambda: timeline(120, 5, modify=fan_vanishes), lambda: timeline(120, 5, host=fans(900)), {}),
+}
+
+
+def run(recording: Recording, tmp_path, config: dict) -> list:
+    path = sc.write(recording, tmp_path / "scenario.rec.jsonl")
+    return replay_rules(Recording.load(path), parse(config) if config else Config())
+
+
+def test_every_builtin_rule_has_scenarios():
+    assert set(SCENARIOS) == {spec.name for spec in Config().alerts.effective_rules()}
+
+
+@pytest.mark.parametrize("rule", sorted(SCENARIOS))
+def test_rule_fires_on_its_scenario(rule, tmp_path):
+    positive, _, config = SCENARIOS[rule]
+    transitions = run(positive(), tmp_path, config)
+    fired = [t for t in transitions if t.alertname == rule and t.status == "firing"]
+    assert fired, [t.line() for t in transitions]
+    assert "n/a" not in fired[0].summary and "{" not in fired[0].summary, fired[0].summary
+
+
+@pytest.mark.parametrize("rule", sorted(SCENARIOS))
+def test_rule_stays_quiet_on_its_negative_scenario(rule, tmp_path):
+    _, negative, config = SCENARIOS[rule]
+    transitions = run(negative(), tmp_path, config)
+    assert not [t for t in transitions if t.alertname == rule], [t.line() for t in transitions]
+
+
+def test_h200_recording_raises_nothing_above_info(tmp_path):
+    transitions = run(sc.h200(), tmp_path, {})
+    assert [t for t in transitions if t.severity != "info"] == []
+
+
+def test_texts_show_the_values(tmp_path):
+    (starved,) = [t for t in run(SCENARIOS["GpuStarved"][0](), tmp_path, {}) if t.alertname == "GpuStarved"]
+    assert starved.summary == "GPU 0 (NVIDIA H200) shows 100% busy but draws 300 of 700 W"
+    assert starved.labels == {"gpu": "0", "uuid": "GPU-051bc521-f352-6ece-a775-fbe39f974666", "name": "NVIDIA H200"}
+    assert "input pipeline" in starved.hint
+    xid = [t for t in run(SCENARIOS["GpuXid"][0](), tmp_path, {}) if t.alertname == "GpuXid"]
+    assert xid[0].summary == ("GPU 0 (NVIDIA H200): XID 79, GPU has fallen off the bus (power, PCIe link, riser or "
+                              "seating)")
+    assert [t.status for t in xid] == ["firing"]  # resolves 10 min after the last XID, past this recording
+
+
+def test_resolved_after_the_condition_clears(tmp_path):
+    rec = timeline(120, 5, modify=lambda t, tick: set_gpu(tick, nvmlDeviceGetTemperature__0=90 if t < 60 else 70))
+    states = [(t.alertname, t.status) for t in run(rec, tmp_path, {}) if t.alertname.startswith("GpuAt")]
+    assert states == [("GpuAtSlowdownTemperature", "firing"), ("GpuAtSlowdownTemperature", "resolved")]
+
+
+def test_disable_and_rethreshold_builtins(tmp_path):
+    rec = SCENARIOS["GpuStarved"][0]()
+    off = {"alerts": {"builtin": {"GpuStarved": {"enabled": False}}}}
+    assert not [t for t in run(rec, tmp_path, off) if t.alertname == "GpuStarved"]
+    lower = {"alerts": {"builtin": {"GpuStarved": {"params": {"min_power_ratio": 0.3}}}}}
+    assert not [t for t in run(rec, tmp_path, lower) if t.alertname == "GpuStarved"]  # 300/700 = 0.43 is now fine
+    sooner = {"alerts": {"builtin": {"GpuStarved": {"for": "1m"}}}}
+    fired = [t for t in run(rec, tmp_path, sooner) if t.alertname == "GpuStarved"]
+    assert fired and fired[0].time - rec.ticks[0]["t"] <= 75
+
+
+def test_user_rule(tmp_path):
+    config = {"alerts": {"rules": [{
+        "name": "MemoryAlmostFull", "kind": "gpu", "severity": "warning", "for": "10s",
+        "when": "memory_used_bytes > share * 150e9", "params": {"share": 0.001},
+        "summary": "GPU {gpu} memory at {memory_used_bytes:.3g} bytes"}]}}
+    fired = [t for t in run(timeline(60, 5), tmp_path, config) if t.alertname == "MemoryAlmostFull"]
+    assert fired and fired[0].summary == "GPU 0 memory at 1.84e+09 bytes"
+
+
+def test_expected_sensor_that_never_came(tmp_path):
+    config = {"alerts": {"expected_sensors": ["fan:nct6798/fan9"]}}
+    fired = [t for t in run(timeline(60, 5, host=fans(900)), tmp_path, config) if t.alertname == "SensorMissing"]
+    assert fired and "nct6798/fan9" in fired[0].summary

@@ -1,0 +1,84 @@
+"""The daemon's alerts end to end: rigmon run → engine → webhook receiver, and /metrics."""
+
+import re
+import time
+
+import scenarios as sc
+from receiver import Receiver
+from scenarios import set_gpu, timeline
+from servers import Rigmon, http_get, wait_for
+
+
+def hot_then_cool(t, tick):
+    set_gpu(tick, nvmlDeviceGetTemperature__0=90 if t < 4 else 70)
+
+
+def logged_transitions(output: str) -> list[tuple[str, str]]:
+    return re.findall(r"(FIRING|resolved) critical (GpuAtSlowdownTemperature):", output)
+
+
+def test_every_transition_reaches_the_webhook_in_order_across_an_outage(tmp_path):
+    recording = sc.write(timeline(10, 0.5, modify=hot_then_cool), tmp_path / "cycle.rec.jsonl")
+    first = Receiver()
+    config = f"""
+[daemon]
+interval = 0.5
+[alerts.builtin.GpuAtSlowdownTemperature]
+for = "1s"
+[[notifiers]]
+type = "webhook"
+url = "{first.url}"
+retry_initial = "0.2s"
+retry_max = "1s"
+"""
+    rigmon = Rigmon(tmp_path, recording, config)
+    second = None
+    try:
+        rigmon.wait_ready()
+        wait_for(lambda: first.bodies, 20, what="the first alert")
+        active = [line for line in http_get(rigmon.url, {"Accept": "text/plain"})[1].decode().splitlines()
+                  if line.startswith("rigmon_alert_active{")]
+        assert any('alertname="GpuAtSlowdownTemperature"' in a and 'subject="gpu=0"' in a for a in active), active
+        first.stop()  # the receiver goes away for a stretch
+        time.sleep(15)
+        during_outage = len(logged_transitions(rigmon.output())) - len(first.bodies)
+        second = Receiver(first.port)
+        wait_for(lambda: len(first.bodies) + len(second.bodies) >= len(logged_transitions(rigmon.output())), 30,
+                 what="the queued transitions")
+    finally:
+        assert rigmon.stop() == 0  # a warm stop flushes what is queued
+        if second is not None:
+            second.stop()
+    logged = [("firing" if s == "FIRING" else "resolved", name) for s, name in logged_transitions(rigmon.output())]
+    received = [(b["status"], b["alerts"][0]["labels"]["alertname"]) for b in first.json() + second.json()]
+    assert during_outage >= 2
+    assert received == logged  # every transition, once, in order
+    statuses = [s for s, _ in received]
+    assert all(a != b for a, b in zip(statuses, statuses[1:], strict=False))  # firing, resolved, firing, ...
+
+
+def test_reminders_while_firing(tmp_path):
+    recording = sc.write(timeline(60, 1, modify=lambda t, tick: set_gpu(tick, nvmlDeviceGetTemperature__0=95)),
+                         tmp_path / "hot.rec.jsonl")
+    receiver = Receiver()
+    config = f"""
+[daemon]
+interval = 0.5
+[alerts]
+repeat_interval = "2s"
+[alerts.builtin.GpuAtSlowdownTemperature]
+for = "0s"
+[[notifiers]]
+type = "webhook"
+url = "{receiver.url}"
+"""
+    rigmon = Rigmon(tmp_path, recording, config)
+    try:
+        rigmon.wait_ready()
+        wait_for(lambda: len(receiver.bodies) >= 3, 20, what="reminders")
+    finally:
+        rigmon.stop()
+        receiver.stop()
+    bodies = receiver.json()
+    assert {b["alerts"][0]["labels"]["alertname"] for b in bodies} == {"GpuAtSlowdownTemperature"}
+    assert all(b["status"] == "firing" for b in bodies)

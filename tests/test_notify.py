@@ -1,0 +1,149 @@
+"""Notifiers against a real HTTP receiver: formats, order, outages, refusals."""
+
+import time
+
+import pytest
+from receiver import Receiver
+from servers import wait_for
+
+from rigmon.alerts.engine import Transition
+from rigmon.alerts.notify import Notifier
+from rigmon.config import NotifierConfig
+
+
+def transition(n: int, status: str = "firing", severity: str = "critical") -> Transition:
+    return Transition(status=status, alertname=f"Test{n}", severity=severity, labels={"gpu": str(n), "uuid": "GPU-x"},
+                      summary=f"summary {n}", description="desc", hint="check it", starts_at=1000.0 + n,
+                      ends_at=1010.0 + n if status == "resolved" else None, time=1000.0 + n, values={})
+
+
+def notifier(url: str, **kw) -> Notifier:
+    config = NotifierConfig.model_validate({"type": kw.pop("type", "webhook"), "url": url, "retry_initial": 0.05,
+                                            "retry_max": 0.3, "min_severity": "info", **kw})
+    return Notifier(config, "rig-01")
+
+
+def test_alertmanager_webhook_format():
+    receiver = Receiver()
+    n = notifier(receiver.url, name="am")
+    try:
+        n.submit(transition(1))
+        n.submit(transition(1, "resolved"))
+        wait_for(lambda: len(receiver.bodies) == 2, 10)
+        firing, resolved = receiver.json()
+        assert firing["version"] == "4" and firing["status"] == "firing" and firing["receiver"] == "am"
+        (alert,) = firing["alerts"]
+        assert alert["labels"] == {"alertname": "Test1", "severity": "critical", "host": "rig-01", "gpu": "1",
+                                   "uuid": "GPU-x"}
+        assert alert["annotations"] == {"summary": "summary 1", "description": "desc", "hint": "check it"}
+        assert alert["startsAt"] == "1970-01-01T00:16:41.000Z" and alert["endsAt"] == "0001-01-01T00:00:00Z"
+        assert firing["groupLabels"] == {"alertname": "Test1", "host": "rig-01"} and alert["fingerprint"]
+        assert resolved["status"] == "resolved" and resolved["alerts"][0]["endsAt"] == "1970-01-01T00:16:51.000Z"
+        assert receiver.headers[0]["Content-Type"] == "application/json"
+    finally:
+        n.close()
+        receiver.stop()
+
+
+@pytest.mark.parametrize("kind, check", [
+    ("slack", lambda body, headers: "*[FIRING] Test1 on rig-01 (critical)*" in body["text"]),
+    ("discord", lambda body, headers: "**[FIRING] Test1 on rig-01 (critical)**" in body["content"]),
+])
+def test_chat_formats(kind, check):
+    receiver = Receiver()
+    n = notifier(receiver.url, type=kind)
+    try:
+        n.submit(transition(1))
+        wait_for(lambda: receiver.bodies, 10)
+        assert check(receiver.json()[0], receiver.headers[0])
+        assert "Check: check it" in str(receiver.json()[0])
+    finally:
+        n.close()
+        receiver.stop()
+
+
+def test_ntfy_format_and_token():
+    receiver = Receiver()
+    n = notifier(receiver.url, type="ntfy", token="tk_secret")
+    try:
+        n.submit(transition(1, severity="warning"))
+        wait_for(lambda: receiver.bodies, 10)
+        headers = receiver.headers[0]
+        assert headers["Title"] == "[FIRING] Test1 on rig-01 (warning)" and headers["Priority"] == "4"
+        assert headers["Authorization"] == "Bearer tk_secret"
+        assert receiver.bodies[0].decode().startswith("summary 1")
+    finally:
+        n.close()
+        receiver.stop()
+
+
+def test_receiver_down_for_a_stretch_then_back_loses_nothing_and_keeps_order():
+    receiver = Receiver()
+    port = receiver.port
+    n = notifier(receiver.url)
+    try:
+        for i in range(3):
+            n.submit(transition(i))
+        wait_for(lambda: len(receiver.bodies) == 3, 10)
+        receiver.stop()
+        for i in range(3, 20):
+            n.submit(transition(i, "firing" if i % 2 else "resolved"))
+            time.sleep(0.05)
+        time.sleep(1.5)  # a stretch of refused connections and retries
+        assert n.pending == 17 and n.sent == 3
+        receiver = Receiver(port)
+        wait_for(lambda: len(receiver.bodies) == 17, 20, what="the queued transitions")
+        names = [b["alerts"][0]["labels"]["alertname"] for b in receiver.json()]
+        assert names == [f"Test{i}" for i in range(3, 20)]
+        assert n.sent == 20 and n.failed == 0 and n.dropped == 0
+    finally:
+        n.close()
+        receiver.stop()
+
+
+def test_server_errors_are_retried_and_client_errors_are_not():
+    receiver = Receiver()
+    n = notifier(receiver.url)
+    try:
+        receiver.status = 503
+        n.submit(transition(1))
+        time.sleep(0.5)
+        assert receiver.bodies == [] and n.pending == 1
+        receiver.status = 200
+        wait_for(lambda: len(receiver.bodies) == 1, 10)
+        receiver.status = 400
+        n.submit(transition(2))
+        wait_for(lambda: n.failed == 1, 10)
+        receiver.status = 200
+        n.submit(transition(3))
+        wait_for(lambda: len(receiver.bodies) == 2, 10)
+        assert [b["alerts"][0]["labels"]["alertname"] for b in receiver.json()] == ["Test1", "Test3"]
+    finally:
+        n.close()
+        receiver.stop()
+
+
+def test_full_queue_drops_the_oldest_and_counts(caplog):
+    n = notifier("http://127.0.0.1:9/none", queue_size=3, retry_initial=5)
+    try:
+        for i in range(6):
+            n.submit(transition(i))
+        assert n.dropped >= 2 and n.pending <= 3
+        assert any("queue full" in r.message for r in caplog.records)
+    finally:
+        n.close(timeout=0.1)
+
+
+def test_min_severity_filters():
+    receiver = Receiver()
+    n = notifier(receiver.url, min_severity="critical")
+    try:
+        n.submit(transition(1, severity="info"))
+        n.submit(transition(2, severity="warning"))
+        n.submit(transition(3, severity="critical"))
+        wait_for(lambda: receiver.bodies, 10)
+        time.sleep(0.2)
+        assert [b["alerts"][0]["labels"]["alertname"] for b in receiver.json()] == ["Test3"]
+    finally:
+        n.close()
+        receiver.stop()
