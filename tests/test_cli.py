@@ -76,3 +76,55 @@ def test_version_and_help():
 def test_bad_arguments_exit_2(argv):
     done = rigmon(*argv)
     assert done.returncode == 2 and "Traceback" not in done.stderr
+
+
+def test_rules_test_prints_transitions_with_times(tmp_path):
+    from test_alert_rules import SCENARIOS
+
+    path = sc.write(SCENARIOS["GpuStarved"][0](), tmp_path / "starved.rec.jsonl")
+    done = rigmon("rules", "test", "--replay", str(path))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.lstrip().startswith("600.0 s") and "FIRING   warning  GpuStarved [gpu=0]" in line for line in lines)
+    assert "fired: 1 warning" in done.stdout
+
+
+def test_rules_test_on_the_h200_recording_is_quiet():
+    done = rigmon("rules", "test", "--replay", str(sc.H200), "--all")
+    assert done.returncode == 0 and "0 transition(s); fired: none" in done.stdout
+
+
+def test_rules_list_shows_overrides(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("[alerts.builtin.GpuStarved]\nenabled = false\n")
+    done = rigmon("rules", "list", "--config", str(config))
+    assert done.returncode == 0
+    starved = next(line for line in done.stdout.splitlines() if line.startswith("GpuStarved"))
+    assert "(disabled)" in starved and "utilization_gpu >= min_utilization" in starved
+
+
+def test_doctor_says_what_cannot_evaluate_and_why():
+    done = rigmon("doctor", "--demo")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "FanStalled                 cannot evaluate: no fan sensors visible" in out
+    assert "PowerBudgetExceeded        cannot evaluate: no power budget configured" in out
+    assert "GpuStarved                 ok" in out
+    assert "GPU 0: no fans (passively cooled" in out
+
+
+def test_status_shows_the_alerts_of_a_recording(tmp_path):
+    from test_alert_rules import SCENARIOS
+
+    path = sc.write(SCENARIOS["GpuStarved"][0](), tmp_path / "starved.rec.jsonl")
+    done = rigmon("status", "--replay", str(path), "--at", "700")
+    assert "ALERTS  1 firing" in done.stdout
+    assert "WARNING  GpuStarved [gpu=0]  GPU 0 (NVIDIA H200) shows 100% busy but draws 300 of 700 W" in done.stdout
+    early = rigmon("status", "--replay", str(path), "--at", "100", "--json")
+    assert json.loads(early.stdout)["alerts"] == []
+
+
+def test_live_status_without_a_daemon_says_alerts_are_unknown():
+    done = rigmon("status")
+    assert done.returncode == 0
+    assert "ALERTS  unknown: no rigmon daemon answers on 127.0.0.1:9963" in done.stdout

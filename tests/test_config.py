@@ -30,6 +30,20 @@ BAD = [
      "prometheus.basic_auth.password_sha256: must be 64 hex digits"),
     ("missing field", "[prometheus.basic_auth]\nusername = \"u\"\n",
      "prometheus.basic_auth.password_sha256: required field is missing"),
+    ("unknown builtin rule", "[alerts.builtin.GpuStarvd]\nenabled = false\n",
+     "alerts: no built-in rule named GpuStarvd"),
+    ("rule with a typo", "[alerts.builtin.GpuStarved]\nwhen = \"utilisation_gpu > 0.9\"\n",
+     "alerts: builtin.GpuStarved: when: unknown name 'utilisation_gpu'"),
+    ("bad duration", "[alerts.builtin.GpuStarved]\nfor = \"10 parsecs\"\n",
+     "alerts.builtin.GpuStarved.for: not a duration: '10 parsecs'"),
+    ("user rule syntax", "[[alerts.rules]]\nname = \"X\"\nkind = \"gpu\"\nwhen = \"power_watts >\"\n"
+     "severity = \"warning\"\nsummary = \"s\"\n", "alerts.rules[0]: when: syntax error"),
+    ("user rule kind", "[[alerts.rules]]\nname = \"X\"\nkind = \"psu\"\nwhen = \"rpm > 0\"\n"
+     "severity = \"warning\"\nsummary = \"s\"\n", "alerts.rules[0]: when: unknown name 'rpm'"),
+    ("notifier type", "[[notifiers]]\ntype = \"pager\"\nurl = \"http://x\"\n",
+     "notifiers[0].type: Input should be 'webhook', 'slack', 'discord' or 'ntfy'"),
+    ("notifier secret url", "[[notifiers]]\ntype = \"slack\"\nurl = \"hooks.slack.com/T0/B0/secret\"\n",
+     "notifiers[0].url: must be an http:// or https:// URL"),
 ]
 
 
@@ -42,6 +56,7 @@ def test_bad_config_names_the_field_and_exits_2(tmp_path, name, text, message):
     assert message in done.stderr
     assert done.stderr.startswith(str(path))
     assert "Traceback" not in done.stderr
+    assert "secret" not in done.stderr.replace("password_sha256", "")  # secrets are never echoed
 
 
 def test_missing_file_exits_2(tmp_path):
