@@ -74,14 +74,14 @@ def cmd_status(args) -> int:
     poller = build_poller(config, source)
     engine = build_engine(config) if config.alerts.enabled else None
     history: deque = deque(maxlen=config.daemon.history)
-    alerts, note = None, ""
+    alerts, note, daemon = None, "", None
     if engine is not None and source is not None and not args.watch:
         from .alerts.offline import replay_rules  # the recording's alerts as of --at
 
         replay_rules(source.recording, config, until=args.at, engine=engine)
         alerts = [alert_dict(a) for a in engine.firing()]
     elif engine is not None and not args.watch:
-        alerts, note = _daemon_alerts(config)
+        alerts, note, daemon = _daemon_state(config)
     poller.open()
     try:
         if source is None:
@@ -94,7 +94,7 @@ def cmd_status(args) -> int:
                 alerts, note = [alert_dict(a) for a in engine.firing()], "since this status started"
             where = f"{label} at {source.clock():.1f} s ({source.label() or 'no label'})" if source else ""
             if args.json:
-                extra = {"alerts": alerts}
+                extra = {"alerts": alerts, "daemon": daemon}
                 if source:
                     extra["replay"] = {"file": args.replay or str(demo_path()), "at": source.clock(),
                                        "label": source.label()}
@@ -102,7 +102,7 @@ def cmd_status(args) -> int:
             else:
                 if args.watch:
                     sys.stdout.write("\x1b[H\x1b[2J")
-                print(render(sample, where, alerts, note))
+                print(render(sample, where, alerts, note, daemon))
             if not args.watch:
                 return 0
             sys.stdout.flush()
@@ -113,24 +113,25 @@ def cmd_status(args) -> int:
         poller.close()
 
 
-def _daemon_alerts(config) -> tuple[list | None, str]:
-    """Firing alerts from the rigmon daemon on this machine: alerts need its history."""
+def _daemon_state(config) -> tuple[list | None, str, dict | None]:
+    """Firing alerts and sink state from the rigmon daemon on this machine: alerts need its history."""
     import ssl
     import urllib.request
 
     prom = config.prometheus
     where = f"127.0.0.1:{prom.port}"
     if not prom.enabled:
-        return None, "the daemon's endpoint is disabled in the config"
+        return None, "the daemon's endpoint is disabled in the config", None
     if prom.basic_auth is not None:
-        return None, f"the daemon at {where} asks for a password; see rigmon_alert_active in Prometheus"
+        return None, f"the daemon at {where} asks for a password; see rigmon_alert_active in Prometheus", None
     scheme = "https" if prom.tls_cert else "http"
     context = ssl._create_unverified_context() if prom.tls_cert else None  # our own daemon on loopback
     try:
-        with urllib.request.urlopen(f"{scheme}://{where}/alerts", timeout=1.0, context=context) as response:
-            return json.loads(response.read())["alerts"], f"from the daemon at {where}"
+        with urllib.request.urlopen(f"{scheme}://{where}/state", timeout=1.0, context=context) as response:
+            state = json.loads(response.read())
+            return state["alerts"], f"from the daemon at {where}", state
     except (OSError, ValueError, KeyError):
-        return None, f"no rigmon daemon answers on {where} (alerts need its history: start rigmon run)"
+        return None, f"no rigmon daemon answers on {where} (alerts need its history: start rigmon run)", None
 
 
 def cmd_record(args) -> int:

@@ -139,6 +139,40 @@ class NotifierConfig(_Section):
         return v
 
 
+class InfluxConfig(_Section):
+    enabled: bool = False
+    api: Annotated[Literal["v2", "v1"], Field(description="v2: InfluxDB 2.x, 3.x and 1.8+ (url, org, bucket, "
+                                                          "token); v1: InfluxDB 1.x (url, database, "
+                                                          "retention_policy, username, password).")] = "v2"
+    url: str = "http://localhost:8086"
+    org: Annotated[str, Field(description="v2: organisation ('-' for InfluxDB 1.8).")] = ""
+    bucket: Annotated[str, Field(description="v2: bucket ('db/rp' for InfluxDB 1.8).")] = "rigmon"
+    token: Annotated[SecretStr | None, Field(description="v2: API token ('user:password' for InfluxDB 1.8).")] = None
+    database: Annotated[str, Field(description="v1: database.")] = "rigmon"
+    retention_policy: Annotated[str, Field(description="v1: retention policy (the database's default when "
+                                                       "empty).")] = ""
+    username: str = ""
+    password: SecretStr | None = None
+    timeout: Annotated[float, Field(gt=0, le=300)] = 10.0
+    flush_interval: Annotated[float, Field(gt=0, le=3600, description="Seconds a batch may wait before it is "
+                                                                      "sent.")] = 1.0
+    retry_initial: Duration = 1.0
+    retry_max: Annotated[Duration, Field(description="Longest wait between retries; also the pace of retries "
+                                                     "after the server refused the credentials.")] = 60.0
+    spool_dir: Annotated[Path | None, Field(description="Where unsent points wait on disk (default: "
+                                                        "<state_dir>/influxdb-spool).")] = None
+    spool_max_bytes: Annotated[int, Field(ge=65536, description="Bound of the spool; past it the oldest points "
+                                                                "are dropped and counted.")] = 256 << 20
+    queue_size: Annotated[int, Field(ge=10, le=1_000_000)] = 10_000
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, v: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", v):
+            raise ValueError("must be an http:// or https:// URL")
+        return v
+
+
 class Config(_Section):
     daemon: DaemonConfig = DaemonConfig()
     gpu: GpuConfig = GpuConfig()
@@ -146,6 +180,7 @@ class Config(_Section):
     prometheus: PrometheusConfig = PrometheusConfig()
     alerts: AlertsConfig = AlertsConfig()
     notifiers: list[NotifierConfig] = []
+    influxdb: InfluxConfig = InfluxConfig()
 
 
 class ConfigError(Exception):
@@ -238,4 +273,4 @@ def _message(err: dict) -> str:
     return err["msg"].removeprefix("Value error, ") + shown
 
 
-_SECRET_FIELDS = {"url", "token", "headers", "password_sha256", "password"}
+_SECRET_FIELDS = {"token", "headers", "password_sha256", "password"}

@@ -31,6 +31,7 @@ from .alerts.sink import AlertSink, alert_dict
 from .exporters.prometheus import MetricsApp, RigmonCollector, serve
 from .poller import Poller, build_poller
 from .sample import Sample
+from .sinks.influxdb import InfluxSink
 from .systemd import Notifier
 
 log = logging.getLogger(__name__)
@@ -102,9 +103,14 @@ class Daemon:
         self.notifier = notifier or Notifier()
         self.stats = PollStats(config.daemon.interval)
         self.alerts = AlertSink(config) if config.alerts.enabled else None
-        self.collector = RigmonCollector([self.stats] + ([self.alerts] if self.alerts else []))
+        self.influx = InfluxSink(config) if config.influxdb.enabled else None
+        if self.alerts and self.influx:
+            self.alerts.listeners.append(self.influx)
+        providers = [self.stats] + [p for p in (self.alerts, self.influx) if p is not None]
+        self.collector = RigmonCollector(providers)
         # Alerts first, so a scrape sees the alert state of the sample it shows.
-        self.sinks: list[Sink] = ([self.alerts] if self.alerts else []) + [self.collector] + list(sinks or [])
+        self.sinks: list[Sink] = ([self.alerts] if self.alerts else []) + [self.collector] + (
+            [self.influx] if self.influx else []) + list(sinks or [])
         self.history: deque[Sample] = deque(maxlen=config.daemon.history)
         self.latest: Sample | None = None
         self.stopped = threading.Event()
@@ -164,7 +170,7 @@ class Daemon:
             auth = self.config.prometheus.basic_auth
             app = MetricsApp(registry, lambda: self.stats.generation,
                              (auth.username, auth.password_sha256.get_secret_value()) if auth else None,
-                             routes={"/alerts": self._alerts_json})
+                             routes={"/state": self._state_json})
             self._server, _ = serve(app, self.config.prometheus)
             scheme = "https" if self.config.prometheus.tls_cert else "http"
             log.info("serving metrics on %s://%s:%d/metrics", scheme, self.config.prometheus.listen,
@@ -184,9 +190,12 @@ class Daemon:
         self._ready = True
         log.info("rigmon started: %d GPU(s), polling every %g s", gpus, interval)
 
-    def _alerts_json(self) -> tuple[str, bytes]:
+    def _state_json(self) -> tuple[str, bytes]:
+        """What ``rigmon status`` shows of the daemon: firing alerts, the InfluxDB sink."""
         alerts = self.alerts.engine.firing() if self.alerts else []
-        return "application/json", json.dumps({"alerts": [alert_dict(a) for a in alerts]}).encode()
+        state = {"alerts": [alert_dict(a) for a in alerts], "influxdb": self.influx.state() if self.influx else None,
+                 "polls": self.stats.polls, "skipped": self.stats.skipped}
+        return "application/json", json.dumps(state).encode()
 
     @property
     def port(self) -> int | None:
@@ -255,7 +264,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if source is not None:
         log.info("replaying %s (%d GPU(s), %.0f s, looping)", label, source.recording.gpu_count,
                  source.recording.duration)
-    daemon = Daemon(config, build_poller(config, source))
+    try:
+        daemon = Daemon(config, build_poller(config, source))
+    except OSError as e:  # the spool's state directory cannot be made or written
+        raise UsageError(f"{getattr(e, 'filename', '') or ''}: {e.strerror or e}".lstrip(": ")) from None
     daemon.install_signal_handlers()
     try:
         daemon.start()

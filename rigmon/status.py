@@ -29,7 +29,8 @@ def _gb(value) -> str:
     return NS if value is None else f"{value / 1e9:.1f}"
 
 
-def render(sample: Sample, source: str = "", alerts: list[dict] | None = None, alerts_note: str = "") -> str:
+def render(sample: Sample, source: str = "", alerts: list[dict] | None = None, alerts_note: str = "",
+           daemon: dict | None = None) -> str:
     lines = []
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(sample.time))
     system = sample.system
@@ -52,6 +53,9 @@ def render(sample: Sample, source: str = "", alerts: list[dict] | None = None, a
     lines.append("")
     lines += _alerts(alerts, alerts_note)
     lines.append("")
+    if daemon and daemon.get("influxdb"):
+        lines += _influx(daemon["influxdb"])
+        lines.append("")
     lines.append(f"{NS} = not supported by this hardware or not readable here")
     return "\n".join(lines)
 
@@ -127,4 +131,14 @@ def _alerts(alerts: list[dict] | None, note: str) -> list[str]:
     lines = [head]
     for a in alerts:
         lines.append(f"  {a['severity'].upper():<8} {a['alertname']} [{a['subject']}]  {a['summary']}")
+    return lines
+
+
+def _influx(s: dict) -> list[str]:
+    last = time.strftime("%H:%M:%S", time.localtime(s["last_success"])) if s.get("last_success") else "never"
+    lines = [f"INFLUXDB ({s['api']}, {s['url']})  written {s['points_written']}, spooled {s['points_spooled']} "
+             f"({s['spool_bytes'] / 1e6:.1f} MB), dropped {s['points_dropped']}, failed {s['points_failed']}, "
+             f"last success {last}"]
+    if s.get("last_error"):
+        lines.append(f"  last error: {s['last_error']}")
     return lines

@@ -129,3 +129,133 @@ class Prometheus:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+class InfluxDB:
+    """Debian's influxd (1.6) on loopback, with its data in ``tmp``; stop() and start() keep the data."""
+
+    def __init__(self, tmp: Path, database: str = "rigmon"):
+        if shutil.which("influxd") is None:
+            raise RuntimeError("influxd is not installed: run tests/run, which installs Debian's influxdb")
+        self.dir = tmp / "influxdb"
+        self.dir.mkdir(exist_ok=True)
+        self.port, self.rpc_port = free_port(), free_port()
+        self.database = database
+        (self.dir / "influxdb.conf").write_text(f"""
+reporting-disabled = true
+bind-address = "127.0.0.1:{self.rpc_port}"
+[meta]
+  dir = "{self.dir}/meta"
+[data]
+  dir = "{self.dir}/data"
+  wal-dir = "{self.dir}/wal"
+  query-log-enabled = false
+[http]
+  bind-address = "127.0.0.1:{self.port}"
+  log-enabled = false
+[monitor]
+  store-enabled = false
+[continuous_queries]
+  enabled = false
+""")
+        self.proc = None
+        self.start()
+        self.query(f'CREATE DATABASE "{database}"')
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.log = open(self.dir / "log", "a")
+        self.proc = subprocess.Popen(["influxd", "-config", str(self.dir / "influxdb.conf")], stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        wait_for(lambda: http_get(f"{self.url}/ping", timeout=2)[0] == 204, 60, what="influxd to answer /ping")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+        self.proc = None
+
+    def query(self, q: str, epoch: str | None = None) -> list[dict]:
+        params = {"q": q, "db": self.database, **({"epoch": epoch} if epoch else {})}
+        data = urllib.parse.urlencode(params).encode()
+        with urllib.request.urlopen(urllib.request.Request(f"{self.url}/query", data=data), timeout=30) as response:
+            body = json.loads(response.read())
+        result = body["results"][0]
+        if "error" in result:
+            raise RuntimeError(f"{q}: {result['error']}")
+        return result.get("series", [])
+
+    def count(self, q: str) -> int:
+        series = self.query(q)
+        return int(series[0]["values"][0][1]) if series else 0
+
+
+class V2Gateway:
+    """A test-side InfluxDB v2 write endpoint: checks the token, org, bucket and precision of
+    /api/v2/write as InfluxDB 2.x does, then forwards the body to a real 1.x server's /write."""
+
+    def __init__(self, influx: InfluxDB, token: str, org: str, bucket: str):
+        import gzip as gzipmod
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.requests = 0
+        gateway = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                gateway.requests += 1
+                url = urllib.parse.urlparse(self.path)
+                q = urllib.parse.parse_qs(url.query)
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzipmod.decompress(body)
+                if url.path != "/api/v2/write":
+                    return self._answer(404, {"code": "not found", "message": "path not found"})
+                if self.headers.get("Authorization") != f"Token {token}":
+                    return self._answer(401, {"code": "unauthorized", "message": "unauthorized access"})
+                if q.get("org") != [org]:
+                    return self._answer(404, {"code": "not found", "message": f'organization name "{q.get("org")}" '
+                                                                              f'not found'})
+                if q.get("bucket") != [bucket]:
+                    return self._answer(404, {"code": "not found", "message": f'bucket "{q.get("bucket")}" not found'})
+                precision = q.get("precision", ["ns"])[0]
+                if precision not in ("ns", "us", "ms", "s"):
+                    return self._answer(400, {"code": "invalid", "message": "invalid precision"})
+                forward = urllib.request.Request(
+                    f"{influx.url}/write?db={bucket}&precision={'u' if precision == 'us' else precision}", data=body)
+                try:
+                    with urllib.request.urlopen(forward, timeout=30):
+                        pass
+                except urllib.error.HTTPError as e:
+                    return self._answer(e.code, {"code": "error", "message": e.read().decode()})
+                except OSError as e:
+                    return self._answer(503, {"code": "unavailable", "message": str(e)})
+                self.send_response(204)
+                self.end_headers()
+
+            def _answer(self, status, payload):
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -22,7 +22,9 @@ def test_example_config_is_valid_and_equals_the_defaults():
 
 def test_readme_metrics_table_matches_the_exporter(tmp_path):
     documented = set(re.findall(r"^\| `(rigmon_[a-z0-9_]+)`", (ROOT / "README.md").read_text(), re.M))
-    rigmon = Rigmon(tmp_path, sc.write(sc.rich(sc.h200()), tmp_path / "rich.rec.jsonl"), "[daemon]\ninterval = 0.3\n")
+    config = (f"[daemon]\ninterval = 0.3\nstate_dir = \"{tmp_path / 'state'}\"\n"
+              "[influxdb]\nenabled = true\napi = \"v1\"\nurl = \"http://127.0.0.1:9\"\n")
+    rigmon = Rigmon(tmp_path, sc.write(sc.rich(sc.h200()), tmp_path / "rich.rec.jsonl"), config)
     try:
         rigmon.wait_ready()
         import time
@@ -51,6 +53,6 @@ def test_readme_toml_examples_are_valid_config():
 
     blocks = re.findall(r"^```toml\n(.*?)\n```", (ROOT / "README.md").read_text(), re.M | re.S)
     assert len(blocks) >= 2
-    env = {"SLACK_WEBHOOK_URL": "https://hooks.slack.example/T/B/x", "NTFY_TOKEN": "tk"}
+    env = {"SLACK_WEBHOOK_URL": "https://hooks.slack.example/T/B/x", "NTFY_TOKEN": "tk", "INFLUX_TOKEN": "t"}
     for block in blocks:
         config.parse(tomllib.loads(block), "README", env)

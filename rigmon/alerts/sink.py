@@ -49,6 +49,7 @@ class AlertSink:
         self.repeat_interval = config.alerts.repeat_interval
         self.transitions: Counter[tuple[str, str, str]] = Counter()
         self._last_sent: dict[str, float] = {}
+        self.listeners: list = []  # other sinks that keep transitions (InfluxDB)
 
     def consume(self, sample: Sample) -> list[Transition]:
         self.history.append(sample)
@@ -63,6 +64,9 @@ class AlertSink:
                 self._last_sent.pop(t.key, None)
             else:
                 self._last_sent[t.key] = now
+        if transitions:
+            for listener in self.listeners:
+                listener.consume_transitions(transitions)
         if self.repeat_interval > 0:
             for alert in self.engine.firing():
                 reminder = self.engine.transition_of(alert, now)

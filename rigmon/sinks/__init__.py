@@ -1,0 +1,1 @@
+"""Push sinks: consume samples and deliver them elsewhere (InfluxDB)."""

@@ -1,0 +1,291 @@
+"""The InfluxDB sink: every sample, once, in order, even across outages and crashes.
+
+Polling hands samples to a bounded in-memory queue and returns. A writer thread encodes
+them as line protocol, appends them to the disk spool (fsynced), and sends the spool's
+segments oldest first, synchronously, through the v2 API (influxdb-client, for InfluxDB
+2.x, 3.x and 1.8+) or the v1 ``/write`` API (InfluxDB 1.x). Failures are retried with
+exponential backoff and jitter, honouring Retry-After; a refused credential, org, bucket or
+database is reported once and retried slowly, with the data kept in the spool; a batch the
+server calls malformed is set aside as ``*.rejected`` beside the spool and counted.
+
+Durability: a sample is on disk within one writer cycle (milliseconds) of its poll; only
+samples still in the in-memory queue at a crash are lost. The spool is bounded
+(``spool_max_bytes``): past it the oldest points go first, counted and logged.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import logging
+import queue
+import random
+import socket
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from ..sample import Sample
+from .lineprotocol import encode, encode_transition
+from .spool import Spool
+
+if TYPE_CHECKING:
+    from ..config import Config, InfluxConfig
+
+log = logging.getLogger(__name__)
+
+INFO_EVERY_SECONDS = 3600.0
+
+
+class Retryable(Exception):
+    def __init__(self, reason: str, after: float | None = None):
+        super().__init__(reason)
+        self.after = after
+
+
+class Refused(Exception):
+    """The server refused us (credentials, org, bucket, database): retry slowly, keep the data."""
+
+
+class Malformed(Exception):
+    """The server rejected the batch itself (HTTP 400)."""
+
+
+def _classify(status: int, reason: str, retry_after: str | None) -> Exception:
+    if status == 429 or status >= 500:
+        after = float(retry_after) if retry_after and retry_after.replace(".", "", 1).isdigit() else None
+        return Retryable(f"HTTP {status} {reason}".strip(), after)
+    if status == 400:
+        return Malformed(f"HTTP 400 {reason}".strip())
+    return Refused(f"HTTP {status} {reason}".strip())
+
+
+class V1Sender:
+    """InfluxDB 1.x: POST /write?db=&rp=&precision=ns, basic auth."""
+
+    def __init__(self, config: InfluxConfig):
+        query = {"db": config.database, "precision": "ns"}
+        if config.retention_policy:
+            query["rp"] = config.retention_policy
+        self._url = config.url.rstrip("/") + "/write?" + urllib.parse.urlencode(query)
+        self._headers = {"Content-Type": "text/plain; charset=utf-8", "Content-Encoding": "gzip"}
+        if config.username:
+            password = config.password.get_secret_value() if config.password else ""
+            token = base64.b64encode(f"{config.username}:{password}".encode()).decode()
+            self._headers["Authorization"] = f"Basic {token}"
+        self._timeout = config.timeout
+
+    def send(self, data: bytes) -> None:
+        request = urllib.request.Request(self._url, data=gzip.compress(data, 5), headers=self._headers,
+                                         method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout) as response:
+                response.read()
+        except urllib.error.HTTPError as e:
+            body = e.read()[:300].decode("utf-8", "replace")
+            raise _classify(e.code, f"{e.reason}: {body}".strip(": "), e.headers.get("Retry-After")) from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
+            raise Retryable(f"{type(e).__name__}: {getattr(e, 'reason', e)}") from None
+
+    def close(self) -> None:
+        pass
+
+
+class V2Sender:
+    """InfluxDB 2.x/3.x/1.8+: influxdb-client's SYNCHRONOUS write API; rigmon owns the retries."""
+
+    def __init__(self, config: InfluxConfig):
+        from influxdb_client import InfluxDBClient, WritePrecision
+        from influxdb_client.client.write_api import SYNCHRONOUS
+
+        token = config.token.get_secret_value() if config.token else ""
+        self._client = InfluxDBClient(url=config.url, token=token, org=config.org,
+                                      timeout=int(config.timeout * 1000), enable_gzip=True, retries=False)
+        self._api = self._client.write_api(write_options=SYNCHRONOUS)
+        self._bucket, self._org, self._precision = config.bucket, config.org, WritePrecision.NS
+
+    def send(self, data: bytes) -> None:
+        from influxdb_client.rest import ApiException
+
+        try:
+            self._api.write(bucket=self._bucket, org=self._org, record=data.decode(), write_precision=self._precision)
+        except ApiException as e:
+            body = (e.body or b"")[:300]
+            body = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+            headers = e.headers or {}
+            raise _classify(e.status or 0, f"{e.reason or ''}: {body}".strip(": "),
+                            headers.get("Retry-After")) from None
+        except Exception as e:  # urllib3's connection errors, timeouts
+            raise Retryable(f"{type(e).__name__}: {e}") from None
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class InfluxSink:
+    def __init__(self, config: Config, host: str | None = None, sender=None):
+        self.config = config.influxdb
+        self.host = host or socket.gethostname()
+        spool_dir = self.config.spool_dir or (config.daemon.state_dir / "influxdb-spool")
+        self.spool = Spool(spool_dir, self.config.spool_max_bytes)
+        self.sender = sender or (V2Sender(self.config) if self.config.api == "v2" else V1Sender(self.config))
+        self._queue: queue.Queue = queue.Queue(maxsize=self.config.queue_size)
+        self.produced = 0
+        self.written = 0
+        self.failed = 0
+        self.queue_dropped = 0
+        self.last_success: float | None = None
+        self.last_error: str | None = None
+        self._last_info = float("-inf")
+        self._stop = threading.Event()
+        self._said: dict[str, int] = {}
+        self._thread = threading.Thread(target=self._run, name="rigmon-influxdb", daemon=True)
+        self._thread.start()
+
+    # --- the poll side: never blocks -------------------------------------------------------
+    def consume(self, sample: Sample) -> None:
+        self._put(("sample", sample))
+
+    def consume_transitions(self, transitions) -> None:
+        for t in transitions:
+            self._put(("transition", t))
+
+    def _put(self, item) -> None:
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            try:
+                self._queue.get_nowait()
+                self.queue_dropped += 1
+                log.error("InfluxDB queue full: dropped the oldest sample (the writer is stuck?)")
+            except queue.Empty:
+                pass
+            self._queue.put_nowait(item)
+
+    # --- the writer ----------------------------------------------------------------------
+    def _spool_queued(self, block: float) -> None:
+        lines: list[str] = []
+        try:
+            item = self._queue.get(timeout=block) if block > 0 else self._queue.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            kind, value = item
+            if kind == "sample":
+                with_info = value.time - self._last_info >= INFO_EVERY_SECONDS
+                if with_info:
+                    self._last_info = value.time
+                lines += encode(value, self.host, with_info)
+            else:
+                encoded = encode_transition(value, self.host)
+                if encoded:
+                    lines.append(encoded)
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+        try:
+            self.spool.append(lines)
+            self.produced += len(lines)
+        except OSError as e:  # disk full, read-only state dir: say so, keep going in memory
+            self._say(f"cannot write the spool in {self.spool.dir}: {e}")
+            self.failed += len(lines)
+
+    def _run(self) -> None:
+        attempt = 0
+        wait_until = 0.0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            self._spool_queued(block=min(max(wait_until - now, 0.0), self.config.flush_interval) or 0.25)
+            if time.monotonic() < wait_until:
+                continue
+            segment = self.spool.oldest(min_age=self.config.flush_interval)
+            if segment is None:
+                continue
+            path, data, points = segment
+            try:
+                self.sender.send(data)
+            except Retryable as e:
+                attempt += 1
+                delay = e.after if e.after is not None else min(
+                    self.config.retry_max, self.config.retry_initial * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
+                self._say(f"InfluxDB write failed ({e}); retrying with backoff, {self.spool.points} point(s) spooled")
+                wait_until = time.monotonic() + delay
+                continue
+            except Refused as e:
+                attempt += 1
+                self._say(f"InfluxDB refused the write: {e}. Check influxdb.url, token/org/bucket or "
+                          f"username/password/database; the data stays in the spool ({self.spool.points} points)")
+                wait_until = time.monotonic() + self.config.retry_max
+                continue
+            except Malformed as e:
+                kept = self.spool.quarantine(path)
+                self.failed += points
+                log.error("InfluxDB rejected %d point(s) as malformed (%s); kept in %s", points, e, kept)
+                continue
+            self.spool.remove(path)
+            self.written += points
+            self.last_success = time.time()
+            if attempt:
+                log.info("InfluxDB writes resume after %d failed attempt(s); %d point(s) still spooled", attempt,
+                         self.spool.points)
+            attempt = 0
+            self._said.clear()
+            self.last_error = None
+
+    def _say(self, message: str) -> None:
+        """Log a problem once, then every 100th time it repeats."""
+        key = message.split(";")[0].split(" (")[0]
+        count = self._said.get(key, 0) + 1
+        self._said[key] = count
+        self.last_error = message
+        if count == 1 or count % 100 == 0:
+            log.error("%s%s", message, f" (seen {count} times)" if count > 1 else "")
+
+    # --- state ---------------------------------------------------------------------------
+    def state(self) -> dict:
+        return {"api": self.config.api, "url": self.config.url, "points_produced": self.produced,
+                "points_written": self.written, "points_failed": self.failed,
+                "points_dropped": self.spool.dropped_points + self.queue_dropped,
+                "points_spooled": self.spool.points, "spool_bytes": self.spool.bytes,
+                "last_success": self.last_success, "last_error": self.last_error}
+
+    def families(self):
+        s = self.state()
+        yield CounterMetricFamily("rigmon_influxdb_points_written", "Points InfluxDB accepted.",
+                                  value=s["points_written"])
+        yield CounterMetricFamily("rigmon_influxdb_points_failed", "Points InfluxDB rejected as malformed (kept "
+                                                                    "beside the spool as *.rejected).",
+                                  value=s["points_failed"])
+        yield CounterMetricFamily("rigmon_influxdb_points_dropped", "Points dropped because the spool or queue was "
+                                                                     "full.", value=s["points_dropped"])
+        yield CounterMetricFamily("rigmon_influxdb_points_produced", "Points made from samples.",
+                                  value=s["points_produced"])
+        yield GaugeMetricFamily("rigmon_influxdb_spool_points", "Points waiting in the disk spool.",
+                                value=s["points_spooled"])
+        yield GaugeMetricFamily("rigmon_influxdb_spool_bytes", "Size of the disk spool.", value=s["spool_bytes"])
+        last = GaugeMetricFamily("rigmon_influxdb_last_success_timestamp_seconds", "Unix time of the last accepted "
+                                                                                   "write.", labels=[])
+        if s["last_success"] is not None:
+            last.add_metric([], s["last_success"])
+        yield last
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Spool what is queued (so nothing is lost), try to send for up to ``timeout`` s, stop."""
+        deadline = time.monotonic() + timeout
+        while not self._queue.empty() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        while self.spool.points and time.monotonic() < deadline and self.last_error is None:
+            time.sleep(0.05)
+        self._stop.set()
+        self._thread.join(timeout=max(0.5, deadline - time.monotonic() + 0.5))
+        if not self._queue.empty():  # the writer is stuck in a send: spool the rest ourselves
+            self._spool_queued(block=0)
+        self.sender.close()
+        if self.spool.points:
+            log.info("InfluxDB: %d point(s) stay in the spool for the next start", self.spool.points)

@@ -1,0 +1,137 @@
+"""A disk spool of line protocol: what has not reached InfluxDB yet, in order.
+
+Every batch is appended to the newest segment file and fsynced before the writer tries to
+send it, so a crash or restart loses nothing that reached the spool. Segments are sent
+oldest first and deleted once the server accepted them; a segment resent after a crash
+between send and delete writes the same points again, which InfluxDB stores once (same
+series and timestamp). When the spool outgrows its bound, whole oldest segments go first,
+and their points are counted as dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SUFFIX = ".lp"
+
+
+class Spool:
+    def __init__(self, directory: Path, max_bytes: int, segment_bytes: int = 1 << 20):
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = max_bytes
+        self.segment_bytes = min(segment_bytes, max(max_bytes // 4, 4096))
+        self.dropped_points = 0
+        self._lock = threading.Lock()
+        self._segments: list[tuple[int, Path, int, int]] = []  # (seq, path, bytes, points)
+        self._current: tuple[int, Path] | None = None
+        self._current_opened = 0.0
+        self._recover()
+
+    # --- state ---------------------------------------------------------------------------
+    def _recover(self) -> None:
+        for path in sorted(self.dir.glob(f"*{SUFFIX}")):
+            try:
+                seq = int(path.stem)
+            except ValueError:
+                continue
+            data = path.read_bytes()
+            if data and not data.endswith(b"\n"):  # torn by a crash mid-write: keep the whole lines
+                data = data[: data.rfind(b"\n") + 1]
+                path.write_bytes(data)
+            if not data:
+                path.unlink()
+                continue
+            self._segments.append((seq, path, len(data), data.count(b"\n")))
+        if self._segments:
+            log.info("spool: %d point(s) in %d segment(s) waiting from an earlier run", self.points,
+                     len(self._segments))
+
+    @property
+    def bytes(self) -> int:
+        with self._lock:
+            return sum(s[2] for s in self._segments)
+
+    @property
+    def points(self) -> int:
+        with self._lock:
+            return sum(s[3] for s in self._segments)
+
+    # --- writing -------------------------------------------------------------------------
+    def append(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        data = ("\n".join(lines) + "\n").encode()
+        with self._lock:
+            if self._current is None or self._segments[-1][2] >= self.segment_bytes:
+                self._rotate()
+            seq, path = self._current
+            with open(path, "ab") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            last = self._segments[-1]
+            self._segments[-1] = (last[0], last[1], last[2] + len(data), last[3] + len(lines))
+            self._enforce_bound()
+
+    def _rotate(self) -> None:
+        seq = (self._segments[-1][0] + 1) if self._segments else int(time.time() * 1000)
+        path = self.dir / f"{seq:016d}{SUFFIX}"
+        path.touch()
+        _fsync_dir(self.dir)
+        self._segments.append((seq, path, 0, 0))
+        self._current = (seq, path)
+        self._current_opened = time.monotonic()
+
+    def _enforce_bound(self) -> None:
+        while sum(s[2] for s in self._segments) > self.max_bytes and len(self._segments) > 1:
+            seq, path, size, points = self._segments.pop(0)
+            path.unlink(missing_ok=True)
+            self.dropped_points += points
+            log.error("spool over its %d-byte bound: dropped the oldest %d point(s)", self.max_bytes, points)
+
+    # --- reading -------------------------------------------------------------------------
+    def oldest(self, min_age: float = 0.0) -> tuple[Path, bytes, int] | None:
+        """The oldest segment to send: (path, data, points). The segment being written is
+        closed and handed out once it is ``min_age`` seconds old or full."""
+        with self._lock:
+            if not self._segments:
+                return None
+            seq, path, size, points = self._segments[0]
+            if self._current is not None and self._current[0] == seq:
+                if size == 0 or (time.monotonic() - self._current_opened < min_age and size < self.segment_bytes):
+                    return None
+                self._current = None  # the next append opens a new segment
+            return path, path.read_bytes(), points
+
+    def remove(self, path: Path) -> None:
+        with self._lock:
+            self._segments = [s for s in self._segments if s[1] != path]
+            if self._current is not None and self._current[1] == path:
+                self._current = None
+        path.unlink(missing_ok=True)
+
+    def quarantine(self, path: Path) -> Path:
+        """Keep a segment the server rejected as malformed beside the spool, out of the way."""
+        target = path.with_suffix(".rejected")
+        with self._lock:
+            self._segments = [s for s in self._segments if s[1] != path]
+        path.rename(target)
+        return target
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
