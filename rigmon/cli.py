@@ -23,6 +23,14 @@ def demo_path() -> Path:
     return Path(str(resources.files("rigmon") / "data" / DEMO_RECORDING))
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class UsageError(Exception):
     """Bad input from the user: printed without a traceback, exit 2."""
 
@@ -250,6 +258,10 @@ def parser() -> argparse.ArgumentParser:
     from .alerts.commands import add_parsers as add_alert_commands
 
     add_alert_commands(sub, _add_config, _add_source)
+
+    from .burnin.run import add_parser as add_burnin
+
+    add_burnin(sub, _add_config)
     return p
 
 

@@ -173,6 +173,11 @@ class InfluxConfig(_Section):
         return v
 
 
+class BurninConfig(_Section):
+    price_per_kwh: Annotated[float | None, Field(ge=0, description="Electricity price, for the report's cost.")] = None
+    currency: str = "EUR"
+
+
 class Config(_Section):
     daemon: DaemonConfig = DaemonConfig()
     gpu: GpuConfig = GpuConfig()
@@ -181,6 +186,7 @@ class Config(_Section):
     alerts: AlertsConfig = AlertsConfig()
     notifiers: list[NotifierConfig] = []
     influxdb: InfluxConfig = InfluxConfig()
+    burnin: BurninConfig = BurninConfig()
 
 
 class ConfigError(Exception):

@@ -1,0 +1,2 @@
+"""``rigmon burnin``: train a GPT-style model on every GPU while watching the hardware, then
+judge it. Needs PyTorch (the ``burnin`` extra)."""
