@@ -21,6 +21,7 @@ from pathlib import Path
 from .. import __version__
 from .. import config as configmod
 from ..sample import CLOCK_EVENT_BITS, Sample
+from ..sinks.lineprotocol import line
 from . import report as reportmod
 from .verdict import Limits, judge, steady_rate
 
@@ -108,11 +109,11 @@ class Worker:
         self.thread.start()
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
+        for raw in self.proc.stdout:
             try:
-                event = json.loads(line)
+                event = json.loads(raw)
             except json.JSONDecodeError:
-                self.log.write(line)
+                self.log.write(raw)
                 continue
             self.events.append(event)
             if event.get("event") == "error":
@@ -186,6 +187,7 @@ def cmd_burnin(args) -> int:
                for rank, (name, gpu, device) in enumerate(units)]
     history: deque[Sample] = deque(maxlen=config.daemon.history)
     ticks, transitions = [], []
+    pushed: dict[str, int] = {}
     interrupted = False
 
     def stop(signum, frame):
@@ -207,6 +209,7 @@ def cmd_burnin(args) -> int:
             ticks.append(compact(sample, started))
             if influx is not None:
                 influx.consume(sample)
+                influx.consume_lines(progress_points(workers, pushed, host, stamp, started))
             now = time.time()
             if now - last_line >= 10:
                 print(progress_line(now - started, seconds, workers, sample), flush=True)
@@ -228,8 +231,6 @@ def cmd_burnin(args) -> int:
                 w.proc.wait()
             w.thread.join(5)
         poller.close()
-        if influx is not None:
-            influx.close()
     units_data = [w.as_unit() for w in workers]
     overall, judgements, host_judgement = judge(units_data, ticks, transitions, Limits())
     if interrupted:
@@ -240,8 +241,31 @@ def cmd_burnin(args) -> int:
     if args.baseline:
         data["baseline"] = compare(data, json.loads(Path(args.baseline).read_text()))
     json_path, html_path = reportmod.write(data, report_dir)
+    if influx is not None:
+        influx.consume_lines(progress_points(workers, pushed, host, stamp, started) + [
+            line("burnin_verdict", {"host": host, "run": stamp}, {"verdict": overall, "passed": overall == "pass",
+                                                                  "minutes": data["duration_seconds"] / 60},
+                 time.time_ns())])
+        influx.close(timeout=5)
     print(summary(data, json_path, html_path))
     return {"pass": 0, "fail": 1}.get(overall, 2)
+
+
+def progress_points(workers: list[Worker], pushed: dict[str, int], host: str, run: str, started: float) -> list:
+    """The workers' progress since the last call, as ``burnin`` points for InfluxDB."""
+    out = []
+    for w in workers:
+        events = [e for e in w.events if e.get("event") == "progress"]
+        start = next((e for e in w.events if e.get("event") == "start"), {})
+        for e in events[pushed.get(w.name, 0):]:
+            tags = {"host": host, "run": run, "unit": w.name, "gpu": "" if w.gpu is None else str(w.gpu)}
+            point = line("burnin", tags, {"tokens_per_s": float(e["tokens_per_s"]), "loss": e.get("loss"),
+                                          "floor": start.get("floor"), "step": int(e["step"])},
+                         int((started + e["t"]) * 1e9))
+            if point:
+                out.append(point)
+        pushed[w.name] = len(events)
+    return out
 
 
 def progress_line(elapsed: float, total: float, workers: list[Worker], sample: Sample) -> str:

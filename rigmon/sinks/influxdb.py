@@ -151,6 +151,10 @@ class InfluxSink:
     def consume(self, sample: Sample) -> None:
         self._put(("sample", sample))
 
+    def consume_lines(self, lines: list[str]) -> None:
+        """Points already in line protocol (the burn-in's progress)."""
+        self._put(("lines", lines))
+
     def consume_transitions(self, transitions) -> None:
         for t in transitions:
             self._put(("transition", t))
@@ -181,6 +185,8 @@ class InfluxSink:
                 if with_info:
                     self._last_info = value.time
                 lines += encode(value, self.host, with_info)
+            elif kind == "lines":
+                lines += value
             else:
                 encoded = encode_transition(value, self.host)
                 if encoded:

@@ -1,0 +1,73 @@
+"""Deploy files: the systemd units verify, the Prometheus config checks, the compose and
+Grafana provisioning files parse and point at files that exist."""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+@pytest.mark.parametrize("unit", ["rigmon.service", "rigmon-burnin.service", "rigmon-burnin.timer"])
+def test_systemd_analyze_verify(unit, tmp_path):
+    rigmon = shutil.which("rigmon")
+    assert rigmon, "rigmon is not installed (tests/run installs it)"
+    for name in ("rigmon.service", "rigmon-burnin.service", "rigmon-burnin.timer"):
+        text = (ROOT / "systemd" / name).read_text()
+        # verify checks that ExecStart's program exists: point it at the rigmon installed here
+        (tmp_path / name).write_text(text.replace("/opt/rigmon/bin/rigmon", rigmon))
+    done = subprocess.run(["systemd-analyze", "verify", "--man=no", str(tmp_path / unit)], capture_output=True,
+                          text=True, timeout=60)
+    problems = [line for line in done.stderr.splitlines() if unit in line or "rigmon" in line]
+    assert done.returncode == 0 and not problems, done.stderr
+
+
+def test_service_keeps_nvml_and_the_spool_working():
+    unit = (ROOT / "systemd" / "rigmon.service").read_text()
+    for line in ("Type=notify", "WatchdogSec=", "Restart=on-failure", "StateDirectory=rigmon", "PrivateDevices=no",
+                 "DeviceAllow=char-nvidiactl rw", "DeviceAllow=char-nvidia-frontend rw", "ProtectSystem=strict",
+                 "--config /etc/rigmon/rigmon.toml"):
+        assert line in unit, line
+
+
+def test_promtool_check_config():
+    done = subprocess.run(["promtool", "check", "config", str(ROOT / "deploy" / "prometheus" / "prometheus.yml")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
+
+
+def test_compose_and_provisioning_parse_and_reference_existing_files():
+    import yaml
+
+    deploy = ROOT / "deploy"
+    compose = yaml.safe_load((deploy / "compose.yml").read_text())
+    assert set(compose["services"]) == {"prometheus", "alertmanager", "influxdb", "grafana"}
+    for name, service in compose["services"].items():
+        assert service["image"].split(":")[1], f"{name}: pin the image version"
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("."):
+                assert (deploy / source).exists(), f"{name}: {source} does not exist"
+            else:
+                assert source in compose["volumes"], f"{name}: volume {source} is not declared"
+    env = {line.split("=")[0] for line in (deploy / ".env.example").read_text().splitlines()
+           if line and not line.startswith("#")}
+    needed = set(re.findall(r"\$\{(\w+)", (deploy / "compose.yml").read_text()))
+    assert needed <= env, needed - env
+    sources = yaml.safe_load((deploy / "grafana/provisioning/datasources/rigmon.yml").read_text())
+    assert {d["type"] for d in sources["datasources"]} == {"prometheus", "influxdb"}
+    providers = yaml.safe_load((deploy / "grafana/provisioning/dashboards/rigmon.yml").read_text())
+    path = providers["providers"][0]["options"]["path"]
+    mounted = {v.split(":")[1]: v.split(":")[0] for v in compose["services"]["grafana"]["volumes"]}
+    assert (deploy / mounted[path]).resolve() == ROOT / "dashboards"
+    assert len(list((ROOT / "dashboards").glob("*.json"))) == 4
+    assert yaml.safe_load((deploy / "alertmanager/alertmanager.yml").read_text())["route"]["receiver"]
+    assert yaml.safe_load((deploy / "prometheus/targets/rigmon.yml").read_text())[0]["targets"]
+    prometheus = yaml.safe_load((deploy / "prometheus/prometheus.yml").read_text())
+    for rule_file in prometheus["rule_files"]:
+        assert (deploy / "prometheus" / rule_file).exists()
