@@ -20,6 +20,12 @@ DEFAULT_PATH = Path("/etc/rigmon/rigmon.toml")
 DEFAULT_PORT = 9963
 
 
+def _check_http(url: str) -> str:
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise ValueError("must be an http:// or https:// URL")
+    return url
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -134,8 +140,7 @@ class NotifierConfig(_Section):
     @field_validator("url")
     @classmethod
     def _http(cls, v: SecretStr) -> SecretStr:
-        if not re.match(r"^https?://[^/\s]+", v.get_secret_value()):
-            raise ValueError("must be an http:// or https:// URL")
+        _check_http(v.get_secret_value())
         return v
 
 
@@ -168,9 +173,7 @@ class InfluxConfig(_Section):
     @field_validator("url")
     @classmethod
     def _http(cls, v: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", v):
-            raise ValueError("must be an http:// or https:// URL")
-        return v
+        return _check_http(v)
 
 
 class BurninConfig(_Section):
@@ -274,7 +277,9 @@ def _message(err: dict) -> str:
     if err["type"] == "missing":
         return "required field is missing"
     got = err.get("input")
-    secret = any(str(part) in _SECRET_FIELDS for part in err["loc"])
+    loc = [str(part) for part in err["loc"]]
+    # notifier URLs carry tokens (Slack, Discord); InfluxDB's URL does not
+    secret = any(part in _SECRET_FIELDS for part in loc) or (loc[:1] == ["notifiers"] and loc[-1:] == ["url"])
     shown = "" if secret or isinstance(got, (dict, list)) or got is None else f" (got {got!r})"
     return err["msg"].removeprefix("Value error, ") + shown
 

@@ -103,6 +103,17 @@ def event_strip(title: str, xs: list[float], events: list[dict], width: int = 72
     return "".join(out)
 
 
+def _series(ticks: list[dict], key: str) -> dict[str, tuple[list, list]]:
+    """{sensor: (times, values)} from the ticks' ``key`` mapping (CPU temperatures, fans)."""
+    out: dict[str, tuple[list, list]] = {}
+    for t in ticks:
+        for name, value in t.get(key, {}).items():
+            xs, ys = out.setdefault(name, ([], []))
+            xs.append(t["t"])
+            ys.append(value)
+    return out
+
+
 def render(r: dict) -> str:
     ticks = r["hardware"]["ticks"]
     xs = [t["t"] for t in ticks]
@@ -177,18 +188,7 @@ td,th{{border:1px solid #ddd;padding:4px 8px;text-align:left;font-size:14px}} th
                                                                 COLORS[0])], "nats",
                            [("floor", u["floor"], "#2ca02c")] if u.get("floor") is not None else []))
         parts.append("</div>")
-    cpu_series = {}
-    for t in ticks:
-        for name, value in t.get("cpu", {}).items():
-            cpu_series.setdefault(name, ([], []))
-            cpu_series[name][0].append(t["t"])
-            cpu_series[name][1].append(value)
-    fan_series = {}
-    for t in ticks:
-        for name, value in t.get("fans", {}).items():
-            fan_series.setdefault(name, ([], []))
-            fan_series[name][0].append(t["t"])
-            fan_series[name][1].append(value)
+    cpu_series, fan_series = _series(ticks, "cpu"), _series(ticks, "fans")
     parts.append("<h2>CPU sensors</h2><div class='grid'>")
     parts.append(chart("CPU temperature", [(n, sx, sy, COLORS[i % 8]) for i, (n, (sx, sy)) in
                                            enumerate(sorted(cpu_series.items()))], "°C"))
