@@ -14,7 +14,10 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 @pytest.mark.parametrize("unit", ["rigmon.service", "rigmon-burnin.service", "rigmon-burnin.timer"])
 def test_systemd_analyze_verify(unit, tmp_path):
-    rigmon = shutil.which("rigmon")
+    import sys
+
+    beside = Path(sys.executable).parent / "rigmon"  # pip's scripts directory, wherever PATH points
+    rigmon = shutil.which("rigmon") or (str(beside) if beside.exists() else None)
     assert rigmon, "rigmon is not installed (tests/run installs it)"
     for name in ("rigmon.service", "rigmon-burnin.service", "rigmon-burnin.timer"):
         text = (ROOT / "systemd" / name).read_text()
