@@ -119,7 +119,14 @@ BOX = [
        f'$timeFilter GROUP BY "alertname", "severity", "subject"', "")], 12),
 ]
 
-# Burn-ins push to InfluxDB only (a burn-in is not a daemon Prometheus scrapes).
+# Prometheus sees the newest burn-in report through the daemon ([burnin] reports_dir);
+# InfluxDB gets every burn-in's progress as it runs.
+BOX_PROMETHEUS_ONLY = [
+    ("Last burn-in", "stat", "none",
+     [(f"rigmon_burnin_last_passed{{{P_SEL}}}", "passed (1) / failed (0)"),
+      (f"rigmon_burnin_tokens_per_second{{{P_SEL}}}", "{{unit}} tokens/s"),
+      (f"time() - rigmon_burnin_last_run_timestamp_seconds{{{P_SEL}}}", "seconds ago")], [], 24),
+]
 BOX_INFLUX_ONLY = [
     ("Burn-in runs: tokens/s and loss against the floor", "timeseries", "none", [],
      [(f'SELECT mean("tokens_per_s") AS "tokens/s" FROM "burnin" WHERE {I_HOST} AND $timeFilter '
@@ -173,7 +180,8 @@ def _variables(kind: str, box: bool) -> list[dict]:
 
 
 def dashboard(kind: str, box: bool) -> dict:
-    specs = (BOX + (BOX_INFLUX_ONLY if kind == "influxdb" else [])) if box else FLEET
+    only = BOX_INFLUX_ONLY if kind == "influxdb" else BOX_PROMETHEUS_ONLY
+    specs = BOX + only if box else FLEET
     panels, x, y = [], 0, 0
     for i, spec in enumerate(specs, start=1):
         if not (spec[3] if kind == "prometheus" else spec[4]):

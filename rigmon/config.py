@@ -179,6 +179,8 @@ class InfluxConfig(_Section):
 class BurninConfig(_Section):
     price_per_kwh: Annotated[float | None, Field(ge=0, description="Electricity price, for the report's cost.")] = None
     currency: str = "EUR"
+    reports_dir: Annotated[Path, Field(description="Where scheduled burn-ins keep their reports; the daemon "
+                                                   "exports the newest one's result.")] = Path("/var/lib/rigmon-burnin")
 
 
 class Config(_Section):

@@ -28,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from . import config as configmod
 from . import logs
 from .alerts.sink import AlertSink, alert_dict
+from .exporters.burnin import BurninReports
 from .exporters.prometheus import MetricsApp, RigmonCollector, serve
 from .poller import Poller, build_poller
 from .sample import Sample
@@ -107,6 +108,7 @@ class Daemon:
         if self.alerts and self.influx:
             self.alerts.listeners.append(self.influx)
         providers = [self.stats] + [p for p in (self.alerts, self.influx) if p is not None]
+        providers.append(BurninReports(config.burnin.reports_dir))
         self.collector = RigmonCollector(providers)
         # Alerts first, so a scrape sees the alert state of the sample it shows.
         self.sinks: list[Sink] = ([self.alerts] if self.alerts else []) + [self.collector] + (

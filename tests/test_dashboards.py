@@ -28,6 +28,8 @@ def fed(tmp_path_factory):
 [daemon]
 interval = 0.5
 state_dir = "{tmp / 'state'}"
+[burnin]
+reports_dir = "{tmp / 'burnin-reports'}"
 [influxdb]
 enabled = true
 api = "v1"
@@ -44,8 +46,10 @@ flush_interval = 0.2
             burnin_config.write_text(f'[daemon]\nstate_dir = "{tmp / "burnin-state"}"\n[influxdb]\nenabled = true\n'
                                      f'api = "v1"\nurl = "{influx.url}"\nflush_interval = 0.2\n')
             subprocess.run([sys.executable, "-m", "rigmon", "burnin", "--minutes", "0.25", "--config",
-                            str(burnin_config), "--report", str(tmp / "burnin")], capture_output=True, timeout=300)
+                            str(burnin_config), "--report", str(tmp / "burnin-reports" / "run1")],
+                           capture_output=True, timeout=300)
         wait_for(lambda: prom.query("rigmon_alert_active") and prom.query("rigmon_gpu_xid_errors_total")
+                 and prom.query("rigmon_burnin_last_passed")
                  and prom.query("increase(rigmon_gpu_energy_joules_total[1d])"), 60, what="alerts and XIDs")
         yield prom, influx, rigmon
     finally:

@@ -236,7 +236,7 @@ def cmd_burnin(args) -> int:
     if interrupted:
         overall = "could not run"
         notes.append("interrupted before the end")
-    data = build_report(host, started_wall, time.time() - started, args.model, units_data, judgements,
+    data = build_report(host, started_wall, started, time.time() - started, args.model, units_data, judgements,
                         host_judgement, overall, ticks, transitions, first, config, notes)
     if args.baseline:
         data["baseline"] = compare(data, json.loads(Path(args.baseline).read_text()))
@@ -285,8 +285,8 @@ def progress_line(elapsed: float, total: float, workers: list[Worker], sample: S
     return " | ".join(parts)
 
 
-def build_report(host, started_wall, duration, model, units, judgements, host_judgement, overall, ticks,
-                 transitions, first: Sample, config, notes) -> dict:
+def build_report(host, started_wall, started_unix, duration, model, units, judgements, host_judgement, overall,
+                 ticks, transitions, first: Sample, config, notes) -> dict:
     info = {i.index: i for i in first.gpu_info}
     out_units = []
     gpu_joules = 0.0
@@ -322,6 +322,7 @@ def build_report(host, started_wall, duration, model, units, judgements, host_ju
     price = config.burnin.price_per_kwh
     return {
         "format": "rigmon-burnin", "version": 1, "rigmon": __version__, "host": host, "started": started_wall,
+        "started_unix": round(started_unix, 3),
         "duration_seconds": round(duration, 1), "model": model, "verdict": overall,
         "python": platform.python_version(), "units": out_units,
         "host_verdict": {"status": host_judgement.status, "reasons": host_judgement.reasons},
