@@ -56,11 +56,14 @@ def test_watch_refreshes_until_interrupted():
     import signal
     import time
 
-    time.sleep(2.5)
+    first = proc.stdout.readline()  # the first frame is out: rigmon is running, not starting
+    while "rigmon status" not in first:
+        first = proc.stdout.readline()
+    time.sleep(1.5)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=10)
+    out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
-    assert out.count("rigmon status") >= 3
+    assert out.count("rigmon status") >= 2
 
 
 def test_version_and_help():

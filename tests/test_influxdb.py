@@ -169,14 +169,19 @@ def test_spool_bound_drops_the_oldest_and_counts(tmp_path, influx, eight_gpus):
         influx.start()
         recovered = time.time()  # a 64 KB spool holds about 5 samples of 8 GPUs (~1.2 KB a GPU line)
         wait_for(lambda: metric(rigmon, "rigmon_influxdb_spool_points") == 0, 60, what="the spool to drain")
-        dropped = metric(rigmon, "rigmon_influxdb_points_dropped_total")
-        produced = metric(rigmon, "rigmon_influxdb_points_produced_total")
-        written = metric(rigmon, "rigmon_influxdb_points_written_total")
+        body = http_get(rigmon.url, {"Accept": "text/plain"})[1].decode()  # one scrape: one consistent snapshot
     finally:
         rigmon.stop()
+
+    def value(name):
+        return float(re.search(rf"^{name} (\S+)$", body, re.M).group(1))
+
+    dropped, produced = value("rigmon_influxdb_points_dropped_total"), value("rigmon_influxdb_points_produced_total")
+    written = value("rigmon_influxdb_points_written_total")
+    spooled = value("rigmon_influxdb_spool_points")
     assert dropped > 0
     assert "dropped the oldest" in rigmon.output()
-    assert written + dropped == produced
+    assert written + dropped + spooled == produced  # every point made is accounted for
     # the oldest points of the outage went; from some point on, every poll is there, through the
     # recovery to the end (whole oldest segments are dropped, never points in between)
     ns = int(outage_started * 1e9)

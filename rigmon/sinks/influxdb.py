@@ -144,6 +144,7 @@ class InfluxSink:
         self._last_info = float("-inf")
         self._stop = threading.Event()
         self._said: dict[str, int] = {}
+        self._lock = threading.Lock()  # keeps the counters and the spool consistent for state()
         self._thread = threading.Thread(target=self._run, name="rigmon-influxdb", daemon=True)
         self._thread.start()
 
@@ -196,8 +197,9 @@ class InfluxSink:
             except queue.Empty:
                 break
         try:
-            self.spool.append(lines)
-            self.produced += len(lines)
+            with self._lock:
+                self.spool.append(lines)
+                self.produced += len(lines)
         except OSError as e:  # disk full, read-only state dir: say so, keep going in memory
             self._say(f"cannot write the spool in {self.spool.dir}: {e}")
             self.failed += len(lines)
@@ -230,12 +232,14 @@ class InfluxSink:
                 wait_until = time.monotonic() + self.config.retry_max
                 continue
             except Malformed as e:
-                kept = self.spool.quarantine(path)
-                self.failed += points
+                with self._lock:
+                    kept = self.spool.quarantine(path)
+                    self.failed += points
                 log.error("InfluxDB rejected %d point(s) as malformed (%s); kept in %s", points, e, kept)
                 continue
-            self.spool.remove(path)
-            self.written += points
+            with self._lock:
+                self.spool.remove(path)
+                self.written += points
             self.last_success = time.time()
             if attempt:
                 log.info("InfluxDB writes resume after %d failed attempt(s); %d point(s) still spooled", attempt,
@@ -255,6 +259,11 @@ class InfluxSink:
 
     # --- state ---------------------------------------------------------------------------
     def state(self) -> dict:
+        """A consistent snapshot: produced = written + spooled + dropped (spool) + failed."""
+        with self._lock:
+            return self._state()
+
+    def _state(self) -> dict:
         return {"api": self.config.api, "url": self.config.url, "points_produced": self.produced,
                 "points_written": self.written, "points_failed": self.failed,
                 "points_dropped": self.spool.dropped_points + self.queue_dropped,
