@@ -90,6 +90,8 @@ def cmd_status(args) -> int:
         alerts = [alert_dict(a) for a in engine.firing()]
     elif engine is not None and not args.watch:
         alerts, note, daemon = _daemon_state(config)
+    if args.watch:
+        _stop_on_signals()
     poller.open()
     try:
         if source is None:
@@ -119,6 +121,18 @@ def cmd_status(args) -> int:
         return 0
     finally:
         poller.close()
+
+
+def _stop_on_signals() -> None:
+    """Ctrl-C and SIGTERM end a watch, even when started from a shell that ignores SIGINT
+    for background jobs (Python then installs no KeyboardInterrupt handler of its own)."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _daemon_state(config) -> tuple[list | None, str, dict | None]:
@@ -162,6 +176,7 @@ def cmd_record(args) -> int:
         nvml, host = gpureader.real_backend(), SystemHost(config.host.sysfs)
         what = "recorded by rigmon record"
     recorder = Recorder(f"{what}; rigmon {__version__}; {interval:g} s interval")
+    _stop_on_signals()  # Ctrl-C or SIGTERM ends the recording cleanly
     poller = build_poller(config, nvml=recorder.nvml(nvml), host_backend=recorder.host(host))
     poller.open()
     ticks = 0
