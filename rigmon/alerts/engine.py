@@ -116,6 +116,11 @@ class AlertEngine:
         self._ever_max: dict[tuple, dict[str, float]] = {}
         self._seen_sensors: set[tuple[str, str]] = set()
         self._previous_sample: Sample | None = None
+        # (entity key, variable) -> (times, values) of the variables history functions look back at,
+        # appended once per evaluated sample: a window is a bisect, not a rescan of the history.
+        self._tracked = {(rule.kind, var) for rule in self.rules for var in rule.history_variables}
+        self._series: dict[tuple, tuple[list[float], list[float], list[float]]] = {}
+        self._window_limit = max((rule.longest_window for rule in self.rules), default=0.0) + 60.0
         for name in expected_sensors:
             self._seen_sensors.add(_expected_key(name))
 
@@ -165,53 +170,72 @@ class AlertEngine:
         live = {id(s) for s in history}
         self._entities = {k: v for k, v in self._entities.items() if k in live}
         self._evaluated &= live
+        if not self._series and len(history) > 1:  # a first call with history: take it in, oldest first
+            for earlier in itertools.islice(history, 0, len(history) - 1):
+                self._track(earlier)
         entities = self._entities_of(sample)
+        if id(sample) not in self._evaluated:
+            self._track(sample)
         self._evaluated.add(id(sample))
         self._previous_sample = sample
         self._seen_sensors |= {(e["sensor_kind"], e["sensor"]) for k, e in entities.items() if k[0] == "sensor"
                                and e["present"]}
-        for key, values in entities.items():
-            tracked = self._ever_max.setdefault(key, {})
-            for name, value in values.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    if value > tracked.get(name, float("-inf")):
-                        tracked[name] = value
-        times = [s.time for s in history]
+        kinds = {rule.kind for rule in self.rules}
+        bases = {key: self._names(key, values, now) for key, values in entities.items() if key[0] in kinds}
         transitions: list[Transition] = []
         for rule in self.rules:
             for key, values in entities.items():
                 if key[0] != rule.kind:
                     continue
-                names = self._names(rule, key, values, history, times, now)
+                names = {**bases[key], **rule.params} if rule.params else bases[key]
                 transitions += self._step(rule, key, values, names, now)
         return transitions
+
+    def _track(self, sample: Sample) -> None:
+        """Append the newest values of the variables history functions use; keep for each a
+        reset-corrected running total (so increase() is a subtraction) and the largest value."""
+        horizon = sample.time - self._window_limit
+        for key, values in self._entities_of(sample).items():
+            for kind, var in self._tracked:
+                if key[0] != kind:
+                    continue
+                value = values.get(var)
+                if value is None:
+                    continue
+                value = float(value)
+                times, vals, counted = self._series.setdefault((key, var), ([], [], []))
+                if vals:
+                    previous = vals[-1]
+                    counted.append(counted[-1] + (value - previous if value >= previous else value))
+                else:
+                    counted.append(0.0)
+                times.append(sample.time)
+                vals.append(value)
+                ever = self._ever_max.setdefault(key, {})
+                if value > ever.get(var, float("-inf")):
+                    ever[var] = value
+                if times[0] < horizon:  # forget what no window reaches
+                    cut = bisect.bisect_left(times, horizon)
+                    del times[:cut], vals[:cut], counted[:cut]
 
     def _count_events(self, sample: Sample) -> None:
         for event in sample.events:
             self._xid_totals[event.gpu_index] = self._xid_totals.get(event.gpu_index, 0) + 1
             self._last_xid[event.gpu_index] = event.xid
 
-    def _names(self, rule: Rule, key: tuple, values: dict, history: Sequence[Sample], times: list[float],
-               now: float) -> dict[str, Any]:
+    def _names(self, key: tuple, values: dict, now: float) -> dict[str, Any]:
+        """What an expression sees for one entity: its variables and the history functions."""
         ever = self._ever_max.get(key, {})
+        empty = ((), (), ())
 
         def window(var: str, seconds: float) -> list:
-            start = bisect.bisect_left(times, now - seconds)
-            series = []
-            for s in itertools.islice(history, start, None):
-                v = self._entities_of(s).get(key, {}).get(var)
-                if v is not None:
-                    series.append(v)
-            return series
+            times, vals, _ = self._series.get((key, var), empty)
+            return vals[bisect.bisect_left(times, now - seconds):]
 
         def increase(var: str, seconds: float) -> float | None:
-            series = window(var, seconds)
-            if not series:
-                return None
-            total = 0.0
-            for a, b in zip(series, series[1:], strict=False):
-                total += b - a if b >= a else b  # a counter reset counts from zero
-            return total
+            times, _, counted = self._series.get((key, var), empty)
+            start = bisect.bisect_left(times, now - seconds)
+            return counted[-1] - counted[start] if start < len(times) else None
 
         def over(fn):
             def call(var: str, seconds: float):
@@ -219,9 +243,8 @@ class AlertEngine:
                 return fn(series) if series else None
             return call
 
-        names = dict.fromkeys(KINDS[rule.kind])  # a variable this entity lacks is None: unknown
+        names = dict.fromkeys(KINDS[key[0]])  # a variable this entity lacks is None: unknown
         names.update(values)
-        names.update(rule.params)
         names.update(increase=increase, avg_over=over(lambda s: sum(s) / len(s)), max_over=over(max),
                      min_over=over(min), ever_max=lambda var: ever.get(var), abs=abs, min=min, max=max)
         return names

@@ -65,6 +65,7 @@ class Expression:
             raise ValueError(f"syntax error at column {e.offset}: {e.msg}") from None
         allowed_names = set(KINDS[kind]) | set(LABELS[kind]) | set(params) | {"True", "False", "None"}
         self.variables: set[str] = set()
+        self.history_variables: set[str] = set()  # what increase(), avg_over()... look back at
         for node in ast.walk(tree):
             if not isinstance(node, _ALLOWED):
                 raise ValueError(f"{type(node).__name__} is not allowed in a rule expression")
@@ -76,13 +77,16 @@ class Expression:
                     raise ValueError(f"{node.func.id}() takes no keyword arguments")
                 if node.func.id in HISTORY_FUNCTIONS:
                     self._check_history_call(node, kind, params)
+                    self.history_variables.add(node.args[0].id)
             elif isinstance(node, ast.Name) and node.id not in allowed_names | set(HISTORY_FUNCTIONS) | set(
                     PLAIN_FUNCTIONS):
                 raise ValueError(f"unknown name {node.id!r}; {kind} rules can use: "
                                  f"{', '.join(sorted(KINDS[kind]))} and params {sorted(params) or 'none'}")
             if isinstance(node, ast.Name) and node.id in KINDS[kind]:
                 self.variables.add(node.id)
-        tree = _HistoryArgs(params).visit(tree)
+        args = _HistoryArgs(params)
+        tree = args.visit(tree)
+        self.windows: list[float] = args.windows  # seconds each history function looks back
         ast.fix_missing_locations(tree)
         self._code = compile(tree, f"<rule {text!r}>", "eval")
 
@@ -117,6 +121,7 @@ class _HistoryArgs(ast.NodeTransformer):
 
     def __init__(self, params: dict[str, Any]):
         self._params = params
+        self.windows: list[float] = []
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
@@ -126,6 +131,7 @@ class _HistoryArgs(ast.NodeTransformer):
                 window = node.args[1]
                 value = self._params[window.id] if isinstance(window, ast.Name) else window.value
                 args.append(ast.Constant(parse_duration(value)))
+                self.windows.append(parse_duration(value))
             node.args = args
         return node
 
@@ -189,6 +195,14 @@ class Rule:
     @property
     def variables(self) -> set[str]:
         return self.when.variables | (self.clear.variables if self.clear else set())
+
+    @property
+    def history_variables(self) -> set[str]:
+        return self.when.history_variables | (self.clear.history_variables if self.clear else set())
+
+    @property
+    def longest_window(self) -> float:
+        return max(self.when.windows + (self.clear.windows if self.clear else []), default=0.0)
 
     def __repr__(self) -> str:
         return f"<Rule {self.name} ({self.severity})>"
