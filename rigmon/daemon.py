@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -159,8 +159,6 @@ class Daemon:
             self.stats.skipped += 1
             log.warning("poll skipped: the previous poll is still running (interval %.3g s)",
                         self.config.daemon.interval)
-        elif event.code == EVENT_JOB_ERROR:
-            self.stats.failed += 1
 
     # --- life cycle ----------------------------------------------------------------------
     def start(self, serve_http: bool = True) -> None:
@@ -180,7 +178,7 @@ class Daemon:
         interval = self.config.daemon.interval
         self._scheduler = BackgroundScheduler(job_defaults={"max_instances": 1, "coalesce": True,
                                                             "misfire_grace_time": max(interval, 1.0)})
-        self._scheduler.add_listener(self._on_event, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED | EVENT_JOB_ERROR)
+        self._scheduler.add_listener(self._on_event, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
         self._scheduler.add_job(self._job, "interval", seconds=interval, id="poll", name="poll")
         self._scheduler.start()
         watchdog = self.notifier.watchdog_seconds

@@ -8,15 +8,13 @@ a poll go to that poll's tick.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import threading
 from collections import defaultdict
 from typing import Any, TextIO
 
-from .recording import FORMAT, VERSION, call_key, encode, error_value
+from .recording import FORMAT, VALUE_FIELDS, VERSION, call_key, encode, error_value, handle_key
 
-_VALUE_BY_TYPE = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 _PASS_THROUGH = {"nvmlInit", "nvmlInitWithFlags", "nvmlShutdown", "nvmlEventSetCreate", "nvmlEventSetFree"}
 
 
@@ -75,13 +73,6 @@ class Recorder:
         out.write(json.dumps(self.header, separators=(",", ":")) + "\n")
 
 
-def _handle_key(handle: Any) -> Any:
-    try:
-        return ctypes.cast(handle, ctypes.c_void_p).value
-    except (ctypes.ArgumentError, TypeError):
-        return id(handle)
-
-
 class RecordingNVML:
     def __init__(self, real: Any, recorder: Recorder):
         self._real = real
@@ -97,7 +88,7 @@ class RecordingNVML:
             return special
         if name.startswith("nvmlDevice") and name != "nvmlDeviceGetCount":
             def device_call(handle: Any, *args: Any) -> Any:
-                index = self._index[_handle_key(handle)]
+                index = self._index[handle_key(handle)]
                 key = call_key(name, args)
                 try:
                     value = target(handle, *args)
@@ -125,12 +116,12 @@ class RecordingNVML:
         except Exception as e:
             self._rec.store_system(call_key("nvmlDeviceGetHandleByIndex", (index,)), error_value(e))
             raise
-        self._index[_handle_key(handle)] = index
+        self._index[handle_key(handle)] = index
         self._rec._gpu_entry(index)
         return handle
 
     def _record_nvmlDeviceGetFieldValues(self, handle: Any, field_ids: list[int]) -> Any:
-        index = self._index[_handle_key(handle)]
+        index = self._index[handle_key(handle)]
         try:
             values = self._real.nvmlDeviceGetFieldValues(handle, field_ids)
         except Exception as e:
@@ -141,14 +132,14 @@ class RecordingNVML:
             key = f"nvmlDeviceGetFieldValues:{int(v.fieldId)}"
             if v.nvmlReturn == 0:
                 self._rec.store_gpu(index, key, {"nvmlReturn": 0, "valueType": int(v.valueType),
-                                                 "value": getattr(v.value, _VALUE_BY_TYPE[v.valueType])})
+                                                 "value": getattr(v.value, VALUE_FIELDS[v.valueType])})
             else:
                 self._rec.store_gpu(index, key, {"nvmlReturn": int(v.nvmlReturn), "valueType": int(v.valueType),
                                                  "value": 0})
         return values
 
     def _record_nvmlDeviceRegisterEvents(self, handle: Any, event_types: int, event_set: Any) -> None:
-        index = self._index[_handle_key(handle)]
+        index = self._index[handle_key(handle)]
         try:
             self._real.nvmlDeviceRegisterEvents(handle, event_types, event_set)
         except Exception as e:
@@ -157,7 +148,7 @@ class RecordingNVML:
 
     def _record_nvmlEventSetWait_v2(self, event_set: Any, timeout_ms: int) -> Any:
         data = self._real.nvmlEventSetWait_v2(event_set, timeout_ms)
-        index = self._index.get(_handle_key(data.device))
+        index = self._index.get(handle_key(data.device))
         if index is not None:
             self._rec.store_event(index, data.eventType, data.eventData)
         return data

@@ -14,7 +14,7 @@ import ctypes
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 FORMAT = "rigmon-recording"
 VERSION = 1
@@ -22,6 +22,19 @@ VERSION = 1
 
 class RecordingError(ValueError):
     """A file that is not a readable rigmon recording; the message says where and why."""
+
+
+# The members of NVML's value union (c_nvmlValue_t), indexed by a field value's valueType.
+VALUE_FIELDS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
+def handle_key(handle: Any) -> Any:
+    """A hashable identity for a device handle: the address behind NVML's ctypes pointer, or
+    the handle itself (replayed handles)."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (ctypes.ArgumentError, TypeError):
+        return handle
 
 
 def call_key(name: str, args: tuple = ()) -> str:
@@ -101,15 +114,6 @@ class Recording:
                 raise RecordingError(f"{path}: line {number}: {have} GPU entries, header has {want}")
             ticks.append(tick)
         return cls(header, ticks)
-
-    def dump(self, out: TextIO) -> None:
-        out.write(json.dumps(self.header, separators=(",", ":")) + "\n")
-        for tick in self.ticks:
-            out.write(json.dumps(tick, separators=(",", ":")) + "\n")
-
-    def save(self, path: str | Path) -> None:
-        with open(path, "w", encoding="utf-8") as out:
-            self.dump(out)
 
     def widened(self, count: int) -> Recording:
         """The same recording with ``count`` GPUs, copies of the recorded ones with their own

@@ -14,9 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .recording import Recording, call_key
+from .recording import VALUE_FIELDS, Recording, call_key
 
-_VALUE_UNION = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 NVML_ERROR_NOT_SUPPORTED = 3
 
 
@@ -168,11 +167,11 @@ class ReplayNVML:
             except Exception as e:  # a whole-call failure (GpuIsLost) fails the batch as NVML does
                 if type(e).__name__.endswith("_NotSupported"):
                     out.append(Struct(fieldId=field_id, nvmlReturn=NVML_ERROR_NOT_SUPPORTED, valueType=0,
-                                      value=Struct.fromkeys(_VALUE_UNION, 0), timestamp=0, latencyUsec=0))
+                                      value=Struct.fromkeys(VALUE_FIELDS, 0), timestamp=0, latencyUsec=0))
                     continue
                 raise
             number = recorded.get("value", 0)
-            out.append(Struct(recorded, fieldId=field_id, value=Struct.fromkeys(_VALUE_UNION, number)))
+            out.append(Struct(recorded, fieldId=field_id, value=Struct.fromkeys(VALUE_FIELDS, number)))
         return out
 
     # --- XID events ----------------------------------------------------------------------

@@ -16,7 +16,6 @@ arrive on an NVML event thread and are handed out with the next reading.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import threading
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 import pynvml
 
+from ..recording import VALUE_FIELDS, handle_key
 from ..sample import (
     CLOCK_EVENT_BITS,
     ClockEvents,
@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 
 MHZ = 1e6
 ALL_CLOCK_EVENTS = sum(bit for _, bit in CLOCK_EVENT_BITS)
-_VALUE_BY_TYPE = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 
 FIELD_MEMORY_TEMP = 82
 _POLL_FIELDS = (FIELD_MEMORY_TEMP,)
@@ -295,7 +294,7 @@ class GpuReader:
         for d in live:
             try:
                 nv.nvmlDeviceRegisterEvents(d.handle, pynvml.nvmlEventTypeXidCriticalError, self._event_set)
-                registered[_handle_key(d.handle)] = d
+                registered[handle_key(d.handle)] = d
             except pynvml.NVMLError as e:
                 log.warning("GPU %d: XID events unavailable: %s", d.index, e)
         if not registered:
@@ -327,7 +326,7 @@ class GpuReader:
     def _take_event(self, data: Any, registered: dict) -> None:
         if not data.eventType & pynvml.nvmlEventTypeXidCriticalError:
             return
-        d = registered.get(_handle_key(data.device))
+        d = registered.get(handle_key(data.device))
         if d is None:
             return
         event = XidEvent(gpu_index=d.index, uuid=d.info.uuid, xid=int(data.eventData), time=self._wall())
@@ -491,7 +490,7 @@ class GpuReader:
         out = {}
         for v in values:
             if v.nvmlReturn == pynvml.NVML_SUCCESS:
-                out[v.fieldId] = getattr(v.value, _VALUE_BY_TYPE[v.valueType])
+                out[v.fieldId] = getattr(v.value, VALUE_FIELDS[v.valueType])
             elif v.nvmlReturn in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
                                   pynvml.NVML_ERROR_INVALID_ARGUMENT):
                 d.fields_unsupported.add(v.fieldId)
@@ -522,13 +521,6 @@ class GpuReader:
             except pynvml.NVMLError:
                 pass
             self._opened = False
-
-
-def _handle_key(handle: Any) -> Any:
-    try:
-        return ctypes.cast(handle, ctypes.c_void_p).value
-    except (ctypes.ArgumentError, TypeError):
-        return handle
 
 
 def _text(value: Any) -> str | None:
