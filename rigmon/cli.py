@@ -71,8 +71,6 @@ def _replay_source(args, *, at: float = 0.0, realtime: bool = True, loop: bool =
 
 # --- commands -----------------------------------------------------------------------------
 def cmd_status(args) -> int:
-    from collections import deque
-
     from .alerts.sink import alert_dict, build_engine
     from .poller import build_poller
     from .status import as_json, render
@@ -81,7 +79,6 @@ def cmd_status(args) -> int:
     source, label = _replay_source(args, at=args.at, realtime=bool(args.watch))
     poller = build_poller(config, source)
     engine = build_engine(config) if config.alerts.enabled else None
-    history: deque = deque(maxlen=config.daemon.history)
     alerts, note, daemon = None, "", None
     if engine is not None and source is not None and not args.watch:
         from .alerts.offline import replay_rules  # the recording's alerts as of --at
@@ -99,8 +96,7 @@ def cmd_status(args) -> int:
         while True:
             sample = poller.poll()
             if engine is not None and args.watch:
-                history.append(sample)
-                engine.evaluate(history, sample.time)
+                engine.evaluate(sample, sample.time)
                 alerts, note = [alert_dict(a) for a in engine.firing()], "since this status started"
             where = f"{label} at {source.clock():.1f} s ({source.label() or 'no label'})" if source else ""
             if args.json:

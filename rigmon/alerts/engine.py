@@ -1,16 +1,18 @@
-"""The alert engine: rules, sample history and a clock in; transitions out.
+"""The alert engine: rules, then samples one at a time with the time; transitions out.
 
 It does no I/O and reads no clock of its own (``now`` is an argument), so a test drives it
-through any scenario with injected time. An alert is pending while its condition holds for
-less than the rule's ``for``, then firing; it resolves when the rule's ``clear`` condition
-holds (by default: ``when`` no longer does). A condition that meets a missing value is
+through any scenario with injected time. It keeps the history its rules need: for each
+entity, the series of the variables that ``increase()``, ``avg_over()``… look back at.
+
+An alert is pending while its condition holds for less than the rule's ``for``, then
+firing; it resolves when the rule's ``clear`` condition holds (by default: ``when`` no
+longer does). A condition that meets a missing value is
 unknown and changes nothing.
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -109,8 +111,7 @@ class AlertEngine:
         self.rules = [r for r in rules if r.spec.enabled]
         self.psu_groups = tuple(psu_groups)
         self.alerts: dict[tuple, Alert] = {}
-        self._entities: dict[int, dict[tuple, dict]] = {}  # id(sample) -> entities, for history functions
-        self._evaluated: set[int] = set()
+        self._latest: tuple[Sample, dict[tuple, dict]] | None = None  # the newest sample and its entities
         self._xid_totals: dict[int, int] = {}
         self._last_xid: dict[int, int] = {}
         self._ever_max: dict[tuple, dict[str, float]] = {}
@@ -119,6 +120,7 @@ class AlertEngine:
         # (entity key, variable) -> (times, values) of the variables history functions look back at,
         # appended once per evaluated sample: a window is a bisect, not a rescan of the history.
         self._tracked = {(rule.kind, var) for rule in self.rules for var in rule.history_variables}
+        self._kinds = {rule.kind for rule in self.rules}
         self._series: dict[tuple, tuple[list[float], list[float], list[float]]] = {}
         self._window_limit = max((rule.longest_window for rule in self.rules), default=0.0) + 60.0
         for name in expected_sensors:
@@ -127,13 +129,8 @@ class AlertEngine:
     # --- entities ------------------------------------------------------------------------
     def entities(self, sample: Sample) -> dict[tuple, dict]:
         """What the rules see in ``sample``: {(kind, ...): {variable: value}}."""
-        return self._entities_of(sample)
-
-    def _entities_of(self, sample: Sample) -> dict[tuple, dict]:
-        key = id(sample)
-        cached = self._entities.get(key)
-        if cached is not None:
-            return cached
+        if self._latest is not None and self._latest[0] is sample:
+            return self._latest[1]
         entities = gpu_entities(sample, self._xid_totals, self._last_xid)
         entities.update(host_entities(sample))
         for group in self.psu_groups:
@@ -146,7 +143,6 @@ class AlertEngine:
         for kind, name in self._seen_sensors | present:
             entities[("sensor", kind, name)] = {"sensor_kind": kind, "sensor": name,
                                                 "present": (kind, name) in present}
-        self._entities[key] = entities
         return entities
 
     def _cpu_watts(self, sample: Sample) -> float:
@@ -160,28 +156,19 @@ class AlertEngine:
         return max(joules, 0.0) / (sample.time - previous.time)
 
     # --- evaluation ----------------------------------------------------------------------
-    def evaluate(self, history: Sequence[Sample], now: float) -> list[Transition]:
-        """Evaluate every rule on the newest sample of ``history`` at time ``now``."""
-        if not history:
-            return []
-        sample = history[-1]
-        if id(sample) not in self._evaluated:
+    def evaluate(self, sample: Sample, now: float) -> list[Transition]:
+        """Take in a new sample (each once, oldest first) and evaluate every rule on it at ``now``."""
+        if self._latest is not None and self._latest[0] is sample:
+            entities = self._latest[1]  # the same sample again, at a later time
+        else:
             self._count_events(sample)
-        live = {id(s) for s in history}
-        self._entities = {k: v for k, v in self._entities.items() if k in live}
-        self._evaluated &= live
-        if not self._series and len(history) > 1:  # a first call with history: take it in, oldest first
-            for earlier in itertools.islice(history, 0, len(history) - 1):
-                self._track(earlier)
-        entities = self._entities_of(sample)
-        if id(sample) not in self._evaluated:
-            self._track(sample)
-        self._evaluated.add(id(sample))
-        self._previous_sample = sample
-        self._seen_sensors |= {(e["sensor_kind"], e["sensor"]) for k, e in entities.items() if k[0] == "sensor"
-                               and e["present"]}
-        kinds = {rule.kind for rule in self.rules}
-        bases = {key: self._names(key, values, now) for key, values in entities.items() if key[0] in kinds}
+            entities = self.entities(sample)
+            self._track(entities, sample.time)
+            self._latest = (sample, entities)
+            self._previous_sample = sample
+            self._seen_sensors |= {(e["sensor_kind"], e["sensor"]) for k, e in entities.items()
+                                   if k[0] == "sensor" and e["present"]}
+        bases = {key: self._names(key, values, now) for key, values in entities.items() if key[0] in self._kinds}
         transitions: list[Transition] = []
         for rule in self.rules:
             for key, values in entities.items():
@@ -191,11 +178,11 @@ class AlertEngine:
                 transitions += self._step(rule, key, values, names, now)
         return transitions
 
-    def _track(self, sample: Sample) -> None:
+    def _track(self, entities: dict[tuple, dict], time: float) -> None:
         """Append the newest values of the variables history functions use; keep for each a
         reset-corrected running total (so increase() is a subtraction) and the largest value."""
-        horizon = sample.time - self._window_limit
-        for key, values in self._entities_of(sample).items():
+        horizon = time - self._window_limit
+        for key, values in entities.items():
             for kind, var in self._tracked:
                 if key[0] != kind:
                     continue
@@ -209,7 +196,7 @@ class AlertEngine:
                     counted.append(counted[-1] + (value - previous if value >= previous else value))
                 else:
                     counted.append(0.0)
-                times.append(sample.time)
+                times.append(time)
                 vals.append(value)
                 ever = self._ever_max.setdefault(key, {})
                 if value > ever.get(var, float("-inf")):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from typing import TYPE_CHECKING
 
 from ..poller import build_poller
@@ -24,7 +23,6 @@ def replay_rules(recording: Recording, config: Config, until: float | None = Non
     t0 = recording.ticks[0]["t"]
     poller = build_poller(config, source, wall=lambda: t0 + clock(), event_thread=False)
     engine = engine if engine is not None else build_engine(config)
-    history = deque(maxlen=config.daemon.history)
     transitions: list[Transition] = []
     poller.open()
     try:
@@ -33,8 +31,7 @@ def replay_rules(recording: Recording, config: Config, until: float | None = Non
                 break
             clock.set(offset)
             sample = poller.poll()
-            history.append(sample)
-            transitions += engine.evaluate(history, sample.time)
+            transitions += engine.evaluate(sample, sample.time)
     finally:
         poller.close()
     return transitions

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections import Counter, deque
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -43,7 +43,7 @@ def build_engine(config: Config) -> AlertEngine:
 class AlertSink:
     def __init__(self, config: Config, notifiers: list[Notifier] | None = None, host: str | None = None):
         self.engine = build_engine(config)
-        self.history: deque[Sample] = deque(maxlen=config.daemon.history)
+        self.latest: Sample | None = None
         self.notifiers = notifiers if notifiers is not None else [
             Notifier(n, host or socket.gethostname()) for n in config.notifiers]
         self.repeat_interval = config.alerts.repeat_interval
@@ -52,9 +52,9 @@ class AlertSink:
         self.listeners: list = []  # other sinks that keep transitions (InfluxDB)
 
     def consume(self, sample: Sample) -> list[Transition]:
-        self.history.append(sample)
+        self.latest = sample
         now = sample.time
-        transitions = self.engine.evaluate(self.history, now)
+        transitions = self.engine.evaluate(sample, now)
         for t in transitions:
             level = logging.WARNING if t.status == "firing" and t.severity != "info" else logging.INFO
             log.log(level, "%s", t.line())
@@ -107,8 +107,8 @@ class AlertSink:
                                    labels=["psu"])
         draw = GaugeMetricFamily("rigmon_power_budget_draw_watts", "Power drawn against each budget (GPUs, plus "
                                                                    "the CPU package where counted).", labels=["psu"])
-        if self.history:
-            for key, values in self.engine.entities(self.history[-1]).items():
+        if self.latest is not None:
+            for key, values in self.engine.entities(self.latest).items():
                 if key[0] == "psu":
                     budget.add_metric([values["psu"]], values["budget_watts"])
                     draw.add_metric([values["psu"]], values["power_watts"])

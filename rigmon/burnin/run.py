@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from datetime import datetime
 from pathlib import Path
 
@@ -185,7 +184,6 @@ def cmd_burnin(args) -> int:
     workers = [Worker(name, gpu, device, seconds, args.model, report_dir,
                       {**ddp_env, **({"RANK": str(rank)} if ddp_env else {})})
                for rank, (name, gpu, device) in enumerate(units)]
-    history: deque[Sample] = deque(maxlen=config.daemon.history)
     ticks, transitions = [], []
     pushed: dict[str, int] = {}
     interrupted = False
@@ -201,8 +199,7 @@ def cmd_burnin(args) -> int:
     try:
         while not interrupted and any(w.proc.poll() is None for w in workers):
             sample = poller.poll()
-            history.append(sample)
-            for t in engine.evaluate(history, sample.time):
+            for t in engine.evaluate(sample, sample.time):
                 log.warning("%s", t.line())
                 transitions.append({"status": t.status, "alertname": t.alertname, "severity": t.severity,
                                     "summary": t.summary, "t": round(t.time - started, 1)})
