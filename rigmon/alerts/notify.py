@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import random
 import threading
 import time
 import urllib.error
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from ..retry import Retry, backoff, retry_after
 from .engine import Transition
 from .rules import SEVERITY_RANK
 
@@ -49,12 +49,6 @@ class Message:
 
 class Permanent(Exception):
     """The receiver refused the message for good (4xx other than 429)."""
-
-
-class Retry(Exception):
-    def __init__(self, reason: str, after: float | None = None):
-        super().__init__(reason)
-        self.after = after
 
 
 def _rfc3339(t: float | None) -> str:
@@ -138,8 +132,7 @@ class Notifier:
                 self.send(message)
             except Retry as e:
                 attempt += 1
-                delay = min(self.config.retry_max, self.config.retry_initial * 2 ** (attempt - 1))
-                delay = e.after if e.after is not None else delay * random.uniform(0.5, 1.5)
+                delay = backoff(attempt, self.config.retry_initial, self.config.retry_max, e.after)
                 if attempt == 1 or attempt % 10 == 0:
                     log.warning("notifier %s: %s; retrying (attempt %d, next in %.1f s, %d queued)", self.name, e,
                                 attempt, delay, len(self._queue))
@@ -199,8 +192,7 @@ class Notifier:
                 response.read()
         except urllib.error.HTTPError as e:
             if e.code == 429 or e.code >= 500:
-                retry_after = e.headers.get("Retry-After") if e.headers else None
-                after = float(retry_after) if retry_after and retry_after.isdigit() else None
+                after = retry_after(e.headers.get("Retry-After") if e.headers else None)
                 raise Retry(f"HTTP {e.code}", after) from None
             raise Permanent(f"HTTP {e.code} {e.reason}") from None
         except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:

@@ -19,7 +19,6 @@ import base64
 import gzip
 import logging
 import queue
-import random
 import socket
 import threading
 import time
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from ..retry import Retry, backoff, retry_after
 from ..sample import Sample
 from .lineprotocol import encode, encode_transition
 from .spool import Spool
@@ -42,12 +42,6 @@ log = logging.getLogger(__name__)
 INFO_EVERY_SECONDS = 3600.0
 
 
-class Retryable(Exception):
-    def __init__(self, reason: str, after: float | None = None):
-        super().__init__(reason)
-        self.after = after
-
-
 class Refused(Exception):
     """The server refused us (credentials, org, bucket, database): retry slowly, keep the data."""
 
@@ -56,10 +50,9 @@ class Malformed(Exception):
     """The server rejected the batch itself (HTTP 400)."""
 
 
-def _classify(status: int, reason: str, retry_after: str | None) -> Exception:
+def _classify(status: int, reason: str, after: str | None) -> Exception:
     if status == 429 or status >= 500:
-        after = float(retry_after) if retry_after and retry_after.replace(".", "", 1).isdigit() else None
-        return Retryable(f"HTTP {status} {reason}".strip(), after)
+        return Retry(f"HTTP {status} {reason}".strip(), retry_after(after))
     if status == 400:
         return Malformed(f"HTTP 400 {reason}".strip())
     return Refused(f"HTTP {status} {reason}".strip())
@@ -90,7 +83,7 @@ class V1Sender:
             body = e.read()[:300].decode("utf-8", "replace")
             raise _classify(e.code, f"{e.reason}: {body}".strip(": "), e.headers.get("Retry-After")) from None
         except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
-            raise Retryable(f"{type(e).__name__}: {getattr(e, 'reason', e)}") from None
+            raise Retry(f"{type(e).__name__}: {getattr(e, 'reason', e)}") from None
 
     def close(self) -> None:
         pass
@@ -121,7 +114,7 @@ class V2Sender:
             raise _classify(e.status or 0, f"{e.reason or ''}: {body}".strip(": "),
                             headers.get("Retry-After")) from None
         except Exception as e:  # urllib3's connection errors, timeouts
-            raise Retryable(f"{type(e).__name__}: {e}") from None
+            raise Retry(f"{type(e).__name__}: {e}") from None
 
     def close(self) -> None:
         self._client.close()
@@ -218,10 +211,9 @@ class InfluxSink:
             path, data, points = segment
             try:
                 self.sender.send(data)
-            except Retryable as e:
+            except Retry as e:
                 attempt += 1
-                delay = e.after if e.after is not None else min(
-                    self.config.retry_max, self.config.retry_initial * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
+                delay = backoff(attempt, self.config.retry_initial, self.config.retry_max, e.after)
                 self._say(f"InfluxDB write failed ({e}); retrying with backoff, {self.spool.points} point(s) spooled")
                 wait_until = time.monotonic() + delay
                 continue
