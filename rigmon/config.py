@@ -33,7 +33,8 @@ class _Section(BaseModel):
 class DaemonConfig(_Section):
     interval: Annotated[float, Field(gt=0, le=3600, description="Seconds between polls. NVML's power reading "
                                                                  "is a 1 s average, so below 1 s gains little.")] = 1.0
-    history: Annotated[int, Field(ge=1, le=1_000_000, description="Samples kept in memory for alert rules.")] = 900
+    history: Annotated[int, Field(ge=1, le=1_000_000, description="Recent samples the daemon keeps in memory "
+                                                                   "(alert rules keep their own history).")] = 900
     state_dir: Annotated[Path, Field(description="Where spools and state live (systemd's StateDirectory).")] = Path(
         "/var/lib/rigmon")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
