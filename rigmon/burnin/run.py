@@ -4,6 +4,7 @@ not run)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -46,14 +47,9 @@ def add_parser(sub, add_config) -> None:
     p.add_argument("--baseline", metavar="OLD.json", help="compare with an earlier report of this box")
     p.add_argument("--ddp", action="store_true", help="train data-parallel across the GPUs (NCCL): stresses "
                                                       "the PCIe/NVLink paths between them")
-    p.add_argument("--replay", metavar="FILE", help=argparse_suppress())
+    # hardware from a recording: for testing the verdict without a GPU
+    p.add_argument("--replay", metavar="FILE", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_burnin)
-
-
-def argparse_suppress():
-    import argparse
-
-    return argparse.SUPPRESS  # hardware from a recording: for testing the verdict without a GPU
 
 
 def peak_flops(name: str | None) -> float | None:
