@@ -302,11 +302,10 @@ class GpuReader:
         self._registered = registered
         if not self._use_event_thread:
             return  # read() drains the event set itself: deterministic for offline replays
-        self._event_thread = threading.Thread(target=self._watch_events, args=(registered,), name="rigmon-xid",
-                                              daemon=True)
+        self._event_thread = threading.Thread(target=self._watch_events, name="rigmon-xid", daemon=True)
         self._event_thread.start()
 
-    def _watch_events(self, registered: dict) -> None:
+    def _watch_events(self) -> None:
         nv = self._nvml
         failures = 0
         while not self._event_stop.is_set():
@@ -321,12 +320,12 @@ class GpuReader:
                     log.warning("XID event wait failed: %s", e)
                 self._event_stop.wait(min(30.0, 0.5 * 2**failures))
                 continue
-            self._take_event(data, registered)
+            self._take_event(data)
 
-    def _take_event(self, data: Any, registered: dict) -> None:
+    def _take_event(self, data: Any) -> None:
         if not data.eventType & pynvml.nvmlEventTypeXidCriticalError:
             return
-        d = registered.get(handle_key(data.device))
+        d = self._registered.get(handle_key(data.device))
         if d is None:
             return
         event = XidEvent(gpu_index=d.index, uuid=d.info.uuid, xid=int(data.eventData), time=self._wall())
@@ -339,7 +338,7 @@ class GpuReader:
                 data = self._nvml.nvmlEventSetWait_v2(self._event_set, 0)
             except pynvml.NVMLError:
                 return
-            self._take_event(data, self._registered)
+            self._take_event(data)
 
     # --- every poll ----------------------------------------------------------------------
     def read(self) -> tuple[tuple[GpuReading, ...], tuple[XidEvent, ...]]:
