@@ -200,11 +200,11 @@ def cmd_record(args) -> int:
 
 
 def cmd_config_check(args) -> int:
-    path = args.file or args.config
-    config = configmod.load(path)
-    where = path or (configmod.DEFAULT_PATH if configmod.DEFAULT_PATH.exists() else "built-in defaults")
-    print(f"# effective config from {where}")
-    print(to_toml(configmod.masked(config)))
+    data, source = configmod.read(args.file or args.config)
+    config = configmod.parse(data, source) if data else configmod.Config()
+    print(f"# effective config from {source}; secrets masked")
+    print(configmod.to_toml(configmod.masked(config, data)))
+    print(f"\n# OK: {source} is a valid rigmon config")
     return 0
 
 
@@ -213,20 +213,9 @@ def cmd_config_schema(args) -> int:
     return 0
 
 
-def to_toml(data: dict, prefix: str = "") -> str:
-    scalars, tables = [], []
-    for key, value in data.items():
-        if isinstance(value, dict):
-            tables.append((key, value))
-        elif value is None:
-            scalars.append(f"# {key} = (not set)")
-        else:
-            scalars.append(f"{key} = {json.dumps(value)}")
-    out = "\n".join(scalars)
-    for key, value in tables:
-        name = f"{prefix}.{key}" if prefix else key
-        out += f"\n\n[{name}]\n" + to_toml(value, name)
-    return out.strip("\n")
+def cmd_config_example(args) -> int:
+    sys.stdout.write(configmod.example())
+    return 0
 
 
 # --- parser -------------------------------------------------------------------------------
@@ -261,6 +250,8 @@ def parser() -> argparse.ArgumentParser:
     check.set_defaults(func=cmd_config_check)
     schema = csub.add_parser("schema", help="print the config's JSON Schema (for editors)")
     schema.set_defaults(func=cmd_config_schema)
+    example = csub.add_parser("example", help="print every setting with its default and what it does (TOML)")
+    example.set_defaults(func=cmd_config_example)
 
     from .daemon import add_parser as add_run
 

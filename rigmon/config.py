@@ -4,11 +4,14 @@ secrets need not sit in the file."""
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
@@ -31,35 +34,39 @@ class _Section(BaseModel):
 
 
 class DaemonConfig(_Section):
-    interval: Annotated[float, Field(gt=0, le=3600, description="Seconds between polls. NVML's power reading "
-                                                                 "is a 1 s average, so below 1 s gains little.")] = 1.0
+    interval: Annotated[Duration, Field(gt=0, le=3600, description="Time between polls; NVML's power reading is "
+                                                                    "a 1 s average, so below 1 s gains little.")] = 1.0
     history: Annotated[int, Field(ge=1, le=1_000_000, description="Recent samples the daemon keeps in memory "
                                                                    "(alert rules keep their own history).")] = 900
     state_dir: Annotated[Path, Field(description="Where spools and state live (systemd's StateDirectory).")] = Path(
         "/var/lib/rigmon")
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_level: Annotated[Literal["debug", "info", "warning", "error"], Field(
+        description="Least severe log message written.")] = "info"
 
 
 class GpuConfig(_Section):
-    enabled: bool = True
+    enabled: Annotated[bool, Field(description="Read the GPUs through NVML.")] = True
     indices: Annotated[list[Annotated[int, Field(ge=0)]] | None, Field(
-        description="GPU indices to watch; all when absent.")] = None
-    slow_interval: Annotated[float, Field(ge=0, description="Seconds between reads of the slow counters: energy "
-                                                            "(~3 ms a GPU) and cumulative throttle times.")] = 5.0
+        description="GPU indices to watch; all when absent.", examples=[[0, 1]])] = None
+    slow_interval: Annotated[Duration, Field(ge=0, description="Time between reads of the slow counters: energy "
+                                                               "(~3 ms a GPU) and cumulative throttle times.")] = 5.0
     pcie_throughput: Annotated[bool, Field(description="Read PCIe throughput (costs ~21 ms a GPU per read).")] = False
-    processes: bool = True
-    xid_events: bool = True
+    processes: Annotated[bool, Field(description="Count compute processes and their memory.")] = True
+    xid_events: Annotated[bool, Field(description="Listen for XID critical errors.")] = True
 
 
 class HostConfig(_Section):
-    enabled: bool = True
+    enabled: Annotated[bool, Field(description="Read CPU temperatures, fans and load through psutil.")] = True
     sysfs: Annotated[Path, Field(description="Root of sysfs, for RAPL energy.")] = Path("/sys")
     rapl: Annotated[bool, Field(description="Read CPU package energy from RAPL (root-only on recent kernels).")] = True
 
 
 class BasicAuth(_Section):
-    username: Annotated[str, Field(min_length=1)]
-    password_sha256: Annotated[SecretStr, Field(description="Hex SHA-256 of the password.")]
+    username: Annotated[str, Field(min_length=1, description="User name Prometheus sends.",
+                                   examples=["prometheus"])]
+    password_sha256: Annotated[SecretStr, Field(description="Hex SHA-256 of the password: "
+                                                            "printf %s 'password' | sha256sum",
+                                                examples=["${RIGMON_METRICS_PASSWORD_SHA256}"])]
 
     @field_validator("password_sha256")
     @classmethod
@@ -70,12 +77,15 @@ class BasicAuth(_Section):
 
 
 class PrometheusConfig(_Section):
-    enabled: bool = True
-    listen: Annotated[str, Field(description="Address to bind; \"::\" or \"0.0.0.0\" for every interface.")] = "0.0.0.0"
-    port: Annotated[int, Field(ge=0, le=65535)] = DEFAULT_PORT
-    tls_cert: Annotated[Path | None, Field(description="PEM certificate (chain); serve HTTPS when set.")] = None
-    tls_key: Annotated[Path | None, Field(description="PEM private key for tls_cert.")] = None
-    basic_auth: BasicAuth | None = None
+    enabled: Annotated[bool, Field(description="Serve /metrics.")] = True
+    listen: Annotated[str, Field(description="Address to bind; \"::\" or \"0.0.0.0\" for every interface, "
+                                             "\"127.0.0.1\" for this box only.")] = "0.0.0.0"
+    port: Annotated[int, Field(ge=0, le=65535, description="TCP port of /metrics.")] = DEFAULT_PORT
+    tls_cert: Annotated[Path | None, Field(description="PEM certificate (chain); serve HTTPS when set.",
+                                           examples=["/etc/rigmon/tls/cert.pem"])] = None
+    tls_key: Annotated[Path | None, Field(description="PEM private key for tls_cert.",
+                                          examples=["/etc/rigmon/tls/key.pem"])] = None
+    basic_auth: Annotated[BasicAuth | None, Field(description="Ask scrapers for a user name and password.")] = None
 
     @model_validator(mode="after")
     def _tls_pair(self) -> PrometheusConfig:
@@ -89,31 +99,33 @@ class PrometheusConfig(_Section):
 
 
 class PsuGroupConfig(_Section):
-    name: Annotated[str, Field(min_length=1)]
-    watts: Annotated[float, Field(gt=0, description="The PSU's (or group's) budget in watts.")]
+    name: Annotated[str, Field(min_length=1, description="The PSU's name in alerts.", examples=["psu1"])]
+    watts: Annotated[float, Field(gt=0, description="The PSU's (or group's) budget in watts.", examples=[1500])]
     gpus: Annotated[list[Annotated[int, Field(ge=0)]] | None, Field(
-        description="GPU indices on this PSU; all when absent.")] = None
+        description="GPU indices on this PSU; all when absent.", examples=[[0, 1]])] = None
     include_cpu: Annotated[bool, Field(description="Add the CPU package power (RAPL) to this group.")] = False
 
 
 class PowerBudgetConfig(_Section):
     watts: Annotated[float | None, Field(gt=0, description="Budget for all GPUs (plus the CPU package when "
-                                                             "include_cpu); no whole-box budget when absent.")] = None
-    include_cpu: bool = True
-    groups: list[PsuGroupConfig] = []
+                                                             "include_cpu); no whole-box budget when absent.",
+                                         examples=[1800])] = None
+    include_cpu: Annotated[bool, Field(description="Add the CPU package power (RAPL) to the whole-box budget.")] = True
+    groups: Annotated[list[PsuGroupConfig], Field(description="One budget per PSU (or circuit).")] = []
 
 
 class AlertsConfig(_Section):
-    enabled: bool = True
+    enabled: Annotated[bool, Field(description="Evaluate the alert rules.")] = True
     repeat_interval: Annotated[Duration, Field(
         description="Remind of a firing alert this often (0: never).")] = 4 * 3600.0
     builtin: Annotated[dict[str, RuleOverride], Field(
-        description="Changes to built-in rules by name: enabled, for, params, severity, when, clear, texts.")] = {}
-    rules: Annotated[list[RuleSpec], Field(description="Your own rules.")] = []
-    power_budget: PowerBudgetConfig = PowerBudgetConfig()
+        description="Changes to built-in rules by name (rigmon rules list): enabled, for, params, severity, when, "
+                    "clear, texts.", examples=[{"FanStalled": {"for": "1m"}}])] = {}
+    rules: Annotated[list[RuleSpec], Field(description="Your own rules (README, Alerts).")] = []
+    power_budget: Annotated[PowerBudgetConfig, Field(description="What the PSUs can give.")] = PowerBudgetConfig()
     expected_sensors: Annotated[list[str], Field(
         description="Sensors that must be there from the start: 'fan:chip/label', 'temperature:chip/label', "
-                    "'NVML'.")] = []
+                    "'NVML'.", examples=[["fan:nct6798/fan2", "NVML"]])] = []
 
     @model_validator(mode="after")
     def _merge(self) -> AlertsConfig:
@@ -125,18 +137,23 @@ class AlertsConfig(_Section):
 
 
 class NotifierConfig(_Section):
-    type: Literal["webhook", "slack", "discord", "ntfy"]
+    type: Annotated[Literal["webhook", "slack", "discord", "ntfy"], Field(description="The service's message format.",
+                                                                         examples=["slack"])]
     url: Annotated[SecretStr, Field(description="Where to post (a secret: Slack and Discord URLs carry a token). "
-                                                "For ntfy, the topic URL.")]
-    name: str | None = None
-    min_severity: Literal["info", "warning", "critical"] = "warning"
-    headers: dict[str, SecretStr] = {}
-    token: Annotated[SecretStr | None, Field(description="Bearer token (ntfy access tokens).")] = None
-    timeout: Annotated[float, Field(gt=0, le=300)] = 10.0
+                                                "For ntfy, the topic URL.", examples=["${SLACK_WEBHOOK_URL}"])]
+    name: Annotated[str | None, Field(description="Name in logs and metrics (default: the type).",
+                                      examples=["ops-slack"])] = None
+    min_severity: Annotated[Literal["info", "warning", "critical"], Field(
+        description="Least severe alert sent.")] = "warning"
+    headers: Annotated[dict[str, SecretStr], Field(description="Extra HTTP headers (secrets).")] = {}
+    token: Annotated[SecretStr | None, Field(description="Bearer token (ntfy access tokens).",
+                                             examples=["${NTFY_TOKEN}"])] = None
+    timeout: Annotated[Duration, Field(gt=0, le=300, description="Longest wait for the service's answer.")] = 10.0
     retry_initial: Annotated[Duration, Field(description="First retry delay; doubles up to retry_max.")] = 1.0
-    retry_max: Duration = 60.0
+    retry_max: Annotated[Duration, Field(description="Longest wait between retries.")] = 60.0
     max_age: Annotated[Duration, Field(description="Give up on a message this old (logged, counted).")] = 24 * 3600.0
-    queue_size: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
+    queue_size: Annotated[int, Field(ge=1, le=1_000_000, description="Messages waiting to be sent; past it the "
+                                                                     "oldest are dropped and counted.")] = 1000
 
     @field_validator("url")
     @classmethod
@@ -146,30 +163,33 @@ class NotifierConfig(_Section):
 
 
 class InfluxConfig(_Section):
-    enabled: bool = False
+    enabled: Annotated[bool, Field(description="Push every sample to InfluxDB.")] = False
     api: Annotated[Literal["v2", "v1"], Field(description="v2: InfluxDB 2.x, 3.x and 1.8+ (url, org, bucket, "
                                                           "token); v1: InfluxDB 1.x (url, database, "
                                                           "retention_policy, username, password).")] = "v2"
-    url: str = "http://localhost:8086"
+    url: Annotated[str, Field(description="The server's base URL.")] = "http://localhost:8086"
     org: Annotated[str, Field(description="v2: organisation ('-' for InfluxDB 1.8).")] = ""
     bucket: Annotated[str, Field(description="v2: bucket ('db/rp' for InfluxDB 1.8).")] = "rigmon"
-    token: Annotated[SecretStr | None, Field(description="v2: API token ('user:password' for InfluxDB 1.8).")] = None
+    token: Annotated[SecretStr | None, Field(description="v2: API token ('user:password' for InfluxDB 1.8).",
+                                             examples=["${INFLUX_TOKEN}"])] = None
     database: Annotated[str, Field(description="v1: database.")] = "rigmon"
     retention_policy: Annotated[str, Field(description="v1: retention policy (the database's default when "
                                                        "empty).")] = ""
-    username: str = ""
-    password: SecretStr | None = None
-    timeout: Annotated[float, Field(gt=0, le=300)] = 10.0
-    flush_interval: Annotated[float, Field(gt=0, le=3600, description="Seconds a batch may wait before it is "
-                                                                      "sent.")] = 1.0
-    retry_initial: Duration = 1.0
+    username: Annotated[str, Field(description="v1: user name (none when empty).")] = ""
+    password: Annotated[SecretStr | None, Field(description="v1: password.", examples=["${INFLUX_PASSWORD}"])] = None
+    timeout: Annotated[Duration, Field(gt=0, le=300, description="Longest wait for one write.")] = 10.0
+    flush_interval: Annotated[Duration, Field(gt=0, le=3600, description="Longest a batch waits before it is "
+                                                                         "sent.")] = 1.0
+    retry_initial: Annotated[Duration, Field(description="First retry delay; doubles up to retry_max.")] = 1.0
     retry_max: Annotated[Duration, Field(description="Longest wait between retries; also the pace of retries "
                                                      "after the server refused the credentials.")] = 60.0
     spool_dir: Annotated[Path | None, Field(description="Where unsent points wait on disk (default: "
-                                                        "<state_dir>/influxdb-spool).")] = None
+                                                        "<state_dir>/influxdb-spool).",
+                                            examples=["/var/lib/rigmon/influxdb-spool"])] = None
     spool_max_bytes: Annotated[int, Field(ge=65536, description="Bound of the spool; past it the oldest points "
                                                                 "are dropped and counted.")] = 256 << 20
-    queue_size: Annotated[int, Field(ge=10, le=1_000_000)] = 10_000
+    queue_size: Annotated[int, Field(ge=10, le=1_000_000, description="Points waiting in memory before they "
+                                                                      "go to the spool.")] = 10_000
 
     @field_validator("url")
     @classmethod
@@ -178,21 +198,22 @@ class InfluxConfig(_Section):
 
 
 class BurninConfig(_Section):
-    price_per_kwh: Annotated[float | None, Field(ge=0, description="Electricity price, for the report's cost.")] = None
-    currency: str = "EUR"
+    price_per_kwh: Annotated[float | None, Field(ge=0, description="Electricity price, for the report's cost.",
+                                                 examples=[0.3])] = None
+    currency: Annotated[str, Field(description="Currency of price_per_kwh.")] = "EUR"
     reports_dir: Annotated[Path, Field(description="Where scheduled burn-ins keep their reports; the daemon "
                                                    "exports the newest one's result.")] = Path("/var/lib/rigmon-burnin")
 
 
 class Config(_Section):
-    daemon: DaemonConfig = DaemonConfig()
-    gpu: GpuConfig = GpuConfig()
-    host: HostConfig = HostConfig()
-    prometheus: PrometheusConfig = PrometheusConfig()
-    alerts: AlertsConfig = AlertsConfig()
-    notifiers: list[NotifierConfig] = []
-    influxdb: InfluxConfig = InfluxConfig()
-    burnin: BurninConfig = BurninConfig()
+    daemon: Annotated[DaemonConfig, Field(description="Polling and logging.")] = DaemonConfig()
+    gpu: Annotated[GpuConfig, Field(description="NVIDIA GPUs, through NVML.")] = GpuConfig()
+    host: Annotated[HostConfig, Field(description="CPU sensors, fans and load.")] = HostConfig()
+    prometheus: Annotated[PrometheusConfig, Field(description="The /metrics endpoint.")] = PrometheusConfig()
+    alerts: Annotated[AlertsConfig, Field(description="Alert rules.")] = AlertsConfig()
+    notifiers: Annotated[list[NotifierConfig], Field(description="Where alerts are posted.")] = []
+    influxdb: Annotated[InfluxConfig, Field(description="Pushing samples to InfluxDB.")] = InfluxConfig()
+    burnin: Annotated[BurninConfig, Field(description="rigmon burnin.")] = BurninConfig()
 
 
 class ConfigError(Exception):
@@ -208,6 +229,19 @@ class ConfigError(Exception):
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+def _lookup(name: str, env: dict[str, str]) -> str | None:
+    """``${NAME}``: the environment variable, else the systemd credential NAME (LoadCredential=)."""
+    if name in env:
+        return env[name]
+    directory = env.get("CREDENTIALS_DIRECTORY")
+    if directory:
+        try:
+            return (Path(directory) / name).read_text(encoding="utf-8").rstrip("\n")
+        except (OSError, UnicodeDecodeError):
+            return None
+    return None
+
+
 def _expand(value: Any, path: str, problems: list[tuple[str, str]], env: dict[str, str]) -> Any:
     if isinstance(value, dict):
         return {k: _expand(v, f"{path}.{k}" if path else k, problems, env) for k, v in value.items()}
@@ -216,10 +250,12 @@ def _expand(value: Any, path: str, problems: list[tuple[str, str]], env: dict[st
     if isinstance(value, str):
         def sub(match: re.Match) -> str:
             name = match.group(1)
-            if name not in env:
-                problems.append((path, f"environment variable {name} is not set"))
+            found = _lookup(name, env)
+            if found is None:
+                problems.append((path, f"environment variable {name} is not set"
+                                       + (" nor a credential" if env.get("CREDENTIALS_DIRECTORY") else "")))
                 return ""
-            return env[name]
+            return found
         return _ENV.sub(sub, value)
     return value
 
@@ -235,11 +271,12 @@ def parse(data: dict, source: str = "<config>", env: dict[str, str] | None = Non
         raise ConfigError(source, [(_path(err["loc"]), _message(err)) for err in e.errors()]) from None
 
 
-def load(path: str | Path | None = None, env: dict[str, str] | None = None) -> Config:
-    """The config at ``path``; with no path, the default file if it exists, else defaults."""
+def read(path: str | Path | None = None) -> tuple[dict, str]:
+    """The config file's data as written (``${NAME}`` not yet replaced) and where it came from:
+    ``path``; with no path, the default file if it exists, else no data (every default)."""
     if path is None:
         if not DEFAULT_PATH.exists():
-            return Config()
+            return {}, "built-in defaults"
         path = DEFAULT_PATH
     path = Path(path)
     try:
@@ -249,15 +286,216 @@ def load(path: str | Path | None = None, env: dict[str, str] | None = None) -> C
     except UnicodeDecodeError:
         raise ConfigError(str(path), [("", "not UTF-8 text")]) from None
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text), str(path)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(str(path), [("", f"not valid TOML: {e}")]) from None
-    return parse(data, str(path), env)
 
 
-def masked(config: Config) -> dict:
-    """The effective config as plain data, secrets shown as ``********``."""
-    return config.model_dump(mode="json")  # SecretStr dumps as "**********"
+def load(path: str | Path | None = None, env: dict[str, str] | None = None) -> Config:
+    """The config at ``path``; with no path, the default file if it exists, else defaults."""
+    data, source = read(path)
+    return parse(data, source, env) if data else Config()
+
+
+MASK = "********"
+
+
+def masked(config: Config, written: dict | None = None) -> dict:
+    """The effective config as plain data (durations as strings, ``for`` not ``for_``), secrets
+    masked: a secret written with ``${NAME}`` references shows as written (the references hide what
+    is secret; "https://hooks.slack.com/services/${TOKEN}"), any other as ``********``."""
+    return _unmask(config.model_dump(mode="json", by_alias=True), written or {})
+
+
+def _unmask(dumped: Any, written: Any) -> Any:
+    if isinstance(dumped, dict):
+        return {k: _unmask(v, written.get(k) if isinstance(written, dict) else None) for k, v in dumped.items()}
+    if isinstance(dumped, list):
+        return [_unmask(v, written[i] if isinstance(written, list) and i < len(written) else None)
+                for i, v in enumerate(dumped)]
+    if dumped == "**********":  # pydantic's SecretStr
+        return written if isinstance(written, str) and _ENV.search(written) else MASK
+    return dumped
+
+
+# --- TOML out ------------------------------------------------------------------------------
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, str)):
+        return json.dumps(value, ensure_ascii=False)  # JSON's numbers and strings are TOML's
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"no TOML for {type(value).__name__}")
+
+
+def _is_table(value: Any) -> bool:
+    return isinstance(value, dict) and bool(value)
+
+
+def _is_table_array(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def to_toml(data: dict, path: tuple[str, ...] = ()) -> str:
+    """``data`` as TOML that parses back to it: keys first, then tables, then arrays of tables.
+    None has no TOML form: it is written as a comment, and reads back as absent."""
+    out = []
+    for key, value in data.items():
+        if value is None:
+            out.append(f"# {_key(key)} is not set")
+        elif not _is_table(value) and not _is_table_array(value):
+            out.append(f"{_key(key)} = {_value(value)}")
+    for key, value in data.items():
+        name = ".".join(_key(k) for k in (*path, key))
+        if _is_table(value):
+            out.append(f"\n[{name}]")
+            out.append(to_toml(value, (*path, key)))
+        elif _is_table_array(value):
+            for item in value:
+                out.append(f"\n[[{name}]]")
+                out.append(to_toml(item, (*path, key)))
+    return "\n".join(line for line in out if line).strip("\n")
+
+
+# --- the example file: every setting, its default and what it does ---------------------------
+EXAMPLE_HEAD = """\
+# rigmon configuration: copy to /etc/rigmon/rigmon.toml and change what you need.
+# Every setting is shown with its built-in default; a missing file means all defaults.
+# Commented-out settings are unset by default; the value shown is an example.
+# Durations are seconds or strings like "30s", "10m", "1h30m".
+# "${NAME}" in any string is replaced by the environment variable NAME, or by the systemd
+# credential NAME (LoadCredential=), so secrets can stay out of this file.
+# Made by: rigmon config example.  Check a file with: rigmon config check FILE
+"""
+
+
+def example() -> str:
+    """Every setting with its default (or, where unset by default, an example) and a one-line
+    comment, from the schema: what ``deploy/rigmon.toml`` holds."""
+    lines = [EXAMPLE_HEAD.rstrip("\n")]
+    _example_table(lines, Config, Config(), (), commented=False)
+    return "\n".join(lines) + "\n"
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    inner = _unwrap(annotation)
+    return inner if isinstance(inner, type) and issubclass(inner, BaseModel) else None
+
+
+def _item_model(annotation: Any) -> type[BaseModel] | None:
+    """X for list[X] or dict[str, X] where X is a model."""
+    inner = _unwrap(annotation)
+    return _model_of(get_args(inner)[-1]) if get_origin(inner) in (list, dict) else None
+
+
+def _commented(text: str, field) -> str:
+    return f"{text:<38} # {_comment(field)}".rstrip()
+
+
+def _comment(field) -> str:
+    text = field.description or ""
+    choices = _unwrap(field.annotation)
+    if get_origin(choices) is Literal:
+        text += f" One of: {', '.join(get_args(choices))}."
+    return text
+
+
+def _example_value(model: type[BaseModel], name: str, field, prefer_example: bool) -> Any:
+    """The field's default, else (or first, where ``prefer_example``) its documented example, as JSON data."""
+    if field.examples and (prefer_example or field.is_required() or field.default is None):
+        return field.examples[0]
+    if not field.is_required() and field.default is not None:
+        return model.__pydantic_serializer__.to_python(model.model_construct(), mode="json", by_alias=True,
+                                                       include={name}).get(field.alias or name)
+    return field.examples[0] if field.examples else None
+
+
+def _example_table(lines: list[str], model: type[BaseModel], instance: BaseModel | None, path: tuple[str, ...],
+                   commented: bool) -> None:
+    """The keys of one table, then its tables. ``instance`` None: a table that is absent by default,
+    shown commented out with example values."""
+    hash_ = "# " if commented else ""
+    later: list[tuple[str, Any]] = []
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        sub, item = _model_of(field.annotation), _item_model(field.annotation)
+        default = getattr(instance, name) if instance is not None else None
+        if sub is not None or item is not None:
+            later.append((name, field))
+            continue
+        value = _example_value(model, name, field, prefer_example=instance is None)
+        unset = instance is None or default is None
+        if value is None:
+            continue
+        lines.append(_commented(f"{hash_ if not unset or commented else '# '}{_key(key)} = {_value(value)}", field))
+    for name, field in later:
+        key = field.alias or name
+        sub, item = _model_of(field.annotation), _item_model(field.annotation)
+        here = (*path, key)
+        title = ".".join(_key(k) for k in here)
+        if sub is not None:
+            value = getattr(instance, name) if instance is not None else None
+            off = commented or value is None
+            lines.append("")
+            lines.append(_commented(f"{'# ' if off else ''}[{title}]", field))
+            _example_table(lines, sub, value, here, off)
+        elif get_origin(_unwrap(field.annotation)) is list:
+            lines.append("")
+            lines.append(_commented(f"# [[{title}]]", field))
+            _example_table(lines, item, None, here, True)
+        else:  # a table of tables by name: show the documented example
+            for entry, values in (field.examples or [{}])[0].items():
+                lines.append("")
+                lines.append(_commented(f"# [{title}.{_key(entry)}]", field))
+                for k, v in values.items():
+                    lines.append(f"# {_key(k)} = {_value(v)}")
+
+
+def did_you_mean(name: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _unwrap(annotation: Any) -> Any:
+    """The model or container inside Optional[...] and Annotated[...]."""
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = get_args(annotation)[0]
+        elif origin in (Union, UnionType):
+            annotation = next(a for a in get_args(annotation) if a is not type(None))
+        else:
+            return annotation
+
+
+def _field_names(loc: tuple) -> list[str]:
+    """The valid field names of the table at ``loc`` (a pydantic error location)."""
+    current: Any = Config
+    for part in loc:
+        current = _unwrap(current)
+        if get_origin(current) in (list, dict):
+            current = get_args(current)[-1]  # an index or a key: the item's type
+        elif isinstance(current, type) and issubclass(current, BaseModel):
+            field = next((f for n, f in current.model_fields.items() if part in (n, f.alias)), None)
+            if field is None:
+                return []
+            current = field.annotation
+        else:
+            return []
+    current = _unwrap(current)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [f.alias or n for n, f in current.model_fields.items()]
+    return []
 
 
 def schema() -> dict:
@@ -276,7 +514,7 @@ def _path(loc: tuple) -> str:
 
 def _message(err: dict) -> str:
     if err["type"] == "extra_forbidden":
-        return "unknown field"
+        return "unknown field" + did_you_mean(str(err["loc"][-1]), _field_names(err["loc"][:-1]))
     if err["type"] == "missing":
         return "required field is missing"
     got = err.get("input")

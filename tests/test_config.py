@@ -16,9 +16,15 @@ def check(path, env=None):
 
 
 BAD = [
-    ("unknown field", "[daemon]\ninterval = 1\nintervall = 2\n", "daemon.intervall: unknown field"),
-    ("unknown section", "[gpus]\nenabled = true\n", "gpus: unknown field"),
-    ("wrong type", "[gpu]\nslow_interval = \"fast\"\n", "gpu.slow_interval: Input should be a valid number"),
+    ("unknown field", "[daemon]\ninterval = 1\nintervall = 2\n",
+     "daemon.intervall: unknown field (did you mean interval?)"),
+    ("unknown section", "[gpus]\nenabled = true\n", "gpus: unknown field (did you mean gpu?)"),
+    ("unknown nested field", "[[notifiers]]\ntype = \"webhook\"\nurl = \"http://x\"\nheader = {}\n",
+     "notifiers[0].header: unknown field (did you mean headers?)"),
+    ("unknown override field", "[alerts.builtin.FanStalled]\nfro = \"1m\"\n",
+     "alerts.builtin.FanStalled.fro: unknown field (did you mean for?)"),
+    ("wrong type", "[gpu]\npcie_throughput = \"fast\"\n", "gpu.pcie_throughput: Input should be a valid boolean"),
+    ("bad duration setting", "[gpu]\nslow_interval = \"fast\"\n", "gpu.slow_interval: not a duration: 'fast'"),
     ("out of range", "[prometheus]\nport = 70000\n", "prometheus.port: Input should be less than or equal to 65535"),
     ("not positive", "[daemon]\ninterval = 0\n", "daemon.interval: Input should be greater than 0"),
     ("bad list item", "[gpu]\nindices = [0, -1]\n", "gpu.indices[1]: Input should be greater than or equal to 0"),
@@ -31,7 +37,7 @@ BAD = [
     ("missing field", "[prometheus.basic_auth]\nusername = \"u\"\n",
      "prometheus.basic_auth.password_sha256: required field is missing"),
     ("unknown builtin rule", "[alerts.builtin.GpuStarvd]\nenabled = false\n",
-     "alerts: no built-in rule named GpuStarvd"),
+     "alerts: no built-in rule named GpuStarvd (did you mean GpuStarved?)"),
     ("rule with a typo", "[alerts.builtin.GpuStarved]\nwhen = \"utilisation_gpu > 0.9\"\n",
      "alerts: builtin.GpuStarved: when: unknown name 'utilisation_gpu'"),
     ("bad duration", "[alerts.builtin.GpuStarved]\nfor = \"10 parsecs\"\n",
@@ -68,12 +74,149 @@ def test_good_config_prints_effective_config_with_secret_masked(tmp_path):
     digest = "ab" * 32
     path = tmp_path / "rigmon.toml"
     path.write_text("[daemon]\ninterval = 2.5\n[prometheus.basic_auth]\nusername = \"ops\"\n"
-                    "password_sha256 = \"${RIGMON_TEST_HASH}\"\n")
+                    "password_sha256 = \"${RIGMON_TEST_HASH}\"\n[influxdb]\ntoken = \"literal-secret\"\n")
     done = check(path, env={**os.environ, "RIGMON_TEST_HASH": digest})
     assert done.returncode == 0, done.stderr
-    assert "interval = 2.5" in done.stdout and "[prometheus.basic_auth]" in done.stdout
-    assert digest not in done.stdout and "**********" in done.stdout
+    assert 'interval = "2.5s"' in done.stdout and "[prometheus.basic_auth]" in done.stdout
+    assert digest not in done.stdout and 'password_sha256 = "${RIGMON_TEST_HASH}"' in done.stdout
+    assert "literal-secret" not in done.stdout and 'token = "********"' in done.stdout
     assert "port = 9963" in done.stdout
+    assert done.stdout.rstrip().splitlines()[-1] == f"# OK: {path} is a valid rigmon config"
+
+
+# A config with every kind of table: notifiers (with headers), overrides, custom rules with
+# params, PSU groups; secrets by reference, as README advises.
+FULL = """\
+[daemon]
+interval = "5s"
+state_dir = "/srv/rigmon"
+
+[gpu]
+indices = [0, 2]
+slow_interval = 10
+
+[prometheus]
+listen = "127.0.0.1"
+port = 9999
+
+[prometheus.basic_auth]
+username = "prom"
+password_sha256 = "${HASH}"
+
+[alerts]
+repeat_interval = "2h"
+expected_sensors = ["fan:nct6798/fan2", "NVML"]
+
+[alerts.builtin.FanStalled]
+for = "1m"
+
+[alerts.builtin.GpuStarved]
+params = { min_power_ratio = 0.4 }
+severity = "critical"
+
+[alerts.builtin.GpuPowerCapped]
+enabled = false
+
+[[alerts.rules]]
+name = "GpuHot"
+kind = "gpu"
+when = "temperature_celsius >= limit"
+clear = "temperature_celsius < limit - 5"
+for = "90s"
+severity = "warning"
+summary = "GPU {gpu} hot"
+params = { limit = 83, strict = true }
+
+[alerts.power_budget]
+watts = 3000
+include_cpu = false
+
+[[alerts.power_budget.groups]]
+name = "psu A"
+watts = 1500
+gpus = [0, 1]
+
+[[alerts.power_budget.groups]]
+name = "psu B"
+watts = 1500
+gpus = [2, 3]
+include_cpu = true
+
+[[notifiers]]
+type = "slack"
+url = "${SLACK}"
+min_severity = "critical"
+
+[[notifiers]]
+type = "webhook"
+url = "https://hooks.example/x?key=${HOOK_KEY}"
+name = "lab"
+headers = { "X-Api-Key" = "${HOOK_KEY}", Tenant = "${TENANT}" }
+retry_max = "5m"
+
+[influxdb]
+enabled = true
+url = "https://influx.lab:8086"
+org = "lab"
+token = "${INFLUX_TOKEN}"
+flush_interval = "2s"
+spool_max_bytes = 1048576
+
+[burnin]
+price_per_kwh = 0.31
+currency = "CHF"
+"""
+ENV = {"HASH": "cd" * 32, "SLACK": "https://hooks.slack.com/services/T0/B0/xyzsecret", "HOOK_KEY": "k3y-secret",
+       "TENANT": "tenant-secret", "INFLUX_TOKEN": "influx-secret"}
+
+
+def leaves(data, path=""):
+    if isinstance(data, dict):
+        return {k: v for key, value in data.items() for k, v in leaves(value, f"{path}.{key}").items()} or {path: {}}
+    if isinstance(data, list) and data and all(isinstance(v, dict) for v in data):
+        return {k: v for i, item in enumerate(data) for k, v in leaves(item, f"{path}[{i}]").items()}
+    return {path: data}
+
+
+def test_config_check_output_parses_back_into_the_same_config(tmp_path):
+    import tomllib
+
+    path = tmp_path / "rigmon.toml"
+    path.write_text(FULL)
+    original = config.parse(tomllib.loads(FULL), "full", ENV)
+    done = check(path, env={**os.environ, **ENV})
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert all(value not in out for value in ENV.values())  # secrets never printed
+    assert "for_" not in out and 'for = "1m"' in out and 'for = "1m30s"' in out and 'repeat_interval = "2h"' in out
+    assert "[alerts.builtin.FanStalled]" in out and "[[alerts.rules]]" in out and "[alerts.rules.params]" in out
+    assert out.count("[[alerts.power_budget.groups]]") == 2 and out.count("[[notifiers]]") == 2
+    parsed = tomllib.loads(out)
+    back = config.parse(parsed, "check output", ENV)
+    assert back == original
+    settings = leaves(config.masked(original))
+    preserved = {k for k, v in leaves(config.masked(back)).items() if settings.get(k) == v}
+    assert preserved == set(settings), set(settings) - preserved
+    print(f"\nconfig check round trip: {len(preserved)} of {len(settings)} settings preserved")
+
+
+def test_durations_are_accepted_everywhere():
+    c = config.parse({"daemon": {"interval": "0.5s"}, "gpu": {"slow_interval": "1m"},
+                      "influxdb": {"timeout": "30s", "flush_interval": 2, "retry_max": "1h"},
+                      "notifiers": [{"type": "webhook", "url": "http://x", "timeout": "5s", "max_age": "2h"}]})
+    assert (c.daemon.interval, c.gpu.slow_interval, c.influxdb.timeout, c.influxdb.flush_interval) == (0.5, 60, 30, 2)
+    assert (c.influxdb.retry_max, c.notifiers[0].timeout, c.notifiers[0].max_age) == (3600, 5, 7200)
+
+
+def test_a_secret_comes_from_a_systemd_credential(tmp_path):
+    (tmp_path / "INFLUX_TOKEN").write_text("from-credential\n")
+    c = config.parse({"influxdb": {"token": "${INFLUX_TOKEN}"}}, env={"CREDENTIALS_DIRECTORY": str(tmp_path)})
+    assert c.influxdb.token.get_secret_value() == "from-credential"
+    c = config.parse({"influxdb": {"token": "${INFLUX_TOKEN}"}},
+                     env={"CREDENTIALS_DIRECTORY": str(tmp_path), "INFLUX_TOKEN": "from-env"})
+    assert c.influxdb.token.get_secret_value() == "from-env"  # the environment first
+    with pytest.raises(config.ConfigError, match="INFLUX_TOKEN is not set nor a credential"):
+        config.parse({"influxdb": {"token": "${INFLUX_TOKEN}"}}, env={"CREDENTIALS_DIRECTORY": str(tmp_path / "x")})
 
 
 def test_no_file_means_defaults():

@@ -11,13 +11,59 @@ from servers import Rigmon, http_get
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_example_config_is_valid_and_equals_the_defaults():
+def test_example_config_is_generated_valid_and_equals_the_defaults():
     from rigmon import config
 
+    shipped = (ROOT / "deploy" / "rigmon.toml").read_text()
+    done = subprocess.run([sys.executable, "-m", "rigmon", "config", "example"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout == shipped, "deploy/rigmon.toml: rigmon config example > it"
     assert config.load(ROOT / "deploy" / "rigmon.toml") == config.Config()
     done = subprocess.run([sys.executable, "-m", "rigmon", "config", "check", str(ROOT / "deploy" / "rigmon.toml")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def every_field(model, prefix=""):
+    from rigmon.config import _item_model, _model_of
+
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        yield f"{prefix}{key}", field
+        inner = _model_of(field.annotation) or _item_model(field.annotation)
+        if inner is not None and key != "builtin":
+            yield from every_field(inner, f"{prefix}{key}.")
+
+
+def test_example_config_shows_every_setting_with_a_comment():
+    from rigmon import config
+
+    shipped = (ROOT / "deploy" / "rigmon.toml").read_text()
+    fields = list(every_field(config.Config))
+    assert len(fields) > 80
+    for path, field in fields:
+        assert field.description, f"{path} has no description"
+        key = path.rsplit(".", 1)[-1]
+        assert re.search(rf"^(# )?(\[\[?[a-z_.]*{key}[].]|{key} = )", shipped, re.M), f"{path} is not in the example"
+
+
+def test_example_config_commented_settings_are_valid_when_uncommented():
+    """Each commented-out table and setting is a working example: uncomment them all (but the
+    TLS files, which must exist) and the file is still a valid config."""
+    import tomllib
+
+    from rigmon import config
+
+    lines = []
+    for line in (ROOT / "deploy" / "rigmon.toml").read_text().splitlines():
+        if re.match(r"^# (\[|[a-z0-9_]+ = )", line) and "tls_" not in line:
+            line = line[2:]
+        lines.append(line)
+    env = {"RIGMON_METRICS_PASSWORD_SHA256": "ab" * 32, "SLACK_WEBHOOK_URL": "https://hooks.slack.com/x",
+           "NTFY_TOKEN": "t", "INFLUX_TOKEN": "t", "INFLUX_PASSWORD": "p"}
+    c = config.parse(tomllib.loads("\n".join(lines)), "uncommented", env)
+    assert c.alerts.rules[0].name == "GpuHot" and c.alerts.power_budget.groups[0].watts == 1500
+    assert c.notifiers[0].type == "slack" and c.prometheus.basic_auth.username == "prometheus"
+    assert c.alerts.builtin["FanStalled"].for_ == 60 and c.gpu.indices == [0, 1]
 
 
 def test_readme_metrics_table_matches_the_exporter(tmp_path):

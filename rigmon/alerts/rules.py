@@ -16,12 +16,13 @@ meets a value the hardware did not give (None) is unknown: it neither fires nor 
 from __future__ import annotations
 
 import ast
+import difflib
 import re
 import tomllib
 from importlib import resources
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError, model_validator
 
 from .entities import KINDS, LABELS
 
@@ -49,7 +50,20 @@ def parse_duration(value: Any) -> float:
     raise ValueError(f"not a duration: {value!r} (use seconds or e.g. '30s', '10m', '1h')")
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
+def format_duration(seconds: float) -> str:
+    """The shortest duration string that parses back to ``seconds``: 14400 → "4h", 90 → "1m30s"."""
+    if seconds != int(seconds) or seconds < 60:
+        text = repr(float(seconds))
+        text = f"{seconds:.20f}".rstrip("0") if "e" in text else text.removesuffix(".0")
+        return f"{text}s"
+    h, rest = divmod(int(seconds), 3600)
+    m, s = divmod(rest, 60)
+    return "".join(f"{n}{unit}" for n, unit in ((h, "h"), (m, "m"), (s, "s")) if n)
+
+
+# Seconds, or a string like "30s", "10m", "1h30m"; written back (JSON and TOML) as the string.
+Duration = Annotated[float, BeforeValidator(parse_duration), PlainSerializer(format_duration, return_type=str,
+                                                                              when_used="json")]
 Severity = Literal["critical", "warning", "info"]
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
@@ -139,17 +153,24 @@ class _HistoryArgs(ast.NodeTransformer):
 class RuleSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
-    name: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$")]
-    kind: Literal["gpu", "fan", "cpu", "host", "psu", "sensor"]
-    when: str
-    clear: str | None = None
-    for_: Annotated[Duration, Field(alias="for")] = 0.0
-    severity: Severity
-    summary: str
-    description: str = ""
-    hint: str = ""
-    params: dict[str, float | int | bool] = {}
-    enabled: bool = True
+    name: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$", description="The alert's name.",
+                               examples=["GpuHot"])]
+    kind: Annotated[Literal["gpu", "fan", "cpu", "host", "psu", "sensor"], Field(
+        description="What it watches: every entity of this kind.", examples=["gpu"])]
+    when: Annotated[str, Field(description="Fires while this is true (rigmon rules list shows the variables).",
+                               examples=["temperature_celsius >= limit_celsius"])]
+    clear: Annotated[str | None, Field(
+        description="Resolves only when this is true (default: when 'when' is false).",
+        examples=["temperature_celsius < limit_celsius - 5"])] = None
+    for_: Annotated[Duration, Field(alias="for", description="How long 'when' must hold before it fires.")] = 0.0
+    severity: Annotated[Severity, Field(description="How bad it is.", examples=["warning"])]
+    summary: Annotated[str, Field(description="One line; {gpu}, {value} and the variables are filled in.",
+                                  examples=["GPU {gpu} at {temperature_celsius:.0f} °C"])]
+    description: Annotated[str, Field(description="More about what it means.")] = ""
+    hint: Annotated[str, Field(description="What to do about it.")] = ""
+    params: Annotated[dict[str, float | int | bool], Field(description="Thresholds, named in the expressions.",
+                                                           examples=[{"limit_celsius": 83}])] = {}
+    enabled: Annotated[bool, Field(description="Evaluate this rule.")] = True
 
     @model_validator(mode="after")
     def _expressions(self) -> RuleSpec:
@@ -168,15 +189,16 @@ class RuleOverride(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
-    enabled: bool | None = None
-    when: str | None = None
-    clear: str | None = None
-    for_: Annotated[Duration | None, Field(alias="for")] = None
-    severity: Severity | None = None
-    summary: str | None = None
-    description: str | None = None
-    hint: str | None = None
-    params: dict[str, float | int | bool] | None = None
+    enabled: Annotated[bool | None, Field(description="false turns the rule off.", examples=[False])] = None
+    when: Annotated[str | None, Field(description="A new condition.")] = None
+    clear: Annotated[str | None, Field(description="A new resolve condition.")] = None
+    for_: Annotated[Duration | None, Field(alias="for", description="A new waiting time.", examples=["1m"])] = None
+    severity: Annotated[Severity | None, Field(description="A new severity.")] = None
+    summary: Annotated[str | None, Field(description="A new summary.")] = None
+    description: Annotated[str | None, Field(description="A new description.")] = None
+    hint: Annotated[str | None, Field(description="A new hint.")] = None
+    params: Annotated[dict[str, float | int | bool] | None, Field(
+        description="New thresholds; the others keep their values.")] = None
 
 
 class Rule:
@@ -219,8 +241,11 @@ def merge(overrides: dict[str, RuleOverride], custom: list[RuleSpec]) -> list[Ru
     builtins = builtin_specs()
     unknown = set(overrides) - set(builtins)
     if unknown:
-        raise ValueError(f"no built-in rule named {', '.join(sorted(unknown))} "
-                         f"(built-in rules: {', '.join(sorted(builtins))})")
+        first = sorted(unknown)[0]
+        close = difflib.get_close_matches(first, builtins, n=1, cutoff=0.6)
+        raise ValueError(f"no built-in rule named {', '.join(sorted(unknown))}"
+                         + (f" (did you mean {close[0]}?)" if close else "")
+                         + f"; built-in rules: {', '.join(sorted(builtins))}")
     out = []
     for name, raw in builtins.items():
         override = overrides.get(name)
