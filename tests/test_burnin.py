@@ -100,3 +100,31 @@ def test_without_torch_says_how_to_install_and_exits_2(tmp_path):
             "raise SystemExit(main(['burnin', '--minutes', '1', '--report', sys.argv[1]]))")
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r")], capture_output=True, text=True)
     assert done.returncode == 2 and "pip install 'rigmon[burnin]'" in done.stderr
+
+
+def test_refuses_to_start_beside_a_training_run_unless_forced(tmp_path):
+    """A scheduled burn-in must never land on a training run: a compute process on a chosen GPU
+    (here a real process, named by PID in the replayed NVML answers) stops it with exit 2."""
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)  # train_gpt.py --epochs 9"])
+    try:
+        busy = timeline(60, 1, modify=lambda t, tick: set_gpu(
+            tick, nvmlDeviceGetComputeRunningProcesses=[{"pid": job.pid, "usedGpuMemory": 20 << 30}]))
+        path = replayed(tmp_path, busy, "busy")
+        done, data, report = burnin(tmp_path, "--minutes", "0.25", "--replay", path)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "not starting: GPU 0 (NVIDIA H200) runs PID" in done.stderr and f"PID {job.pid} (" in done.stderr
+        assert "train_gpt.py --epochs 9" in done.stderr and "--force" in done.stderr
+        assert "Traceback" not in done.stderr and not report.exists()  # refused before anything was written
+        other = burnin(tmp_path, "--minutes", "0.25", "--replay", path, "--gpus", "1")[0]
+        assert "not starting" not in other.stderr  # GPU 1 is not busy (and not there: another matter)
+        forced, data, _ = burnin(tmp_path, "--minutes", "0.25", "--replay", path, "--force")
+        assert "not starting" not in forced.stderr and data is not None, forced.stderr
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_bad_gpu_list_is_a_usage_error(tmp_path):
+    done, _, report = burnin(tmp_path, "--minutes", "1", "--gpus", "zero")
+    assert done.returncode == 2 and "--gpus: expected 'all' or indices like 0,1" in done.stderr
+    assert "Traceback" not in done.stderr and not report.exists()

@@ -45,11 +45,53 @@ def add_parser(sub, add_config) -> None:
     p.add_argument("--model", default="auto", choices=["auto", "tiny", "small", "gpt2"],
                    help="auto: GPT-2 small (124M) on 16 GB GPUs and more, smaller below, tiny on the CPU")
     p.add_argument("--baseline", metavar="OLD.json", help="compare with an earlier report of this box")
+    p.add_argument("--force", action="store_true", help="run even while a chosen GPU runs a compute process (a "
+                                                          "training run): by default the burn-in refuses, exit 2")
     p.add_argument("--ddp", action="store_true", help="train data-parallel across the GPUs (NCCL): stresses "
                                                       "the PCIe/NVLink paths between them")
     # hardware from a recording: for testing the verdict without a GPU
     p.add_argument("--replay", metavar="FILE", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_burnin)
+
+
+def _parse_gpus(text: str) -> list[int] | None:
+    """``--gpus``: None for all, else the indices."""
+    from ..cli import UsageError
+
+    if text == "all":
+        return None
+    try:
+        indices = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise UsageError(f"--gpus: expected 'all' or indices like 0,1, not {text!r}") from None
+    if any(i < 0 for i in indices):
+        raise UsageError("--gpus: indices start at 0")
+    return indices
+
+
+def busy_gpus(sample: Sample, chosen: list[int] | None) -> list[str]:
+    """Every compute process on a chosen GPU, as 'GPU i (name): PID p (user) command'; our own
+    process is left out."""
+    import psutil
+
+    names = {i.index: i.name for i in sample.gpu_info}
+    out = []
+    for g in sample.gpus:
+        if g.lost or (chosen is not None and g.index not in chosen):
+            continue
+        for p in g.processes or ():
+            if p.pid == os.getpid():
+                continue
+            try:
+                proc = psutil.Process(p.pid)
+                command = " ".join(proc.cmdline()) or proc.name()
+                who = f" ({proc.username()})"
+            except (psutil.Error, OSError):
+                command, who = "(not visible from here: another container or PID namespace?)", ""
+            if len(command) > 100:
+                command = command[:97] + "..."
+            out.append(f"GPU {g.index} ({names.get(g.index) or 'unknown'}) runs PID {p.pid}{who} {command}")
+    return out
 
 
 def peak_flops(name: str | None) -> float | None:
@@ -139,20 +181,30 @@ def cmd_burnin(args) -> int:
     seconds = (args.hours or 0) * 3600 + (args.minutes or 0) * 60
     if seconds <= 0:
         raise UsageError("--hours or --minutes must be positive")
+    chosen = _parse_gpus(args.gpus)
+    source = ReplaySource(Recording.load(args.replay), ReplayClock(), loop=True) if args.replay else None
+    poller = build_poller(config, source)
+    poller.open()
+    first = poller.poll()
+    busy = busy_gpus(first, chosen)
+    if busy and not args.force:
+        poller.close()
+        raise UsageError("not starting: " + "; ".join(busy) + ". A burn-in beside a training run would disturb it "
+                         "and judge neither fairly; stop it, choose other GPUs with --gpus, or pass --force")
+    unknown = [g.index for g in first.gpus
+               if not g.lost and g.processes is None and (chosen is None or g.index in chosen)]
+    if unknown:
+        log.warning("cannot tell whether GPU %s runs a training job (NVML lists no processes here): starting anyway",
+                    ", ".join(map(str, unknown)))
     host = socket.gethostname()
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     report_dir = Path(args.report or f"rigmon-burnin-{host}-{stamp}")
     report_dir.mkdir(parents=True, exist_ok=True)
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's GPU i is NVML's GPU i
-
-    source = ReplaySource(Recording.load(args.replay), ReplayClock(), loop=True) if args.replay else None
-    poller = build_poller(config, source)
-    poller.open()
-    first = poller.poll()
     notes = []
     if torch.cuda.is_available():
         count = torch.cuda.device_count()
-        indices = list(range(count)) if args.gpus == "all" else [int(x) for x in args.gpus.split(",")]
+        indices = list(range(count)) if chosen is None else chosen
         bad = [i for i in indices if not 0 <= i < count]
         if bad:
             raise UsageError(f"--gpus: no GPU {bad[0]} (CUDA sees {count})")
