@@ -45,8 +45,8 @@ def receiver():
 @pytest.fixture(scope="module")
 def box(tmp_path_factory):
     box = systemd_box.SystemdBox(tmp_path_factory.mktemp("systemd-box"), ROOT)
-    box.boot()
     try:
+        box.boot()
         # README's commands, as written, from the checkout: a venv in /opt/rigmon, the unit,
         # the example config, enable --now, then status and a scrape of the default port.
         done = box.run("bash", "-ex", "-c", readme_service_commands(), cwd=box.CHECKOUT, timeout=900, check=False,
