@@ -81,7 +81,8 @@ class Transition:
 
     def line(self) -> str:
         state = "FIRING" if self.status == "firing" else "resolved"
-        return f"{state} {self.severity} {self.alertname}: {self.summary}" + (f" ({self.reason})" if self.reason else "")
+        reason = f" ({self.reason})" if self.reason else ""
+        return f"{state} {self.severity} {self.alertname}: {self.summary}{reason}"
 
 
 class _Formatter(string.Formatter):
