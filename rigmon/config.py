@@ -118,6 +118,9 @@ class AlertsConfig(_Section):
     enabled: Annotated[bool, Field(description="Evaluate the alert rules.")] = True
     repeat_interval: Annotated[Duration, Field(
         description="Remind of a firing alert this often (0: never).")] = 4 * 3600.0
+    unknown_timeout: Annotated[Duration, Field(
+        description="Resolve an alert whose condition cannot be evaluated (a value the hardware stopped giving) "
+                    "for this long, or its rule's 'for' if longer.")] = 120.0
     builtin: Annotated[dict[str, RuleOverride], Field(
         description="Changes to built-in rules by name (rigmon rules list): enabled, for, params, severity, when, "
                     "clear, texts.", examples=[{"FanStalled": {"for": "1m"}}])] = {}

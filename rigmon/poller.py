@@ -91,6 +91,9 @@ def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=Non
             event_thread=event_thread,
             indices=config.gpu.indices,
             wall=wall,
+            # a replay's own clock paces the slow counters and lost-GPU probes, in a replay run
+            # faster than real time too
+            monotonic=replay.clock if replay is not None else time.monotonic,
         )
     if config.host.enabled:
         if host_backend is None:

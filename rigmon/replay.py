@@ -48,6 +48,27 @@ def _decode(value: Any) -> Any:
     return value
 
 
+EVENT_KEYS = ("nvmlEventSetWait_v2",)  # an event happens once: never carried forward
+
+
+def _carried(ticks: list[list[dict]]) -> list[list[dict]]:
+    """Each tick's answers with the last recorded answer of every call it lacks carried
+    forward: the daemon reads slow counters (energy, throttle times) only every few seconds,
+    so a recording holds them on some ticks only, and a replay must answer what was last seen,
+    not NotSupported. A call never recorded in a tick falls back to the header."""
+    out, last = [], []
+    for entries in ticks:
+        row = []
+        for i, entry in enumerate(entries):
+            if i == len(last):
+                last.append({})
+            merged = {**last[i], **entry}
+            last[i] = {k: v for k, v in merged.items() if k not in EVENT_KEYS}
+            row.append({**last[i], **{k: entry[k] for k in EVENT_KEYS if k in entry}})
+        out.append(row)
+    return out
+
+
 class ReplayClock:
     """Seconds into the recording. Real time from ``start_at`` at ``speed``, or set by hand
     (``set``) when a test or benchmark steps through ticks."""
@@ -83,8 +104,9 @@ class ReplaySource:
         self.header_nvml = _decode(recording.header.get("nvml", {}))
         self.header_gpus = [_decode(g) for g in recording.header.get("gpus", [])]
         self.header_host = _decode(recording.header.get("host", {}))
-        self.tick_gpus = [[_decode(g) for g in tick.get("gpus", [])] for tick in recording.ticks]
-        self.tick_host = [_decode(tick.get("host", {})) for tick in recording.ticks]
+        self.tick_gpus = [[_decode(g) for g in gpus] for gpus in _carried([tick.get("gpus", []) for tick in
+                                                                             recording.ticks])]
+        self.tick_host = [_decode(host) for (host,) in _carried([[tick.get("host", {})] for tick in recording.ticks])]
         self.tick_labels = [tick.get("label") for tick in recording.ticks]
         self.has_events = any("nvmlEventSetWait_v2" in g for tick in self.tick_gpus for g in tick)
 

@@ -107,6 +107,27 @@ def write(recording: Recording, path: Path) -> Path:
     return path
 
 
+def then(first: Recording, second: Recording, gap: float = 5.0) -> Recording:
+    """``first``, then ``second``'s ticks moved to follow it: a fault, then its recovery. The
+    header is ``first``'s (both must come from the same box)."""
+    rec = copy.deepcopy(first)
+    shift = rec.ticks[-1]["t"] + gap - second.ticks[0]["t"]
+    # A replay carries a call's last answer forward: the second part answers every call the
+    # first part recorded, from its own ticks, else its header, else NotSupported.
+    gpu_keys = [set().union(*(t["gpus"][i] for t in first.ticks)) for i in range(len(first.header["gpus"]))]
+    host_keys = set().union(*(t.get("host", {}) for t in first.ticks))
+    for tick in copy.deepcopy(second.ticks):
+        tick["t"] = round(tick["t"] + shift, 3)
+        for i, keys in enumerate(gpu_keys):
+            for key in keys - set(tick["gpus"][i]) - {"nvmlEventSetWait_v2"}:
+                tick["gpus"][i][key] = second.header["gpus"][i].get(key, error("NotSupported"))
+        host = tick.setdefault("host", {})
+        for key in host_keys - set(host):
+            host[key] = second.header.get("host", {}).get(key, {} if key.startswith("sensors_") else None)
+        rec.ticks.append(tick)
+    return rec
+
+
 def one_tick(recording: Recording, at: float = LOAD_AT) -> Recording:
     """Only the tick at ``at``: a replay that holds those values for ever."""
     offsets = recording.offsets()

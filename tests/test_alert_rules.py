@@ -145,6 +145,35 @@ def test_rule_stays_quiet_on_its_negative_scenario(rule, tmp_path):
     assert not [t for t in transitions if t.alertname == rule], [t.line() for t in transitions]
 
 
+# How each rule resolves: the fault, then the healthy state long enough for the rule's clear
+# condition, window and ``for``: the negative scenario, repeated, unless a rule needs its own.
+RECOVERY_REPEAT = {"GpuXid": 12, "GpuEccUncorrectable": 32, "PcieReplaysRising": 4, "GpuJobStalled": 2}
+RECOVERIES = {
+    "CoolingDegraded": lambda: timeline(900, 15, host=cpu(60, 5)),
+    "CpuTemperatureCritical": lambda: timeline(60, 5, host=cpu(70, 100, critical=105)),
+    # the lost GPU answers again (a reset): rigmon asks a lost GPU again every 30 s
+    "GpuLost": lambda: sc.h200().widened(2), "GpuCountDropped": lambda: sc.h200().widened(2),
+    "SensorMissing": lambda: timeline(60, 5, host=fans(900)),  # the sensor is back
+}
+
+
+def recovery(rule):
+    if rule in RECOVERIES:
+        return RECOVERIES[rule]()
+    rec = SCENARIOS[rule][1]()
+    for _ in range(RECOVERY_REPEAT.get(rule, 1) - 1):
+        rec = sc.then(rec, SCENARIOS[rule][1]())
+    return rec
+
+
+@pytest.mark.parametrize("rule", sorted(SCENARIOS))
+def test_rule_fires_then_resolves_when_the_fault_is_gone(rule, tmp_path):
+    positive, _, config = SCENARIOS[rule]
+    transitions = [t for t in run(sc.then(positive(), recovery(rule)), tmp_path, config) if t.alertname == rule]
+    assert [t.status for t in transitions][:1] == ["firing"], [t.line() for t in transitions]
+    assert transitions[-1].status == "resolved" and not transitions[-1].reason, [t.line() for t in transitions]
+
+
 def test_h200_recording_raises_nothing_above_info(tmp_path):
     transitions = run(sc.h200(), tmp_path, {})
     assert [t for t in transitions if t.severity != "info"] == []

@@ -92,7 +92,9 @@ def cmd_doctor(args) -> int:
             print(f"  {rule.name:<26} disabled in the config")
             continue
         why = _why_not(rule, entities, sample, poller, config)
-        if why:
+        if why and why.startswith("partly: "):
+            print(f"  {rule.name:<26} ok, {why}")
+        elif why:
             problems += 1
             print(f"  {rule.name:<26} cannot evaluate: {why}")
         else:
@@ -144,12 +146,21 @@ def _why_not(rule: Rule, entities: dict, sample, poller, config) -> str | None:
     gpu_vars = {v for v in rule.variables if v.startswith("gpu")}
     if rule.kind == "host" and gpu_vars and (poller.gpu is None or poller.gpu.unavailable):
         return poller.gpu.unavailable if poller.gpu else "GPUs are disabled in the config"
-    missing = sorted(var for var in rule.variables if var in KINDS[rule.kind]
-                     and all(e.get(var) is None for e in mine))
-    if missing:
-        detail = {"processes": "process list not readable (containers hide other PIDs)",
-                  "process_memory_bytes": "process list not readable",
-                  "cpu_utilization": "CPU utilisation not read"}
-        return "; ".join(f"{var} not available" + (f" ({detail[var]})" if var in detail else " on this hardware")
-                         for var in missing)
-    return None
+    detail = {"processes": "process list not readable (containers hide other PIDs)",
+              "process_memory_bytes": "process list not readable",
+              "cpu_utilization": "CPU utilisation not read"}
+
+    def absent(variables: set[str]) -> list[str]:
+        return sorted(v for v in variables if v in KINDS[rule.kind] and all(e.get(v) is None for e in mine))
+
+    def why(var: str) -> str:
+        return f"{var} not available" + (f" ({detail[var]})" if var in detail else " on this hardware")
+
+    terms = rule.when.terms()
+    blind = [(text, absent(names)) for text, names in terms if absent(names)]
+    if not blind:
+        return None
+    said = "; ".join(f"'{text}': {', '.join(why(v) for v in missing)}" for text, missing in blind)
+    if len(blind) == len(terms):
+        return said
+    return f"partly: {said}; the other terms still evaluate"

@@ -6,8 +6,10 @@ entity, the series of the variables that ``increase()``, ``avg_over()``… look 
 
 An alert is pending while its condition holds for less than the rule's ``for``, then
 firing; it resolves when the rule's ``clear`` condition holds (by default: ``when`` no
-longer does). A condition that meets a missing value is
-unknown and changes nothing.
+longer does). Conditions are three-valued (see ``rules``): an unknown one changes nothing
+for a while, but an alert whose condition stays unknown longer than its ``for`` and the
+engine's ``unknown_timeout`` resolves, with that reason: it never fires for ever on a value
+the hardware stopped giving.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Alert:
     values: dict[str, Any] = field(default_factory=dict)
     summary: str = ""
     description: str = ""
+    unknown_since: float | None = None  # when its condition became unknown, while it stays so
 
     @property
     def name(self) -> str:
@@ -70,6 +73,7 @@ class Transition:
     ends_at: float | None
     time: float
     values: dict[str, Any]
+    reason: str = ""  # why a resolved alert resolved, when not because its condition cleared
 
     @property
     def key(self) -> str:
@@ -77,7 +81,8 @@ class Transition:
 
     def line(self) -> str:
         state = "FIRING" if self.status == "firing" else "resolved"
-        return f"{state} {self.severity} {self.alertname}: {self.summary}"
+        reason = f" ({self.reason})" if self.reason else ""
+        return f"{state} {self.severity} {self.alertname}: {self.summary}{reason}"
 
 
 class _Formatter(string.Formatter):
@@ -107,8 +112,9 @@ def render(template: str, values: dict[str, Any]) -> str:
 
 class AlertEngine:
     def __init__(self, rules: Sequence[Rule], psu_groups: Sequence[PsuGroup] = (),
-                 expected_sensors: Sequence[str] = ()):
+                 expected_sensors: Sequence[str] = (), unknown_timeout: float = 120.0):
         self.rules = [r for r in rules if r.spec.enabled]
+        self.unknown_timeout = unknown_timeout
         self.psu_groups = tuple(psu_groups)
         self.alerts: dict[tuple, Alert] = {}
         self._latest: tuple[Sample, dict[tuple, dict]] | None = None  # the newest sample and its entities
@@ -245,10 +251,24 @@ class AlertEngine:
                 return []
             labels = {label: str(values.get(label, "")) for label in LABELS[rule.kind]}
             alert = self.alerts[alert_key] = Alert(rule, key, labels, active_since=now)
-        if alert.state == "pending":
-            if condition is None:
+        if rule.clear is not None and alert.state == "firing":
+            cleared = rule.clear.evaluate(names)
+            if cleared is None and condition:
+                cleared = False  # the clear condition cannot tell, but the alert's condition still holds
+        else:
+            cleared = None if condition is None else not condition
+        if cleared is None:
+            alert.unknown_since = alert.unknown_since if alert.unknown_since is not None else now
+            if now - alert.unknown_since < max(rule.for_seconds, self.unknown_timeout):
                 return []
-            if not condition:
+            del self.alerts[alert_key]
+            if alert.state == "pending":
+                return []
+            return [self._transition(alert, "resolved", now, reason=f"condition no longer evaluable for "
+                                                                     f"{now - alert.unknown_since:.0f} s")]
+        alert.unknown_since = None
+        if alert.state == "pending":
+            if cleared:
                 del self.alerts[alert_key]
                 return []
             if now - alert.active_since >= rule.for_seconds:
@@ -256,11 +276,6 @@ class AlertEngine:
                 self._describe(alert, names)
                 return [self._transition(alert, "firing", now)]
             return []
-        # firing
-        if rule.clear is not None:
-            cleared = rule.clear.evaluate(names)
-        else:
-            cleared = None if condition is None else not condition
         if cleared:
             del self.alerts[alert_key]
             return [self._transition(alert, "resolved", now)]
@@ -280,11 +295,12 @@ class AlertEngine:
         alert.summary = render(alert.rule.spec.summary, context)
         alert.description = render(alert.rule.spec.description, context)
 
-    def _transition(self, alert: Alert, status: str, now: float) -> Transition:
+    def _transition(self, alert: Alert, status: str, now: float, reason: str = "") -> Transition:
+        description = f"{alert.description} (resolved: {reason})".lstrip() if reason else alert.description
         return Transition(status=status, alertname=alert.name, severity=alert.severity, labels=dict(alert.labels),
-                          summary=alert.summary, description=alert.description, hint=alert.rule.spec.hint,
+                          summary=alert.summary, description=description, hint=alert.rule.spec.hint,
                           starts_at=alert.fired_at or alert.active_since, ends_at=now if status == "resolved" else None,
-                          time=now, values=dict(alert.values))
+                          time=now, values=dict(alert.values), reason=reason)
 
     def transition_of(self, alert: Alert, now: float) -> Transition:
         """A firing alert as a transition, for reminders."""

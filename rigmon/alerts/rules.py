@@ -9,8 +9,13 @@ rule's ``params`` and a few functions over the sample history:
     ever_max(var)           the largest value since rigmon started
     abs(x), min(a, b), max(a, b)
 
-Windows and ``for`` are seconds or durations like "30s", "10m", "1h". An expression that
-meets a value the hardware did not give (None) is unknown: it neither fires nor clears.
+    known(x)                true when the hardware gave x (a threshold, a counter)
+
+Windows and ``for`` are seconds or durations like "30s", "10m", "1h". A value the hardware
+did not give (None) is unknown, and logic over it is three-valued (Kleene): a comparison or
+arithmetic with an unknown term is unknown, ``True or unknown`` is true, ``False and
+unknown`` is false, ``not unknown`` is unknown. An unknown condition neither fires nor
+clears; the engine resolves an alert whose condition stays unknown too long.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 from .entities import KINDS, LABELS
 
 HISTORY_FUNCTIONS = ("increase", "avg_over", "max_over", "min_over", "ever_max")
-PLAIN_FUNCTIONS = {"abs": abs, "min": min, "max": max}
+PLAIN_FUNCTIONS = {"abs": abs, "min": min, "max": max, "known": None}
 _ALLOWED = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd, ast.BinOp,
             ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE,
             ast.Name, ast.Load, ast.Constant, ast.Call, ast.IfExp)
@@ -99,7 +104,7 @@ class Expression:
             if isinstance(node, ast.Name) and node.id in KINDS[kind]:
                 self.variables.add(node.id)
         args = _HistoryArgs(params)
-        tree = args.visit(tree)
+        tree = _ThreeValued().visit(args.visit(tree))
         self.windows: list[float] = args.windows  # seconds each history function looks back
         ast.fix_missing_locations(tree)
         self._code = compile(tree, f"<rule {text!r}>", "eval")
@@ -122,11 +127,137 @@ class Expression:
                 raise ValueError(f"the window of {node.func.id}() must be seconds, a duration or a param")
 
     def evaluate(self, names: dict[str, Any]) -> Any:
-        """The value, or None when a value it needs is missing."""
+        """The value: True, False, a number, or None (unknown) where a value it needs is missing."""
         try:
-            return eval(self._code, {"__builtins__": {}}, names)  # the AST was checked: no attribute access
+            return eval(self._code, {"__builtins__": {}, **_KLEENE}, names)  # checked AST: no attribute access
         except (TypeError, ZeroDivisionError):
             return None
+
+    def terms(self) -> list[tuple[str, set[str]]]:
+        """The comparisons, calls and bare variables the condition joins with and/or/not, each
+        with the variables it reads (for doctor: which parts can evaluate on a machine).
+        known() is no term: it always evaluates."""
+        tree = ast.parse(self.text.strip(), mode="eval")
+        out = []
+
+        def visit(node: ast.AST) -> None:
+            if isinstance(node, ast.BoolOp):
+                for value in node.values:
+                    visit(value)
+            elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+                visit(node.operand)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "known":
+                return
+            else:
+                names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & self.variables
+                names |= {n.args[0].id for n in ast.walk(node) if isinstance(n, ast.Call) and n.args
+                          and isinstance(n.args[0], ast.Name) and n.args[0].id in self.history_variables}
+                out.append((ast.unparse(node), names))
+
+        visit(tree.body)
+        return out
+
+
+def _truth(value: Any) -> bool | None:
+    return None if value is None else bool(value)
+
+
+def _and(*values: Any) -> bool | None:
+    truths = [_truth(v) for v in values]
+    return False if False in truths else None if None in truths else True
+
+
+def _or(*values: Any) -> bool | None:
+    truths = [_truth(v) for v in values]
+    return True if True in truths else None if None in truths else False
+
+
+def _not(value: Any) -> bool | None:
+    return None if value is None else not value
+
+
+_OPERATORS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+              ast.Div: lambda a, b: a / b, ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b,
+              ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b,
+              ast.GtE: lambda a, b: a >= b}
+_OPERATOR_NAMES = {op: f"_op_{op.__name__}" for op in _OPERATORS}
+
+
+def _binary(fn):
+    def apply(a, b):
+        if a is None or b is None:
+            return None
+        try:
+            return fn(a, b)
+        except ZeroDivisionError:
+            return None
+    return apply
+
+
+def _compare(first: Any, *pairs: Any) -> bool | None:
+    """a < b <= c: pairs alternate operator name and operand; unknown if any operand is."""
+    left, result = first, True
+    for name, right in zip(pairs[::2], pairs[1::2], strict=True):
+        value = _KLEENE[name](left, right)
+        if value is None:
+            return None
+        result = result and value
+        left = right
+    return result
+
+
+def _plain(fn):
+    def call(*args):
+        return None if any(a is None for a in args) else fn(*args)
+    return call
+
+
+_KLEENE: dict[str, Any] = {
+    "_and": _and, "_or": _or, "_not": _not, "_compare": _compare,
+    "_neg": lambda x: None if x is None else -x, "_pos": lambda x: None if x is None else +x,
+    "_if": lambda cond, yes, no: None if cond is None else (yes if cond else no),
+    **{name: _binary(_OPERATORS[op]) for op, name in _OPERATOR_NAMES.items()},
+    "_abs": _plain(abs), "_min": _plain(min), "_max": _plain(max), "_known": lambda x: x is not None,
+}
+
+
+class _ThreeValued(ast.NodeTransformer):
+    """Rewrites operators into calls of the _KLEENE functions, so an unknown (None) value makes
+    only its own term unknown and ``or``/``and`` follow three-valued logic."""
+
+    @staticmethod
+    def _call(name: str, args: list[ast.expr]) -> ast.Call:
+        return ast.Call(func=ast.Name(name, ast.Load()), args=args, keywords=[])
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
+        self.generic_visit(node)
+        return self._call("_and" if isinstance(node.op, ast.And) else "_or", node.values)
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        self.generic_visit(node)
+        name = {ast.Not: "_not", ast.USub: "_neg", ast.UAdd: "_pos"}[type(node.op)]
+        return self._call(name, [node.operand])
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        return self._call(_OPERATOR_NAMES[type(node.op)], [node.left, node.right])
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        args: list[ast.expr] = [node.left]
+        for op, right in zip(node.ops, node.comparators, strict=True):
+            args += [ast.Constant(_OPERATOR_NAMES[type(op)]), right]
+        return self._call("_compare", args)
+
+    def visit_IfExp(self, node: ast.IfExp) -> ast.AST:
+        self.generic_visit(node)
+        return self._call("_if", [node.test, node.body, node.orelse])
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id in PLAIN_FUNCTIONS:
+            node.func = ast.Name(f"_{node.func.id}", ast.Load())
+        return node
 
 
 class _HistoryArgs(ast.NodeTransformer):

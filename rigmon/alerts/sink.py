@@ -37,7 +37,7 @@ def build_engine(config: Config) -> AlertEngine:
     groups += [PsuGroup(g.name, g.watts, tuple(g.gpus) if g.gpus is not None else None, g.include_cpu)
                for g in budget.groups]
     rules = [Rule(spec) for spec in config.alerts.effective_rules()]
-    return AlertEngine(rules, groups, config.alerts.expected_sensors)
+    return AlertEngine(rules, groups, config.alerts.expected_sensors, config.alerts.unknown_timeout)
 
 
 class AlertSink:

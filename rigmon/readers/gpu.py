@@ -86,6 +86,9 @@ def _error_name(exc: BaseException) -> str:
     return type(exc).__name__.removeprefix("NVMLError_")
 
 
+LOST_PROBE_SECONDS = 30.0  # how often a lost GPU is asked whether it answers again
+
+
 class GpuLost(Exception):
     pass
 
@@ -94,7 +97,7 @@ class _Device:
     """One GPU's handle and what we have learnt about it."""
 
     __slots__ = ("index", "handle", "info", "unsupported", "lost", "errors", "last_slow", "energy", "throttle",
-                 "pcie_rx", "pcie_tx", "supported_events", "fields_unsupported", "plan", "poll_fields")
+                 "pcie_rx", "pcie_tx", "supported_events", "fields_unsupported", "plan", "poll_fields", "probe_at")
 
     def __init__(self, index: int, handle: Any):
         self.index = index
@@ -102,6 +105,7 @@ class _Device:
         self.info: GpuInfo | None = None
         self.unsupported: set[str] = set()
         self.lost = False
+        self.probe_at = 0.0  # while lost: when to ask it again (a reset can bring it back)
         self.errors: dict[str, int] = {}
         self.last_slow = float("-inf")
         self.energy: float | None = None
@@ -345,13 +349,19 @@ class GpuReader:
         now = self._monotonic()
         readings = []
         for d in self.devices:
-            if not d.lost:
+            probe = d.lost and d.handle is not None and d.info is not None and now >= d.probe_at
+            if not d.lost or probe:
                 try:
                     readings.append(self._read(d, now))
+                    if d.lost:
+                        d.lost = False
+                        log.warning("GPU %d (%s) answers again (reset?)", d.index, d.info.uuid)
                     continue
                 except GpuLost:
-                    d.lost = True
-                    log.error("GPU %d (%s) is lost: it fell off the bus or stopped answering", d.index, d.info.uuid)
+                    if not d.lost:
+                        log.error("GPU %d (%s) is lost: it fell off the bus or stopped answering", d.index,
+                                  d.info.uuid)
+                    d.lost, d.probe_at = True, now + LOST_PROBE_SECONDS
             readings.append(GpuReading(index=d.index, uuid=d.info.uuid, lost=True))
         if self._registered and self._event_thread is None:
             self._drain_events()

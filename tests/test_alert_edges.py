@@ -1,0 +1,186 @@
+"""Rules where real boxes differ from the fixtures: three-valued logic over values the hardware
+does not give, alerts that resolve when their condition can no longer be evaluated, and every
+built-in rule with its optional inputs missing (Tctl-only k10temp, no slowdown threshold, no
+power limit, no fans, reasons the board does not report)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import scenarios as sc
+from scenarios import set_gpu, timeline
+
+from rigmon.alerts.engine import AlertEngine
+from rigmon.alerts.offline import replay_rules
+from rigmon.alerts.rules import Expression, Rule, RuleSpec
+from rigmon.config import Config, parse
+from rigmon.recording import Recording
+
+MASK = "nvmlDeviceGetCurrentClocksEventReasons"
+
+
+def ev(text, kind="cpu", params=None, **names):
+    return Expression(text, kind, params or {}).evaluate(names)
+
+
+@pytest.mark.parametrize("text, names, want", [
+    ("celsius > 90 or critical_celsius > 90", {"celsius": 95, "critical_celsius": None}, True),
+    ("celsius > 90 or critical_celsius > 90", {"celsius": 60, "critical_celsius": None}, None),
+    ("celsius > 90 and critical_celsius > 90", {"celsius": 60, "critical_celsius": None}, False),
+    ("celsius > 90 and critical_celsius > 90", {"celsius": 95, "critical_celsius": None}, None),
+    ("not critical_celsius > 90", {"critical_celsius": None}, None),
+    ("celsius - critical_celsius > 1 or celsius > 50", {"celsius": 60, "critical_celsius": None}, True),
+    ("known(critical_celsius) and celsius >= critical_celsius - 5", {"celsius": 99, "critical_celsius": None}, False),
+    ("known(critical_celsius) and celsius >= critical_celsius - 5", {"celsius": 99, "critical_celsius": 100}, True),
+    ("50 < celsius <= 60", {"celsius": 55}, True),
+    ("50 < celsius <= critical_celsius", {"celsius": 55, "critical_celsius": None}, None),
+    ("abs(celsius - 60) < 1 and max(celsius, critical_celsius) > 0", {"celsius": 60, "critical_celsius": None}, None),
+    ("celsius / 0 > 1 or celsius > 50", {"celsius": 60}, True),
+    ("(celsius if critical_celsius else 0) > 1", {"celsius": 60, "critical_celsius": None}, None),
+])
+def test_three_valued_logic(text, names, want):
+    assert ev(text, **names) is want
+
+
+def rule(when, for_="0s", clear=None):
+    return Rule(RuleSpec.model_validate({"name": "T", "kind": "cpu", "when": when, "clear": clear, "for": for_,
+                                         "severity": "warning", "summary": "CPU {socket} at {celsius}"}))
+
+
+class FakeSample:
+    """Just enough of a Sample for AlertEngine.evaluate on entity values we set by hand."""
+
+
+def test_an_alert_whose_condition_stays_unknown_resolves_with_the_reason():
+    engine = AlertEngine([rule("celsius >= 90 or critical_celsius - celsius < 5", for_="10s")], unknown_timeout=60)
+    values = {"socket": "0", "sensor": "Tctl", "celsius": 95.0, "critical_celsius": None}
+    engine.entities = lambda sample: {("cpu", "0"): dict(values)}  # the values a sample would give
+    sample = type("S", (), {"events": (), "time": 0.0})()
+    steps = []
+    for t in range(0, 200, 5):
+        values["celsius"] = 95.0 if t < 30 else None  # the sensor stops answering at 30 s
+        sample = type("S", (), {"events": (), "time": float(t)})()
+        steps += [(t, x.status, x.reason) for x in engine.evaluate(sample, float(t))]
+    assert steps == [(10, "firing", ""), (90, "resolved", "condition no longer evaluable for 60 s")]
+
+
+def test_an_unknown_clear_does_not_resolve_an_alert_whose_condition_holds():
+    engine = AlertEngine([rule("celsius >= 90", clear="critical_celsius - celsius > 10")], unknown_timeout=10)
+    values = {"socket": "0", "sensor": "Tctl", "celsius": 95.0, "critical_celsius": None}
+    engine.entities = lambda sample: {("cpu", "0"): dict(values)}
+    out = []
+    for t in range(0, 100, 5):
+        out += [x.status for x in engine.evaluate(type("S", (), {"events": (), "time": float(t)})(), float(t))]
+    assert out == ["firing"]  # still 95 °C: the unknown clear waits for the condition itself
+
+
+def run(recording: Recording, tmp_path, config: dict | None = None) -> list:
+    path = sc.write(recording, tmp_path / "edge.rec.jsonl")
+    return replay_rules(Recording.load(path), parse(config) if config else Config())
+
+
+def tctl(celsius):
+    return {"sensors_temperatures": {"k10temp": [["Tctl", celsius, None, None]]}, "cpu_percent": 100.0}
+
+
+def hot_then_cool():
+    return sc.then(timeline(60, 5, host=tctl(100)), timeline(60, 5, host=tctl(60)))
+
+
+def statuses(transitions, name):
+    return [(t.status, t.reason) for t in transitions if t.alertname == name]
+
+
+def test_tctl_only_cpu_fires_at_100_and_resolves_at_60(tmp_path):
+    assert statuses(run(hot_then_cool(), tmp_path), "CpuTemperatureCritical") == [("firing", ""), ("resolved", "")]
+
+
+def test_rules_test_prints_the_tctl_alert_firing_then_resolving(tmp_path):
+    path = sc.write(hot_then_cool(), tmp_path / "tctl-100-then-60.rec.jsonl")
+    done = subprocess.run([sys.executable, "-m", "rigmon", "rules", "test", "--replay", str(path)],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if "CpuTemperatureCritical" in line]
+    assert len(lines) == 2 and "FIRING" in lines[0] and "RESOLVED" in lines[1], done.stdout
+    print("\n" + done.stdout)
+
+
+def test_cooling_degraded_on_tctl_only_fires_and_resolves(tmp_path):
+    idle = {**tctl(75), "cpu_percent": 5.0}
+    cool = {**tctl(55), "cpu_percent": 5.0}
+    rec = sc.then(timeline(900, 15, host=idle), timeline(120, 15, host=cool))
+    assert statuses(run(rec, tmp_path), "CoolingDegraded") == [("firing", ""), ("resolved", "")]
+
+
+def test_gpu_without_a_slowdown_threshold_is_quiet_and_doctor_says_why(tmp_path):
+    def no_threshold(recording):
+        for g in recording.header["gpus"]:
+            g["nvmlDeviceGetTemperatureThreshold:1"] = {"nvml_error": "NotSupported"}
+        return recording
+    rec = no_threshold(timeline(120, 5, modify=lambda t, tick: set_gpu(tick, nvmlDeviceGetTemperature__0=95)))
+    transitions = run(rec, tmp_path)
+    assert not [t for t in transitions if t.alertname in ("GpuNearSlowdown", "GpuAtSlowdownTemperature")]
+    path = sc.write(rec, tmp_path / "no-threshold.rec.jsonl")
+    done = subprocess.run([sys.executable, "-m", "rigmon", "doctor", "--replay", str(path)], capture_output=True,
+                          text=True, timeout=60)
+    line = next(x for x in done.stdout.splitlines() if "GpuAtSlowdownTemperature" in x)
+    assert "cannot evaluate" in line and "slowdown_celsius not available" in line
+
+
+def test_no_power_limit_leaves_starved_quiet_and_resolves_one_that_fired(tmp_path):
+    def power(mw, limit):
+        return lambda t, tick: set_gpu(tick, nvmlDeviceGetPowerUsage=mw,
+                                       nvmlDeviceGetEnforcedPowerLimit=limit,
+                                       nvmlDeviceGetUtilizationRates={"gpu": 100, "memory": 10})
+    starved = timeline(900, 15, modify=power(300000, 700000))
+    gone = timeline(900, 15, modify=power(300000, {"nvml_error": "NotSupported"}))
+    assert not [t for t in run(gone, tmp_path) if t.alertname == "GpuStarved"]
+    got = statuses(run(sc.then(starved, gone), tmp_path), "GpuStarved")
+    assert got[0] == ("firing", "") and got[1][0] == "resolved" and "no longer evaluable" in got[1][1]
+
+
+def test_no_fans_leaves_fan_rules_quiet(tmp_path):
+    rec = timeline(120, 5, host={"sensors_fans": {}, **tctl(50)})
+    assert not [t for t in run(rec, tmp_path) if t.alertname == "FanStalled"]
+
+
+@pytest.mark.parametrize("rule_name, bit, supported", [
+    ("GpuThermalSlowdown", 0x40, 0x1FF & ~0x20),  # HW thermal active, SW thermal not reported
+    ("GpuPowerBrake", 0x80, 0x1FF & ~0x8),        # power brake active, HW slowdown not reported
+])
+def test_a_throttle_rule_resolves_when_the_other_reason_is_not_reported(rule_name, bit, supported, tmp_path):
+    def board(recording):
+        for g in recording.header["gpus"]:
+            g["nvmlDeviceGetSupportedClocksEventReasons"] = supported
+        return recording
+    rec = board(sc.then(timeline(60, 1, modify=lambda t, tick: set_gpu(tick, **{MASK: bit | 0x4})),
+                        timeline(60, 1, modify=lambda t, tick: set_gpu(tick, **{MASK: 0x4}))))
+    assert statuses(run(rec, tmp_path), rule_name) == [("firing", ""), ("resolved", "")]
+
+
+def test_ecc_rule_with_volatile_counters_only_fires_and_resolves(tmp_path):
+    def ecc(count):
+        return lambda t, tick: set_gpu(tick, **{"nvmlDeviceGetTotalEccErrors:1,0": count,
+                                                "nvmlDeviceGetTotalEccErrors:1,1": {"nvml_error": "NotSupported"}})
+    rec = sc.then(timeline(60, 5, modify=ecc(0)), timeline(60, 5, modify=ecc(2)))
+    rec = sc.then(rec, timeline(3700, 100, modify=ecc(2)))
+    assert statuses(run(rec, tmp_path), "GpuEccUncorrectable") == [("firing", ""), ("resolved", "")]
+
+
+def test_pcie_link_rule_without_a_width_reading_still_judges_the_generation(tmp_path):
+    def link(gen):
+        return lambda t, tick: set_gpu(tick, nvmlDeviceGetCurrPcieLinkGeneration=gen,
+                                       nvmlDeviceGetCurrPcieLinkWidth={"nvml_error": "NotSupported"},
+                                       nvmlDeviceGetUtilizationRates={"gpu": 100, "memory": 10})
+    rec = sc.then(timeline(120, 5, modify=link(3)), timeline(120, 5, modify=link(5)))
+    assert statuses(run(rec, tmp_path), "PcieLinkDegraded") == [("firing", ""), ("resolved", "")]
+
+
+def test_doctor_names_the_terms_that_cannot_evaluate(tmp_path):
+    path = sc.write(timeline(30, 5, host=tctl(50)), tmp_path / "tctl.rec.jsonl")
+    done = subprocess.run([sys.executable, "-m", "rigmon", "doctor", "--replay", str(path)], capture_output=True,
+                          text=True, timeout=60)
+    line = next(x for x in done.stdout.splitlines() if "CpuTemperatureCritical" in x)
+    assert line.split()[1] == "ok," and "celsius >= critical_celsius - margin_celsius" in line
+    assert "critical_celsius not available" in line and "other terms still evaluate" in line
