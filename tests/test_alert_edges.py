@@ -48,20 +48,19 @@ def rule(when, for_="0s", clear=None):
                                          "severity": "warning", "summary": "CPU {socket} at {celsius}"}))
 
 
-class FakeSample:
-    """Just enough of a Sample for AlertEngine.evaluate on entity values we set by hand."""
+def at(t: float):
+    """Just enough of a Sample for AlertEngine.evaluate when entities() is set by hand."""
+    return type("S", (), {"events": (), "time": float(t)})()
 
 
 def test_an_alert_whose_condition_stays_unknown_resolves_with_the_reason():
     engine = AlertEngine([rule("celsius >= 90 or critical_celsius - celsius < 5", for_="10s")], unknown_timeout=60)
     values = {"socket": "0", "sensor": "Tctl", "celsius": 95.0, "critical_celsius": None}
     engine.entities = lambda sample: {("cpu", "0"): dict(values)}  # the values a sample would give
-    sample = type("S", (), {"events": (), "time": 0.0})()
     steps = []
     for t in range(0, 200, 5):
         values["celsius"] = 95.0 if t < 30 else None  # the sensor stops answering at 30 s
-        sample = type("S", (), {"events": (), "time": float(t)})()
-        steps += [(t, x.status, x.reason) for x in engine.evaluate(sample, float(t))]
+        steps += [(t, x.status, x.reason) for x in engine.evaluate(at(t), float(t))]
     assert steps == [(10, "firing", ""), (90, "resolved", "condition no longer evaluable for 60 s")]
 
 
@@ -71,7 +70,7 @@ def test_an_unknown_clear_does_not_resolve_an_alert_whose_condition_holds():
     engine.entities = lambda sample: {("cpu", "0"): dict(values)}
     out = []
     for t in range(0, 100, 5):
-        out += [x.status for x in engine.evaluate(type("S", (), {"events": (), "time": float(t)})(), float(t))]
+        out += [x.status for x in engine.evaluate(at(t), float(t))]
     assert out == ["firing"]  # still 95 °C: the unknown clear waits for the condition itself
 
 

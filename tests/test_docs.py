@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import readme
 import scenarios as sc
 from servers import Rigmon, http_get
 
@@ -85,9 +86,7 @@ def test_readme_metrics_table_matches_the_exporter(tmp_path):
 
 
 def test_readme_has_exactly_two_setup_commands():
-    text = (ROOT / "README.md").read_text()
-    block = text.split("## Set up", 1)[1].split("\n## ", 1)[0]
-    commands = re.findall(r"^```sh\n(.*?)\n```", block, re.M | re.S)
+    commands = readme.sh_blocks("Set up")
     assert len(commands) == 2, commands
     assert "rigmon run" in commands[0] and commands[1].strip() == "tests/run"
 

@@ -5,7 +5,6 @@ of the checkout, installs rigmon and starts a daemon that answers a scrape."""
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -15,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import readme
 from servers import free_port, http_get, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,16 +96,10 @@ def test_wheel_in_a_fresh_venv_works_outside_the_checkout(dist, tmp_path):
     assert proc.returncode == 0, out
 
 
-def readme_first_command() -> str:
-    text = (ROOT / "README.md").read_text()
-    block = text.split("## Set up", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"^```sh\n(.*?)\n```", block, re.M | re.S)[0]
-
-
 def test_readme_first_command_installs_and_runs_the_daemon(tmp_path):
     """The command exactly as README has it, in a scratch copy of the checkout, by a shell
     with the user's environment: it must leave a daemon answering on the default port."""
-    command = readme_first_command()
+    command = readme.sh_blocks("Set up")[0]
     scratch = tmp_path / "rigmon"
     for name in tracked("."):
         target = scratch / name

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 import shutil
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import readme
 import systemd_box
 from receiver import Receiver
 from servers import free_port, http_get, wait_for
@@ -29,10 +29,7 @@ SECRET_ENV = "env-secret-5f3a9c17e2"
 
 
 def readme_service_commands() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Running as a service", 1)[1].split("\n## ", 1)[0]
-    block = re.findall(r"^```sh\n(.*?)\n```", section, re.M | re.S)[0]
-    return block.replace("sudo ", "")  # the box runs as root, with sudo's PATH
+    return readme.sh_blocks("Running as a service")[0].replace("sudo ", "")  # the box runs as root, with sudo's PATH
 
 
 @pytest.fixture(scope="module")
