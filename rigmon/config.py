@@ -53,6 +53,11 @@ class GpuConfig(_Section):
     pcie_throughput: Annotated[bool, Field(description="Read PCIe throughput (costs ~21 ms a GPU per read).")] = False
     processes: Annotated[bool, Field(description="Count compute processes and their memory.")] = True
     xid_events: Annotated[bool, Field(description="Listen for XID critical errors.")] = True
+    pcie_expected_generation: Annotated[dict[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1, le=6)]] | None,
+                                        Field(description="PCIe generation a GPU's link is meant to run at, by GPU "
+                                                          "index, where less than the slot allows: a riser forced "
+                                                          "to Gen3 in the BIOS. PcieLinkDegraded compares with it.",
+                                              examples=[{0: 3, 1: 3}])] = None
 
 
 class HostConfig(_Section):
@@ -325,7 +330,8 @@ def _unmask(dumped: Any, written: Any) -> Any:
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
-def _key(key: str) -> str:
+def _key(key: Any) -> str:
+    key = str(key)  # a table keyed by GPU index holds ints once validated
     return key if _BARE_KEY.match(key) else json.dumps(key)
 
 

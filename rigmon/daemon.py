@@ -27,7 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from . import config as configmod
 from . import logs
-from .alerts.sink import AlertSink, alert_dict
+from .alerts.sink import AlertSink
 from .exporters.burnin import BurninReports
 from .exporters.prometheus import MetricsApp, RigmonCollector, serve
 from .poller import Poller, build_poller
@@ -192,8 +192,8 @@ class Daemon:
 
     def _state_json(self) -> tuple[str, bytes]:
         """What ``rigmon status`` shows of the daemon: firing alerts, the InfluxDB sink."""
-        alerts = self.alerts.engine.firing() if self.alerts else []
-        state = {"alerts": [alert_dict(a) for a in alerts], "influxdb": self.influx.state() if self.influx else None,
+        alerts = self.alerts.state.firing if self.alerts else ()
+        state = {"alerts": [a.as_dict() for a in alerts], "influxdb": self.influx.state() if self.influx else None,
                  "polls": self.stats.polls, "skipped": self.stats.skipped}
         return "application/json", json.dumps(state).encode()
 

@@ -90,6 +90,7 @@ def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=Non
             xid_events=config.gpu.xid_events,
             event_thread=event_thread,
             indices=config.gpu.indices,
+            expected_pcie_generation=config.gpu.pcie_expected_generation,
             wall=wall,
             # a replay's own clock paces the slow counters and lost-GPU probes, in a replay run
             # faster than real time too

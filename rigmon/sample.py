@@ -85,6 +85,14 @@ class RemappedRows(NamedTuple):
     failure: bool
 
 
+class RetiredPages(NamedTuple):
+    """Pre-Ampere ECC boards (V100, T4, P100) retire memory pages instead of remapping rows."""
+
+    single_bit: int | None = None  # pages retired for repeated correctable (single-bit) errors
+    double_bit: int | None = None  # pages retired for an uncorrectable (double-bit) error
+    pending: bool | None = None  # a retirement waits for a reset (nvidia-smi -r or a reboot)
+
+
 class GpuProcess(NamedTuple):
     pid: int
     used_memory_bytes: int | None
@@ -107,8 +115,10 @@ class GpuInfo(NamedTuple):
     temperature_thresholds: TemperatureThresholds = TemperatureThresholds()
     max_sm_clock_hertz: float | None = None
     max_memory_clock_hertz: float | None = None
-    max_pcie_generation: int | None = None
+    max_pcie_generation: int | None = None  # what the link can reach: the GPU and the slot/riser
     max_pcie_width: int | None = None
+    gpu_max_pcie_generation: int | None = None  # what the GPU itself supports
+    expected_pcie_generation: int | None = None  # from the config, where a riser is forced lower
     supported_clock_events: tuple[str, ...] = ()
     ecc_enabled: bool | None = None
     persistence_mode: bool | None = None
@@ -137,7 +147,9 @@ class GpuReading(NamedTuple):
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
     performance_state: int | None = None
-    fan_speed_ratios: tuple[float, ...] | None = None
+    fan_speed_ratios: tuple[float | None, ...] | None = None  # per fan, measured where NVML says, else target
+    fan_target_ratios: tuple[float | None, ...] | None = None  # per fan, the speed the driver asks for
+    fan_speed_rpm: tuple[float | None, ...] | None = None  # per fan, measured
     pcie_generation: int | None = None
     pcie_width: int | None = None
     pcie_replay_total: int | None = None
@@ -145,6 +157,7 @@ class GpuReading(NamedTuple):
     pcie_tx_bytes_per_second: float | None = None
     ecc_errors: EccCounts | None = None
     remapped_rows: RemappedRows | None = None
+    retired_pages: RetiredPages | None = None
     processes: tuple[GpuProcess, ...] | None = None
 
 
@@ -178,6 +191,7 @@ class FanReading(NamedTuple):
     chip: str
     label: str
     rpm: float
+    turned: bool = False  # read above 0 rpm since rigmon started: a header with a fan on it
 
 
 class CpuEnergy(NamedTuple):

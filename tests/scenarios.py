@@ -155,11 +155,39 @@ def rich(recording: Recording, gpus: int = 8) -> Recording:
     return with_xid(rec, at_second=1.0, xid=79, gpu=3)
 
 
+def on_every_gpu(recording: Recording, **answers) -> Recording:
+    """Every GPU answers these calls so, in the header and in every tick (``__`` stands for ``:``)."""
+    rec = copy.deepcopy(recording)
+    for entry in rec.header["gpus"] + [g for t in rec.ticks for g in t["gpus"]]:
+        entry.update({k.replace("__", ":"): copy.deepcopy(v) for k, v in answers.items()})
+    return rec
+
+
+def gpu_fans(recording: Recording, fans: int = 2, percent: int = 60, rpm: int = 1800) -> Recording:
+    """A board with ``fans`` fans (a 3090 or 4090) asked for ``percent`` and turning at ``rpm``."""
+    answers = {"nvmlDeviceGetNumFans": fans}
+    for i in range(fans):
+        answers.update({f"nvmlDeviceGetFanSpeed_v2__{i}": percent, f"nvmlDeviceGetTargetFanSpeed__{i}": percent,
+                        f"nvmlDeviceGetFanSpeedRPM__{i}": rpm})
+    return on_every_gpu(recording, **answers)
+
+
+def pre_ampere(recording: Recording, single_bit: int = 2, double_bit: int = 0, pending: int = 0) -> Recording:
+    """An ECC board before Ampere (a V100): no row remapping, retired pages instead."""
+    return on_every_gpu(recording, nvmlDeviceGetRemappedRows=error("NotSupported"),
+                        nvmlDeviceGetRetiredPages__0=[0x1000 * (i + 1) for i in range(single_bit)],
+                        nvmlDeviceGetRetiredPages__1=[0x9000 * (i + 1) for i in range(double_bit)],
+                        nvmlDeviceGetRetiredPagesPendingStatus=pending)
+
+
 def timeline(seconds: float, step: float = 5.0, at: float = LOAD_AT, gpus: int = 1, host: dict | None = None,
-             modify=None) -> Recording:
+             modify=None, board=None) -> Recording:
     """``seconds`` of ticks every ``step`` s, each a copy of the H200 tick at ``at`` (with
-    ``gpus`` GPUs and the given host answers), changed by ``modify(t, tick)``."""
+    ``gpus`` GPUs and the given host answers, the board changed by ``board(recording)``),
+    changed by ``modify(t, tick)``."""
     base = h200().widened(gpus) if gpus > 1 else h200()
+    if board is not None:
+        base = board(base)
     template = one_tick(base, at).ticks[0]
     header = copy.deepcopy(base.header)
     if host is not None:

@@ -183,3 +183,161 @@ def test_doctor_names_the_terms_that_cannot_evaluate(tmp_path):
     line = next(x for x in done.stdout.splitlines() if "CpuTemperatureCritical" in x)
     assert line.split()[1] == "ok," and "celsius >= critical_celsius - margin_celsius" in line
     assert "critical_celsius not available" in line and "other terms still evaluate" in line
+
+
+# --- PCIe: the link the slot allows, a riser declared in the config, replays as a rate ----------
+def busy_on_gen(gen):
+    return lambda t, tick: set_gpu(tick, nvmlDeviceGetCurrPcieLinkGeneration=gen,
+                                   nvmlDeviceGetUtilizationRates={"gpu": 100, "memory": 10})
+
+
+def slot_allows(gen):
+    """A gen5 GPU in a slot (or behind a riser) that allows ``gen``: NVML's link maximum is the lower."""
+    return lambda rec: sc.on_every_gpu(rec, nvmlDeviceGetMaxPcieLinkGeneration=gen)
+
+
+def test_gen5_gpu_in_a_gen4_slot_running_gen4_is_healthy(tmp_path):
+    rec = timeline(180, 5, board=slot_allows(4), modify=busy_on_gen(4))
+    assert statuses(run(rec, tmp_path), "PcieLinkDegraded") == []
+    # the same slot at gen 3 is degraded: the comparison is with the slot, not only quieter
+    rec = timeline(180, 5, board=slot_allows(4), modify=busy_on_gen(3))
+    assert statuses(run(rec, tmp_path), "PcieLinkDegraded") == [("firing", "")]
+
+
+def test_a_riser_forced_to_gen3_is_declared_once_and_stays_quiet(tmp_path):
+    rec = timeline(180, 5, modify=busy_on_gen(3))
+    assert statuses(run(rec, tmp_path), "PcieLinkDegraded") == [("firing", "")]
+    riser = {"gpu": {"pcie_expected_generation": {"0": 3}}}
+    assert statuses(run(rec, tmp_path, riser), "PcieLinkDegraded") == []
+    # and if that riser link drops to gen 2 under load, it warns
+    worse = timeline(180, 5, modify=busy_on_gen(2))
+    assert statuses(run(worse, tmp_path, riser), "PcieLinkDegraded") == [("firing", "")]
+
+
+def test_pcie_link_maxima_are_exported(tmp_path):
+    rec = timeline(10, 5, board=slot_allows(4))
+    got = exported(rec, tmp_path, {"gpu": {"pcie_expected_generation": {"0": 3}}})
+    assert got['rigmon_gpu_pcie_link_generation{gpu="0",link="max"}'] == 4
+    assert got['rigmon_gpu_pcie_link_generation{gpu="0",link="gpu_max"}'] == 5
+    assert got['rigmon_gpu_pcie_link_generation{gpu="0",link="expected"}'] == 3
+
+
+@pytest.mark.parametrize("per_minute, fires", [(1, False), (6, False), (12, True), (600, True)])
+def test_pcie_replays_fire_on_a_rate_and_say_it(per_minute, fires, tmp_path):
+    def replays(t, tick):
+        set_gpu(tick, nvmlDeviceGetPcieReplayCounter=1 + int(t * per_minute / 60))
+    transitions = [t for t in run(timeline(600, 5, modify=replays), tmp_path) if t.alertname == "PcieReplaysRising"]
+    assert bool(transitions) is fires
+    if fires:
+        assert "PCIe replays a minute over the last 5 min" in transitions[0].summary
+        assert float(transitions[0].summary.split(": ")[1].split()[0]) >= 8
+
+
+def test_one_replay_is_not_an_alert_and_thresholds_are_params(tmp_path):
+    rec = timeline(300, 5, modify=lambda t, tick: set_gpu(tick, nvmlDeviceGetPcieReplayCounter=1 if t < 100 else 2))
+    assert statuses(run(rec, tmp_path), "PcieReplaysRising") == []
+    strict = {"alerts": {"builtin": {"PcieReplaysRising": {"params": {"max_per_minute": 0.1}}}}}
+    assert statuses(run(rec, tmp_path, strict), "PcieReplaysRising")[:1] == [("firing", "")]
+
+
+# --- GPU fans: measured against asked ---------------------------------------------------------
+def exported(recording: Recording, tmp_path, config: dict | None = None) -> dict[str, float]:
+    """The samples /metrics would show for the recording's first tick, keyed by name and the
+    labels other than uuid."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from rigmon.exporters.prometheus import RigmonCollector
+    from rigmon.poller import build_poller
+    from rigmon.replay import ReplayClock, ReplaySource
+
+    cfg = parse(config) if config else Config()
+    clock = ReplayClock(realtime=False)
+    poller = build_poller(cfg, ReplaySource(Recording.load(sc.write(recording, tmp_path / "x.rec.jsonl")), clock),
+                          event_thread=False)
+    poller.open()
+    collector = RigmonCollector([])
+    collector.consume(poller.poll())
+    poller.close()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    out = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for s in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()) if k != "uuid")
+            out[f"{s.name}{{{labels}}}"] = s.value
+    return out
+
+
+def test_gpu_fans_export_target_and_measured_speed(tmp_path):
+    got = exported(timeline(10, 5, board=lambda r: sc.gpu_fans(r, fans=2, percent=55, rpm=1650)), tmp_path)
+    for fan in ("0", "1"):
+        assert got[f'rigmon_gpu_fan_speed_ratio{{fan="{fan}",gpu="0"}}'] == 0.55
+        assert got[f'rigmon_gpu_fan_target_speed_ratio{{fan="{fan}",gpu="0"}}'] == 0.55
+        assert got[f'rigmon_gpu_fan_speed_rpm{{fan="{fan}",gpu="0"}}'] == 1650
+
+
+def test_a_fan_turning_far_below_what_it_is_asked_fires(tmp_path):
+    def slow(t, tick):
+        set_gpu(tick, nvmlDeviceGetFanSpeedRPM__0=1800 if t < 60 else 400)
+    rec = sc.then(timeline(180, 5, board=sc.gpu_fans, modify=slow), timeline(120, 5, board=sc.gpu_fans))
+    got = [t for t in run(rec, tmp_path) if t.alertname == "GpuFanStalled"]
+    assert [(t.status, t.labels["fan"]) for t in got] == [("firing", "0"), ("resolved", "0")]
+    assert got[0].summary == "GPU 0 (NVIDIA H200) fan 0: 400 rpm while asked for 60%"
+
+
+@pytest.mark.parametrize("missing", ["nvmlDeviceGetFanSpeedRPM", "nvmlDeviceGetTargetFanSpeed"])
+def test_gpu_fan_rule_with_rpm_or_target_not_reported(missing, tmp_path):
+    """No rpm: the rule cannot tell (quiet; doctor says so). No target: the reported intended speed stands in."""
+    def board(rec):
+        rec = sc.gpu_fans(rec)
+        return sc.on_every_gpu(rec, **{f"{missing}__{i}": sc.error("NotSupported") for i in range(2)})
+
+    def stops(t, tick):
+        if missing != "nvmlDeviceGetFanSpeedRPM":
+            set_gpu(tick, nvmlDeviceGetFanSpeedRPM__1=1800 if t < 60 else 0)
+    rec = timeline(180, 5, board=board, modify=stops)
+    got = statuses(run(rec, tmp_path), "GpuFanStalled")
+    if missing == "nvmlDeviceGetFanSpeedRPM":
+        assert got == []
+        path = sc.write(rec, tmp_path / "no-rpm.rec.jsonl")
+        done = subprocess.run([sys.executable, "-m", "rigmon", "doctor", "--replay", str(path)],
+                              capture_output=True, text=True, timeout=60)
+        line = next(x for x in done.stdout.splitlines() if "GpuFanStalled" in x)
+        assert "cannot evaluate" in line and "rpm not available" in line
+    else:
+        assert got == [("firing", "")]
+
+
+def test_passive_board_has_no_gpu_fan_entities_and_doctor_says_why(tmp_path):
+    path = sc.write(timeline(10, 5), tmp_path / "h200.rec.jsonl")
+    done = subprocess.run([sys.executable, "-m", "rigmon", "doctor", "--replay", str(path)], capture_output=True,
+                          text=True, timeout=60)
+    line = next(x for x in done.stdout.splitlines() if "GpuFanStalled" in x)
+    assert "cannot evaluate: no GPU fans reported (passively cooled" in line
+
+
+# --- Pre-Ampere boards: retired pages ------------------------------------------------------
+def test_retired_pages_are_read_exported_and_rising_pages_fire(tmp_path):
+    board = lambda r: sc.pre_ampere(r, single_bit=3, double_bit=1, pending=1)  # noqa: E731
+    got = exported(timeline(10, 5, board=board), tmp_path)
+    assert got['rigmon_gpu_retired_pages_total{cause="single_bit_ecc",gpu="0"}'] == 3
+    assert got['rigmon_gpu_retired_pages_total{cause="double_bit_ecc",gpu="0"}'] == 1
+    assert got['rigmon_gpu_retired_pages_pending{gpu="0"}'] == 1
+    assert not any(k.startswith("rigmon_gpu_remapped_rows") for k in got)
+
+    def rising(t, tick):
+        set_gpu(tick, nvmlDeviceGetRetiredPages__1=[0x9000] * (1 if t < 60 else 2))
+    rec = timeline(120, 5, board=lambda r: sc.pre_ampere(r, single_bit=3, double_bit=1), modify=rising)
+    assert statuses(run(rec, tmp_path), "GpuPageRetirement") == [("firing", "")]
+
+
+def test_ampere_boards_do_not_ask_for_retired_pages(tmp_path):
+    got = exported(timeline(10, 5), tmp_path)
+    assert not any(k.startswith("rigmon_gpu_retired_pages") for k in got)
+    assert got['rigmon_gpu_remapped_rows_pending{gpu="0"}'] == 0
+
+
+def test_without_ecc_the_retirement_rule_is_quiet(tmp_path):
+    board = lambda r: sc.on_every_gpu(sc.pre_ampere(r, pending=1), nvmlDeviceGetEccMode=[0, 0])  # noqa: E731
+    assert statuses(run(timeline(60, 5, board=board), tmp_path), "GpuPageRetirement") == []

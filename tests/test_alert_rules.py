@@ -59,8 +59,20 @@ def rows(value):
     return lambda t, tick: set_gpu(tick, nvmlDeviceGetRemappedRows=value)
 
 
-def replays(rising):
-    return lambda t, tick: set_gpu(tick, nvmlDeviceGetPcieReplayCounter=1 + (int(t // 20) if rising else 0))
+def replays(per_minute):
+    """The replay counter rising at ``per_minute`` (DCGM's health watch warns from 8 a minute)."""
+    return lambda t, tick: set_gpu(tick, nvmlDeviceGetPcieReplayCounter=1 + int(t * per_minute / 60))
+
+
+def gpu_fan(rpm_after_60s, percent_after_60s=60):
+    """GPU 0's fan 1 turns at 1800 rpm for 60 s, then at ``rpm_after_60s`` asked for ``percent_after_60s``."""
+    return lambda t, tick: set_gpu(tick, nvmlDeviceGetFanSpeedRPM__1=1800 if t < 60 else rpm_after_60s,
+                                   nvmlDeviceGetTargetFanSpeed__1=60 if t < 60 else percent_after_60s,
+                                   nvmlDeviceGetFanSpeed_v2__1=60 if t < 60 else percent_after_60s)
+
+
+def retirement(pending_after_30s):
+    return lambda t, tick: set_gpu(tick, nvmlDeviceGetRetiredPagesPendingStatus=int(t >= 30 and pending_after_30s))
 
 
 def link(gen, util):
@@ -106,8 +118,12 @@ SCENARIOS = {
                             {}),
     "GpuRowRemap": (lambda: timeline(30, 5, modify=rows([0, 0, 1, 0])),
                     lambda: timeline(30, 5, modify=rows([5, 0, 0, 0])), {}),
-    "PcieReplaysRising": (lambda: timeline(120, 5, modify=replays(True)),
-                          lambda: timeline(120, 5, modify=replays(False)), {}),
+    "PcieReplaysRising": (lambda: timeline(120, 5, modify=replays(60)),
+                          lambda: timeline(120, 5, modify=replays(3)), {}),
+    "GpuFanStalled": (lambda: timeline(180, 5, board=sc.gpu_fans, modify=gpu_fan(0)),
+                      lambda: timeline(180, 5, board=sc.gpu_fans, modify=gpu_fan(0, percent_after_60s=0)), {}),
+    "GpuPageRetirement": (lambda: timeline(60, 5, board=sc.pre_ampere, modify=retirement(True)),
+                          lambda: timeline(60, 5, board=sc.pre_ampere, modify=retirement(False)), {}),
     "PcieLinkDegraded": (lambda: timeline(120, 5, modify=link(3, 100)), lambda: timeline(120, 5, modify=link(3, 0)),
                          {}),
     "PowerBudgetHigh": (lambda: timeline(90, 5), lambda: timeline(90, 5, modify=power(500000)),

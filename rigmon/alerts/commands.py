@@ -136,6 +136,7 @@ def _why_not(rule: Rule, entities: dict, sample, poller, config) -> str | None:
     if not mine:
         return {
             "gpu": (poller.gpu.unavailable if poller.gpu and poller.gpu.unavailable else "no GPUs"),
+            "gpu_fan": "no GPU fans reported (passively cooled boards: H100/H200/A100/T4, or no GPUs)",
             "fan": "no fan sensors visible (no hwmon fan inputs: a VM, a container, or no Super-I/O driver "
                    "such as nct6775/it87 loaded)",
             "cpu": "no CPU temperature sensor (no coretemp/k10temp/zenpower in hwmon)",
@@ -161,6 +162,7 @@ def _why_not(rule: Rule, entities: dict, sample, poller, config) -> str | None:
     if not blind:
         return None
     said = "; ".join(f"'{text}': {', '.join(why(v) for v in missing)}" for text, missing in blind)
-    if len(blind) == len(terms):
+    missing = set().union(*(set(m) for _, m in blind))
+    if len(blind) == len(terms) or not rule.when.can_be_true(missing):
         return said
     return f"partly: {said}; the other terms still evaluate"

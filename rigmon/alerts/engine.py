@@ -230,6 +230,10 @@ class AlertEngine:
             start = bisect.bisect_left(times, now - seconds)
             return counted[-1] - counted[start] if start < len(times) else None
 
+        def rate(var: str, seconds: float) -> float | None:
+            rise = increase(var, seconds)
+            return rise / seconds if rise is not None and seconds > 0 else None
+
         def over(fn):
             def call(var: str, seconds: float):
                 series = window(var, seconds)
@@ -238,7 +242,7 @@ class AlertEngine:
 
         names = dict.fromkeys(KINDS[key[0]])  # a variable this entity lacks is None: unknown
         names.update(values)
-        names.update(increase=increase, avg_over=over(lambda s: sum(s) / len(s)), max_over=over(max),
+        names.update(increase=increase, rate=rate, avg_over=over(lambda s: sum(s) / len(s)), max_over=over(max),
                      min_over=over(min), ever_max=lambda var: ever.get(var), abs=abs, min=min, max=max)
         return names
 
@@ -288,6 +292,8 @@ class AlertEngine:
         ever = self._ever_max.get(alert.key, {})
         context.update({f"ever_max_{k}": v for k, v in ever.items()})
         context["for_seconds"] = alert.rule.for_seconds
+        for name, expression in alert.rule.values.items():
+            context[name] = expression.evaluate(names)
         context["xid_meaning"] = xid_meaning(names.get("last_xid"))
         context["remap_state"] = ("failed" if names.get("remap_failure") else
                                   "pending: a GPU reset is needed" if names.get("remap_pending") else "")

@@ -26,14 +26,20 @@ GPU_VARS = {
     "hw_thermal_slowdown": "HW thermal slowdown active",
     "hw_power_brake_slowdown": "HW power brake active",
     "pcie_generation": "current PCIe generation",
-    "pcie_max_generation": "maximum PCIe generation",
+    "pcie_max_generation": "PCIe generation the link should reach: the config's expected generation, else "
+                           "the lower of the GPU's and the slot's maximum",
+    "pcie_gpu_max_generation": "the GPU's own maximum PCIe generation",
     "pcie_width": "current PCIe width",
     "pcie_max_width": "maximum PCIe width",
-    "pcie_replays": "PCIe replay counter",
+    "pcie_replays": "PCIe replay counter (since the driver loaded)",
     "ecc_uncorrected": "uncorrected ECC errors (volatile)",
     "ecc_uncorrected_aggregate": "uncorrected ECC errors (lifetime)",
     "remap_pending": "a row remap waits for a reset",
     "remap_failure": "a row remap failed",
+    "retired_pages": "memory pages retired, any cause (boards before Ampere)",
+    "retired_pages_single_bit": "pages retired for repeated correctable errors",
+    "retired_pages_double_bit": "pages retired for an uncorrectable error",
+    "retired_pages_pending": "a page retirement waits for a reset",
     "processes": "compute processes on the GPU",
     "process_memory_bytes": "device memory held by compute processes",
     "memory_used_bytes": "device memory in use",
@@ -41,6 +47,12 @@ GPU_VARS = {
     "last_xid": "the latest XID code (0: none)",
 }
 FAN_VARS = {"rpm": "fan speed"}
+GPU_FAN_VARS = {
+    "target_ratio": "the speed the driver asks for (0-1; the reported intended speed where no target is given)",
+    "speed_ratio": "the speed NVML reports (the intended speed: a blocked fan still reports it)",
+    "rpm": "measured speed, where the board reports it",
+    "rpm_per_target": "rpm / target_ratio: how fast the fan turns for what it is asked",
+}
 CPU_VARS = {
     "celsius": "the socket's chosen temperature",
     "high_celsius": "the sensor's high limit",
@@ -58,10 +70,10 @@ PSU_VARS = {"power_watts": "power of the group's GPUs (plus the CPU package wher
             "budget_watts": "the group's budget"}
 SENSOR_VARS = {"present": "the sensor answers now"}
 
-KINDS = {"gpu": GPU_VARS, "fan": FAN_VARS, "cpu": CPU_VARS, "host": HOST_VARS, "psu": PSU_VARS,
-         "sensor": SENSOR_VARS}
+KINDS = {"gpu": GPU_VARS, "gpu_fan": GPU_FAN_VARS, "fan": FAN_VARS, "cpu": CPU_VARS, "host": HOST_VARS,
+         "psu": PSU_VARS, "sensor": SENSOR_VARS}
 # Labels that identify each kind's entities (also shown in alert labels).
-LABELS = {"gpu": ("gpu", "uuid", "name"), "fan": ("chip", "fan"), "cpu": ("socket", "chip", "sensor"),
+LABELS = {"gpu": ("gpu", "uuid", "name"), "gpu_fan": ("gpu", "uuid", "name", "fan"), "fan": ("chip", "fan"), "cpu": ("socket", "chip", "sensor"),
           "host": (), "psu": ("psu",), "sensor": ("sensor_kind", "sensor")}
 
 
@@ -90,6 +102,7 @@ def gpu_entities(sample: Sample, xid_totals: dict[int, int], last_xids: dict[int
                 ecc_uncorrected_aggregate=g.ecc_errors.uncorrected_aggregate if g.ecc_errors else None,
                 remap_pending=g.remapped_rows.pending if g.remapped_rows else None,
                 remap_failure=g.remapped_rows.failure if g.remapped_rows else None,
+                **_retired(g.retired_pages),
                 processes=len(g.processes) if g.processes is not None else None,
                 process_memory_bytes=sum(p.used_memory_bytes or 0 for p in g.processes)
                 if g.processes is not None else None,
@@ -98,8 +111,31 @@ def gpu_entities(sample: Sample, xid_totals: dict[int, int], last_xids: dict[int
         if i is not None:
             t = i.temperature_thresholds
             v.update(slowdown_celsius=t.slowdown, shutdown_celsius=t.shutdown, max_sm_clock_hertz=i.max_sm_clock_hertz,
-                     pcie_max_generation=i.max_pcie_generation, pcie_max_width=i.max_pcie_width)
+                     pcie_max_generation=i.expected_pcie_generation or i.max_pcie_generation,
+                     pcie_gpu_max_generation=i.gpu_max_pcie_generation, pcie_max_width=i.max_pcie_width)
         out[("gpu", g.index)] = v
+        if not g.lost:
+            out.update(_gpu_fans(g, labels))
+    return out
+
+
+def _retired(pages) -> dict:
+    if pages is None:
+        return {}
+    counts = [c for c in (pages.single_bit, pages.double_bit) if c is not None]
+    return {"retired_pages": sum(counts) if counts else None, "retired_pages_single_bit": pages.single_bit,
+            "retired_pages_double_bit": pages.double_bit, "retired_pages_pending": pages.pending}
+
+
+def _gpu_fans(g, labels: dict) -> dict[tuple, dict]:
+    out = {}
+    speeds, targets, rpms = g.fan_speed_ratios or (), g.fan_target_ratios or (), g.fan_speed_rpm or ()
+    for n in range(max(len(speeds), len(targets), len(rpms))):
+        speed = speeds[n] if n < len(speeds) else None
+        target = targets[n] if n < len(targets) and targets[n] is not None else speed
+        rpm = rpms[n] if n < len(rpms) else None
+        out[("gpu_fan", g.index, n)] = dict(labels, fan=str(n), target_ratio=target, speed_ratio=speed, rpm=rpm,
+                                            rpm_per_target=rpm / target if rpm is not None and target else None)
     return out
 
 

@@ -5,6 +5,7 @@ or the host). ``when`` is an expression over that kind's variables (see ``entiti
 rule's ``params`` and a few functions over the sample history:
 
     increase(var, window)   rise of a counter over the window (resets count from zero)
+    rate(var, window)       that rise per second
     avg_over(var, window), max_over(var, window), min_over(var, window)
     ever_max(var)           the largest value since rigmon started
     abs(x), min(a, b), max(a, b)
@@ -31,7 +32,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 
 from .entities import KINDS, LABELS
 
-HISTORY_FUNCTIONS = ("increase", "avg_over", "max_over", "min_over", "ever_max")
+HISTORY_FUNCTIONS = ("increase", "rate", "avg_over", "max_over", "min_over", "ever_max")
 PLAIN_FUNCTIONS = {"abs": abs, "min": min, "max": max, "known": None}
 _ALLOWED = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd, ast.BinOp,
             ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE,
@@ -156,6 +157,26 @@ class Expression:
 
         visit(tree.body)
         return out
+
+    def can_be_true(self, missing: set[str]) -> bool:
+        """Whether the condition can ever hold when the ``missing`` variables are never given:
+        ``a and b`` cannot if either cannot, ``a or b`` can if either can (for doctor)."""
+
+        def visit(node: ast.AST) -> tuple[bool, bool]:  # (can be true, can be false)
+            if isinstance(node, ast.BoolOp):
+                parts = [visit(v) for v in node.values]
+                if isinstance(node.op, ast.And):
+                    return all(t for t, _ in parts), any(f for _, f in parts)
+                return any(t for t, _ in parts), all(f for _, f in parts)
+            if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+                true, false = visit(node.operand)
+                return false, true
+            names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "known":
+                return (False, True) if names & missing else (True, True)
+            return (False, False) if names & missing else (True, True)
+
+        return visit(ast.parse(self.text.strip(), mode="eval").body)[0]
 
 
 def _truth(value: Any) -> bool | None:
@@ -286,7 +307,7 @@ class RuleSpec(BaseModel):
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$", description="The alert's name.",
                                examples=["GpuHot"])]
-    kind: Annotated[Literal["gpu", "fan", "cpu", "host", "psu", "sensor"], Field(
+    kind: Annotated[Literal["gpu", "gpu_fan", "fan", "cpu", "host", "psu", "sensor"], Field(
         description="What it watches: every entity of this kind.", examples=["gpu"])]
     when: Annotated[str, Field(description="Fires while this is true (rigmon rules list shows the variables).",
                                examples=["temperature_celsius >= limit_celsius"])]
@@ -301,12 +322,15 @@ class RuleSpec(BaseModel):
     hint: Annotated[str, Field(description="What to do about it.")] = ""
     params: Annotated[dict[str, float | int | bool], Field(description="Thresholds, named in the expressions.",
                                                            examples=[{"limit_celsius": 83}])] = {}
+    values: Annotated[dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str], Field(
+        description="Named expressions computed when the alert fires, for the summary and description.",
+        examples=[{"replays_per_minute": "rate(pcie_replays, window) * 60"}])] = {}
     enabled: Annotated[bool, Field(description="Evaluate this rule.")] = True
 
     @model_validator(mode="after")
     def _expressions(self) -> RuleSpec:
-        for field in ("when", "clear"):
-            text = getattr(self, field)
+        named = [("when", self.when), ("clear", self.clear)] + [(f"values.{k}", v) for k, v in self.values.items()]
+        for field, text in named:
             if text is not None:
                 try:
                     Expression(text, self.kind, self.params)
@@ -330,6 +354,8 @@ class RuleOverride(BaseModel):
     hint: Annotated[str | None, Field(description="A new hint.")] = None
     params: Annotated[dict[str, float | int | bool] | None, Field(
         description="New thresholds; the others keep their values.")] = None
+    values: Annotated[dict[str, str] | None, Field(
+        description="New or changed named expressions for the summary; the others stay.")] = None
 
 
 class Rule:
@@ -344,6 +370,11 @@ class Rule:
         self.params = dict(spec.params)
         self.when = Expression(spec.when, spec.kind, spec.params)
         self.clear = Expression(spec.clear, spec.kind, spec.params) if spec.clear else None
+        self.values = {name: Expression(text, spec.kind, spec.params) for name, text in spec.values.items()}
+
+    @property
+    def _expressions(self) -> list[Expression]:
+        return [self.when, *([self.clear] if self.clear else []), *self.values.values()]
 
     @property
     def variables(self) -> set[str]:
@@ -351,11 +382,11 @@ class Rule:
 
     @property
     def history_variables(self) -> set[str]:
-        return self.when.history_variables | (self.clear.history_variables if self.clear else set())
+        return set().union(*(e.history_variables for e in self._expressions))
 
     @property
     def longest_window(self) -> float:
-        return max(self.when.windows + (self.clear.windows if self.clear else []), default=0.0)
+        return max((w for e in self._expressions for w in e.windows), default=0.0)
 
     def __repr__(self) -> str:
         return f"<Rule {self.name} ({self.severity})>"
@@ -382,8 +413,9 @@ def merge(overrides: dict[str, RuleOverride], custom: list[RuleSpec]) -> list[Ru
         override = overrides.get(name)
         if override is not None:
             changes = override.model_dump(by_alias=True, exclude_none=True)
-            if "params" in changes:
-                changes["params"] = {**raw.get("params", {}), **changes["params"]}
+            for merged in ("params", "values"):
+                if merged in changes:
+                    changes[merged] = {**raw.get(merged, {}), **changes[merged]}
             raw = {**raw, **changes}
         try:
             out.append(RuleSpec.model_validate(raw))

@@ -1,13 +1,18 @@
 """The alert sink: runs the engine on every sample, logs every transition, hands them to
 the notifiers (with a reminder every ``repeat_interval`` while firing), and exports the
-alert state as metrics."""
+alert state as metrics.
+
+The engine belongs to the poll thread. Everything another thread reads (the HTTP server's
+/metrics and /state) comes from an immutable ``AlertState`` built once per poll and published
+by one attribute assignment: a scrape sees one poll's state, whole, and never a dict that the
+poll thread is changing."""
 
 from __future__ import annotations
 
 import logging
 import socket
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -22,10 +27,44 @@ if TYPE_CHECKING:
 log = logging.getLogger("rigmon.alerts")
 
 
+class FiringAlert(NamedTuple):
+    alertname: str
+    severity: str
+    subject: str
+    labels: tuple[tuple[str, str], ...]
+    summary: str
+    since: float | None
+    hint: str
+
+    def as_dict(self) -> dict:
+        """Plain data (the daemon's /state, rigmon status)."""
+        return {"alertname": self.alertname, "severity": self.severity, "subject": self.subject,
+                "labels": dict(self.labels), "summary": self.summary, "since": self.since, "hint": self.hint}
+
+
+class Budget(NamedTuple):
+    psu: str
+    budget_watts: float
+    draw_watts: float
+
+
+class AlertState(NamedTuple):
+    """What one poll left: the firing alerts, the transition counts so far, the power budgets."""
+
+    time: float | None = None
+    firing: tuple[FiringAlert, ...] = ()
+    transitions: tuple[tuple[tuple[str, str, str], int], ...] = ()
+    budgets: tuple[Budget, ...] = ()
+
+
+def firing_alert(alert) -> FiringAlert:
+    return FiringAlert(alert.name, alert.severity, alert.subject, tuple(alert.labels.items()), alert.summary,
+                       alert.fired_at, alert.rule.spec.hint)
+
+
 def alert_dict(alert) -> dict:
-    """A firing alert as plain data (the daemon's /alerts, rigmon status)."""
-    return {"alertname": alert.name, "severity": alert.severity, "subject": alert.subject, "labels": alert.labels,
-            "summary": alert.summary, "since": alert.fired_at, "hint": alert.rule.spec.hint}
+    """A firing alert of an engine as plain data (rigmon status without a daemon)."""
+    return firing_alert(alert).as_dict()
 
 
 def build_engine(config: Config) -> AlertEngine:
@@ -50,9 +89,9 @@ class AlertSink:
         self.transitions: Counter[tuple[str, str, str]] = Counter()
         self._last_sent: dict[str, float] = {}
         self.listeners: list = []  # other sinks that keep transitions (InfluxDB)
+        self.state = AlertState()  # replaced, never changed, once per poll
 
     def consume(self, sample: Sample) -> list[Transition]:
-        self.latest = sample
         now = sample.time
         transitions = self.engine.evaluate(sample, now)
         for t in transitions:
@@ -73,21 +112,33 @@ class AlertSink:
                 if now - self._last_sent.get(reminder.key, now) >= self.repeat_interval:
                     self._send(reminder, reminder=True)
                     self._last_sent[reminder.key] = now
+        self.state = self._snapshot(sample)
+        for listener in self.listeners:
+            consume_state = getattr(listener, "consume_alert_state", None)
+            if consume_state is not None:
+                consume_state(self.state)
         return transitions
+
+    def _snapshot(self, sample: Sample) -> AlertState:
+        budgets = tuple(Budget(v["psu"], v["budget_watts"], v["power_watts"])
+                        for key, v in self.engine.entities(sample).items() if key[0] == "psu")
+        return AlertState(sample.time, tuple(firing_alert(a) for a in self.engine.firing()),
+                          tuple(sorted(self.transitions.items())), budgets)
 
     def _send(self, transition: Transition, reminder: bool) -> None:
         for notifier in self.notifiers:
             notifier.submit(transition, reminder)
 
     def families(self):
+        state = self.state  # one poll's state, whatever the poll thread does meanwhile
         active = GaugeMetricFamily("rigmon_alert_active", "1 for each firing alert (from the last poll).",
                                    labels=["alertname", "severity", "subject"])
-        for alert in self.engine.firing():
-            active.add_metric([alert.name, alert.severity, alert.subject], 1)
+        for alert in state.firing:
+            active.add_metric([alert.alertname, alert.severity, alert.subject], 1)
         yield active
         transitions = CounterMetricFamily("rigmon_alert_transitions", "Alert transitions since start.",
                                           labels=["alertname", "severity", "status"])
-        for (name, severity, status), count in sorted(self.transitions.items()):
+        for (name, severity, status), count in state.transitions:
             transitions.add_metric([name, severity, status], count)
         yield transitions
         sent = CounterMetricFamily("rigmon_notifications_sent", "Notifications delivered.", labels=["notifier"])
@@ -107,11 +158,9 @@ class AlertSink:
                                    labels=["psu"])
         draw = GaugeMetricFamily("rigmon_power_budget_draw_watts", "Power drawn against each budget (GPUs, plus "
                                                                    "the CPU package where counted).", labels=["psu"])
-        if self.latest is not None:
-            for key, values in self.engine.entities(self.latest).items():
-                if key[0] == "psu":
-                    budget.add_metric([values["psu"]], values["budget_watts"])
-                    draw.add_metric([values["psu"]], values["power_watts"])
+        for b in state.budgets:
+            budget.add_metric([b.psu], b.budget_watts)
+            draw.add_metric([b.psu], b.draw_watts)
         yield from (budget, draw)
 
     def close(self) -> None:

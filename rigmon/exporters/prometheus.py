@@ -102,8 +102,13 @@ def _gpu_families(sample: Sample, xids: dict):
         "mem_used": _gauge("rigmon_gpu_memory_used_bytes", "Device memory in use.", ids),
         "mem_total": _gauge("rigmon_gpu_memory_total_bytes", "Device memory size.", ids),
         "pstate": _gauge("rigmon_gpu_performance_state", "P-state: 0 is maximum performance, 15 minimum.", ids),
-        "fan": _gauge("rigmon_gpu_fan_speed_ratio", "Intended fan speed (may exceed 1).", ids + ["fan"]),
-        "pcie_gen": _gauge("rigmon_gpu_pcie_link_generation", "PCIe link generation (drops at idle by design).",
+        "fan": _gauge("rigmon_gpu_fan_speed_ratio", "Fan speed NVML reports: the intended speed (may exceed 1; a "
+                                                    "blocked fan still reports it).", ids + ["fan"]),
+        "fan_target": _gauge("rigmon_gpu_fan_target_speed_ratio", "Fan speed the driver asks for.", ids + ["fan"]),
+        "fan_rpm": _gauge("rigmon_gpu_fan_speed_rpm", "Measured fan speed (where the board reports it).",
+                          ids + ["fan"]),
+        "pcie_gen": _gauge("rigmon_gpu_pcie_link_generation", "PCIe link generation (drops at idle by design): link=current, "
+                                                           "max (what GPU and slot allow), gpu_max, expected (config).",
                            ids + ["link"]),
         "pcie_width": _gauge("rigmon_gpu_pcie_link_width", "PCIe link width in lanes (drops at idle by design).",
                              ids + ["link"]),
@@ -115,6 +120,10 @@ def _gpu_families(sample: Sample, xids: dict):
         "remapped": _counter("rigmon_gpu_remapped_rows", "Memory rows remapped, by cause.", ids + ["cause"]),
         "remap_pending": _gauge("rigmon_gpu_remapped_rows_pending", "1 if a row remap waits for a GPU reset.", ids),
         "remap_failure": _gauge("rigmon_gpu_remapped_rows_failure", "1 if a row remap failed.", ids),
+        "retired": _counter("rigmon_gpu_retired_pages", "Memory pages retired (boards before Ampere), by cause.",
+                            ids + ["cause"]),
+        "retired_pending": _gauge("rigmon_gpu_retired_pages_pending", "1 if a page retirement waits for a GPU "
+                                                                      "reset.", ids),
         "procs": _gauge("rigmon_gpu_processes", "Compute processes on the GPU.", ids),
         "procs_mem": _gauge("rigmon_gpu_processes_memory_bytes", "Device memory held by compute processes.", ids),
     }
@@ -150,8 +159,10 @@ def _gpu_families(sample: Sample, xids: dict):
         _add(f["replays"], lv, g.pcie_replay_total)
         _add(f["pcie_tput"], lv + ["rx"], g.pcie_rx_bytes_per_second)
         _add(f["pcie_tput"], lv + ["tx"], g.pcie_tx_bytes_per_second)
-        for n, ratio in enumerate(g.fan_speed_ratios or ()):
-            f["fan"].add_metric(lv + [str(n)], ratio)
+        for family, values in (("fan", g.fan_speed_ratios), ("fan_target", g.fan_target_ratios),
+                               ("fan_rpm", g.fan_speed_rpm)):
+            for n, value in enumerate(values or ()):
+                _add(f[family], lv + [str(n)], value)
         if g.clock_events is not None:
             for name, _ in CLOCK_EVENT_BITS:
                 _add(f["event"], lv + [name], _bit(getattr(g.clock_events, name)))
@@ -170,6 +181,11 @@ def _gpu_families(sample: Sample, xids: dict):
             f["remapped"].add_metric(lv + ["uncorrectable"], r.uncorrectable)
             f["remap_pending"].add_metric(lv, int(r.pending))
             f["remap_failure"].add_metric(lv, int(r.failure))
+        if g.retired_pages is not None:
+            p = g.retired_pages
+            _add(f["retired"], lv + ["single_bit_ecc"], p.single_bit)
+            _add(f["retired"], lv + ["double_bit_ecc"], p.double_bit)
+            _add(f["retired_pending"], lv, _bit(p.pending))
         if g.processes is not None:
             f["procs"].add_metric(lv, len(g.processes))
             f["procs_mem"].add_metric(lv, sum(p.used_memory_bytes or 0 for p in g.processes))
@@ -182,6 +198,8 @@ def _gpu_families(sample: Sample, xids: dict):
             _add(f["clock_max"], lv + ["sm"], i.max_sm_clock_hertz)
             _add(f["clock_max"], lv + ["memory"], i.max_memory_clock_hertz)
             _add(f["pcie_gen"], lv + ["max"], i.max_pcie_generation)
+            _add(f["pcie_gen"], lv + ["gpu_max"], i.gpu_max_pcie_generation)
+            _add(f["pcie_gen"], lv + ["expected"], i.expected_pcie_generation)
             _add(f["pcie_width"], lv + ["max"], i.max_pcie_width)
     xid = _counter("rigmon_gpu_xid_errors", "XID critical errors seen since rigmon started, by code.",
                    ids + ["xid"])
@@ -220,8 +238,11 @@ def _host_families(sample: Sample):
             sensors.add_metric([t.chip, t.label], t.celsius)
     fans = _gauge("rigmon_fan_speed_rpm", "Fan speed from hwmon (0 may mean stopped or not connected).",
                   ["chip", "fan"])
+    turned = _gauge("rigmon_fan_turned", "1 if the fan read above 0 rpm since rigmon started (0: stopped, or an "
+                                         "empty header).", ["chip", "fan"])
     for fan in host.fans:
         fans.add_metric([fan.chip, fan.label], fan.rpm)
+        turned.add_metric([fan.chip, fan.label], int(fan.turned))
     util = _gauge("rigmon_cpu_utilization_ratio", "CPU busy share across all cores since the previous poll.", [])
     _add(util, [], host.cpu_utilization_ratio)
     cores = _gauge("rigmon_cpu_cores", "Logical CPUs.", [])
@@ -240,7 +261,7 @@ def _host_families(sample: Sample):
     sensors_visible = _gauge("rigmon_host_sensors_visible", "1 if any hwmon temperature or fan sensor is visible.",
                              [])
     sensors_visible.add_metric([], 1 if (host.temperatures or host.fans) else 0)
-    yield from (cpu, cpu_limit, sensors, fans, util, cores, load, mem_total, mem_avail, energy, sensors_visible)
+    yield from (cpu, cpu_limit, sensors, fans, turned, util, cores, load, mem_total, mem_avail, energy, sensors_visible)
 
 
 def _add(family, labels: list[str], value) -> None:

@@ -16,6 +16,7 @@ arrive on an NVML event thread and are handed out with the next reading.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
 import time
@@ -34,6 +35,7 @@ from ..sample import (
     GpuProcess,
     GpuReading,
     RemappedRows,
+    RetiredPages,
     SystemInfo,
     TemperatureThresholds,
     ThrottleSeconds,
@@ -48,7 +50,6 @@ ALL_CLOCK_EVENTS = sum(bit for _, bit in CLOCK_EVENT_BITS)
 FIELD_MEMORY_TEMP = 82
 _POLL_FIELDS = (FIELD_MEMORY_TEMP,)
 _NO_FIELDS: dict[int, float] = {}
-_FAN_KEYS = tuple(f"fan{i}" for i in range(32))
 # Cumulative nanoseconds spent in each throttling state (field-value API).
 THROTTLE_FIELDS = {
     74: "sw_power_cap",
@@ -64,6 +65,26 @@ _ECC_KEYS = tuple(key for key, _, _ in _ECC_CALLS)
 _NO_NVML = ("LibraryNotFound", "DriverNotLoaded", "NoPermission", "LibRmVersionMismatch", "Unknown", "FunctionNotFound")
 
 
+class _Bindings:
+    """pynvml, with the one call it gets wrong fixed: its ``nvmlDeviceGetFanSpeedRPM(handle)``
+    always asks for fan 0; here it takes the fan's index like ``nvmlDeviceGetFanSpeed_v2``."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(pynvml, name)
+
+    @staticmethod
+    def nvmlDeviceGetFanSpeedRPM(handle: Any, fan: int) -> int:
+        info = pynvml.c_nvmlFanSpeedInfo_t()
+        info.version = pynvml.nvmlFanSpeedInfo_v1
+        info.fan = fan
+        fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetFanSpeedRPM")
+        pynvml._nvmlCheckReturn(fn(handle, ctypes.byref(info)))
+        return info.speed
+
+
+NVML = _Bindings()
+
+
 def make_error(name: str) -> BaseException:
     """pynvml's own exception for a recorded error name (used by the replay backend)."""
     cls = getattr(pynvml, f"NVMLError_{name}", None)
@@ -72,7 +93,7 @@ def make_error(name: str) -> BaseException:
 
 def real_backend() -> Any:
     """The real NVML bindings (what ``rigmon record`` wraps)."""
-    return pynvml
+    return NVML
 
 
 def replay_backend(source) -> Any:
@@ -97,7 +118,8 @@ class _Device:
     """One GPU's handle and what we have learnt about it."""
 
     __slots__ = ("index", "handle", "info", "unsupported", "lost", "errors", "last_slow", "energy", "throttle",
-                 "pcie_rx", "pcie_tx", "supported_events", "fields_unsupported", "plan", "poll_fields", "probe_at")
+                 "pcie_rx", "pcie_tx", "supported_events", "fields_unsupported", "plan", "poll_fields", "probe_at",
+                 "retired_pages", "read_retired_pages", "fans")
 
     def __init__(self, index: int, handle: Any):
         self.index = index
@@ -116,6 +138,9 @@ class _Device:
         self.fields_unsupported: set[int] = set()
         self.plan: list[tuple[str, list[tuple]]] = []
         self.poll_fields = True  # False once every per-poll field value said NotSupported
+        self.retired_pages: RetiredPages | None = None
+        self.read_retired_pages = False  # an ECC board without row remapping (pre-Ampere)
+        self.fans: tuple[tuple[str, str, str], ...] = ()  # per fan: its (speed, target, rpm) plan names
 
     def get(self, key: str, fn: Callable, *args: Any) -> Any:
         """Call ``fn(handle, *args)`` under the error policy; None where there is no answer."""
@@ -162,10 +187,11 @@ class GpuReader:
         xid_events: bool = True,
         event_thread: bool = True,
         indices: list[int] | None = None,
+        expected_pcie_generation: dict[int, int] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ):
-        self._nvml = nvml if nvml is not None else pynvml
+        self._nvml = nvml if nvml is not None else NVML
         self._slow_interval = slow_interval
         self._pcie_throughput = pcie_throughput
         self._processes = processes
@@ -173,6 +199,7 @@ class GpuReader:
         self._use_event_thread = event_thread
         self._registered: dict = {}
         self._indices = indices
+        self._expected_pcie = expected_pcie_generation or {}
         self._monotonic = monotonic
         self._wall = wall
         self.devices: list[_Device] = []
@@ -254,6 +281,11 @@ class GpuReader:
         thresholds = [g(f"nvmlDeviceGetTemperatureThreshold:{i}", nv.nvmlDeviceGetTemperatureThreshold, i)
                       for i in range(4)]
         fans = g("nvmlDeviceGetNumFans", nv.nvmlDeviceGetNumFans)
+        gpu_max_generation = g("nvmlDeviceGetGpuMaxPcieLinkGeneration", nv.nvmlDeviceGetGpuMaxPcieLinkGeneration)
+        if ecc and ecc[0]:
+            # Ampere and newer remap rows; older ECC boards retire pages instead (read slowly).
+            rows = g("nvmlDeviceGetRemappedRows", nv.nvmlDeviceGetRemappedRows)
+            d.read_retired_pages = rows is None and "nvmlDeviceGetRemappedRows" in d.unsupported
         info = GpuInfo(
             index=d.index,
             uuid=_text(g("nvmlDeviceGetUUID", nv.nvmlDeviceGetUUID)) or "",
@@ -270,11 +302,12 @@ class GpuReader:
             temperature_thresholds=TemperatureThresholds(*(_celsius(t) for t in thresholds)),
             max_sm_clock_hertz=_hertz(g("nvmlDeviceGetMaxClockInfo:1", nv.nvmlDeviceGetMaxClockInfo, 1)),
             max_memory_clock_hertz=_hertz(g("nvmlDeviceGetMaxClockInfo:2", nv.nvmlDeviceGetMaxClockInfo, 2)),
-            max_pcie_generation=d.first(
-                ("nvmlDeviceGetGpuMaxPcieLinkGeneration", nv.nvmlDeviceGetGpuMaxPcieLinkGeneration),
-                ("nvmlDeviceGetMaxPcieLinkGeneration", nv.nvmlDeviceGetMaxPcieLinkGeneration),
-            ),
+            # the link's maximum is the lower of the GPU's and the system's (slot, riser, bridge)
+            max_pcie_generation=g("nvmlDeviceGetMaxPcieLinkGeneration", nv.nvmlDeviceGetMaxPcieLinkGeneration)
+            or gpu_max_generation,
             max_pcie_width=g("nvmlDeviceGetMaxPcieLinkWidth", nv.nvmlDeviceGetMaxPcieLinkWidth),
+            gpu_max_pcie_generation=gpu_max_generation,
+            expected_pcie_generation=self._expected_pcie.get(d.index),
             supported_clock_events=ClockEvents.decode(d.supported_events, ALL_CLOCK_EVENTS).active(),
             ecc_enabled=bool(ecc[0]) if ecc else None,
             persistence_mode=bool(persistence) if persistence is not None else None,
@@ -405,9 +438,16 @@ class GpuReader:
         fans = d.info.fan_count
         if fans is None:  # an old driver without a fan count: one fan, the old call
             plan.append(("fan0", [call("nvmlDeviceGetFanSpeed", nv.nvmlDeviceGetFanSpeed)]))
+            d.fans = (("fan0", "", ""),)
         else:  # fans == 0 on passive boards: the call would take 0.6 ms a poll to fail
-            plan += [(f"fan{i}", [call(f"nvmlDeviceGetFanSpeed_v2:{i}", nv.nvmlDeviceGetFanSpeed_v2, i)])
-                     for i in range(fans)]
+            # the speed NVML reports is the intended one (a blocked fan still reports it); the
+            # target is what the driver asks for; only the rpm is measured
+            d.fans = tuple((f"fan{i}", f"target{i}", f"rpm{i}") for i in range(fans))
+            for i in range(fans):
+                plan += [(f"fan{i}", [call(f"nvmlDeviceGetFanSpeed_v2:{i}", nv.nvmlDeviceGetFanSpeed_v2, i)]),
+                         (f"target{i}", [call(f"nvmlDeviceGetTargetFanSpeed:{i}", nv.nvmlDeviceGetTargetFanSpeed,
+                                              i)]),
+                         (f"rpm{i}", [call(f"nvmlDeviceGetFanSpeedRPM:{i}", nv.nvmlDeviceGetFanSpeedRPM, i)])]
         return [(name, [a for a in alternatives if a[0] not in d.unsupported]) for name, alternatives in plan]
 
     def _run_plan(self, d: _Device) -> dict[str, Any]:
@@ -442,7 +482,8 @@ class GpuReader:
         ecc = [get(key) for key in _ECC_KEYS]
         rows = get("remapped_rows")
         procs = get("processes")
-        fans = [raw[key] for key in _FAN_KEYS[: d.info.fan_count or 1] if key in raw]
+        speeds, targets, rpms = (_per_fan(raw, d.fans, 0, 100), _per_fan(raw, d.fans, 1, 100),
+                                 _per_fan(raw, d.fans, 2, 1))
         fields = self._fields(d, _POLL_FIELDS) if d.poll_fields else _NO_FIELDS
         return GpuReading(
             index=d.index,
@@ -462,7 +503,9 @@ class GpuReader:
             memory_used_bytes=memory.used if memory is not None else None,
             memory_total_bytes=memory.total if memory is not None else None,
             performance_state=get("pstate"),
-            fan_speed_ratios=tuple(f / 100 for f in fans) or None,
+            fan_speed_ratios=speeds,
+            fan_target_ratios=targets,
+            fan_speed_rpm=rpms,
             pcie_generation=get("pcie_generation"),
             pcie_width=get("pcie_width"),
             pcie_replay_total=get("pcie_replay"),
@@ -470,6 +513,7 @@ class GpuReader:
             pcie_tx_bytes_per_second=d.pcie_tx,
             ecc_errors=EccCounts(*ecc) if any(c is not None for c in ecc) else None,
             remapped_rows=RemappedRows(rows[0], rows[1], bool(rows[2]), bool(rows[3])) if rows is not None else None,
+            retired_pages=d.retired_pages,
             processes=tuple(GpuProcess(p.pid, p.usedGpuMemory) for p in procs) if procs is not None else None,
         )
 
@@ -481,6 +525,15 @@ class GpuReader:
         if throttle:
             d.throttle = ThrottleSeconds(**{name: throttle[fid] / 1e9 for fid, name in THROTTLE_FIELDS.items()
                                             if fid in throttle})
+        if d.read_retired_pages:
+            # 0: pages retired for repeated single-bit errors, 1: for a double-bit error
+            single = d.get("nvmlDeviceGetRetiredPages:0", nv.nvmlDeviceGetRetiredPages, 0)
+            double = d.get("nvmlDeviceGetRetiredPages:1", nv.nvmlDeviceGetRetiredPages, 1)
+            pending = d.get("nvmlDeviceGetRetiredPagesPendingStatus", nv.nvmlDeviceGetRetiredPagesPendingStatus)
+            if single is not None or double is not None or pending is not None:
+                d.retired_pages = RetiredPages(len(single) if single is not None else None,
+                                               len(double) if double is not None else None,
+                                               bool(pending) if pending is not None else None)
         if self._pcie_throughput:
             # KB/s over a 20 ms window the call itself waits out.
             rx = d.get("nvmlDeviceGetPcieThroughput:1", nv.nvmlDeviceGetPcieThroughput, 1)
@@ -530,6 +583,14 @@ class GpuReader:
             except pynvml.NVMLError:
                 pass
             self._opened = False
+
+
+def _per_fan(raw: dict[str, Any], fans: tuple[tuple[str, str, str], ...], which: int,
+             divisor: int) -> tuple[float | None, ...] | None:
+    """One reading of every fan, in fan order (None where that fan did not answer); None when
+    no fan answered it at all."""
+    values = tuple(raw[names[which]] / divisor if names[which] in raw else None for names in fans)
+    return values if any(v is not None for v in values) else None
 
 
 def _text(value: Any) -> str | None:

@@ -71,6 +71,7 @@ class HostReader:
         self._rapl_state: dict[str, tuple[int, float]] = {}  # zone -> (last raw µJ, joules counted so far)
         self._said: set[str] = set()
         self._cpu_count: int | None = None
+        self._turned: set[tuple[str, str]] = set()  # fans seen above 0 rpm: headers with a fan on them
 
     def open(self) -> None:
         self._cpu_count = self._section("cpu_count", self._backend.cpu_count)  # a static fact: read once
@@ -85,6 +86,9 @@ class HostReader:
         cpu = self._section("cpu", self._backend.cpu_percent, notes)
         load = self._section("load", self._backend.getloadavg, notes)
         memory = self._section("memory", self._backend.virtual_memory, notes)
+        fan_readings = tuple(FanReading(chip, _label(entry[0], "fan", i), float(entry[1]))
+                             for chip, entries in fans.items() for i, entry in enumerate(entries))
+        self._turned |= {(f.chip, f.label) for f in fan_readings if f.rpm > 0}
         cpu_temps = cpu_temperatures(temps)
         if temps and not cpu_temps:
             notes.append(f"no CPU temperature sensor among {', '.join(sorted(temps))}")
@@ -94,10 +98,7 @@ class HostReader:
                 for chip, entries in temps.items() for i, entry in enumerate(entries) if entry[1] is not None
             ),
             cpu_temperatures=cpu_temps,
-            fans=tuple(
-                FanReading(chip, _label(entry[0], "fan", i), float(entry[1]))
-                for chip, entries in fans.items() for i, entry in enumerate(entries)
-            ),
+            fans=tuple(f._replace(turned=(f.chip, f.label) in self._turned) for f in fan_readings),
             cpu_utilization_ratio=cpu / 100 if cpu is not None else None,
             cpu_count=self._cpu_count,
             load1=load[0] if load else None,

@@ -74,8 +74,10 @@ def encode(sample: Sample, host: str, with_info: bool = False) -> list[str]:
             if g.throttle_seconds is not None:
                 for name, value in g.throttle_seconds._asdict().items():
                     fields[f"throttle_{name}_seconds"] = value
-            for n, ratio in enumerate(g.fan_speed_ratios or ()):
-                fields[f"fan{n}_speed_ratio"] = ratio
+            for suffix, values in (("speed_ratio", g.fan_speed_ratios), ("target_speed_ratio", g.fan_target_ratios),
+                                   ("speed_rpm", g.fan_speed_rpm)):
+                for n, value in enumerate(values or ()):
+                    fields[f"fan{n}_{suffix}"] = value
             if g.ecc_errors is not None:
                 for name, value in g.ecc_errors._asdict().items():
                     fields[f"ecc_{name}"] = value
@@ -83,6 +85,10 @@ def encode(sample: Sample, host: str, with_info: bool = False) -> list[str]:
                 r = g.remapped_rows
                 fields.update(remapped_rows_correctable=r.correctable, remapped_rows_uncorrectable=r.uncorrectable,
                               remap_pending=r.pending, remap_failure=r.failure)
+            if g.retired_pages is not None:
+                p = g.retired_pages
+                fields.update(retired_pages_single_bit=p.single_bit, retired_pages_double_bit=p.double_bit,
+                              retired_pages_pending=p.pending)
             if g.processes is not None:
                 fields.update(processes=len(g.processes),
                               processes_memory_bytes=sum(p.used_memory_bytes or 0 for p in g.processes))
@@ -96,7 +102,8 @@ def encode(sample: Sample, host: str, with_info: bool = False) -> list[str]:
                 "driver": system.driver_version if system else None,
                 "power_limit_default_watts": i.power_limit_default_watts,
                 "max_sm_clock_hertz": i.max_sm_clock_hertz, "max_pcie_generation": i.max_pcie_generation,
-                "max_pcie_width": i.max_pcie_width}, ns))
+                "max_pcie_width": i.max_pcie_width, "gpu_max_pcie_generation": i.gpu_max_pcie_generation,
+                "expected_pcie_generation": i.expected_pcie_generation}, ns))
     for e in sample.events:
         out.append(line("xid", {"host": host, "gpu": str(e.gpu_index), "uuid": e.uuid, "xid": str(e.xid)},
                         {"code": e.xid}, int(round(e.time * 1e9))))
@@ -113,7 +120,8 @@ def encode(sample: Sample, host: str, with_info: bool = False) -> list[str]:
                 out.append(line("temperature", {"host": host, "chip": t.chip, "sensor": t.label},
                                 {"celsius": t.celsius}, ns))
         for f in h.fans:
-            out.append(line("fan", {"host": host, "chip": f.chip, "fan": f.label}, {"rpm": f.rpm}, ns))
+            out.append(line("fan", {"host": host, "chip": f.chip, "fan": f.label}, {"rpm": f.rpm, "turned": f.turned},
+                            ns))
         for e in h.cpu_energy:
             out.append(line("cpu_energy", {"host": host, "zone": e.zone}, {"joules": e.joules}, ns))
         out.append(line("host", {"host": host}, {
