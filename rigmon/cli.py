@@ -79,23 +79,30 @@ def cmd_status(args) -> int:
     source, label = _replay_source(args, at=args.at, realtime=bool(args.watch))
     poller = build_poller(config, source)
     engine = build_engine(config) if config.alerts.enabled else None
-    alerts, note, daemon = None, "", None
+    alerts, note, daemon, alerts_now = None, "", None, None
     if engine is not None and source is not None and not args.watch:
         from .alerts.offline import replay_rules  # the recording's alerts as of --at
 
         replay_rules(source.recording, config, until=args.at, engine=engine)
         alerts = [alert_dict(a) for a in engine.firing()]
-    elif engine is not None and not args.watch:
-        alerts, note, daemon = _daemon_state(config)
+        alerts_now = source.recording.ticks[0]["t"] + args.at  # their ages on the recording's clock
     if args.watch:
         _stop_on_signals()
+    clear = args.watch and not args.json and sys.stdout.isatty()
     poller.open()
     try:
         if source is None:
             time.sleep(0.25)  # psutil's CPU percentage and NVML's averages need a moment
         while True:
             sample = poller.poll()
-            if engine is not None and args.watch:
+            if engine is not None and source is None:
+                # the daemon on this box has the history alerts need; without one, a watch
+                # keeps its own engine from the moment it started
+                alerts, note, daemon = _daemon_state(config)
+                if alerts is None and args.watch:
+                    engine.evaluate(sample, sample.time)
+                    alerts, note = [alert_dict(a) for a in engine.firing()], "since this status started"
+            elif engine is not None and args.watch:
                 engine.evaluate(sample, sample.time)
                 alerts, note = [alert_dict(a) for a in engine.firing()], "since this status started"
             where = f"{label} at {source.clock():.1f} s ({source.label() or 'no label'})" if source else ""
@@ -104,11 +111,12 @@ def cmd_status(args) -> int:
                 if source:
                     extra["replay"] = {"file": args.replay or str(demo_path()), "at": source.clock(),
                                        "label": source.label()}
-                print(json.dumps(as_json(sample, extra), indent=2))
+                # a watch prints one object per line, for a reader that takes a line at a time
+                print(json.dumps(as_json(sample, extra), indent=None if args.watch else 2))
             else:
-                if args.watch:
+                if clear:
                     sys.stdout.write("\x1b[H\x1b[2J")
-                print(render(sample, where, alerts, note, daemon))
+                print(render(sample, where, alerts, note, daemon, show_info=args.all, now=alerts_now))
             if not args.watch:
                 return 0
             sys.stdout.flush()
@@ -231,6 +239,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the sample as JSON")
     s.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS", help="refresh every SECONDS (2)")
     s.add_argument("--at", type=float, default=0.0, metavar="SECONDS", help="with --replay: seconds into the recording")
+    s.add_argument("--all", action="store_true", help="show info alerts too (a GPU at its power cap under load)")
     s.set_defaults(func=cmd_status)
 
     r = sub.add_parser("record", help="record the hardware's answers to a file (rigmon recording v1)")
@@ -280,3 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     except (RecordingError, UsageError) as e:
         print(f"rigmon: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (status --watch --json | head -1): not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 0

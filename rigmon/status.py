@@ -29,8 +29,17 @@ def _gb(value) -> str:
     return NS if value is None else f"{value / 1e9:.1f}"
 
 
+WIDTH = 120  # the table fits a 120-column terminal with 8 GPUs
+
+# Clock-event reasons, short enough for the table (the JSON keeps NVML's names).
+SHORT_EVENTS = {"gpu_idle": "idle", "applications_clocks_setting": "app-clocks", "sw_power_cap": "pwr-cap",
+                "hw_slowdown": "HW-SLOW", "sync_boost": "sync-boost", "sw_thermal_slowdown": "sw-thermal",
+                "hw_thermal_slowdown": "HW-THERMAL", "hw_power_brake_slowdown": "PWR-BRAKE",
+                "display_clock_setting": "display"}
+
+
 def render(sample: Sample, source: str = "", alerts: list[dict] | None = None, alerts_note: str = "",
-           daemon: dict | None = None) -> str:
+           daemon: dict | None = None, show_info: bool = False, now: float | None = None) -> str:
     lines = []
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(sample.time))
     system = sample.system
@@ -51,7 +60,7 @@ def render(sample: Sample, source: str = "", alerts: list[dict] | None = None, a
     lines.append("")
     lines += _host(sample)
     lines.append("")
-    lines += _alerts(alerts, alerts_note)
+    lines += _alerts(alerts, alerts_note, show_info, sample.time if now is None else now)
     lines.append("")
     if daemon and daemon.get("influxdb"):
         lines += _influx(daemon["influxdb"])
@@ -60,37 +69,72 @@ def render(sample: Sample, source: str = "", alerts: list[dict] | None = None, a
     return "\n".join(lines)
 
 
+def short_name(name: str) -> str:
+    """"NVIDIA GeForce RTX 4090" → "RTX 4090", "NVIDIA H200" → "H200"."""
+    for prefix in ("NVIDIA ", "GeForce "):
+        name = name.removeprefix(prefix)
+    return name[:14]
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= WIDTH else line[: WIDTH - 1] + "…"
+
+
+def _pair(a, b, spec: str = "{:.0f}") -> str:
+    return f"{_fmt(a, spec)}/{_fmt(b, spec)}"
+
+
+def _fans(g: GpuReading) -> str:
+    speeds = g.fan_target_ratios or g.fan_speed_ratios or ()
+    rpms = g.fan_speed_rpm or ()
+    if not speeds and not rpms:
+        return NS
+    cells = []
+    for n in range(max(len(speeds), len(rpms))):
+        speed = speeds[n] if n < len(speeds) else None
+        rpm = rpms[n] if n < len(rpms) else None
+        cells.append(_fmt(speed * 100 if speed is not None else None, unit="%") +
+                     (f" {rpm:.0f}" if rpm is not None else ""))
+    return ",".join(cells)
+
+
 def _gpu_table(gpus: tuple[GpuReading, ...], info: dict[int, GpuInfo]) -> list[str]:
-    header = ("GPU", "NAME", "TEMP", "MEM TEMP", "SLOWDOWN", "POWER / LIMIT", "ENERGY", "UTIL", "SM CLOCK",
-              "MEMORY USED", "PCIe NOW/MAX", "REPLAYS", "ECC UNCORR", "FAN", "CLOCK EVENTS")
-    rows = [header]
+    header = ("GPU", "NAME", "°C/SLOW", "MEM°C", "W/LIMIT", "UTIL", "SM MHz", "MEM GB", "PCIe NOW/MAX", "REPLAY",
+              "ECC", "FAN % RPM", "CLOCK EVENTS")
+    rows: list[tuple[str, ...]] = [header]
+    lost: dict[int, str] = {}
     for g in gpus:
         i = info.get(g.index)
-        name = i.name if i else "?"
+        name = short_name(i.name) if i else "?"
         if g.lost:
-            rows.append((str(g.index), name, "LOST: fell off the bus or stopped answering") + ("",) * (len(header) - 3))
+            lost[len(rows)] = f"{g.index:<3}  {name}  LOST: fell off the bus or stopped answering"
+            rows.append(())
             continue
         events = g.clock_events.active() if g.clock_events else None
         max_link = f"{_fmt(i.max_pcie_generation)}x{_fmt(i.max_pcie_width)}" if i else NS
         rows.append((
             str(g.index),
             name,
-            _fmt(g.temperature_celsius, unit=" °C"),
-            _fmt(g.memory_temperature_celsius, unit=" °C"),
-            _fmt(i.temperature_thresholds.slowdown if i else None, unit=" °C"),
-            f"{_fmt(g.power_watts, '{:.1f}')} / {_fmt(g.power_limit_watts, '{:.0f}')} W",
-            _fmt(g.energy_joules / 3.6e6 if g.energy_joules is not None else None, "{:.3f}", " kWh"),
-            _fmt(g.utilization_gpu_ratio * 100 if g.utilization_gpu_ratio is not None else None, unit=" %"),
-            _fmt(g.sm_clock_hertz / 1e6 if g.sm_clock_hertz is not None else None, unit=" MHz"),
-            f"{_gb(g.memory_used_bytes)} / {_gb(g.memory_total_bytes)} GB",
-            f"{_fmt(g.pcie_generation)}x{_fmt(g.pcie_width)} / {max_link}",
+            _pair(g.temperature_celsius, i.temperature_thresholds.slowdown if i else None),
+            _fmt(g.memory_temperature_celsius),
+            _pair(g.power_watts, g.power_limit_watts),
+            _fmt(g.utilization_gpu_ratio * 100 if g.utilization_gpu_ratio is not None else None, unit="%"),
+            _fmt(g.sm_clock_hertz / 1e6 if g.sm_clock_hertz is not None else None),
+            f"{_gb(g.memory_used_bytes)}/{_gb(g.memory_total_bytes)}",
+            f"{_fmt(g.pcie_generation)}x{_fmt(g.pcie_width)}/{max_link}",
             _fmt(g.pcie_replay_total),
             _fmt(g.ecc_errors.uncorrected_volatile if g.ecc_errors else None),
-            " ".join(f"{r * 100:.0f} %" for r in g.fan_speed_ratios) if g.fan_speed_ratios else NS,
-            NS if events is None else (", ".join(events) or "none"),
+            _fans(g),
+            NS if events is None else (",".join(SHORT_EVENTS.get(e, e) for e in events) or "none"),
         ))
-    widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    widths = [max(len(r[c]) for r in rows if r) for c in range(len(header))]
+    out = []
+    for n, row in enumerate(rows):
+        if n in lost:
+            out.append(_cut(lost[n]))
+        else:
+            out.append(_cut("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()))
+    return out
 
 
 def _host(sample: Sample) -> list[str]:
@@ -124,13 +168,30 @@ def _host(sample: Sample) -> list[str]:
     return lines
 
 
-def _alerts(alerts: list[dict] | None, note: str) -> list[str]:
+def age(seconds: float) -> str:
+    """90 → "1m30s", 4000 → "1h06m"."""
+    seconds = max(int(seconds), 0)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+
+
+def _alerts(alerts: list[dict] | None, note: str, show_info: bool, now: float) -> list[str]:
     if alerts is None:
         return [f"ALERTS  unknown: {note}" if note else "ALERTS  unknown"]
-    head = f"ALERTS  {len(alerts) or 'none'} firing" + (f" ({note})" if note else "")
+    shown = [a for a in alerts if show_info or a["severity"] != "info"]
+    hidden = len(alerts) - len(shown)
+    head = f"ALERTS  {len(shown) or 'none'} firing" + (f" ({note})" if note else "")
     lines = [head]
-    for a in alerts:
-        lines.append(f"  {a['severity'].upper():<8} {a['alertname']} [{a['subject']}]  {a['summary']}")
+    for a in shown:
+        since = f"  (for {age(now - a['since'])})" if a.get("since") is not None else ""
+        lines.append(f"  {a['severity'].upper():<8} {a['alertname']} [{a['subject']}]  {a['summary']}{since}")
+    if hidden:
+        lines.append(f"  ({hidden} info alert(s) not shown: --all shows them)")
     return lines
 
 

@@ -32,8 +32,8 @@ def test_status_table_shows_units_and_unsupported():
     done = rigmon("status", "--demo", "--at", "10")
     assert done.returncode == 0, done.stderr
     text = done.stdout
-    for expected in ("NVIDIA H200", "692.2 / 700 W", "63 °C", "1470 MHz", "sw_power_cap", "n/s", "5x16 / 5x16",
-                     "no temperature or fan sensors"):
+    for expected in ("°C/SLOW", "W/LIMIT", "SM MHz", "H200", "692/700", "63/89", "1470", "pwr-cap", "n/s",
+                     "5x16/5x16", "no temperature or fan sensors"):
         assert expected in text, expected
 
 
@@ -122,7 +122,8 @@ def test_status_shows_the_alerts_of_a_recording(tmp_path):
     path = sc.write(SCENARIOS["GpuStarved"][0](), tmp_path / "starved.rec.jsonl")
     done = rigmon("status", "--replay", str(path), "--at", "700")
     assert "ALERTS  1 firing" in done.stdout
-    assert "WARNING  GpuStarved [gpu=0]  GPU 0 (NVIDIA H200) shows 100% busy but draws 300 of 700 W" in done.stdout
+    assert ("WARNING  GpuStarved [gpu=0]  GPU 0 (NVIDIA H200) shows 100% busy but draws 300 of 700 W  (for 1m40s)"
+            in done.stdout), done.stdout
     early = rigmon("status", "--replay", str(path), "--at", "100", "--json")
     assert json.loads(early.stdout)["alerts"] == []
 
@@ -131,3 +132,82 @@ def test_live_status_without_a_daemon_says_alerts_are_unknown():
     done = rigmon("status")
     assert done.returncode == 0
     assert "ALERTS  unknown: no rigmon daemon answers on 127.0.0.1:9963" in done.stdout
+
+
+def test_status_fits_120_columns_with_8_gpus_and_a_lost_one(tmp_path):
+    rec = sc.rich(sc.gpu_lost(sc.h200(), gpus=8, lost=5, from_second=5.0))
+    rec = sc.gpu_fans(rec, fans=2, percent=55, rpm=1650)
+    path = sc.write(rec, tmp_path / "eight.rec.jsonl")
+    done = rigmon("status", "--replay", str(path), "--at", "10")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    table = lines[2:11]
+    assert max(len(line) for line in table) <= 120, max(table, key=len)
+    assert table[0].startswith("GPU  NAME") and len(table) == 9
+    # lost before status started: NVML never said its name
+    assert table[6] == "5    unknown  LOST: fell off the bus or stopped answering"
+    assert "55% 1650,55% 1650" in table[1]
+
+
+def test_status_hides_info_alerts_unless_all(tmp_path):
+    from test_alert_rules import SCENARIOS
+
+    path = sc.write(SCENARIOS["GpuPowerCapped"][0](), tmp_path / "capped.rec.jsonl")
+    done = rigmon("status", "--replay", str(path), "--at", "170")
+    assert "ALERTS  none firing" in done.stdout and "1 info alert(s) not shown: --all shows them" in done.stdout
+    shown = rigmon("status", "--replay", str(path), "--at", "170", "--all")
+    assert "ALERTS  1 firing" in shown.stdout and "INFO     GpuPowerCapped [gpu=0]" in shown.stdout
+
+
+def test_status_shows_the_daemons_alerts_with_their_age(tmp_path):
+    from servers import Rigmon, wait_for
+
+    config = """
+[[alerts.rules]]
+name = "Busy"
+kind = "gpu"
+when = "utilization_gpu >= 0"
+severity = "warning"
+summary = "GPU {gpu} is watched"
+"""
+    daemon = Rigmon(tmp_path, replay=sc.H200, config=config, extra_args=["--replay-gpus", "2"])
+    try:
+        daemon.wait_ready()
+        wait_for(lambda: "Busy" in daemon.output(), 30, what="the daemon's alert")
+        import time
+
+        time.sleep(2)
+        conf = tmp_path / "status.toml"
+        conf.write_text(daemon.config.read_text() + f"\n[prometheus]\nport = {daemon.port}\n")
+        done = rigmon("status", "--config", str(conf))
+    finally:
+        daemon.stop()
+    assert done.returncode == 0, done.stderr
+    assert f"ALERTS  2 firing (from the daemon at 127.0.0.1:{daemon.port})" in done.stdout, done.stdout
+    busy = [line for line in done.stdout.splitlines() if "Busy [gpu=" in line]
+    assert len(busy) == 2 and all("(for " in line and line.endswith("s)") for line in busy), busy
+
+
+def test_watch_without_a_terminal_does_not_clear_and_json_is_one_object_per_line():
+    import signal
+    import time
+
+    for extra, check in ((["--json"], "json"), ([], "text")):
+        proc = subprocess.Popen([sys.executable, "-m", "rigmon", "status", "--demo", "--watch", "0.2", *extra],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert "\x1b[" not in out
+        if check == "json":
+            frames = [json.loads(line) for line in out.splitlines()]
+            assert len(frames) >= 2 and all("gpus" in f for f in frames)
+        else:
+            assert out.count("rigmon status") >= 2
+
+
+def test_watch_json_into_head_exits_quietly():
+    done = subprocess.run(f"{sys.executable} -m rigmon status --demo --watch 0.1 --json | head -1", shell=True,
+                          capture_output=True, text=True, timeout=60)
+    assert json.loads(done.stdout)["gpus"] and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
