@@ -40,9 +40,12 @@ FLEET = [
      [("max by (instance) (rigmon_cpu_temperature_celsius)", "{{instance}}")],
      [('SELECT max("celsius") FROM "cpu_temp" WHERE $timeFilter GROUP BY time($__interval), "host" fill(null)',
        "$tag_host")], 12),
-    ("Slowest fan per box", "timeseries", "rpm", [("min by (instance) (rigmon_fan_speed_rpm)", "{{instance}}")],
-     [('SELECT min("rpm") FROM "fan" WHERE $timeFilter GROUP BY time($__interval), "host" fill(null)',
-       "$tag_host")], 12),
+    # only fans that have turned: an empty header reads 0 rpm for ever
+    ("Slowest fan per box", "timeseries", "rpm",
+     [("min by (instance) (rigmon_fan_speed_rpm and on (instance, chip, fan) (rigmon_fan_turned == 1))",
+       "{{instance}}")],
+     [('SELECT min("rpm") FROM "fan" WHERE "turned" = true AND $timeFilter GROUP BY time($__interval), "host" '
+       'fill(null)', "$tag_host")], 12),
     ("GPU energy per day", "barchart", "kwatth",
      [("sum by (instance) (increase(rigmon_gpu_energy_joules_total[1d])) / 3.6e6", "{{instance}}")],
      [('SELECT sum("kwh") FROM (SELECT spread("energy_joules") / 3600000 AS "kwh" FROM "gpu" WHERE $timeFilter '
@@ -113,6 +116,17 @@ BOX = [
      [(f"rigmon_fan_speed_rpm{{{P_SEL}}}", "{{chip}}/{{fan}}")],
      [(f'SELECT mean("rpm") FROM "fan" WHERE {I_HOST} AND $timeFilter GROUP BY time($__interval), "chip", "fan" '
        f'fill(null)', "$tag_chip/$tag_fan")], 12),
+    ("GPU fans: asked and turning", "timeseries", "rpm",
+     [(f"rigmon_gpu_fan_speed_rpm{{{P_GPU}}}", "GPU {{gpu}} fan {{fan}} rpm"),
+      (f"rigmon_gpu_fan_target_speed_ratio{{{P_GPU}}} * 100", "GPU {{gpu}} fan {{fan}} asked %")],
+     [(f'SELECT mean("fan0_speed_rpm") AS "fan 0 rpm", mean("fan0_target_speed_ratio") * 100 AS "fan 0 asked %" '
+       f'FROM "gpu" WHERE {I_GPU} AND $timeFilter GROUP BY time($__interval), "gpu" fill(null)',
+       "GPU $tag_gpu $col")], 12),
+    ("Power against each PSU budget", "timeseries", "watt",
+     [(f"rigmon_power_budget_draw_watts{{{P_SEL}}}", "{{psu}} draw"),
+      (f"rigmon_power_budget_watts{{{P_SEL}}}", "{{psu}} budget")],
+     [(f'SELECT mean("draw_watts") AS "draw", max("budget_watts") AS "budget" FROM "power_budget" WHERE {I_HOST} '
+       f'AND $timeFilter GROUP BY time($__interval), "psu" fill(null)', "$tag_psu $col")], 12),
     ("Firing alerts", "table", "none",
      [(f"rigmon_alert_active{{{P_SEL}}}", "")],
      [(f'SELECT last("firing") AS "firing", last("summary") AS "summary" FROM "alert" WHERE {I_HOST} AND '

@@ -151,6 +151,8 @@ def rich(recording: Recording, gpus: int = 8) -> Recording:
         g["nvmlDeviceGetFieldValues:271"] = {"nvmlReturn": 0, "valueType": 3, "value": 0}
         g["nvmlDeviceGetNumFans"] = 1
         g["nvmlDeviceGetFanSpeed_v2:0"] = 55
+        g["nvmlDeviceGetTargetFanSpeed:0"] = 55
+        g["nvmlDeviceGetFanSpeedRPM:0"] = 1650
         g["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": 4242, "usedGpuMemory": 1 << 30}]
     return with_xid(rec, at_second=1.0, xid=79, gpu=3)
 

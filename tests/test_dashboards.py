@@ -35,6 +35,8 @@ enabled = true
 api = "v1"
 url = "{influx.url}"
 flush_interval = 0.2
+[alerts.power_budget]
+watts = 6000
 """
     rigmon = Rigmon(tmp, sc.write(sc.rich(sc.h200()), tmp / "rich.rec.jsonl"), config)
     prom = None
@@ -115,3 +117,14 @@ def test_template_variables_resolve(fed):
                 assert json.loads(http_get(url)[1])["data"], f"{name}: ${var['name']}"
             else:
                 assert influx.query(q.replace("$host", re.escape(socket.gethostname()))), f"{name}: ${var['name']}"
+
+
+def test_slowest_fan_counts_only_fans_that_have_turned(fed):
+    """The recording's nct6798 has fans at 1150, 0 (an empty header) and 870 rpm: the slowest
+    fan that turns is 870, not 0."""
+    prom, influx, _ = fed
+    (promql,) = [p[3][0][0] for p in build.FLEET if p[0] == "Slowest fan per box"]
+    assert [float(r["value"][1]) for r in prom.query(promql)] == [870.0]
+    (influxql,) = [p[4][0][0] for p in build.FLEET if p[0] == "Slowest fan per box"]
+    series = influx.query(influxql.replace("$timeFilter", "time > now() - 1h").replace("$__interval", "1h"))
+    assert {v for s in series for _, v in s["values"] if v is not None} == {870.0}

@@ -324,7 +324,7 @@ class RuleSpec(BaseModel):
                                                            examples=[{"limit_celsius": 83}])] = {}
     values: Annotated[dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str], Field(
         description="Named expressions computed when the alert fires, for the summary and description.",
-        examples=[{"replays_per_minute": "rate(pcie_replays, window) * 60"}])] = {}
+        examples=[{"over_by": "temperature_celsius - limit_celsius"}])] = {}
     enabled: Annotated[bool, Field(description="Evaluate this rule.")] = True
 
     @model_validator(mode="after")

@@ -31,7 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ..retry import Retry, backoff, retry_after
 from ..sample import Sample
-from .lineprotocol import encode, encode_transition
+from .lineprotocol import encode, encode_budgets, encode_transition
 from .spool import Spool
 
 if TYPE_CHECKING:
@@ -152,6 +152,11 @@ class InfluxSink:
     def consume_transitions(self, transitions) -> None:
         for t in transitions:
             self._put(("transition", t))
+
+    def consume_alert_state(self, state) -> None:
+        """Each poll's power drawn against every budget (the alert sink's snapshot)."""
+        if state.budgets and state.time is not None:
+            self._put(("lines", encode_budgets(state, self.host)))
 
     def _put(self, item) -> None:
         try:

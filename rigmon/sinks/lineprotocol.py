@@ -139,3 +139,11 @@ def encode_transition(t, host: str) -> str | None:
     return line("alert", {"host": host, "alertname": t.alertname, "severity": t.severity, "subject": subject},
                 {"status": t.status, "firing": t.status == "firing", "summary": t.summary},
                 int(round(t.time * 1e9)))
+
+
+def encode_budgets(state, host: str) -> list[str]:
+    """Power drawn against each configured budget, as points in ``power_budget``."""
+    ns = int(round(state.time * 1e9))
+    return [x for x in (line("power_budget", {"host": host, "psu": b.psu},
+                             {"budget_watts": b.budget_watts, "draw_watts": b.draw_watts}, ns)
+                        for b in state.budgets) if x is not None]
