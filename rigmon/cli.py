@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 from . import __version__
+from . import args as argtypes
 from . import config as configmod
 from .recording import Recording, RecordingError
 
@@ -45,7 +46,8 @@ def _add_source(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--replay", metavar="FILE", help="read a rigmon recording instead of the hardware")
     g.add_argument("--demo", action="store_true", help="replay the bundled H200 recording (no GPU needed)")
-    p.add_argument("--replay-gpus", type=int, metavar="N", help="widen the replayed recording to N GPUs")
+    p.add_argument("--replay-gpus", type=argtypes.gpu_count, metavar="N",
+                   help=f"widen the replayed recording to N GPUs (1 to {argtypes.MAX_GPUS})")
 
 
 def _load_config(args) -> configmod.Config:
@@ -62,8 +64,6 @@ def _replay_source(args, *, at: float = 0.0, realtime: bool = True, loop: bool =
     if not recording.ticks:
         raise UsageError(f"{path}: the recording has no ticks")
     if args.replay_gpus is not None:
-        if args.replay_gpus < 1:
-            raise UsageError("--replay-gpus must be at least 1")
         recording = recording.widened(args.replay_gpus)
     clock = ReplayClock(start_at=at, realtime=realtime)
     return ReplaySource(recording, clock, loop=loop), f"[replay {Path(path).name}]"
@@ -112,7 +112,7 @@ def cmd_status(args) -> int:
                     extra["replay"] = {"file": args.replay or str(demo_path()), "at": source.clock(),
                                        "label": source.label()}
                 # a watch prints one object per line, for a reader that takes a line at a time
-                print(json.dumps(as_json(sample, extra), indent=None if args.watch else 2))
+                print(json.dumps(as_json(sample, extra), indent=None if args.watch else 2, allow_nan=False))
             else:
                 if clear:
                     sys.stdout.write("\x1b[H\x1b[2J")
@@ -237,8 +237,8 @@ def parser() -> argparse.ArgumentParser:
     _add_config(s)
     _add_source(s)
     s.add_argument("--json", action="store_true", help="print the sample as JSON")
-    s.add_argument("--watch", type=float, nargs="?", const=2.0, metavar="SECONDS", help="refresh every SECONDS (2)")
-    s.add_argument("--at", type=float, default=0.0, metavar="SECONDS", help="with --replay: seconds into the recording")
+    s.add_argument("--watch", type=argtypes.positive, nargs="?", const=2.0, metavar="SECONDS", help="refresh every SECONDS (2)")
+    s.add_argument("--at", type=argtypes.non_negative, default=0.0, metavar="SECONDS", help="with --replay: seconds into the recording")
     s.add_argument("--all", action="store_true", help="show info alerts too (a GPU at its power cap under load)")
     s.set_defaults(func=cmd_status)
 
@@ -246,8 +246,8 @@ def parser() -> argparse.ArgumentParser:
     _add_config(r)
     _add_source(r)
     r.add_argument("--out", "-o", required=True, metavar="FILE")
-    r.add_argument("--seconds", type=float, default=60.0, help="how long to record (60)")
-    r.add_argument("--interval", type=float, help="seconds between ticks (the config's poll interval)")
+    r.add_argument("--seconds", type=argtypes.positive, default=60.0, help="how long to record (60)")
+    r.add_argument("--interval", type=argtypes.positive, help="seconds between ticks (the config's poll interval)")
     r.add_argument("--label", help="a label stored with every tick")
     r.set_defaults(func=cmd_record)
 

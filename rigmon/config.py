@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import os
 import re
 import tomllib
@@ -26,22 +27,34 @@ DEFAULT_PORT = 9963
 def _check_http(url: str) -> str:
     if not re.match(r"^https?://[^/\s]+", url):
         raise ValueError("must be an http:// or https:// URL")
+    bad = next((c for c in url if c.isspace() or ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:  # a newline from an environment variable, a pasted space
+        raise ValueError(f"contains {'a space' if bad == ' ' else 'a control character'} ({bad!r}) at position "
+                         f"{url.index(bad)}: quote or escape it")
     return url
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no NaN or infinity in a setting: they are neither valid thresholds nor TOML
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class DaemonConfig(_Section):
     interval: Annotated[Duration, Field(gt=0, le=3600, description="Time between polls; NVML's power reading is "
                                                                     "a 1 s average, so below 1 s gains little.")] = 1.0
-    history: Annotated[int, Field(ge=1, le=1_000_000, description="Recent samples the daemon keeps in memory "
-                                                                   "(alert rules keep their own history).")] = 900
     state_dir: Annotated[Path, Field(description="Where spools and state live (systemd's StateDirectory).")] = Path(
         "/var/lib/rigmon")
     log_level: Annotated[Literal["debug", "info", "warning", "error"], Field(
         description="Least severe log message written.")] = "info"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deprecated(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "history" in data:
+            # the daemon kept samples nothing read; the alert rules keep their own history
+            logging.getLogger(__name__).warning("daemon.history is no longer used and is ignored: remove it")
+            data = {k: v for k, v in data.items() if k != "history"}
+        return data
 
 
 class GpuConfig(_Section):

@@ -1,10 +1,14 @@
-"""``rigmon run``: poll on a schedule, keep the latest sample and a bounded history, and
+"""``rigmon run``: poll on a schedule, keep the latest sample, and
 hand every sample to the sinks (the Prometheus exporter now; InfluxDB and alerts consume
 the same way). Data flows one way: poller → sample → sinks.
 
 Service behaviour: READY=1 after the first poll and the bind; WATCHDOG=1 only after polls
-that really complete; SIGTERM or SIGINT is a warm stop (the running poll finishes, sinks
-flush, exit 0); a second signal is a cold stop (exit at once).
+that really complete; SIGTERM or SIGINT is a warm stop (the running poll finishes, its sample
+is spooled, sinks flush side by side until one shared deadline, exit 0 within
+STOP_GRACE_SECONDS whatever the servers do); a second signal is a cold stop (exit at once).
+SIGHUP reloads the config: the file is checked first (an invalid one is logged and the
+running config kept), then rigmon stops warm and starts again in the same process
+(RELOADING=1, then READY=1).
 """
 
 from __future__ import annotations
@@ -14,9 +18,9 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -37,7 +41,7 @@ from .systemd import Notifier
 
 log = logging.getLogger(__name__)
 
-STOP_GRACE_SECONDS = 4.0
+STOP_GRACE_SECONDS = 4.0  # the warm stop's one deadline; systemd's TimeoutStopSec is 10 s
 
 
 class Sink(Protocol):
@@ -113,10 +117,10 @@ class Daemon:
         # Alerts first, so a scrape sees the alert state of the sample it shows.
         self.sinks: list[Sink] = ([self.alerts] if self.alerts else []) + [self.collector] + (
             [self.influx] if self.influx else []) + list(sinks or [])
-        self.history: deque[Sample] = deque(maxlen=config.daemon.history)
         self.latest: Sample | None = None
         self.stopped = threading.Event()
         self._stop_requested = threading.Event()
+        self.reload_requested = threading.Event()
         self._scheduler: BackgroundScheduler | None = None
         self._server = None
         self._last_ping = 0.0
@@ -133,7 +137,6 @@ class Daemon:
             except Exception:  # a sink's bug must not stop polling or the other sinks
                 log.exception("sink %s failed", type(sink).__name__)
         self.latest = sample
-        self.history.append(sample)
         self.stats.completed(sample, time.perf_counter() - started)
         self._ping()
         return sample
@@ -204,23 +207,45 @@ class Daemon:
     def request_stop(self) -> None:
         self._stop_requested.set()
 
-    def stop(self) -> None:
-        """Warm stop: the running poll finishes, sinks flush, the server closes."""
-        self.notifier.stopping()
+    def stop(self, deadline: float | None = None, reloading: bool = False) -> None:
+        """Warm stop: the running poll finishes, its sample reaches the spool, every sink
+        flushes side by side until the one ``deadline`` (monotonic), the server closes."""
+        deadline = deadline if deadline is not None else time.monotonic() + STOP_GRACE_SECONDS
+        if not reloading:
+            self.notifier.stopping()
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=True)
+        if self.influx is not None:
+            self.influx._spool_queued(block=0)  # the last poll is on disk before anything waits
+        closers = []
         for sink in self.sinks:
             close = getattr(sink, "close", None)
-            if close is not None:
-                try:
-                    close()
-                except Exception:
-                    log.exception("closing sink %s failed", type(sink).__name__)
+            if close is None:
+                continue
+            closers.append(threading.Thread(target=self._close, args=(sink, close, deadline), daemon=True,
+                                            name=f"rigmon-close-{type(sink).__name__}"))
+        for c in closers:
+            c.start()
+        for c in closers:
+            c.join(max(0.0, deadline - time.monotonic()))
+        late = [c.name.removeprefix("rigmon-close-") for c in closers if c.is_alive()]
+        if late:
+            log.warning("stop: %s still closing at the deadline; abandoned", ", ".join(late))
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
         self.poller.close()
         self.stopped.set()
+
+    @staticmethod
+    def _close(sink, close, deadline: float) -> None:
+        try:
+            try:
+                close(deadline=deadline)
+            except TypeError:  # a sink without a deadline of its own
+                close()
+        except Exception:
+            log.exception("closing sink %s failed", type(sink).__name__)
 
     def wait(self) -> None:
         while not self._stop_requested.wait(0.5):
@@ -236,8 +261,13 @@ class Daemon:
                 log.warning("%s again: cold stop", signal.Signals(signum).name)
                 os._exit(1)
 
+        def reload(signum, frame):
+            self.reload_requested.set()
+            self._stop_requested.set()
+
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGHUP, reload)
 
 
 # --- command ------------------------------------------------------------------------------
@@ -275,13 +305,38 @@ def cmd_run(args: argparse.Namespace) -> int:
         daemon.poller.close()
         raise UsageError(str(e)) from None
     started = time.monotonic()
-    daemon.wait()
-    stopper = threading.Thread(target=daemon.stop, daemon=True)
-    stopper.start()
-    stopper.join(STOP_GRACE_SECONDS)
-    if stopper.is_alive():
-        log.error("warm stop took over %.0f s; exiting anyway", STOP_GRACE_SECONDS)
-        return 1
+    while True:
+        daemon.wait()
+        if not daemon.reload_requested.is_set() or daemon._signals:
+            break  # SIGTERM or SIGINT: stop
+        daemon.reload_requested.clear()
+        daemon._stop_requested.clear()
+        try:
+            configmod.load(args.config)
+        except configmod.ConfigError as e:
+            problems = "; ".join(f"{p}: {m}" if p else m for p, m in e.problems)
+            log.error("SIGHUP: %s is not valid, the running config stays: %s", e.source, problems)
+            continue
+        log.info("SIGHUP: the config is valid; restarting with it")
+        daemon.notifier.reloading()
+        _stop_within_grace(daemon, reloading=True)
+        logging.shutdown()
+        os.execv(sys.executable, [sys.executable, "-m", "rigmon", *sys.argv[1:]])
+    if not _stop_within_grace(daemon):
+        return 0  # what could not finish in time is abandoned; the spool keeps the rest
     log.info("stopped after %.0f s, %d polls (%d skipped)", time.monotonic() - started, daemon.stats.polls,
              daemon.stats.skipped)
     return 0
+
+
+def _stop_within_grace(daemon: Daemon, reloading: bool = False) -> bool:
+    """Warm stop within STOP_GRACE_SECONDS (plus the running poll); True when it finished."""
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    stopper = threading.Thread(target=daemon.stop, args=(deadline, reloading), daemon=True)
+    stopper.start()
+    stopper.join(STOP_GRACE_SECONDS + 0.8)
+    if stopper.is_alive():
+        log.error("warm stop took over %.0f s; exiting anyway (the spool keeps what was not sent)",
+                  STOP_GRACE_SECONDS)
+        return False
+    return True

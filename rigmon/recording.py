@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+MAX_GPUS = 64  # NVML's own limit per box (rigmon.args.MAX_GPUS)
 FORMAT = "rigmon-recording"
 VERSION = 1
 
@@ -104,11 +105,23 @@ class Recording:
                 f"{path}: line 1: version {header.get('version')!r} is not supported (only {VERSION})")
         if not isinstance(header.get("gpus", []), list):
             raise RecordingError(f"{path}: line 1: 'gpus' must be a list")
+        count = header.get("nvml", {}).get("nvmlDeviceGetCount") if isinstance(header.get("nvml"), dict) else None
+        if len(header.get("gpus", [])) > MAX_GPUS or (isinstance(count, int) and count > MAX_GPUS):
+            raise RecordingError(f"{path}: line 1: more than {MAX_GPUS} GPUs (NVML's own limit per box)")
+        for key in ("nvml", "host"):
+            if not isinstance(header.get(key, {}), dict):
+                raise RecordingError(f"{path}: line 1: {key!r} must be an object")
+        if not all(isinstance(g, dict) for g in header.get("gpus", [])):
+            raise RecordingError(f"{path}: line 1: every entry of 'gpus' must be an object")
         ticks = []
         for number, line in enumerate(lines[1:], start=2):
             tick = _parse_line(path, number, line)
             if not isinstance(tick.get("t"), (int, float)):
                 raise RecordingError(f"{path}: line {number}: tick has no numeric 't'")
+            if not isinstance(tick.get("gpus", []), list) or not all(isinstance(g, dict) for g in tick.get("gpus", [])):
+                raise RecordingError(f"{path}: line {number}: 'gpus' must be a list of objects")
+            if not isinstance(tick.get("host", {}), dict):
+                raise RecordingError(f"{path}: line {number}: 'host' must be an object")
             have, want = len(tick.get("gpus", [])), len(header.get("gpus", []))
             if have != want:
                 raise RecordingError(f"{path}: line {number}: {have} GPU entries, header has {want}")
@@ -155,6 +168,8 @@ def _parse_line(path: Path, number: int, line: str) -> dict:
         value = json.loads(line)
     except json.JSONDecodeError as e:
         raise RecordingError(f"{path}: line {number}: not JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise RecordingError(f"{path}: line {number}: JSON nested too deeply") from None
     if not isinstance(value, dict):
         raise RecordingError(f"{path}: line {number}: expected a JSON object")
     return value

@@ -24,7 +24,8 @@ def retry_after(header: str | None) -> float | None:
 
 def backoff(attempt: int, initial: float, maximum: float, after: float | None = None) -> float:
     """Seconds to wait before attempt ``attempt + 1``: Retry-After if given, else
-    initial × 2^(attempt-1), capped at ``maximum``, times a jitter of 0.5–1.5."""
+    initial × 2^(attempt-1), times a jitter of 0.5–1.5; never more than ``maximum`` (a server
+    asking for an hour must not silence alerts or freeze writes for an hour)."""
     if after is not None:
-        return after
+        return min(max(after, 0.0), maximum)
     return min(maximum, initial * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)

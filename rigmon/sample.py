@@ -12,6 +12,7 @@ not due this poll, or the read failed (the reader's status says which).
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
 # Clock-event ("throttle") reason bits, in NVML's order. Names are the sample's field names.
@@ -245,9 +246,14 @@ class Sample(NamedTuple):
 
 
 def to_jsonable(obj):
-    """A plain-JSON view of any sample object (records become objects, tuples lists)."""
+    """A plain-JSON view of any sample object (records become objects, tuples lists, NaN and
+    infinities null: JSON has no such numbers)."""
     if hasattr(obj, "_asdict"):
         return {name: to_jsonable(value) for name, value in obj._asdict().items()}
     if isinstance(obj, (tuple, list)):
         return [to_jsonable(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
     return obj

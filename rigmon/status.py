@@ -15,7 +15,7 @@ def as_json(sample: Sample, extra: dict | None = None) -> dict:
         events = gpu.get("clock_events")
         gpu["clock_events_active"] = [k for k, v in events.items() if v] if events else None
     if extra:
-        out.update(extra)
+        out.update(to_jsonable(extra))
     return out
 
 

@@ -39,6 +39,11 @@ class Notifier:
     def stopping(self) -> bool:
         return self.notify("STOPPING=1")
 
+    def reloading(self) -> bool:
+        import time
+
+        return self.notify(f"RELOADING=1\nMONOTONIC_USEC={time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000}")
+
     def watchdog(self) -> bool:
         return self.notify("WATCHDOG=1")
 

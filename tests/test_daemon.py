@@ -158,7 +158,7 @@ def test_overrunning_polls_are_skipped_and_counted_not_stacked():
     daemon.stop()
     assert daemon.stats.skipped >= 5
     assert 2 <= daemon.stats.polls <= 8  # 2 s of 0.35 s polls, one at a time
-    assert daemon.history[-1].gpus[0].power_limit_watts == 700
+    assert daemon.latest.gpus[0].power_limit_watts == 700
 
 
 def test_no_gpu_no_sensors_still_serves(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from .. import config as configmod
-from ..recording import Recording
+from ..recording import Recording, RecordingError
 from .entities import KINDS
 from .rules import Rule
 
@@ -43,7 +43,9 @@ def cmd_rules_test(args) -> int:
 
     config = configmod.load(args.config)
     recording = Recording.load(args.replay)
-    t0 = recording.ticks[0]["t"] if recording.ticks else 0.0
+    if not recording.ticks:
+        raise RecordingError(f"{args.replay}: the recording has no ticks to test the rules on")
+    t0 = recording.ticks[0]["t"]
     transitions = replay_rules(recording, config)
     shown = [t for t in transitions if args.all or t.severity != "info"]
     print(f"{args.replay}: {len(recording.ticks)} ticks over {recording.duration:.1f} s, "

@@ -96,6 +96,7 @@ class Notifier:
         self.sent = 0
         self.failed = 0
         self.dropped = 0
+        self.backing_off = False  # asleep between retries: nothing will go out before the next try
         self._thread = threading.Thread(target=self._run, name=f"rigmon-notify-{self.name}", daemon=True)
         self._thread.start()
 
@@ -136,11 +137,19 @@ class Notifier:
                 if attempt == 1 or attempt % 10 == 0:
                     log.warning("notifier %s: %s; retrying (attempt %d, next in %.1f s, %d queued)", self.name, e,
                                 attempt, delay, len(self._queue))
-                if self._stop.wait(delay):
+                self.backing_off = True
+                stopped = self._stop.wait(delay)
+                self.backing_off = False
+                if stopped:
                     return
                 continue
             except Permanent as e:
                 self._drop(message, str(e))
+                attempt = 0
+                continue
+            except Exception as e:  # anything else fails this message, never the thread
+                # the type only: messages of URL errors carry the URL, whose path is a secret
+                self._drop(message, f"{type(e).__name__} (not retried)")
                 attempt = 0
                 continue
             with self._cond:
@@ -198,14 +207,13 @@ class Notifier:
         except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
             raise Retry(f"{type(e).__name__}: {getattr(e, 'reason', e)}") from None
 
-    def close(self, timeout: float = 2.0) -> None:
-        """Try to deliver what is queued for up to ``timeout`` seconds, then stop."""
-        deadline = time.monotonic() + timeout
-        while self._queue and time.monotonic() < deadline:
-            time.sleep(0.05)
+    def close(self, timeout: float = 2.0, deadline: float | None = None) -> None:
+        """Deliver what is queued until ``deadline`` (monotonic; else ``timeout`` from now),
+        then stop. A notifier asleep between retries cannot deliver: it stops at once."""
+        deadline = deadline if deadline is not None else time.monotonic() + timeout
+        while self._queue and not self.backing_off and time.monotonic() < deadline:
+            time.sleep(0.02)
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
-        self._thread.join(0.5)
-        if self._queue:
-            log.warning("notifier %s: %d message(s) undelivered at exit", self.name, len(self._queue))
+        self._thread.join(max(0.0, min(0.5, deadline - time.monotonic())))

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import ast
 import difflib
+import logging
+import math
 import re
+import string
 import tomllib
 from importlib import resources
 from typing import Annotated, Any, Literal
@@ -37,6 +40,13 @@ PLAIN_FUNCTIONS = {"abs": abs, "min": min, "max": max, "known": None}
 _ALLOWED = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd, ast.BinOp,
             ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE,
             ast.Name, ast.Load, ast.Constant, ast.Call, ast.IfExp)
+log = logging.getLogger(__name__)
+
+MAX_EXPRESSION_CHARS = 2000  # a rule's condition: a line or a few, not a program
+MAX_EXPRESSION_DEPTH = 40
+MAX_LITERAL_CHARS = 200  # string constants (label values to compare with)
+MAX_NUMBER = 1e15
+MAX_FORMAT_WIDTH = 64  # {value:>64} at most in a summary
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$")
 
 
@@ -45,6 +55,8 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError("a duration is a number of seconds or a string like '10m'")
     if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError("a duration must be a finite number of seconds")
         if value < 0:
             raise ValueError("a duration cannot be negative")
         return float(value)
@@ -79,16 +91,29 @@ class Expression:
 
     def __init__(self, text: str, kind: str, params: dict[str, Any]):
         self.text = text
+        self.errors = 0  # evaluations that raised (counted; the first is logged)
+        if len(text) > MAX_EXPRESSION_CHARS:
+            raise ValueError(f"too long ({len(text)} characters; at most {MAX_EXPRESSION_CHARS})")
         try:
             tree = ast.parse(text.strip(), mode="eval")
         except SyntaxError as e:
             raise ValueError(f"syntax error at column {e.offset}: {e.msg}") from None
+        except (RecursionError, MemoryError):
+            raise ValueError(f"nested too deeply (at most {MAX_EXPRESSION_DEPTH} levels)") from None
+        if _depth(tree) > MAX_EXPRESSION_DEPTH:
+            raise ValueError(f"nested too deeply (at most {MAX_EXPRESSION_DEPTH} levels)")
         allowed_names = set(KINDS[kind]) | set(LABELS[kind]) | set(params) | {"True", "False", "None"}
         self.variables: set[str] = set()
         self.history_variables: set[str] = set()  # what increase(), avg_over()... look back at
         for node in ast.walk(tree):
             if not isinstance(node, _ALLOWED):
                 raise ValueError(f"{type(node).__name__} is not allowed in a rule expression")
+            if isinstance(node, ast.Constant):
+                if isinstance(node.value, str) and len(node.value) > MAX_LITERAL_CHARS:
+                    raise ValueError(f"a string constant is longer than {MAX_LITERAL_CHARS} characters")
+                if isinstance(node.value, (int, float)) and not isinstance(node.value, bool) and not (
+                        abs(node.value) <= MAX_NUMBER):
+                    raise ValueError(f"a number is out of range (at most {MAX_NUMBER:g})")
             if isinstance(node, ast.Call):
                 if not isinstance(node.func, ast.Name) or node.func.id not in (*HISTORY_FUNCTIONS, *PLAIN_FUNCTIONS):
                     raise ValueError(f"unknown function in {ast.unparse(node)!r}; functions: "
@@ -128,10 +153,16 @@ class Expression:
                 raise ValueError(f"the window of {node.func.id}() must be seconds, a duration or a param")
 
     def evaluate(self, names: dict[str, Any]) -> Any:
-        """The value: True, False, a number, or None (unknown) where a value it needs is missing."""
+        """The value: True, False, a number, or None (unknown) where a value it needs is missing
+        or the evaluation failed: a failure is unknown for this rule only, counted, logged once."""
         try:
             return eval(self._code, {"__builtins__": {}, **_KLEENE}, names)  # checked AST: no attribute access
         except (TypeError, ZeroDivisionError):
+            return None
+        except Exception as e:  # MemoryError, OverflowError...: never the other rules
+            self.errors += 1
+            if self.errors == 1:
+                log.error("rule expression %r failed (%s); it counts as unknown", self.text[:80], type(e).__name__)
             return None
 
     def terms(self) -> list[tuple[str, set[str]]]:
@@ -204,13 +235,15 @@ _OPERATORS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult
 _OPERATOR_NAMES = {op: f"_op_{op.__name__}" for op in _OPERATORS}
 
 
-def _binary(fn):
+def _binary(fn, arithmetic: bool):
     def apply(a, b):
         if a is None or b is None:
             return None
+        if arithmetic and (isinstance(a, str) or isinstance(b, str)):
+            return None  # 'a' * 10**11 would build a 100 GB string: text only compares
         try:
             return fn(a, b)
-        except ZeroDivisionError:
+        except (ZeroDivisionError, OverflowError):
             return None
     return apply
 
@@ -237,7 +270,8 @@ _KLEENE: dict[str, Any] = {
     "_and": _and, "_or": _or, "_not": _not, "_compare": _compare,
     "_neg": lambda x: None if x is None else -x, "_pos": lambda x: None if x is None else +x,
     "_if": lambda cond, yes, no: None if cond is None else (yes if cond else no),
-    **{name: _binary(_OPERATORS[op]) for op, name in _OPERATOR_NAMES.items()},
+    **{name: _binary(_OPERATORS[op], op in (ast.Add, ast.Sub, ast.Mult, ast.Div))
+       for op, name in _OPERATOR_NAMES.items()},
     "_abs": _plain(abs), "_min": _plain(min), "_max": _plain(max), "_known": lambda x: x is not None,
 }
 
@@ -302,8 +336,35 @@ class _HistoryArgs(ast.NodeTransformer):
         return node
 
 
+def _depth(tree: ast.AST) -> int:
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack += [(child, depth + 1) for child in ast.iter_child_nodes(node)]
+    return deepest
+
+
+def check_template(text: str, field: str) -> None:
+    """Summary and description templates: ``{name}`` and ``{name:format}`` only, with a bounded
+    width; no attribute or index access, no conversions, no nested fields."""
+    try:
+        parts = list(string.Formatter().parse(text))
+    except ValueError as e:
+        raise ValueError(f"{field}: {e}") from None
+    for _, name, spec, conversion in parts:
+        if name is None:
+            continue
+        if not name.isidentifier():
+            raise ValueError(f"{field}: {{{name}}}: only a plain name may stand in braces")
+        if conversion:
+            raise ValueError(f"{field}: {{{name}!{conversion}}}: conversions are not allowed")
+        if spec and ("{" in spec or any(int(w) > MAX_FORMAT_WIDTH for w in re.findall(r"\d+", spec))):
+            raise ValueError(f"{field}: {{{name}:{spec}}}: widths and precisions go up to {MAX_FORMAT_WIDTH}")
+
+
 class RuleSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$", description="The alert's name.",
                                examples=["GpuHot"])]
@@ -329,6 +390,8 @@ class RuleSpec(BaseModel):
 
     @model_validator(mode="after")
     def _expressions(self) -> RuleSpec:
+        for field in ("summary", "description", "hint"):
+            check_template(getattr(self, field), field)
         named = [("when", self.when), ("clear", self.clear)] + [(f"values.{k}", v) for k, v in self.values.items()]
         for field, text in named:
             if text is not None:
@@ -342,7 +405,7 @@ class RuleSpec(BaseModel):
 class RuleOverride(BaseModel):
     """Changes to a built-in rule: turn it off, re-threshold it, or rewrite it."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
     enabled: Annotated[bool | None, Field(description="false turns the rule off.", examples=[False])] = None
     when: Annotated[str | None, Field(description="A new condition.")] = None

@@ -163,6 +163,18 @@ class AlertSink:
             draw.add_metric([b.psu], b.draw_watts)
         yield from (budget, draw)
 
-    def close(self) -> None:
+    def close(self, deadline: float | None = None) -> None:
+        """Every notifier delivers what it can until the one shared deadline, side by side."""
+        import threading
+        import time
+
+        deadline = deadline if deadline is not None else time.monotonic() + 2.0
+        closers = [threading.Thread(target=n.close, kwargs={"deadline": deadline}, daemon=True)
+                   for n in self.notifiers]
+        for c in closers:
+            c.start()
+        for c in closers:
+            c.join(max(0.0, deadline - time.monotonic()))
         for n in self.notifiers:
-            n.close()
+            if n.pending:
+                log.warning("notifier %s: %d message(s) undelivered at exit", n.name, n.pending)

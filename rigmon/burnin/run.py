@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 
 from .. import __version__
+from .. import args as argtypes
 from .. import config as configmod
 from ..sample import CLOCK_EVENT_BITS, Sample
 from ..sinks.lineprotocol import line
@@ -38,8 +39,8 @@ def add_parser(sub, add_config) -> None:
     p = sub.add_parser("burnin", help="train a GPT-style model on every GPU while watching the hardware; verdict")
     add_config(p)
     how_long = p.add_mutually_exclusive_group(required=True)
-    how_long.add_argument("--hours", type=float)
-    how_long.add_argument("--minutes", type=float)
+    how_long.add_argument("--hours", type=argtypes.positive)
+    how_long.add_argument("--minutes", type=argtypes.positive)
     p.add_argument("--gpus", default="all", help="GPU indices, e.g. 0,1 (default: all)")
     p.add_argument("--report", metavar="DIR", help="where to write burnin.json and burnin.html")
     p.add_argument("--model", default="auto", choices=["auto", "tiny", "small", "gpt2"],
@@ -181,6 +182,8 @@ def cmd_burnin(args) -> int:
     seconds = (args.hours or 0) * 3600 + (args.minutes or 0) * 60
     if seconds <= 0:
         raise UsageError("--hours or --minutes must be positive")
+    if seconds > 31 * 86400:
+        raise UsageError("a burn-in runs at most 31 days (--hours 744)")
     chosen = _parse_gpus(args.gpus)
     source = ReplaySource(Recording.load(args.replay), ReplayClock(), loop=True) if args.replay else None
     poller = build_poller(config, source)

@@ -332,19 +332,62 @@ class MetricsApp:
         if not header.startswith("Basic "):
             return False
         try:
-            user, _, password = base64.b64decode(header[6:]).decode().partition(":")
-        except (ValueError, UnicodeDecodeError):
+            user, _, password = base64.b64decode(header[6:], validate=True).partition(b":")
+        except ValueError:
             return False
-        digest = hashlib.sha256(password.encode()).hexdigest()
-        return hmac.compare_digest(user, self._auth[0]) & hmac.compare_digest(digest, self._auth[1].lower())
+        digest = hashlib.sha256(password).hexdigest().encode()
+        # bytes on both sides: a name in any script compares, never raises
+        return hmac.compare_digest(user, self._auth[0].encode()) & hmac.compare_digest(
+            digest, self._auth[1].lower().encode())
+
+
+CONNECTION_TIMEOUT = 10.0  # seconds a client has for the TLS handshake, its request, each read
+MAX_CONNECTIONS = 64  # connections served at once; more are closed at once, not queued behind
 
 
 class _Server(ThreadingMixIn, WSGIServer):
+    """One thread per connection, at most MAX_CONNECTIONS of them. TLS is set up in that
+    thread, under the connection's timeout: a client that connects and says nothing (or
+    trickles its request) holds only its own thread, never the accept loop."""
+
     daemon_threads = True
     request_queue_size = 128  # 50 concurrent scrapers must not find the backlog full
+    tls: ssl.SSLContext | None = None
+
+    def server_activate(self):
+        super().server_activate()
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request, client_address):
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)  # over the bound: refuse fast
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            request.settimeout(CONNECTION_TIMEOUT)
+            if self.tls is not None:
+                try:
+                    request = self.tls.wrap_socket(request, server_side=True)
+                except (OSError, ssl.SSLError):  # a failed or abandoned handshake: that client only
+                    self.shutdown_request(request)
+                    return
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request, client_address):  # a client gone mid-request is not an error
+        pass
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = CONNECTION_TIMEOUT
+
     def log_message(self, format, *args):  # scrapes are not news
         pass
 
@@ -362,7 +405,7 @@ def serve(app: MetricsApp, config: PrometheusConfig) -> tuple[WSGIServer, thread
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(str(config.tls_cert), str(config.tls_key))
-        server.socket = context.wrap_socket(server.socket, server_side=True)
+        server.tls = context  # each connection's handshake runs in its own thread
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="rigmon-http",
                               daemon=True)
     thread.start()

@@ -1,16 +1,23 @@
 """The InfluxDB sink: every sample, once, in order, even across outages and crashes.
 
-Polling hands samples to a bounded in-memory queue and returns. A writer thread encodes
-them as line protocol, appends them to the disk spool (fsynced), and sends the spool's
-segments oldest first, synchronously, through the v2 API (influxdb-client, for InfluxDB
-2.x, 3.x and 1.8+) or the v1 ``/write`` API (InfluxDB 1.x). Failures are retried with
-exponential backoff and jitter, honouring Retry-After; a refused credential, org, bucket or
-database is reported once and retried slowly, with the data kept in the spool; a batch the
-server calls malformed is set aside as ``*.rejected`` beside the spool and counted.
+Polling hands samples to a bounded in-memory queue and returns. A spooler thread encodes
+them as line protocol and appends them to the disk spool (fsynced); it never waits on the
+network. A sender thread sends the spool's segments oldest first, synchronously, through the
+v2 API (influxdb-client, for InfluxDB 2.x, 3.x and 1.8+) or the v1 ``/write`` API
+(InfluxDB 1.x). Failures are retried with exponential backoff and jitter, honouring
+Retry-After up to ``retry_max``; a refused credential, org, bucket or database is reported
+once and retried slowly, with the data kept in the spool.
 
-Durability: a sample is on disk within one writer cycle (milliseconds) of its poll; only
-samples still in the in-memory queue at a crash are lost. The spool is bounded
-(``spool_max_bytes``): past it the oldest points go first, counted and logged.
+A batch the server calls malformed (HTTP 400) is tried again after a delay (a proxy may
+answer 400 for a while); refused again, it is split until the bad lines are found: the
+others are written, the bad ones kept beside the spool in ``*.rejected`` and counted as
+failed. Bytes that are not UTF-8 are bad lines too, never a reason to retry.
+
+Durability: a sample is on disk within milliseconds of its poll; only samples still in the
+in-memory queue at a crash are lost. When the disk is full, samples wait in memory (bounded)
+and go to the spool as soon as it has room; a torn write is cut back. The spool, rejected
+files included, is bounded (``spool_max_bytes``): past it the oldest points go first,
+counted and logged.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import deque
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -106,7 +114,11 @@ class V2Sender:
         from influxdb_client.rest import ApiException
 
         try:
-            self._api.write(bucket=self._bucket, org=self._org, record=data.decode(), write_precision=self._precision)
+            record = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise Malformed(f"not UTF-8 at byte {e.start}") from None
+        try:
+            self._api.write(bucket=self._bucket, org=self._org, record=record, write_precision=self._precision)
         except ApiException as e:
             body = (e.body or b"")[:300]
             body = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
@@ -138,6 +150,14 @@ class InfluxSink:
         self._stop = threading.Event()
         self._said: dict[str, int] = {}
         self._lock = threading.Lock()  # keeps the counters and the spool consistent for state()
+        self._spool_lock = threading.Lock()  # one spooler at a time (its thread, or close()): order kept
+        self._held: deque[list[str]] = deque()  # encoded, waiting for room on the disk
+        self._held_bytes = 0
+        self._held_limit = min(self.config.spool_max_bytes, 64 << 20)
+        self._disk_full = False
+        self._spooled = threading.Event()  # the spool got data: wakes the sender
+        self._spooler = threading.Thread(target=self._spool_loop, name="rigmon-influxdb-spool", daemon=True)
+        self._spooler.start()
         self._thread = threading.Thread(target=self._run, name="rigmon-influxdb", daemon=True)
         self._thread.start()
 
@@ -171,51 +191,97 @@ class InfluxSink:
             self._queue.put_nowait(item)
 
     # --- the writer ----------------------------------------------------------------------
+    # --- the spooler: queue to disk, never waits on the network -----------------------------
+    def _spool_loop(self) -> None:
+        while not (self._stop.is_set() and self._queue.empty()):
+            self._spool_queued(block=0.25)
+            if self._held and self._stop.is_set():
+                break  # the disk is still full: what is held stays counted as lost at exit
+
     def _spool_queued(self, block: float) -> None:
-        lines: list[str] = []
-        try:
-            item = self._queue.get(timeout=block) if block > 0 else self._queue.get_nowait()
-        except queue.Empty:
-            return
-        while True:
-            kind, value = item
-            if kind == "sample":
-                with_info = value.time - self._last_info >= INFO_EVERY_SECONDS
-                if with_info:
-                    self._last_info = value.time
-                lines += encode(value, self.host, with_info)
-            elif kind == "lines":
-                lines += value
-            else:
-                encoded = encode_transition(value, self.host)
-                if encoded:
-                    lines.append(encoded)
+        """Move what is queued to the spool, in order (one spooler at a time)."""
+        with self._spool_lock:
+            lines: list[str] = []
             try:
-                item = self._queue.get_nowait()
+                item = self._queue.get(timeout=block) if block > 0 else self._queue.get_nowait()
             except queue.Empty:
-                break
+                item = None
+            while item is not None:
+                lines += self._encode(item)
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    item = None
+            if lines:
+                with self._lock:
+                    self.produced += len(lines)
+                    self._held.append(lines)
+                    self._held_bytes += sum(len(x) + 1 for x in lines)
+            if self._held:
+                self._write_held()
+
+    def _encode(self, item) -> list[str]:
+        kind, value = item
+        if kind == "sample":
+            with_info = value.time - self._last_info >= INFO_EVERY_SECONDS
+            if with_info:
+                self._last_info = value.time
+            return encode(value, self.host, with_info)
+        if kind == "lines":
+            return list(value)
+        encoded = encode_transition(value, self.host)
+        return [encoded] if encoded else []
+
+    def _write_held(self) -> None:
+        """Append what waits in memory to the spool; on a full disk keep it (bounded) for the
+        next try."""
+        batch = [line for lines in self._held for line in lines]
         try:
             with self._lock:
-                self.spool.append(lines)
-                self.produced += len(lines)
-        except OSError as e:  # disk full, read-only state dir: say so, keep going in memory
-            self._say(f"cannot write the spool in {self.spool.dir}: {e}")
-            self.failed += len(lines)
+                self.spool.append(batch)
+                self._held.clear()
+                self._held_bytes = 0
+            self._spooled.set()
+            if self._disk_full:
+                log.warning("spool: the disk has room again; %d point(s) held in memory are spooled", len(batch))
+                self._disk_full = False
+        except OSError as e:  # disk full, read-only state dir: keep the samples in memory
+            if not self._disk_full:
+                self._say(f"cannot write the spool in {self.spool.dir}: {e}; samples wait in memory "
+                          f"(up to {self._held_limit >> 20} MiB)")
+            self._disk_full = True
+            while self._held_bytes > self._held_limit and len(self._held) > 1:
+                with self._lock:
+                    lost = self._held.popleft()
+                    self._held_bytes -= sum(len(x) + 1 for x in lost)
+                    self.queue_dropped += len(lost)
+                log.error("spool: the disk stays full and memory is at its bound: dropped %d point(s)", len(lost))
 
+    # --- the sender --------------------------------------------------------------------------
     def _run(self) -> None:
         attempt = 0
         wait_until = 0.0
+        refused_once: dict[str, float] = {}  # segments answered 400 once: path -> when
         while not self._stop.is_set():
             now = time.monotonic()
-            self._spool_queued(block=min(max(wait_until - now, 0.0), self.config.flush_interval) or 0.25)
-            if time.monotonic() < wait_until:
+            if now < wait_until:
+                self._stop.wait(min(wait_until - now, 0.5))
                 continue
             segment = self.spool.oldest(min_age=self.config.flush_interval)
             if segment is None:
+                self._spooled.wait(min(self.config.flush_interval, 0.25))
+                self._spooled.clear()
                 continue
             path, data, points = segment
             try:
-                self.sender.send(data)
+                if str(path) in refused_once or not _utf8(data):
+                    self._send_splitting(path, data)
+                    refused_once.pop(str(path), None)
+                else:
+                    self.sender.send(data)
+                    with self._lock:
+                        self.spool.remove(path)
+                        self.written += points
             except Retry as e:
                 attempt += 1
                 delay = backoff(attempt, self.config.retry_initial, self.config.retry_max, e.after)
@@ -229,14 +295,12 @@ class InfluxSink:
                 wait_until = time.monotonic() + self.config.retry_max
                 continue
             except Malformed as e:
-                with self._lock:
-                    kept = self.spool.quarantine(path)
-                    self.failed += points
-                log.error("InfluxDB rejected %d point(s) as malformed (%s); kept in %s", points, e, kept)
+                # once may be a proxy's passing 400: try the same segment again after a delay
+                refused_once[str(path)] = time.monotonic()
+                self._say(f"InfluxDB answered 400 to {points} point(s) ({e}); trying them again before setting "
+                          f"any aside")
+                wait_until = time.monotonic() + min(max(self.config.retry_initial, 5.0), self.config.retry_max)
                 continue
-            with self._lock:
-                self.spool.remove(path)
-                self.written += points
             self.last_success = time.time()
             if attempt:
                 log.info("InfluxDB writes resume after %d failed attempt(s); %d point(s) still spooled", attempt,
@@ -244,6 +308,33 @@ class InfluxSink:
             attempt = 0
             self._said.clear()
             self.last_error = None
+
+    def _send_splitting(self, path, data: bytes) -> None:
+        """Send a segment refused twice (or holding bytes that are not UTF-8) in halves until
+        the bad lines are found: the rest is written, the bad lines set aside and counted."""
+        lines = data.splitlines(keepends=True)
+        good = [x for x in lines if _utf8(x)]
+        bad = [x for x in lines if not _utf8(x)]
+        written = 0
+        pending = [good] if good else []
+        while pending:
+            chunk = pending.pop()
+            try:
+                self.sender.send(b"".join(chunk))
+                written += len(chunk)
+            except Malformed:
+                if len(chunk) == 1:
+                    bad += chunk
+                else:
+                    half = len(chunk) // 2
+                    pending += [chunk[half:], chunk[:half]]  # the first half next: in order
+        with self._lock:
+            kept = self.spool.reject(path, bad)
+            self.written += written
+            self.failed += len(bad)
+        if bad:
+            log.error("InfluxDB rejected %d line(s) as malformed; the other %d were written; the bad lines are "
+                      "kept in %s", len(bad), written, kept)
 
     def _say(self, message: str) -> None:
         """Log a problem once, then every 100th time it repeats."""
@@ -264,7 +355,8 @@ class InfluxSink:
         return {"api": self.config.api, "url": self.config.url, "points_produced": self.produced,
                 "points_written": self.written, "points_failed": self.failed,
                 "points_dropped": self.spool.dropped_points + self.queue_dropped,
-                "points_spooled": self.spool.points, "spool_bytes": self.spool.bytes,
+                "points_spooled": self.spool.points, "points_held": sum(len(x) for x in list(self._held)),
+                "spool_bytes": self.spool.bytes,
                 "last_success": self.last_success, "last_error": self.last_error}
 
     def families(self):
@@ -287,17 +379,31 @@ class InfluxSink:
             last.add_metric([], s["last_success"])
         yield last
 
-    def close(self, timeout: float = 2.0) -> None:
-        """Spool what is queued (so nothing is lost), try to send for up to ``timeout`` s, stop."""
-        deadline = time.monotonic() + timeout
-        while not self._queue.empty() and time.monotonic() < deadline:
-            time.sleep(0.02)
+    def close(self, timeout: float = 2.0, deadline: float | None = None) -> None:
+        """Spool what is queued first (so nothing is lost), send until ``deadline`` (monotonic;
+        else ``timeout`` from now) unless the server is failing, then stop; a sender stuck in a
+        send is abandoned (the spool keeps its segment for the next start)."""
+        deadline = deadline if deadline is not None else time.monotonic() + timeout
+        self._spool_queued(block=0)
         while self.spool.points and time.monotonic() < deadline and self.last_error is None:
             time.sleep(0.05)
         self._stop.set()
-        self._thread.join(timeout=max(0.5, deadline - time.monotonic() + 0.5))
-        if not self._queue.empty():  # the writer is stuck in a send: spool the rest ourselves
-            self._spool_queued(block=0)
-        self.sender.close()
+        self._spooled.set()
+        for thread in (self._spooler, self._thread):
+            thread.join(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+        self._spool_queued(block=0)  # anything that came in meanwhile
+        if not self._thread.is_alive():
+            self.sender.close()
         if self.spool.points:
             log.info("InfluxDB: %d point(s) stay in the spool for the next start", self.spool.points)
+        held = sum(len(x) for x in self._held)
+        if held:
+            log.error("InfluxDB: %d point(s) could not reach the full disk and are lost at exit", held)
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -8,6 +8,8 @@ Every point carries the ``host`` tag. Fields are in base units, integers as inte
 
 from __future__ import annotations
 
+import math
+
 from ..sample import CLOCK_EVENT_BITS, Sample
 
 
@@ -23,7 +25,8 @@ def _field_value(value) -> str | None:
     if isinstance(value, int):
         return f"{value}i"
     if isinstance(value, float):
-        return repr(value)
+        # InfluxDB rejects the whole point for one NaN or inf: such a field is left out
+        return repr(value) if math.isfinite(value) else None
     text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{text}"'
 

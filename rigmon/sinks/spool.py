@@ -5,7 +5,11 @@ send it, so a crash or restart loses nothing that reached the spool. Segments ar
 oldest first and deleted once the server accepted them; a segment resent after a crash
 between send and delete writes the same points again, which InfluxDB stores once (same
 series and timestamp). When the spool outgrows its bound, whole oldest segments go first,
-and their points are counted as dropped.
+and their points are counted as dropped. Lines the server rejected are kept beside the
+segments in ``*.rejected`` files, which count against the same bound and go first.
+
+A write that fails (a full disk) is cut back to the last whole line and raised: the caller
+keeps the lines and tries again; a torn last line left by a crash is cut back on start.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SUFFIX = ".lp"
+REJECTED = ".rejected"
 
 
 class Spool:
@@ -30,6 +35,7 @@ class Spool:
         self.dropped_points = 0
         self._lock = threading.Lock()
         self._segments: list[tuple[int, Path, int, int]] = []  # (seq, path, bytes, points)
+        self._rejected: list[tuple[Path, int]] = []  # (path, bytes), oldest first
         self._current: tuple[int, Path] | None = None
         self._current_opened = 0.0
         self._recover()
@@ -49,6 +55,8 @@ class Spool:
                 path.unlink()
                 continue
             self._segments.append((seq, path, len(data), data.count(b"\n")))
+        for path in sorted(self.dir.glob(f"*{REJECTED}")):
+            self._rejected.append((path, path.stat().st_size))
         if self._segments:
             log.info("spool: %d point(s) in %d segment(s) waiting from an earlier run", self.points,
                      len(self._segments))
@@ -73,9 +81,17 @@ class Spool:
                 self._rotate()
             seq, path = self._current
             with open(path, "ab") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+                before = f.tell()
+                try:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                except OSError:
+                    try:  # no half line left behind for the sender: cut back to what was whole
+                        f.truncate(before)
+                    except OSError:
+                        pass
+                    raise
             last = self._segments[-1]
             self._segments[-1] = (last[0], last[1], last[2] + len(data), last[3] + len(lines))
             self._enforce_bound()
@@ -90,11 +106,19 @@ class Spool:
         self._current_opened = time.monotonic()
 
     def _enforce_bound(self) -> None:
-        while sum(s[2] for s in self._segments) > self.max_bytes and len(self._segments) > 1:
+        while self._rejected and self._total() > self.max_bytes:
+            path, size = self._rejected.pop(0)
+            path.unlink(missing_ok=True)
+            log.error("spool over its %d-byte bound: removed %s (%d bytes of rejected lines)", self.max_bytes,
+                      path.name, size)
+        while self._total() > self.max_bytes and len(self._segments) > 1:
             seq, path, size, points = self._segments.pop(0)
             path.unlink(missing_ok=True)
             self.dropped_points += points
             log.error("spool over its %d-byte bound: dropped the oldest %d point(s)", self.max_bytes, points)
+
+    def _total(self) -> int:
+        return sum(s[2] for s in self._segments) + sum(size for _, size in self._rejected)
 
     # --- reading -------------------------------------------------------------------------
     def oldest(self, min_age: float = 0.0) -> tuple[Path, bytes, int] | None:
@@ -117,12 +141,21 @@ class Spool:
                 self._current = None
         path.unlink(missing_ok=True)
 
-    def quarantine(self, path: Path) -> Path:
-        """Keep a segment the server rejected as malformed beside the spool, out of the way."""
-        target = path.with_suffix(".rejected")
-        with self._lock:
-            self._segments = [s for s in self._segments if s[1] != path]
-        path.rename(target)
+    def reject(self, path: Path, bad: list[bytes]) -> Path | None:
+        """Done with a segment whose ``bad`` lines the server refused: keep those beside the
+        spool (counted against the bound), drop the segment."""
+        target = path.with_suffix(REJECTED) if bad else None
+        if target is not None:
+            data = b"".join(x if x.endswith(b"\n") else x + b"\n" for x in bad)
+            try:
+                target.write_bytes(data)
+                with self._lock:
+                    self._rejected.append((target, len(data)))
+                    self._enforce_bound()
+            except OSError as e:
+                log.error("cannot keep the rejected lines in %s: %s", target, e)
+                target = None
+        self.remove(path)
         return target
 
 

@@ -1,0 +1,44 @@
+"""Argument types for the command line: a number that is not finite, or out of range, is a
+clear usage error (exit 2) at parse time, never a traceback later."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from .recording import MAX_GPUS  # NVML's own limit per box; also the most a recording may replay
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text!r}")
+    return value
+
+
+def positive(text: str) -> float:
+    """Seconds or hours that must be more than zero."""
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, not {text!r}")
+    return value
+
+
+def non_negative(text: str) -> float:
+    value = _number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text!r}")
+    return value
+
+
+def gpu_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_GPUS}, not {value}")
+    return value
