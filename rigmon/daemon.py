@@ -41,7 +41,7 @@ from .systemd import Notifier
 
 log = logging.getLogger(__name__)
 
-STOP_GRACE_SECONDS = 4.0  # the warm stop's one deadline; systemd's TimeoutStopSec is 10 s
+STOP_GRACE_SECONDS = 3.5  # the warm stop's one deadline; systemd's TimeoutStopSec is 10 s
 
 
 class Sink(Protocol):

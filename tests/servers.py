@@ -259,3 +259,68 @@ class V2Gateway:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class FaultProxy:
+    """An HTTP proxy in front of a real server whose answers a test sets: ``mode`` is "pass"
+    (forward), "down" (refuse connections), "hang" (accept and never answer), or an HTTP
+    status to answer with (``retry_after`` adds the header). Counts the requests it saw."""
+
+    def __init__(self, target: str):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.target = target
+        self.mode: str | int = "pass"
+        self.retry_after: str | None = None
+        self.requests = 0
+        self.answered: list[int] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def do_POST(self):
+                proxy.requests += 1
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                mode = proxy.mode
+                if mode == "hang":
+                    time.sleep(3600)
+                    return
+                if mode == "down":  # closing without a word: a refused connection to the client
+                    self.close_connection = True
+                    return
+                if isinstance(mode, int):
+                    return self._answer(mode, b'{"error":"injected"}')
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                request = urllib.request.Request(proxy.target + self.path, data=body, headers=headers)
+                try:
+                    with urllib.request.urlopen(request, timeout=30) as response:
+                        return self._answer(response.status, response.read())
+                except urllib.error.HTTPError as e:
+                    return self._answer(e.code, e.read())
+
+            def _answer(self, status, payload):
+                proxy.answered.append(status)
+                self.send_response(status)
+                if proxy.retry_after is not None and status != 204:
+                    self.send_header("Retry-After", proxy.retry_after)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -248,6 +249,12 @@ class GpuReader:
                 device.lost = True
                 device.info = GpuInfo(index=index, uuid="", name="unknown")
                 log.error("GPU %d is lost (fell off the bus?)", index)
+            except (TypeError, ValueError, AttributeError, IndexError, KeyError) as e:
+                # answers of a kind NVML never gives (a damaged recording): that GPU only
+                device.lost = True
+                device.handle = None
+                device.info = GpuInfo(index=index, uuid="", name="unknown")
+                log.error("GPU %d: unexpected answers at start (%s: %s); it is left out", index, type(e).__name__, e)
             self.devices.append(device)
         if count == 0:
             self.unavailable = "NVML found no GPUs"
@@ -493,28 +500,29 @@ class GpuReader:
             energy_joules=d.energy,
             temperature_celsius=_celsius(get("temperature")),
             memory_temperature_celsius=_celsius(fields.get(FIELD_MEMORY_TEMP)),
-            utilization_gpu_ratio=utilization.gpu / 100 if utilization is not None else None,
-            utilization_memory_ratio=utilization.memory / 100 if utilization is not None else None,
+            utilization_gpu_ratio=_ratio(_attr(utilization, "gpu")),
+            utilization_memory_ratio=_ratio(_attr(utilization, "memory")),
             graphics_clock_hertz=_hertz(get("graphics_clock")),
             sm_clock_hertz=_hertz(get("sm_clock")),
             memory_clock_hertz=_hertz(get("memory_clock")),
-            clock_events=ClockEvents.decode(reasons, d.supported_events) if reasons is not None else None,
+            clock_events=ClockEvents.decode(reasons, d.supported_events) if isinstance(reasons, int) else None,
             throttle_seconds=d.throttle,
-            memory_used_bytes=memory.used if memory is not None else None,
-            memory_total_bytes=memory.total if memory is not None else None,
-            performance_state=get("pstate"),
+            memory_used_bytes=_attr(memory, "used"),
+            memory_total_bytes=_attr(memory, "total"),
+            performance_state=_num(get("pstate")),
             fan_speed_ratios=speeds,
             fan_target_ratios=targets,
             fan_speed_rpm=rpms,
-            pcie_generation=get("pcie_generation"),
-            pcie_width=get("pcie_width"),
-            pcie_replay_total=get("pcie_replay"),
+            pcie_generation=_num(get("pcie_generation")),
+            pcie_width=_num(get("pcie_width")),
+            pcie_replay_total=_num(get("pcie_replay")),
             pcie_rx_bytes_per_second=d.pcie_rx,
             pcie_tx_bytes_per_second=d.pcie_tx,
             ecc_errors=EccCounts(*ecc) if any(c is not None for c in ecc) else None,
-            remapped_rows=RemappedRows(rows[0], rows[1], bool(rows[2]), bool(rows[3])) if rows is not None else None,
+            remapped_rows=RemappedRows(rows[0], rows[1], bool(rows[2]), bool(rows[3])) if _numbers(rows, 4) else None,
             retired_pages=d.retired_pages,
-            processes=tuple(GpuProcess(p.pid, p.usedGpuMemory) for p in procs) if procs is not None else None,
+            processes=tuple(GpuProcess(_attr(p, "pid"), _attr(p, "usedGpuMemory")) for p in procs)
+            if isinstance(procs, list) else None,
         )
 
     def _read_slow(self, d: _Device) -> None:
@@ -589,7 +597,8 @@ def _per_fan(raw: dict[str, Any], fans: tuple[tuple[str, str, str], ...], which:
              divisor: int) -> tuple[float | None, ...] | None:
     """One reading of every fan, in fan order (None where that fan did not answer); None when
     no fan answered it at all."""
-    values = tuple(raw[names[which]] / divisor if names[which] in raw else None for names in fans)
+    values = tuple(_num(raw.get(names[which])) for names in fans)
+    values = tuple(v / divisor if v is not None else None for v in values)
     return values if any(v is not None for v in values) else None
 
 
@@ -599,15 +608,38 @@ def _text(value: Any) -> str | None:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+# NVML answers numbers where these read; a replayed recording may hold anything, and a
+# value of the wrong kind is "not read" (None), never an exception that takes the GPU down.
+def _num(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if isinstance(value, int) or math.isfinite(value) else None
+
+
+def _attr(obj: Any, name: str) -> Any:
+    return _num(getattr(obj, name, None)) if obj is not None else None
+
+
+def _numbers(value: Any, count: int) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) == count and all(_num(v) is not None for v in value)
+
+
+def _ratio(percent: Any) -> float | None:
+    return percent / 100 if percent is not None else None
+
+
 def _watts(milliwatts: int | None) -> float | None:
+    milliwatts = _num(milliwatts)
     return milliwatts / 1000 if milliwatts is not None else None
 
 
 def _hertz(mhz: int | None) -> float | None:
+    mhz = _num(mhz)
     return mhz * MHZ if mhz is not None else None
 
 
 def _celsius(value: float | None) -> float | None:
+    value = _num(value)
     return float(value) if value is not None else None
 
 

@@ -233,18 +233,17 @@ class InfluxSink:
         return [encoded] if encoded else []
 
     def _write_held(self) -> None:
-        """Append what waits in memory to the spool; on a full disk keep it (bounded) for the
-        next try."""
-        batch = [line for lines in self._held for line in lines]
+        """Append what waits in memory to the spool, oldest first; on a full disk keep the rest
+        (bounded) for the next try."""
+        written = 0
         try:
-            with self._lock:
-                self.spool.append(batch)
-                self._held.clear()
-                self._held_bytes = 0
-            self._spooled.set()
-            if self._disk_full:
-                log.warning("spool: the disk has room again; %d point(s) held in memory are spooled", len(batch))
-                self._disk_full = False
+            while self._held:
+                lines = self._held[0]
+                with self._lock:
+                    self.spool.append(lines)
+                    self._held.popleft()
+                    self._held_bytes -= sum(len(x) + 1 for x in lines)
+                written += len(lines)
         except OSError as e:  # disk full, read-only state dir: keep the samples in memory
             if not self._disk_full:
                 self._say(f"cannot write the spool in {self.spool.dir}: {e}; samples wait in memory "
@@ -256,12 +255,17 @@ class InfluxSink:
                     self._held_bytes -= sum(len(x) + 1 for x in lost)
                     self.queue_dropped += len(lost)
                 log.error("spool: the disk stays full and memory is at its bound: dropped %d point(s)", len(lost))
+        if written:
+            self._spooled.set()
+        if not self._held and self._disk_full:
+            log.warning("spool: the disk has room again; the points held in memory are spooled")
+            self._disk_full = False
 
     # --- the sender --------------------------------------------------------------------------
     def _run(self) -> None:
         attempt = 0
         wait_until = 0.0
-        refused_once: dict[str, float] = {}  # segments answered 400 once: path -> when
+        refused: dict[str, tuple[float, int]] = {}  # segments answered 400: path -> (first time, times)
         while not self._stop.is_set():
             now = time.monotonic()
             if now < wait_until:
@@ -274,9 +278,12 @@ class InfluxSink:
                 continue
             path, data, points = segment
             try:
-                if str(path) in refused_once or not _utf8(data):
-                    self._send_splitting(path, data)
-                    refused_once.pop(str(path), None)
+                if str(path) in refused or not _utf8(data):
+                    first, times = refused.get(str(path), (now, 0))
+                    # after three refusals over a minute, even a batch refused line by line is bad
+                    if not self._send_splitting(path, data, sure=times >= 3 and now - first >= 60):
+                        raise Malformed(f"every line of {points} refused")
+                    refused.pop(str(path), None)
                 else:
                     self.sender.send(data)
                     with self._lock:
@@ -295,11 +302,12 @@ class InfluxSink:
                 wait_until = time.monotonic() + self.config.retry_max
                 continue
             except Malformed as e:
-                # once may be a proxy's passing 400: try the same segment again after a delay
-                refused_once[str(path)] = time.monotonic()
-                self._say(f"InfluxDB answered 400 to {points} point(s) ({e}); trying them again before setting "
-                          f"any aside")
-                wait_until = time.monotonic() + min(max(self.config.retry_initial, 5.0), self.config.retry_max)
+                # a proxy may answer 400 for a while: the same segment is tried again, then split,
+                # and lines are set aside only when the server takes the others
+                first, times = refused.get(str(path), (time.monotonic(), 0))
+                refused[str(path)] = (first, times + 1)
+                self._say(f"InfluxDB answered 400 ({e}); the points stay in the spool and are tried again")
+                wait_until = time.monotonic() + backoff(times + 1, self.config.retry_initial, self.config.retry_max)
                 continue
             self.last_success = time.time()
             if attempt:
@@ -309,9 +317,11 @@ class InfluxSink:
             self._said.clear()
             self.last_error = None
 
-    def _send_splitting(self, path, data: bytes) -> None:
-        """Send a segment refused twice (or holding bytes that are not UTF-8) in halves until
-        the bad lines are found: the rest is written, the bad lines set aside and counted."""
+    def _send_splitting(self, path, data: bytes, sure: bool) -> bool:
+        """Send a segment refused before (or holding bytes that are not UTF-8) in halves until
+        the bad lines are found: the rest is written, the bad lines set aside and counted.
+        False, with nothing set aside, when the server refuses everything (a blanket 400 is
+        not a malformed batch) unless ``sure``."""
         lines = data.splitlines(keepends=True)
         good = [x for x in lines if _utf8(x)]
         bad = [x for x in lines if not _utf8(x)]
@@ -323,11 +333,15 @@ class InfluxSink:
                 self.sender.send(b"".join(chunk))
                 written += len(chunk)
             except Malformed:
-                if len(chunk) == 1:
-                    bad += chunk
-                else:
+                if len(chunk) > 1:
                     half = len(chunk) // 2
                     pending += [chunk[half:], chunk[:half]]  # the first half next: in order
+                    continue
+                bad += chunk
+                if not written and not sure and len(bad) >= 2:
+                    return False  # two single lines refused and none taken: the server refuses all
+        if good and not written and not sure:
+            return False
         with self._lock:
             kept = self.spool.reject(path, bad)
             self.written += written
@@ -335,6 +349,7 @@ class InfluxSink:
         if bad:
             log.error("InfluxDB rejected %d line(s) as malformed; the other %d were written; the bad lines are "
                       "kept in %s", len(bad), written, kept)
+        return True
 
     def _say(self, message: str) -> None:
         """Log a problem once, then every 100th time it repeats."""
@@ -373,6 +388,8 @@ class InfluxSink:
         yield GaugeMetricFamily("rigmon_influxdb_spool_points", "Points waiting in the disk spool.",
                                 value=s["points_spooled"])
         yield GaugeMetricFamily("rigmon_influxdb_spool_bytes", "Size of the disk spool.", value=s["spool_bytes"])
+        yield GaugeMetricFamily("rigmon_influxdb_memory_points", "Points waiting in memory for room on the disk "
+                                                                  "(a full disk).", value=s["points_held"])
         last = GaugeMetricFamily("rigmon_influxdb_last_success_timestamp_seconds", "Unix time of the last accepted "
                                                                                    "write.", labels=[])
         if s["last_success"] is not None:

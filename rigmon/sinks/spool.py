@@ -80,18 +80,22 @@ class Spool:
             if self._current is None or self._segments[-1][2] >= self.segment_bytes:
                 self._rotate()
             seq, path = self._current
-            with open(path, "ab") as f:
-                before = f.tell()
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            try:
+                before = os.fstat(fd).st_size
                 try:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
+                    view = memoryview(data)
+                    while view:  # unbuffered: what failed to reach the disk is known exactly
+                        view = view[os.write(fd, view):]
+                    os.fsync(fd)
                 except OSError:
                     try:  # no half line left behind for the sender: cut back to what was whole
-                        f.truncate(before)
+                        os.ftruncate(fd, before)
                     except OSError:
                         pass
                     raise
+            finally:
+                os.close(fd)
             last = self._segments[-1]
             self._segments[-1] = (last[0], last[1], last[2] + len(data), last[3] + len(lines))
             self._enforce_bound()
