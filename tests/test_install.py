@@ -76,7 +76,7 @@ def test_wheel_in_a_fresh_venv_works_outside_the_checkout(dist, tmp_path):
     from rigmon import __version__
 
     assert run("--version").strip() == f"rigmon {__version__}"
-    assert "NVIDIA H200" in run("status", "--demo") and "692" in run("status", "--demo", "--at", "10")
+    assert "H200" in run("status", "--demo") and "692/700" in run("status", "--demo", "--at", "10")
     assert "FanStalled" in run("rules", "list")
     assert "PowerBudgetExceeded" in run("doctor", "--demo")
     port = free_port()

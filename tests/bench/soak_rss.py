@@ -1,0 +1,91 @@
+"""Soak: the daemon polls 8 replayed GPUs at 1 Hz for 30 minutes (alerts on, InfluxDB on and
+writing to a real influxd, a scraper every 5 s) and its resident memory is read every
+minute. Once the windows have filled (the alert history's longest window is an hour, but the
+series it keeps are small), RSS must be flat: the growth over the last 15 minutes is printed
+with the figures at 5, 15 and 30 minutes. Prints a JSON report; exit 1 if the last 15 minutes
+grew more than 1 MB.
+
+    python tests/bench/soak_rss.py [--minutes 30] [--interval 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE.parents[1])]
+
+import scenarios as sc  # noqa: E402
+from servers import InfluxDB, Rigmon, http_get  # noqa: E402
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--minutes", type=float, default=30)
+    p.add_argument("--interval", type=float, default=1.0)
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        influx = InfluxDB(tmp)
+        recording = sc.write(sc.rich(sc.h200()), tmp / "rich.rec.jsonl")
+        config = f"""
+[daemon]
+interval = {args.interval}
+state_dir = "{tmp / 'state'}"
+[influxdb]
+enabled = true
+api = "v1"
+url = "{influx.url}"
+[alerts.power_budget]
+watts = 6000
+"""
+        rigmon = Rigmon(tmp, recording, config)
+        stop = threading.Event()
+        scrapes = [0]
+
+        def scrape():
+            while not stop.wait(5):
+                if http_get(rigmon.url, timeout=10)[0] == 200:
+                    scrapes[0] += 1
+
+        samples: list[tuple[float, float]] = []
+        try:
+            rigmon.wait_ready()
+            threading.Thread(target=scrape, daemon=True).start()
+            started = time.monotonic()
+            while (elapsed := time.monotonic() - started) < args.minutes * 60:
+                samples.append((elapsed / 60, rss_mb(rigmon.proc.pid)))
+                time.sleep(min(60.0, args.minutes * 60 - elapsed))
+            samples.append(((time.monotonic() - started) / 60, rss_mb(rigmon.proc.pid)))
+        finally:
+            stop.set()
+            code = rigmon.stop()
+            influx.stop()
+
+    def at(minute: float) -> float:
+        return min(samples, key=lambda s: abs(s[0] - minute))[1]
+
+    last15 = at(args.minutes) - at(max(args.minutes - 15, 0))
+    report = {"minutes": args.minutes, "interval_s": args.interval, "gpus": 8, "scrapes": scrapes[0],
+              "rss_mb": {f"{m:g} min": round(at(m), 1) for m in (1, 5, 15, 30) if m <= args.minutes},
+              "growth_last_15_min_mb": round(last15, 2), "exit_code": code,
+              "series": [(round(m, 1), round(r, 1)) for m, r in samples]}
+    print(json.dumps(report, indent=2))
+    return 0 if last15 <= 1.0 and code == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
