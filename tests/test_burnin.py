@@ -27,11 +27,17 @@ def test_cpu_burnin_passes_with_a_complete_report(tmp_path):
     assert data["verdict"] == "pass" and "PASS" in done.stdout
     (unit,) = data["units"]
     assert unit["status"] == "pass" and unit["device"] == "cpu" and unit["model"] == "tiny"
+    assert unit["gpu_name"] and unit["gpu_name"] != "cpu"  # the CPU's own name, never an empty one
     assert unit["final_loss"] - unit["floor"] < 0.1  # the loss approached the data's floor
     assert unit["tokens"] > 0 and unit["tokens_per_s"] > 0
-    assert len(unit["progress"]) >= 30 and unit["probes"] and all(p["ok"] for p in unit["probes"])
-    assert len(data["hardware"]["ticks"]) >= 60 and data["energy"]["total_kwh"] >= 0
-    assert "no CUDA GPU" in data["notes"][0]
+    assert len(unit["progress"]["tokens_per_s"]) >= 30 and unit["probes"] >= 2 and not unit["failed_probes"]
+    assert data["hardware"]["ticks"] >= 60
+    assert "no GPU here (NVML found none)" in data["notes"][0]
+    assert "note: no GPU here" in done.stdout  # every note reaches the terminal
+    if data["energy"]["total_kwh"] is None:  # no RAPL here: said, not a zero
+        assert "energy not measured" in done.stdout
+    assert "(floor " in done.stdout  # the progress line shows the loss against its floor
+    assert (report / "summary.json").exists()
     page = (report / "burnin.html").read_text()
     assert page.count("<svg") >= 4 and "loss against the data&#x27;s floor" in page and "http" not in page.replace(
         'xmlns="http://www.w3.org/2000/svg"', "")
@@ -56,27 +62,32 @@ def replayed(tmp_path, recording, name):
     return str(sc.write(recording, tmp_path / f"{name}.rec.jsonl"))
 
 
+def gpu_unit(data):
+    return next(u for u in data["units"] if u["name"] == "GPU0")
+
+
 def test_xid_from_replayed_hardware_fails(tmp_path):
     path = replayed(tmp_path, sc.with_xid(sc.h200(), at_second=5, xid=79), "xid")
-    done, data, _ = burnin(tmp_path, "--minutes", "0.5", "--replay", path)
+    done, data, _ = burnin(tmp_path, "--minutes", "0.5", "--replay", path, "--cpu")
     assert done.returncode == 1, done.stdout + done.stderr
-    assert any(r.startswith("XID 79 at") and "fallen off the bus" in r for r in data["units"][0]["reasons"])
+    assert any(r.startswith("XID 79 at") and "fallen off the bus" in r for r in gpu_unit(data)["reasons"])
 
 
 def test_thermal_slowdown_from_replayed_hardware_fails(tmp_path):
     hot = timeline(60, 1, modify=lambda t, tick: set_gpu(tick, nvmlDeviceGetCurrentClocksEventReasons=0x20 | 0x4,
-                                                          nvmlDeviceGetTemperature__0=86))
-    done, data, _ = burnin(tmp_path, "--minutes", "0.5", "--replay", replayed(tmp_path, hot, "hot"))
+                                                          nvmlDeviceGetTemperature__0=86,
+                                                          nvmlDeviceGetUtilizationRates={"gpu": 100, "memory": 9}))
+    done, data, _ = burnin(tmp_path, "--minutes", "0.5", "--replay", replayed(tmp_path, hot, "hot"), "--cpu")
     assert done.returncode == 1
-    assert any("sw thermal slowdown active 100 % of the time" in r for r in data["units"][0]["reasons"])
+    assert any("sw thermal slowdown active 100 % of the time" in r for r in gpu_unit(data)["reasons"])
 
 
 def test_stalled_cpu_fan_fails(tmp_path):
     def fan(t, tick):
         tick["host"] = {"sensors_fans": {"nct6798": [["", 1150 if t < 3 else 0]]}}
 
-    done, data, _ = burnin(tmp_path, "--minutes", "0.75", "--replay", replayed(tmp_path, timeline(120, 1, modify=fan),
-                                                                               "fan"))
+    done, data, _ = burnin(tmp_path, "--minutes", "0.75", "--cpu",
+                           "--replay", replayed(tmp_path, timeline(120, 1, modify=fan), "fan"))
     assert done.returncode == 1, done.stdout
     assert data["host_verdict"]["status"] == "fail"
     assert any(r.startswith("FanStalled: Fan nct6798/fan1 stopped") for r in data["host_verdict"]["reasons"])
@@ -86,6 +97,7 @@ def test_corrupted_determinism_result_fails(tmp_path):
     done, data, _ = burnin(tmp_path, "--minutes", "0.5", env={"RIGMON_BURNIN_INJECT": "determinism"})
     assert done.returncode == 1
     assert any(r.startswith("determinism probe mismatch") for r in data["units"][0]["reasons"])
+    assert data["units"][0]["failed_probes"]
 
 
 def test_nan_loss_fails(tmp_path):
@@ -117,7 +129,7 @@ def test_refuses_to_start_beside_a_training_run_unless_forced(tmp_path):
         assert "Traceback" not in done.stderr and not report.exists()  # refused before anything was written
         other = burnin(tmp_path, "--minutes", "0.25", "--replay", path, "--gpus", "1")[0]
         assert "not starting" not in other.stderr  # GPU 1 is not busy (and not there: another matter)
-        forced, data, _ = burnin(tmp_path, "--minutes", "0.25", "--replay", path, "--force")
+        forced, data, _ = burnin(tmp_path, "--minutes", "0.25", "--replay", path, "--force", "--cpu")
         assert "not starting" not in forced.stderr and data is not None, forced.stderr
     finally:
         job.kill()
@@ -128,3 +140,133 @@ def test_bad_gpu_list_is_a_usage_error(tmp_path):
     done, _, report = burnin(tmp_path, "--minutes", "1", "--gpus", "zero")
     assert done.returncode == 2 and "--gpus: expected 'all' or indices like 0,1" in done.stderr
     assert "Traceback" not in done.stderr and not report.exists()
+
+
+# --- never a PASS for what was not tested; clear errors for bad arguments --------------------------
+def test_gpus_that_pytorch_cannot_use_could_not_run(tmp_path):
+    """NVML sees an H200 (replayed) but this torch is a CPU build: exit 2, the reason on the terminal."""
+    done, data, report = burnin(tmp_path, "--minutes", "0.25", "--replay", str(sc.H200))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "could not run: NVML sees 1 GPU(s) but PyTorch cannot use CUDA" in done.stderr and "--cpu" in done.stderr
+    assert data is None and "Traceback" not in done.stderr and "PASS" not in done.stdout
+
+
+def test_cpu_flag_trains_on_the_cpu_and_only_watches_the_gpus(tmp_path):
+    done, data, _ = burnin(tmp_path, "--minutes", "0.75", "--replay", str(sc.H200), "--cpu")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "note: trained on the CPU (--cpu)" in done.stdout and "GPU 0 only watched" in done.stdout
+    assert gpu_unit(data)["status"] == "not tested" and data["verdict"] == "pass"
+    assert "GPU0 NVIDIA H200: not tested" in done.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gpus", "9"], "could not run: --gpus 9: there is no GPU 9"),
+    (["--report", "FILE/sub"], "--report"),
+    (["--baseline", "/nonexistent/old.json"], "--baseline /nonexistent/old.json: cannot read it"),
+    (["--baseline", "BAD"], "not JSON"),
+    (["--hours", "nan"], "--hours"), (["--minutes", "0"], "--minutes"), (["--hours", "-1"], "--hours"),
+])
+def test_bad_arguments_are_one_clear_line_and_exit_2(args, message, tmp_path):
+    (tmp_path / "FILE").write_text("a file where a directory should be")
+    (tmp_path / "BAD").write_text("{not json")
+    args = [str(tmp_path / a) if a in ("FILE/sub", "BAD") else a for a in args]
+    if "--hours" not in args and "--minutes" not in args:
+        args = ["--minutes", "0.25", *args]
+    command = [sys.executable, "-m", "rigmon", "burnin", *args]
+    if "--report" not in args:
+        command += ["--report", str(tmp_path / "report")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr and "PASS" not in done.stdout, done.stderr
+
+
+# --- a mixed box judged fairly ---------------------------------------------------------------------
+def unit(name, gpu, gpu_name, model, rate):
+    start = {"event": "start", "gpu_name": gpu_name, "model": model, "floor": 1.0}
+    end = {"event": "end", "final_loss": 1.02, "floor": 1.0}
+    return {"name": name, "gpu": gpu, "device": f"cuda:{gpu}", "start": start, "end": end, "probes": 3,
+            "failed_probes": [], "rates": [(t, rate) for t in range(0, 600, 20)], "exit_code": 0}
+
+
+def test_a_4090_beside_a_3060_passes_and_a_slow_gpu_of_one_model_fails():
+    from rigmon.burnin.verdict import judge
+
+    mixed = [unit("GPU0", 0, "NVIDIA GeForce RTX 4090", "gpt2", 180_000),
+             unit("GPU1", 1, "NVIDIA GeForce RTX 3060", "small", 60_000)]
+    overall, judgements, _ = judge(mixed, {}, [])
+    assert overall == "pass" and [j.status for j in judgements] == ["pass", "pass"]
+    same = [unit(f"GPU{i}", i, "NVIDIA GeForce RTX 3090", "gpt2", 100_000) for i in range(3)]
+    same.append(unit("GPU3", 3, "NVIDIA GeForce RTX 3090", "gpt2", 85_000))  # 15 % slow
+    overall, judgements, _ = judge(same, {}, [])
+    assert overall == "fail" and [j.status for j in judgements] == ["pass", "pass", "pass", "fail"]
+    assert "15 % below the best NVIDIA GeForce RTX 3090's 100,000 on the same model" in judgements[3].reasons[0]
+
+
+# --- data-parallel on the CPU: a real torch.distributed run over gloo --------------------------
+def test_ddp_on_two_cpu_ranks_passes(tmp_path):
+    done, data, _ = burnin(tmp_path, "--minutes", "0.5", "--cpu", "--ddp")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [u["name"] for u in data["units"]] == ["cpu0", "cpu1"]
+    assert all(u["status"] == "pass" and u["tokens"] > 0 for u in data["units"])
+
+
+def test_ddp_rank_that_dies_fails_the_run_with_reasons(tmp_path):
+    done, data, _ = burnin(tmp_path, "--minutes", "0.5", "--cpu", "--ddp", env={"RIGMON_BURNIN_INJECT": "die:1"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    rank0, rank1 = data["units"]
+    assert rank1["status"] == "fail" and "the training process died (exit code 3)" in rank1["reasons"][0]
+    assert rank0["status"] == "fail" and "stopped: rank 1 (cpu1) died" in rank0["reasons"][0]
+
+
+# --- bounded memory, no spike lost ----------------------------------------------------------------
+def test_downsampling_keeps_every_spike_and_stays_bounded():
+    from rigmon.burnin.timeline import MAX_BUCKETS, Downsampled
+
+    s = Downsampled()
+    for t in range(0, 24 * 3600, 1):
+        s.add(float(t), 500.0 + (200.0 if t in (4321, 50_000, 80_000) else 0.0))
+    points = s.points()
+    assert len(points) <= MAX_BUCKETS + 601
+    spikes = [p for p in points if p[3] == 700.0]
+    assert len(spikes) == 3 and all(p[1] == 500.0 for p in points)
+
+
+# --- an 8-GPU report as a person sees it -----------------------------------------------------------
+def test_eight_gpu_report_in_chromium(tmp_path):
+    import math
+    import re
+    import shutil
+
+    rec = sc.with_xid(sc.h200().widened(8), at_second=3, xid=79, gpu=5)
+    done, data, report = burnin(tmp_path, "--minutes", "0.4", "--cpu", "--replay", replayed(tmp_path, rec, "eight"))
+    assert done.returncode == 1, done.stdout + done.stderr  # the XID on GPU 5 fails it
+    page = report / "burnin.html"
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert browser, "tests/run installs Debian's chromium"
+    common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
+              "--disable-background-networking", "--disable-component-update", f"--user-data-dir={tmp_path / 'c'}"]
+    dom = subprocess.run(common + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert re.search(r'id="verdict"[^>]*>FAIL<', dom)
+    for i in range(8):
+        assert f"<td>GPU{i}</td><td>NVIDIA H200</td>" in dom
+    alerts = dom[dom.index('id="alerts"'):]
+    assert "GpuXid" in alerts[:alerts.index("</table>")] and "XID 79" in alerts[:alerts.index("</table>")]
+    assert "NVIDIA H200 × 8" in dom  # one section for the group, one chart per reading
+    charts = 0
+    for svg in re.findall(r"<svg.*?</svg>", dom, re.S):  # axis labels lie on round values
+        ticks = [float(x.replace("k", "e3").replace("M", "e6")) for x in re.findall(r'ytick">([^<]+)<', svg)]
+        if len(ticks) < 2:
+            continue
+        charts += 1
+        if "log scale" in svg:
+            assert all(any(abs(t / 10 ** math.floor(math.log10(t)) - m) < 1e-9 for m in (1, 2, 5)) for t in ticks), ticks
+            continue
+        step = ticks[1] - ticks[0]
+        mantissa = step / 10 ** math.floor(math.log10(step))
+        assert any(abs(mantissa - m) < 1e-9 for m in (1, 2, 2.5, 5)), (step, ticks)
+        assert all(abs(t / step - round(t / step)) < 1e-6 for t in ticks), ticks
+    assert charts >= 5  # temperature, power, SM clock, throughput, loss (memory temperature: not measured)
+    png = tmp_path / "burnin.png"
+    subprocess.run(common + ["--hide-scrollbars", "--window-size=1600,2400", f"--screenshot={png}", page.as_uri()],
+                   capture_output=True, timeout=120)
+    assert png.exists()

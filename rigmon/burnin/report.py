@@ -1,201 +1,329 @@
-"""The burn-in report: JSON for machines and comparisons, and one self-contained HTML page
-(inline SVG charts, no scripts, no network)."""
+"""The burn-in report: ``burnin.json`` for machines and comparisons, ``summary.json`` (the
+verdict and per-unit figures, small, for the daemon's exporter), and one self-contained
+HTML page (inline SVG charts, no scripts, no network).
+
+Charts are drawn to be read correctly: round ("nice") axis ticks, power from 0 to above the
+limit, fan speeds from 0, the loss on a log scale against its floor, time in s, min or h,
+and a band from min to max where a series was downsampled, so no spike is hidden. GPUs are
+grouped by model, each group a section with its charts side by side in a grid that uses the
+page's width.
+"""
 
 from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
 EVENT_COLORS = {"sw_power_cap": "#9ecae1", "sw_thermal_slowdown": "#fd8d3c", "hw_thermal_slowdown": "#d94801",
-                "hw_slowdown": "#a50f15", "hw_power_brake_slowdown": "#67000d", "gpu_idle": "#d9d9d9"}
+                "hw_slowdown": "#a50f15", "hw_power_brake_slowdown": "#67000d"}
+NOT_MEASURED = "not measured"
 
 
 def write(report: dict, directory: Path) -> tuple[Path, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     json_path, html_path = directory / "burnin.json", directory / "burnin.html"
-    json_path.write_text(json.dumps(report, indent=2))
+    json_path.write_text(json.dumps(report, separators=(",", ":")))
+    (directory / "summary.json").write_text(json.dumps(summary_of(report), indent=1))
     html_path.write_text(render(report))
     return json_path, html_path
 
 
-def _tick(v: float) -> str:
+def summary_of(r: dict) -> dict:
+    """What the daemon exports of a report: no timelines."""
+    keep = ("name", "gpu", "gpu_name", "status", "tokens_per_s", "mfu", "reasons", "warnings", "energy_kwh")
+    return {"format": "rigmon-burnin-summary", "version": 1, "host": r["host"], "started_unix": r["started_unix"],
+            "duration_seconds": r["duration_seconds"], "verdict": r["verdict"],
+            "units": [{k: u.get(k) for k in keep} for u in r["units"]], "energy": r["energy"]}
+
+
+# --- axes ------------------------------------------------------------------------------------
+def nice_step(span: float, ticks: int = 5) -> float:
+    """A round step (1, 2, 2.5 or 5 × 10^n) that cuts ``span`` into about ``ticks`` parts."""
+    if span <= 0 or not math.isfinite(span):
+        return 1.0
+    raw = span / ticks
+    power = 10 ** math.floor(math.log10(raw))
+    return next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+
+
+def nice_ticks(lo: float, hi: float, ticks: int = 5) -> list[float]:
+    step = nice_step(hi - lo, ticks)
+    first = math.floor(lo / step) * step
+    out, v = [], first
+    while v <= hi + step * 1e-9:
+        out.append(round(v, 10))
+        v += step
+    if out[-1] < hi:
+        out.append(round(out[-1] + step, 10))
+    return out
+
+
+def tick_label(v: float) -> str:
+    if v == 0:
+        return "0"
     if abs(v) >= 1e6:
-        return f"{v / 1e6:.3g}M"
+        return f"{v / 1e6:g}M"
     if abs(v) >= 1e4:
-        return f"{v / 1e3:.3g}k"
-    return f"{v:.4g}"
+        return f"{v / 1e3:g}k"
+    return f"{v:g}"
 
 
-def chart(title: str, series: list[tuple[str, list[float], list[float | None], str]], unit: str,
-          lines: list[tuple[str, float, str]] = (), width: int = 720, height: int = 220) -> str:
-    """A line chart as SVG: series (label, xs, ys, colour), horizontal reference lines."""
-    left, right, top, bottom = 56, 12, 26, 30
-    xs = [x for _, sx, _, _ in series for x in sx]
-    ys = [y for _, _, sy, _ in series for y in sy if y is not None] + [v for _, v, _ in lines]
-    if not xs or not ys:
-        return f'<svg width="{width}" height="40"><text x="8" y="24">{html.escape(title)}: no data</text></svg>'
-    x0, x1 = min(xs), max(xs) or 1.0
-    y0, y1 = min(ys), max(ys)
-    pad = (y1 - y0) * 0.08 or abs(y1) * 0.1 or 1.0
-    y0, y1 = y0 - pad, y1 + pad
-    x1 = x1 if x1 > x0 else x0 + 1
+def time_axis(seconds: float) -> tuple[float, str]:
+    """(divisor, unit) for a run this long."""
+    if seconds >= 3 * 3600:
+        return 3600.0, "h"
+    if seconds >= 3 * 60:
+        return 60.0, "min"
+    return 1.0, "s"
 
-    def px(x):
-        return left + (x - x0) / (x1 - x0) * (width - left - right)
 
-    def py(y):
-        return top + (1 - (y - y0) / (y1 - y0)) * (height - top - bottom)
+def chart(title: str, series: list[tuple[str, list, str]], unit: str, lines=(), *, zero: bool = False,
+          above: float | None = None, log: bool = False, span: float | None = None, width: int = 460,
+          height: int = 210) -> str:
+    """A line chart as SVG. ``series``: (label, [(t, min, mean, max)], colour); a band is drawn
+    where min and max differ. ``zero``: the axis starts at 0; ``above``: it reaches past this
+    value; ``log``: a log axis (positive values)."""
+    left, right, top, bottom = 52, 10, 26, 30
+    values = [v for _, pts, _ in series for p in pts for v in (p[1], p[3])] + [v for _, v, _ in lines]
+    times = [p[0] for _, pts, _ in series for p in pts]
+    if not times or not values:
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="44" class="chart">'
+                f'<text x="8" y="18" class="title">{html.escape(title)}</text>'
+                f'<text x="8" y="36" class="tick">{NOT_MEASURED}</text></svg>')
+    divisor, tunit = time_axis(span or max(times))
+    t0, t1 = 0.0, (span or max(times)) or 1.0
+    if log:
+        positive = [v for v in values if v > 0] or [1.0]
+        lo, hi = math.floor(math.log10(min(positive))), math.ceil(math.log10(max(positive)))
+        hi = hi if hi > lo else lo + 1
+        yticks = [10.0 ** e for e in range(lo, hi + 1)]
+        if len(yticks) < 3:  # a narrow range: 1, 2, 5 steps
+            yticks = sorted({m * 10.0 ** e for e in range(lo, hi + 1) for m in (1, 2, 5)
+                             if 10.0 ** lo <= m * 10.0 ** e <= 10.0 ** hi})
+        y0, y1 = math.log10(yticks[0]), math.log10(yticks[-1])
+    else:
+        lo, hi = min(values), max(values)
+        if zero:
+            lo = min(lo, 0.0)
+        if above is not None:
+            hi = max(hi, above * 1.08)
+        if hi == lo:
+            hi, lo = hi + 1, lo - (0 if zero else 1)
+        yticks = nice_ticks(lo, hi)
+        y0, y1 = yticks[0], yticks[-1]
+
+    def ty(v: float) -> float:
+        return math.log10(v) if log else v
+
+    def px(t: float) -> float:
+        return left + (t - t0) / (t1 - t0) * (width - left - right)
+
+    def py(v: float) -> float:
+        return top + (1 - (ty(v) - y0) / (y1 - y0)) * (height - top - bottom)
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" class="chart">',
            f'<text x="{left}" y="16" class="title">{html.escape(title)}</text>',
-           f'<rect x="{left}" y="{top}" width="{width - left - right}" height="{height - top - bottom}" '
-           f'fill="none" stroke="#ccc"/>']
-    for i in range(5):
-        v = y0 + (y1 - y0) * i / 4
-        out.append(f'<text x="{left - 4}" y="{py(v) + 4:.1f}" text-anchor="end" class="tick">{_tick(v)}</text>')
-    for i in range(5):
-        v = x0 + (x1 - x0) * i / 4
-        out.append(f'<text x="{px(v):.1f}" y="{height - 12}" text-anchor="middle" class="tick">{v:.0f} s</text>')
-    out.append(f'<text x="12" y="{top + (height - top - bottom) / 2:.0f}" class="tick" '
-               f'transform="rotate(-90 12 {top + (height - top - bottom) / 2:.0f})">{html.escape(unit)}</text>')
+           f'<text x="{width - right}" y="16" text-anchor="end" class="tick">{html.escape(unit)}</text>']
+    for v in yticks:
+        y = py(v)
+        out.append(f'<line x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
+        out.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end" class="tick ytick">{tick_label(v)}</text>')
+    for v in nice_ticks(0, t1 / divisor, 5):
+        if v * divisor > t1 * 1.001:
+            continue
+        out.append(f'<text x="{px(v * divisor):.1f}" y="{height - 10}" text-anchor="middle" class="tick xtick">'
+                   f'{tick_label(v)} {tunit}</text>')
+    out.append(f'<rect x="{left}" y="{top}" width="{width - left - right}" height="{height - top - bottom}" '
+               f'fill="none" stroke="#ccc"/>')
     for label, value, color in lines:
         out.append(f'<line x1="{left}" x2="{width - right}" y1="{py(value):.1f}" y2="{py(value):.1f}" '
                    f'stroke="{color}" stroke-dasharray="6 4"/>')
         out.append(f'<text x="{width - right - 4}" y="{py(value) - 4:.1f}" text-anchor="end" class="tick" '
                    f'fill="{color}">{html.escape(label)}</text>')
-    legend_x = left + 8
-    for label, sx, sy, color in series:
-        points = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(sx, sy, strict=False) if y is not None)
-        if not points:
-            continue  # a reading this hardware does not give: no line, no legend
-        out.append(f'<polyline points="{points}" fill="none" stroke="{color}" stroke-width="1.6"/>')
-        out.append(f'<text x="{legend_x}" y="{top + 14}" class="tick" fill="{color}">{html.escape(label)}</text>')
-        legend_x += 9 * len(label) + 20
+    legend_x = left + 6
+    for label, pts, color in series:
+        pts = [p for p in pts if not log or p[1] > 0]
+        if not pts:
+            continue
+        if any(p[1] != p[3] for p in pts):  # downsampled: the band from min to max
+            upper = " ".join(f"{px(p[0]):.1f},{py(p[3]):.1f}" for p in pts)
+            lower = " ".join(f"{px(p[0]):.1f},{py(p[1]):.1f}" for p in reversed(pts))
+            out.append(f'<polygon points="{upper} {lower}" fill="{color}" fill-opacity="0.18" stroke="none"/>')
+        line = " ".join(f"{px(p[0]):.1f},{py(p[2]):.1f}" for p in pts)
+        out.append(f'<polyline points="{line}" fill="none" stroke="{color}" stroke-width="1.5"/>')
+        out.append(f'<text x="{legend_x}" y="{top + 13}" class="tick" fill="{color}">{html.escape(label)}</text>')
+        legend_x += 7 * len(label) + 16
     out.append("</svg>")
     return "".join(out)
 
 
-def event_strip(title: str, xs: list[float], events: list[dict], width: int = 720) -> str:
-    """Clock-event reasons over time: one row per reason, coloured where active."""
-    reasons = [r for r in EVENT_COLORS if any(e.get(r) for e in events)]
-    left, row = 160, 16
-    height = 26 + row * max(len(reasons), 1) + 8
+def event_strip(title: str, events: dict[str, list], span: float, width: int = 460) -> str:
+    """Clock-event reasons over time: one row per reason that was ever active, shaded by the
+    share of each interval it was active."""
+    reasons = [r for r in EVENT_COLORS if any(p[3] > 0 for p in events.get(r, ()))]
+    left, row = 150, 16
+    height = 30 + row * max(len(reasons), 1)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" class="chart">',
            f'<text x="8" y="16" class="title">{html.escape(title)}</text>']
-    if not reasons or not xs:
-        out.append('<text x="8" y="36" class="tick">no clock-event reason active</text></svg>')
+    if not reasons:
+        out.append('<text x="8" y="38" class="tick">no clock-event reason active</text></svg>')
         return "".join(out)
-    x0, x1 = xs[0], xs[-1] if xs[-1] > xs[0] else xs[0] + 1
-    span = width - left - 12
-    for r_i, reason in enumerate(reasons):
-        y = 26 + r_i * row
+    plot = width - left - 10
+    for n, reason in enumerate(reasons):
+        y = 24 + n * row
         out.append(f'<text x="{left - 6}" y="{y + 11}" text-anchor="end" class="tick">{reason}</text>')
-        out.append(f'<rect x="{left}" y="{y}" width="{span}" height="{row - 3}" fill="#f4f4f4"/>')
-        for i, e in enumerate(events):
-            if e.get(reason):
-                a = left + (xs[i] - x0) / (x1 - x0) * span
-                b = left + ((xs[i + 1] if i + 1 < len(xs) else xs[i]) - x0) / (x1 - x0) * span
-                out.append(f'<rect x="{a:.1f}" y="{y}" width="{max(b - a, 1.5):.1f}" height="{row - 3}" '
-                           f'fill="{EVENT_COLORS[reason]}"/>')
+        out.append(f'<rect x="{left}" y="{y}" width="{plot}" height="{row - 3}" fill="#f4f4f4"/>')
+        pts = events[reason]
+        for i, p in enumerate(pts):
+            if p[3] <= 0:
+                continue
+            a = left + p[0] / span * plot
+            b = left + (pts[i + 1][0] if i + 1 < len(pts) else p[0] + 1) / span * plot
+            out.append(f'<rect x="{a:.1f}" y="{y}" width="{max(b - a, 1.5):.1f}" height="{row - 3}" '
+                       f'fill="{EVENT_COLORS[reason]}" fill-opacity="{max(p[2], 0.35):.2f}"/>')
     out.append("</svg>")
     return "".join(out)
 
 
-def _series(ticks: list[dict], key: str) -> dict[str, tuple[list, list]]:
-    """{sensor: (times, values)} from the ticks' ``key`` mapping (CPU temperatures, fans)."""
-    out: dict[str, tuple[list, list]] = {}
-    for t in ticks:
-        for name, value in t.get(key, {}).items():
-            xs, ys = out.setdefault(name, ([], []))
-            xs.append(t["t"])
-            ys.append(value)
-    return out
+# --- the page ----------------------------------------------------------------------------------
+def _fmt(value, spec: str, suffix: str = "") -> str:
+    return NOT_MEASURED if value is None else format(value, spec) + suffix
+
+
+def _groups(units: list[dict]) -> list[tuple[str, list[dict]]]:
+    out: dict[str, list[dict]] = {}
+    for u in units:
+        key = u.get("gpu_name") or "CPU"
+        out.setdefault(key, []).append(u)
+    return list(out.items())
 
 
 def render(r: dict) -> str:
-    ticks = r["hardware"]["ticks"]
-    xs = [t["t"] for t in ticks]
     e = html.escape
+    hw = r["hardware"]
+    timeline = hw.get("timeline", {})
+    span = max(r["duration_seconds"], 1.0)
     verdict_class = {"pass": "pass", "fail": "fail"}.get(r["verdict"], "warn")
     parts = [f"""<!doctype html><html><head><meta charset="utf-8"><title>rigmon burn-in: {e(r['host'])}</title>
 <style>
-body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#222;max-width:1500px}}
-h1{{margin:0 0 4px}} .sub{{color:#666}} .verdict{{font-size:28px;font-weight:700;padding:6px 14px;border-radius:6px;
-display:inline-block;margin:12px 0}} .pass{{background:#d9f2d9;color:#1a5e1a}} .fail{{background:#f8d7da;color:#842029}}
-.warn{{background:#fff3cd;color:#664d03}} table{{border-collapse:collapse;margin:8px 0 16px}}
-td,th{{border:1px solid #ddd;padding:4px 8px;text-align:left;font-size:14px}} th{{background:#f6f6f6}}
-.grid{{display:flex;flex-wrap:wrap;gap:10px}} .chart{{background:#fff;border:1px solid #eee}}
-.title{{font-size:13px;font-weight:600}} .tick{{font-size:11px;fill:#555}} li{{margin:2px 0}}
+body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:20px;color:#222}}
+h1{{margin:0 0 4px}} h2{{margin:22px 0 6px}} .sub{{color:#666}}
+.verdict{{font-size:28px;font-weight:700;padding:6px 14px;border-radius:6px;display:inline-block;margin:12px 0}}
+.pass{{background:#d9f2d9;color:#1a5e1a}} .fail{{background:#f8d7da;color:#842029}}
+.warn,.not-tested{{background:#fff3cd;color:#664d03}} table{{border-collapse:collapse;margin:8px 0 16px}}
+td,th{{border:1px solid #ddd;padding:4px 8px;text-align:left;font-size:14px;vertical-align:top}}
+th{{background:#f6f6f6}} ul{{margin:0;padding-left:16px}}
+.grid{{display:grid;grid-template-columns:repeat(auto-fill,minmax(470px,1fr));gap:10px}}
+.chart{{background:#fff;border:1px solid #eee;width:100%;height:auto}}
+.title{{font-size:13px;font-weight:600}} .tick{{font-size:11px;fill:#555}}
 </style></head><body>
 <h1>rigmon burn-in — {e(r['host'])}</h1>
-<div class="sub">{e(r['started'])} · {r['duration_seconds'] / 60:.1f} min · model {e(r['model'])}
- · rigmon {e(r['rigmon'])} · driver {e(str(r['hardware'].get('driver')))}</div>
-<div class="verdict {verdict_class}">{e(r['verdict'].upper())}</div>"""]
-    parts.append("<table><tr><th>unit</th><th>GPU</th><th>verdict</th><th>tokens/s</th><th>MFU</th>"
-                 "<th>final loss / floor</th><th>max temp</th><th>max power</th><th>energy</th><th>reasons</th></tr>")
+<div class="sub">{e(r['started'])} · {r['duration_seconds'] / 60:.1f} min · model {e(r['model'])} · rigmon
+ {e(r['rigmon'])} · driver {e(hw.get('driver') or NOT_MEASURED)}, CUDA {e(hw.get('cuda') or NOT_MEASURED)}</div>
+<div class="verdict {verdict_class}" id="verdict">{e(r['verdict'].upper())}</div>"""]
+    if r.get("notes"):
+        parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in r["notes"]) + "</ul>")
+    parts.append("<table id='units'><tr><th>unit</th><th>hardware</th><th>verdict</th><th>tokens/s</th><th>MFU</th>"
+                 "<th>final loss / floor</th><th>max temp</th><th>max power / limit</th><th>energy</th>"
+                 "<th>reasons</th></tr>")
     for u in r["units"]:
         reasons = "".join(f"<li>✗ {e(x)}</li>" for x in u["reasons"]) + "".join(
             f"<li>⚠ {e(x)}</li>" for x in u["warnings"])
-        mfu = f"{100 * u['mfu']:.1f} %" if u.get("mfu") is not None else "n/a"
-        loss = (f"{u['final_loss']:.3f} / {u['floor']:.3f}" if u.get("final_loss") is not None else "n/a")
-        temp = f"{u['max_temperature_celsius']:.0f} °C" if u.get("max_temperature_celsius") is not None else "n/a"
-        power = (f"{u['max_power_watts']:.0f} of {u['power_limit_watts']:.0f} W"
-                 if u.get("max_power_watts") is not None else "n/a")
-        energy = f"{u['energy_kwh']:.3f} kWh" if u.get("energy_kwh") is not None else "n/a"
+        status = u["status"]
+        loss = (f"{u['final_loss']:.3f} / {u['floor']:.3f}" if u.get("final_loss") is not None
+                and u.get("floor") is not None else "—" if u.get("watch_only") else NOT_MEASURED)
+        power = (f"{u['max_power_watts']:.0f} / {u['power_limit_watts']:.0f} W"
+                 if u.get("max_power_watts") is not None and u.get("power_limit_watts") else
+                 _fmt(u.get("max_power_watts"), ".0f", " W"))
+        rate = "—" if u.get("watch_only") else _fmt(u.get("tokens_per_s"), ",.0f")
         parts.append(f"<tr><td>{e(u['name'])}</td><td>{e(u.get('gpu_name') or '')}</td>"
-                     f"<td class='{u['status'] if u['status'] != 'pass' else 'pass'}'>{e(u['status'])}</td>"
-                     f"<td>{(u.get('tokens_per_s') or 0):,.0f}</td><td>{mfu}</td><td>{loss}</td><td>{temp}</td>"
-                     f"<td>{power}</td><td>{energy}</td><td><ul>{reasons or '<li>none</li>'}</ul></td></tr>")
+                     f"<td class='{status.replace(' ', '-')}'>{e(status)}</td><td>{rate}</td>"
+                     f"<td>{_fmt(u['mfu'] * 100 if u.get('mfu') is not None else None, '.1f', ' %')}</td>"
+                     f"<td>{loss}</td><td>{_fmt(u.get('max_temperature_celsius'), '.0f', ' °C')}</td>"
+                     f"<td>{power}</td><td>{_fmt(u.get('energy_kwh'), '.3f', ' kWh')}</td>"
+                     f"<td><ul>{reasons or '<li>none</li>'}</ul></td></tr>")
     parts.append("</table>")
     host = r["host_verdict"]
     energy = r["energy"]
     parts.append(f"<p><b>Host:</b> {e(host['status'])}" + "".join(f" — {e(x)}" for x in host["reasons"]) + "</p>")
-    cost = (f", {energy['cost']:.2f} {e(energy['currency'])} at {energy['price_per_kwh']} per kWh"
-            if energy.get("cost") is not None else "")
-    parts.append(f"<p><b>Energy:</b> {energy['total_kwh']:.4f} kWh (GPUs {energy['gpu_kwh']:.4f}, CPU "
-                 f"{energy['cpu_kwh']:.4f}){cost}</p>")
+    if energy.get("total_kwh") is None:
+        parts.append(f"<p><b>Energy:</b> {NOT_MEASURED} (no GPU energy counter or RAPL reading)</p>")
+    else:
+        cost = (f", {energy['cost']:.2f} {e(energy['currency'])} at {energy['price_per_kwh']} per kWh"
+                if energy.get("cost") is not None else "")
+        parts.append(f"<p><b>Energy:</b> {energy['total_kwh']:.4f} kWh (GPUs {_fmt(energy['gpu_kwh'], '.4f')}, "
+                     f"CPU {_fmt(energy['cpu_kwh'], '.4f')}){cost}</p>")
+    parts.append("<h2>Alerts during the run</h2><table id='alerts'><tr><th>at</th><th>state</th><th>severity</th>"
+                 "<th>alert</th><th>subject</th><th>summary</th></tr>")
+    for a in r.get("alerts", []):
+        parts.append(f"<tr><td>{_clock(a['t'])}</td><td>{e(a['status'])}</td><td>{e(a['severity'])}</td>"
+                     f"<td>{e(a['alertname'])}</td><td>{e(a.get('subject', ''))}</td><td>{e(a['summary'])}</td></tr>")
+    if not r.get("alerts"):
+        parts.append("<tr><td colspan='6'>none fired</td></tr>")
+    parts.append("</table>")
     if r.get("baseline"):
         parts.append("<h2>Against the baseline</h2><table><tr><th>unit</th><th>tokens/s</th><th>max temp</th>"
                      "<th>energy per M tokens</th></tr>")
         for row in r["baseline"]["rows"]:
             parts.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>")
         parts.append("</table>")
-    for u in r["units"]:
-        gpu = u.get("gpu")
-        parts.append(f"<h2>{e(u['name'])} {e(u.get('gpu_name') or '')}</h2><div class='grid'>")
-        if gpu is not None:
-            key = str(gpu)
-            rows = [t["gpus"].get(key, {}) for t in ticks]
-            slow = next((g.get("slowdown_celsius") for g in rows if g.get("slowdown_celsius")), None)
-            limit = next((g.get("limit") for g in rows if g.get("limit")), None)
-            parts.append(chart("temperature against the slowdown threshold",
-                               [("GPU", xs, [g.get("temp") for g in rows], COLORS[1]),
-                                ("memory", xs, [g.get("mem_temp") for g in rows], COLORS[4])], "°C",
-                               [("slowdown", slow, "#d62728")] if slow else []))
-            parts.append(chart("power against the limit",
-                               [("power", xs, [g.get("power") for g in rows], COLORS[0])], "W",
-                               [("limit", limit, "#555")] if limit else []))
-            clocks = [g["sm_clock"] / 1e6 if g.get("sm_clock") else None for g in rows]
-            parts.append(chart("SM clock", [("SM", xs, clocks, COLORS[2])], "MHz"))
-            parts.append(event_strip("clock-event reasons", xs, [g.get("events", {}) for g in rows]))
-        points = [p for p in u["progress"]]
-        px_ = [p["t"] for p in points]
-        parts.append(chart("throughput", [("tokens/s", px_, [p["tokens_per_s"] for p in points], COLORS[3])],
-                           "tokens/s"))
-        parts.append(chart("loss against the data's floor", [("loss", px_, [p.get("loss") for p in points],
-                                                                COLORS[0])], "nats",
-                           [("floor", u["floor"], "#2ca02c")] if u.get("floor") is not None else []))
+    for name, units in _groups(r["units"]):
+        parts.append(f"<h2 class='group'>{e(name)} × {len(units)}</h2><div class='grid'>")
+        parts += _group_charts(units, timeline, hw, span)
         parts.append("</div>")
-    cpu_series, fan_series = _series(ticks, "cpu"), _series(ticks, "fans")
-    parts.append("<h2>CPU sensors</h2><div class='grid'>")
-    parts.append(chart("CPU temperature", [(n, sx, sy, COLORS[i % 8]) for i, (n, (sx, sy)) in
-                                           enumerate(sorted(cpu_series.items()))], "°C"))
-    parts.append(chart("fans", [(n, sx, sy, COLORS[i % 8]) for i, (n, (sx, sy)) in
-                                enumerate(sorted(fan_series.items()))], "rpm"))
-    parts.append("</div>")
-    if r.get("notes"):
-        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in r["notes"]) + "</ul>")
-    parts.append("</body></html>")
+    cpu = [(n.removeprefix("cpu/"), timeline[n], COLORS[i % 8]) for i, n in
+           enumerate(sorted(n for n in timeline if n.startswith("cpu/")))]
+    fans = [(n.removeprefix("fan/"), timeline[n], COLORS[i % 8]) for i, n in
+            enumerate(sorted(n for n in timeline if n.startswith("fan/")))]
+    parts.append("<h2>Host sensors</h2><div class='grid'>")
+    parts.append(chart("CPU temperature", cpu, "°C", span=span))
+    parts.append(chart("fans", fans, "rpm", zero=True, span=span))
+    parts.append("</div></body></html>")
     return "\n".join(parts)
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def _group_charts(units: list[dict], timeline: dict, hw: dict, span: float) -> list[str]:
+    """One chart per reading for the whole group, a line per GPU (8 GPUs make 8 charts, not 48)."""
+    gpus = [u for u in units if u.get("gpu") is not None]
+    out = []
+
+    def per_gpu(key: str, scale: float = 1.0) -> list:
+        out = []
+        for n, u in enumerate(gpus):
+            pts = timeline.get(f"gpu/{u['gpu']}/{key}", [])
+            out.append((u["name"], [(p[0], p[1] * scale, p[2] * scale, p[3] * scale) for p in pts], COLORS[n % 8]))
+        return out
+
+    if gpus:
+        slow = [s for u in gpus if (s := hw.get("gpus", {}).get(str(u["gpu"]), {}).get("slowdown_celsius"))]
+        out.append(chart("GPU temperature against the slowdown threshold", per_gpu("temp"), "°C",
+                         [("slowdown", min(slow), "#d62728")] if slow else [], above=min(slow) if slow else None,
+                         span=span))
+        limits = [u["power_limit_watts"] for u in gpus if u.get("power_limit_watts")]
+        out.append(chart("power against the limit", per_gpu("power"), "W",
+                         [("limit", max(limits), "#555")] if limits else [], zero=True,
+                         above=max(limits) if limits else None, span=span))
+        out.append(chart("SM clock", per_gpu("sm_clock"), "MHz", zero=True, span=span))
+        out.append(chart("memory temperature", per_gpu("mem_temp"), "°C", span=span))
+        if any(timeline.get(f"gpu/{u['gpu']}/fan_rpm") for u in gpus):
+            out.append(chart("GPU fans (fastest per GPU)", per_gpu("fan_rpm"), "rpm", zero=True, span=span))
+        for u in gpus:
+            events = {r: timeline.get(f"event/{u['gpu']}/{r}", []) for r in EVENT_COLORS}
+            out.append(event_strip(f"{u['name']}: clock-event reasons", events, span))
+    trained = [u for u in units if u.get("progress")]
+    if trained:
+        out.append(chart("throughput", [(u["name"], u["progress"]["tokens_per_s"], COLORS[n % 8])
+                                        for n, u in enumerate(trained)], "tokens/s", zero=True, span=span))
+        floors = [u["floor"] for u in trained if u.get("floor")]
+        out.append(chart("loss against the data's floor (log scale)",
+                         [(u["name"], u["progress"]["loss"], COLORS[n % 8]) for n, u in enumerate(trained)], "nats",
+                         [("floor", min(floors), "#2ca02c")] if floors else [], log=True, span=span))
+    return out

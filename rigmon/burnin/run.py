@@ -24,7 +24,11 @@ from .. import config as configmod
 from ..sample import CLOCK_EVENT_BITS, Sample
 from ..sinks.lineprotocol import line
 from . import report as reportmod
-from .verdict import Limits, judge, steady_rate
+from .timeline import Downsampled, GpuTally, Timeline
+from .verdict import SLOWDOWN_REASONS, Limits, group_of, judge, steady_rate
+
+# clock-event reasons drawn in the report (share of time active)
+EVENT_REASONS = ("sw_power_cap", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown", "hw_power_brake_slowdown")
 
 log = logging.getLogger("rigmon.burnin")
 
@@ -49,7 +53,10 @@ def add_parser(sub, add_config) -> None:
     p.add_argument("--force", action="store_true", help="run even while a chosen GPU runs a compute process (a "
                                                           "training run): by default the burn-in refuses, exit 2")
     p.add_argument("--ddp", action="store_true", help="train data-parallel across the GPUs (NCCL): stresses "
-                                                      "the PCIe/NVLink paths between them")
+                                                      "the PCIe/NVLink paths between them (with --cpu: two CPU "
+                                                      "ranks over gloo)")
+    p.add_argument("--cpu", action="store_true", help="train on the CPU (the GPUs are only watched); without a "
+                                                      "GPU this is the default")
     # hardware from a recording: for testing the verdict without a GPU
     p.add_argument("--replay", metavar="FILE", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_burnin)
@@ -102,7 +109,7 @@ def peak_flops(name: str | None) -> float | None:
 
 
 def compact(sample: Sample, started: float) -> dict:
-    """What the report and the verdict keep of a sample."""
+    """What the timeline and the verdict take of a sample."""
     info = {i.index: i for i in sample.gpu_info}
     gpus = {}
     for g in sample.gpus:
@@ -112,30 +119,85 @@ def compact(sample: Sample, started: float) -> dict:
             entry.update(temp=g.temperature_celsius, mem_temp=g.memory_temperature_celsius, power=g.power_watts,
                          limit=g.power_limit_watts, sm_clock=g.sm_clock_hertz, util=g.utilization_gpu_ratio,
                          energy=g.energy_joules, pcie_gen=g.pcie_generation, pcie_width=g.pcie_width,
+                         fan_rpm=max((r for r in g.fan_speed_rpm or () if r is not None), default=None),
                          ecc_uncorrected=g.ecc_errors.uncorrected_volatile if g.ecc_errors else None,
                          remap_pending=g.remapped_rows.pending if g.remapped_rows else None,
                          remap_failure=g.remapped_rows.failure if g.remapped_rows else None,
                          events={name: True for name, _ in CLOCK_EVENT_BITS
                                  if g.clock_events is not None and getattr(g.clock_events, name)})
         if i is not None:
-            entry.update(slowdown_celsius=i.temperature_thresholds.slowdown, pcie_max_gen=i.max_pcie_generation,
+            entry.update(slowdown_celsius=i.temperature_thresholds.slowdown,
+                         pcie_max_gen=i.expected_pcie_generation or i.max_pcie_generation,
                          pcie_max_width=i.max_pcie_width)
-        gpus[str(g.index)] = entry
+        gpus[g.index] = entry
     tick = {"t": round(sample.time - started, 2), "gpus": gpus,
             "events": [{"gpu": e.gpu_index, "xid": e.xid} for e in sample.events]}
     if sample.host is not None:
         tick["cpu"] = {f"CPU{c.socket} {c.sensor}": c.celsius for c in sample.host.cpu_temperatures}
         tick["fans"] = {f"{f.chip}/{f.label}": f.rpm for f in sample.host.fans}
-        tick["cpu_energy"] = sum(e.joules for e in sample.host.cpu_energy if e.zone.startswith("package"))
-        tick["cpu_util"] = sample.host.cpu_utilization_ratio
+        tick["cpu_energy"] = sum(e.joules for e in sample.host.cpu_energy if e.zone.startswith("package")) or None
     return tick
 
 
+class Run:
+    """Everything the parent keeps while the workers train, bounded whatever the length."""
+
+    GPU_SERIES = ("temp", "mem_temp", "power", "limit", "sm_clock", "util", "fan_rpm")
+
+    def __init__(self):
+        self.timeline = Timeline()
+        self.tallies: dict[int, GpuTally] = {}
+        self.cpu_energy: list[float | None] = [None, None]  # first, latest
+        self.ticks = 0
+        self.slowdown_celsius: dict[int, float] = {}
+        self.limits: dict[int, float] = {}
+
+    def observe(self, tick: dict) -> None:
+        t = tick["t"]
+        self.ticks += 1
+        for index, g in tick["gpus"].items():
+            tally = self.tallies.setdefault(index, GpuTally())
+            tally.add(t, g, SLOWDOWN_REASONS)
+            if g.get("lost"):
+                continue
+            for key in self.GPU_SERIES:
+                value = g.get(key)
+                self.timeline.add(f"gpu/{index}/{key}", t, value / 1e6 if key == "sm_clock" and value else value)
+            for reason in EVENT_REASONS:
+                self.timeline.add(f"event/{index}/{reason}", t, 1.0 if g.get("events", {}).get(reason) else 0.0)
+            if g.get("slowdown_celsius") is not None:
+                self.slowdown_celsius[index] = g["slowdown_celsius"]
+        for e in tick["events"]:
+            self.tallies.setdefault(e["gpu"], GpuTally()).xids.append((t, e["xid"]))
+        for name, value in tick.get("cpu", {}).items():
+            self.timeline.add(f"cpu/{name}", t, value)
+        for name, value in tick.get("fans", {}).items():
+            self.timeline.add(f"fan/{name}", t, value)
+        if tick.get("cpu_energy") is not None:
+            self.cpu_energy = [self.cpu_energy[0] if self.cpu_energy[0] is not None else tick["cpu_energy"],
+                               tick["cpu_energy"]]
+
+
+MAX_FAILED_PROBES = 10
+
+
 class Worker:
+    """One training process; what it reports is kept bounded: the first start, end and error,
+    a count of probes with the first failures, and progress as downsampled series."""
+
     def __init__(self, name: str, gpu: int | None, device: str, seconds: float, model: str, report_dir: Path,
                  env: dict):
         self.name, self.gpu, self.device = name, gpu, device
-        self.events: list[dict] = []
+        self.start: dict | None = None
+        self.end: dict | None = None
+        self.error: dict | None = None
+        self.probes = 0
+        self.failed_probes: list[dict] = []
+        self.rates = Downsampled()
+        self.losses = Downsampled()
+        self.last: dict | None = None  # the latest progress event
+        self.unpushed: list[dict] = []  # progress events not yet sent to InfluxDB
+        self.stopped_because: str | None = None
         self.log = open(report_dir / f"worker-{name}.log", "w")
         command = [sys.executable, "-m", "rigmon.burnin.worker", "--device", device, "--seconds", str(seconds),
                    "--model", model]
@@ -153,69 +215,151 @@ class Worker:
             except json.JSONDecodeError:
                 self.log.write(raw)
                 continue
-            self.events.append(event)
-            if event.get("event") == "error":
-                log.error("%s: %s", self.name, event["message"])
-
-    def latest(self, kind: str) -> dict | None:
-        return next((e for e in reversed(self.events) if e.get("event") == kind), None)
+            kind = event.get("event")
+            if kind == "progress":
+                self.last = event
+                self.rates.add(event["t"], event.get("tokens_per_s"))
+                self.losses.add(event["t"], event.get("loss"))
+                if len(self.unpushed) < 10_000:
+                    self.unpushed.append(event)
+            elif kind == "probe":
+                self.probes += 1
+                if not event.get("ok") and len(self.failed_probes) < MAX_FAILED_PROBES:
+                    self.failed_probes.append(event)
+            elif kind in ("start", "end", "error") and getattr(self, kind) is None:
+                setattr(self, kind, event)
+                if kind == "error":
+                    log.error("%s: %s", self.name, event["message"])
 
     def as_unit(self) -> dict:
-        return {"name": self.name, "gpu": self.gpu, "device": self.device, "events": list(self.events),
-                "exit_code": self.proc.returncode}
+        return {"name": self.name, "gpu": self.gpu, "device": self.device, "start": self.start, "end": self.end,
+                "error": self.error, "probes": self.probes, "failed_probes": self.failed_probes,
+                "rates": [(p[0], p[2]) for p in self.rates.points()], "exit_code": self.proc.returncode,
+                "stopped_because": self.stopped_because}
+
+
+def watch_only(index: int) -> dict:
+    """A GPU the burn-in watched but could not train on."""
+    return {"name": f"GPU{index}", "gpu": index, "device": "none", "watch_only": True}
+
+
+def _duration(args) -> float:
+    from ..cli import UsageError
+
+    seconds = (args.hours or 0) * 3600 + (args.minutes or 0) * 60
+    if not 0 < seconds <= 31 * 86400:
+        raise UsageError("--hours or --minutes: more than 0, at most 31 days")
+    return seconds
+
+
+def _baseline(path: str | None) -> dict | None:
+    from ..cli import UsageError
+
+    if path is None:
+        return None
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise UsageError(f"--baseline {path}: cannot read it ({e.strerror or e})") from None
+    except ValueError as e:
+        raise UsageError(f"--baseline {path}: not JSON ({e})") from None
+    if not isinstance(data, dict) or data.get("format") != "rigmon-burnin" or not isinstance(data.get("units"), list):
+        raise UsageError(f"--baseline {path}: not a rigmon burn-in report (burnin.json)")
+    return data
+
+
+def _writable(directory: Path) -> None:
+    """The report directory, made and written once before any training starts."""
+    from ..cli import UsageError
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / ".rigmon-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"--report {directory}: cannot write there ({e.strerror or e})") from None
+
+
+def choose_units(args, first: Sample, cuda_count: int, chosen: list[int] | None) -> tuple[list, list, list[str]]:
+    """(units to train as (name, gpu, device), GPUs only watched, notes). Raises UsageError
+    (exit 2, "could not run") when the chosen GPUs cannot be trained on."""
+    from ..cli import UsageError
+
+    nvml = [g.index for g in first.gpus]
+    if chosen is not None:
+        missing = [i for i in chosen if i not in nvml]
+        if missing:
+            raise UsageError(f"could not run: --gpus {','.join(map(str, chosen))}: there is no GPU "
+                             f"{missing[0]} (NVML sees {len(nvml) or 'no'} GPU{'s' if len(nvml) != 1 else ''}"
+                             f"{': ' + ', '.join(map(str, nvml)) if nvml else ''})")
+    wanted = [i for i in nvml if chosen is None or i in chosen]
+    notes = []
+    if args.cpu:
+        ranks = 2 if args.ddp else 1
+        units = [("cpu" if ranks == 1 else f"cpu{r}", None, "cpu") for r in range(ranks)]
+        notes.append("trained on the CPU (--cpu): this checks rigmon, the CPU and its cooling, not a GPU" +
+                     (f"; GPU {', '.join(map(str, wanted))} only watched" if wanted else ""))
+        return units, wanted, notes
+    if not nvml:
+        notes.append("no GPU here (NVML found none): the model trained on the CPU; this checks rigmon, the CPU "
+                     "and its cooling, not a GPU")
+        return [("cpu", None, "cpu")], [], notes
+    if cuda_count == 0:
+        raise UsageError(f"could not run: NVML sees {len(nvml)} GPU(s) but PyTorch cannot use CUDA (a CPU-only "
+                         f"torch wheel, or a driver older than the wheel's CUDA); install a CUDA build of PyTorch, or "
+                         f"pass --cpu to train on the CPU and only watch the GPUs")
+    unusable = [i for i in wanted if i >= cuda_count]
+    if unusable:
+        raise UsageError(f"could not run: GPU {unusable[0]} is seen by NVML but not by CUDA ({cuda_count} "
+                         f"device(s)); check CUDA_VISIBLE_DEVICES")
+    return [(f"GPU{i}", i, f"cuda:{i}") for i in wanted], [], notes
 
 
 def cmd_burnin(args) -> int:
+    from ..alerts.sink import build_engine
+    from ..cli import UsageError
+
+    seconds = _duration(args)
+    chosen = _parse_gpus(args.gpus)
+    baseline = _baseline(args.baseline)
     try:
         import torch
     except ImportError:
         print("rigmon burnin needs PyTorch: python3 -m pip install 'rigmon[burnin]' (or pip install torch)",
               file=sys.stderr)
         return 2
-    from ..alerts.sink import build_engine
-    from ..cli import UsageError
     from ..poller import build_poller
     from ..recording import Recording
     from ..replay import ReplayClock, ReplaySource
 
     config = configmod.load(args.config)
-    seconds = (args.hours or 0) * 3600 + (args.minutes or 0) * 60
-    if seconds <= 0:
-        raise UsageError("--hours or --minutes must be positive")
-    if seconds > 31 * 86400:
-        raise UsageError("a burn-in runs at most 31 days (--hours 744)")
-    chosen = _parse_gpus(args.gpus)
     source = ReplaySource(Recording.load(args.replay), ReplayClock(), loop=True) if args.replay else None
     poller = build_poller(config, source)
     poller.open()
-    first = poller.poll()
-    busy = busy_gpus(first, chosen)
-    if busy and not args.force:
+    try:
+        first = poller.poll()
+        busy = busy_gpus(first, chosen)
+        if busy and not args.force:
+            raise UsageError("not starting: " + "; ".join(busy) + ". A burn-in beside a training run would disturb "
+                             "it and judge neither fairly; stop it, choose other GPUs with --gpus, or pass --force")
+        os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's GPU i is NVML's GPU i
+        cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        units, watched, notes = choose_units(args, first, cuda_count, chosen)
+        host = socket.gethostname()
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        report_dir = Path(args.report or f"rigmon-burnin-{host}-{stamp}")
+        _writable(report_dir)
+    except BaseException:
         poller.close()
-        raise UsageError("not starting: " + "; ".join(busy) + ". A burn-in beside a training run would disturb it "
-                         "and judge neither fairly; stop it, choose other GPUs with --gpus, or pass --force")
+        raise
+    for note in notes:
+        print(f"note: {note}", flush=True)
     unknown = [g.index for g in first.gpus
                if not g.lost and g.processes is None and (chosen is None or g.index in chosen)]
     if unknown:
         log.warning("cannot tell whether GPU %s runs a training job (NVML lists no processes here): starting anyway",
                     ", ".join(map(str, unknown)))
-    host = socket.gethostname()
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    report_dir = Path(args.report or f"rigmon-burnin-{host}-{stamp}")
-    report_dir.mkdir(parents=True, exist_ok=True)
-    os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's GPU i is NVML's GPU i
-    notes = []
-    if torch.cuda.is_available():
-        count = torch.cuda.device_count()
-        indices = list(range(count)) if chosen is None else chosen
-        bad = [i for i in indices if not 0 <= i < count]
-        if bad:
-            raise UsageError(f"--gpus: no GPU {bad[0]} (CUDA sees {count})")
-        units = [(f"GPU{i}", i, f"cuda:{i}") for i in indices]
-    else:
-        watched = first.gpus[0].index if first.gpus else None
-        units = [("cpu", watched, "cpu")]
-        notes.append("no CUDA GPU: the model trained on the CPU; this checks rigmon and the host, not a GPU")
     engine = build_engine(config)
     influx = None
     if config.influxdb.enabled:
@@ -235,8 +379,8 @@ def cmd_burnin(args) -> int:
     workers = [Worker(name, gpu, device, seconds, args.model, report_dir,
                       {**ddp_env, **({"RANK": str(rank)} if ddp_env else {})})
                for rank, (name, gpu, device) in enumerate(units)]
-    ticks, transitions = [], []
-    pushed: dict[str, int] = {}
+    run = Run()
+    transitions: list[dict] = []
     interrupted = False
 
     def stop(signum, frame):
@@ -253,15 +397,19 @@ def cmd_burnin(args) -> int:
             for t in engine.evaluate(sample, sample.time):
                 log.warning("%s", t.line())
                 transitions.append({"status": t.status, "alertname": t.alertname, "severity": t.severity,
+                                    "subject": ", ".join(f"{k}={v}" for k, v in t.labels.items()
+                                                         if k not in ("uuid", "name")) or "host",
                                     "summary": t.summary, "t": round(t.time - started, 1)})
-            ticks.append(compact(sample, started))
+            run.observe(compact(sample, started))
             if influx is not None:
                 influx.consume(sample)
-                influx.consume_lines(progress_points(workers, pushed, host, stamp, started))
+                influx.consume_lines(progress_points(workers, host, stamp, started))
             now = time.time()
             if now - last_line >= 10:
                 print(progress_line(now - started, seconds, workers, sample), flush=True)
                 last_line = now
+            if ddp_env and _a_rank_died(workers):
+                break
             if now - started > grace:
                 log.error("workers still running %.0f s past the end: stopping them", now - started - seconds)
                 break
@@ -279,18 +427,20 @@ def cmd_burnin(args) -> int:
                 w.proc.wait()
             w.thread.join(5)
         poller.close()
-    units_data = [w.as_unit() for w in workers]
-    overall, judgements, host_judgement = judge(units_data, ticks, transitions, Limits())
+    if ddp_env:
+        _a_rank_died(workers)  # also when the others already failed in the collective
+    units_data = [w.as_unit() for w in workers] + [watch_only(i) for i in watched]
+    overall, judgements, host_judgement = judge(units_data, run.tallies, transitions, Limits())
     if interrupted:
         overall = "could not run"
-        notes.append("interrupted before the end")
+        notes.append("interrupted before the end: no verdict")
     data = build_report(host, started_wall, started, time.time() - started, args.model, units_data, judgements,
-                        host_judgement, overall, ticks, transitions, first, config, notes)
-    if args.baseline:
-        data["baseline"] = compare(data, json.loads(Path(args.baseline).read_text()))
+                        host_judgement, overall, run, transitions, first, config, notes, workers)
+    if baseline is not None:
+        data["baseline"] = compare(data, baseline)
     json_path, html_path = reportmod.write(data, report_dir)
     if influx is not None:
-        influx.consume_lines(progress_points(workers, pushed, host, stamp, started) + [
+        influx.consume_lines(progress_points(workers, host, stamp, started) + [
             line("burnin_verdict", {"host": host, "run": stamp}, {"verdict": overall, "passed": overall == "pass",
                                                                   "minutes": data["duration_seconds"] / 60},
                  time.time_ns())])
@@ -299,20 +449,32 @@ def cmd_burnin(args) -> int:
     return {"pass": 0, "fail": 1}.get(overall, 2)
 
 
-def progress_points(workers: list[Worker], pushed: dict[str, int], host: str, run: str, started: float) -> list:
+def _a_rank_died(workers: list[Worker]) -> bool:
+    """In a data-parallel run a rank that exits early leaves the others waiting in a collective
+    (or failing in it): stop them, and say in each one's verdict which rank died."""
+    dead = [w for w in workers if w.proc.poll() is not None and w.end is None and w.error is None]
+    if not dead:
+        return False
+    for w in workers:
+        if w not in dead:
+            w.stopped_because = f"stopped: rank {workers.index(dead[0])} ({dead[0].name}) died"
+    if any(w.proc.poll() is None for w in workers):
+        log.error("%s died (exit code %s): stopping the other ranks", dead[0].name, dead[0].proc.returncode)
+    return True
+
+
+def progress_points(workers: list[Worker], host: str, run: str, started: float) -> list:
     """The workers' progress since the last call, as ``burnin`` points for InfluxDB."""
     out = []
     for w in workers:
-        events = [e for e in w.events if e.get("event") == "progress"]
-        start = next((e for e in w.events if e.get("event") == "start"), {})
-        for e in events[pushed.get(w.name, 0):]:
+        events, w.unpushed = w.unpushed, []
+        floor = (w.start or {}).get("floor")
+        for e in events:
             tags = {"host": host, "run": run, "unit": w.name, "gpu": "" if w.gpu is None else str(w.gpu)}
             point = line("burnin", tags, {"tokens_per_s": float(e["tokens_per_s"]), "loss": e.get("loss"),
-                                          "floor": start.get("floor"), "step": int(e["step"])},
-                         int((started + e["t"]) * 1e9))
+                                          "floor": floor, "step": int(e["step"])}, int((started + e["t"]) * 1e9))
             if point:
                 out.append(point)
-        pushed[w.name] = len(events)
     return out
 
 
@@ -323,9 +485,14 @@ def progress_line(elapsed: float, total: float, workers: list[Worker], sample: S
     parts = [f"[{mmss(elapsed)} / {mmss(total)}, ETA {mmss(max(total - elapsed, 0))}]"]
     by_gpu = {g.index: g for g in sample.gpus}
     for w in workers:
-        p = w.latest("progress")
+        p = w.last
         text = f"{w.name}: "
-        text += f"{p['tokens_per_s'] / 1e3:.0f}k tok/s loss {p['loss']:.3f}" if p and p.get("loss") else "starting"
+        if p and p.get("loss") is not None:
+            floor = (w.start or {}).get("floor")
+            text += f"{p['tokens_per_s'] / 1e3:.0f}k tok/s loss {p['loss']:.3f}" + (
+                f" (floor {floor:.3f})" if floor is not None else "")
+        else:
+            text += "starting"
         g = by_gpu.get(w.gpu) if w.gpu is not None else None
         if g is not None and not g.lost and g.temperature_celsius is not None:
             text += f" {g.temperature_celsius:.0f} °C {g.power_watts or 0:.0f} W"
@@ -333,58 +500,78 @@ def progress_line(elapsed: float, total: float, workers: list[Worker], sample: S
     return " | ".join(parts)
 
 
+def unit_label(unit: dict, info: dict) -> str | None:
+    """What trained: the GPU's name, or the CPU's."""
+    start = unit.get("start") or {}
+    if start.get("gpu_name"):
+        return start["gpu_name"]
+    if unit.get("gpu") is not None and unit["gpu"] in info:
+        return info[unit["gpu"]].name
+    return start.get("cpu_name") or ("CPU" if unit.get("device") == "cpu" else None)
+
+
 def build_report(host, started_wall, started_unix, duration, model, units, judgements, host_judgement, overall,
-                 ticks, transitions, first: Sample, config, notes) -> dict:
+                 run: Run, transitions, first: Sample, config, notes, workers: list[Worker]) -> dict:
     info = {i.index: i for i in first.gpu_info}
+    by_name = {w.name: w for w in workers}
     out_units = []
-    gpu_joules = 0.0
+    gpu_joules, measured = 0.0, False
     for unit, j in zip(units, judgements, strict=True):
-        start = next((e for e in unit["events"] if e.get("event") == "start"), {})
-        end = next((e for e in unit["events"] if e.get("event") == "end"), {})
+        start, end = unit.get("start") or {}, unit.get("end") or {}
         gpu = unit["gpu"]
-        rows = [t["gpus"][str(gpu)] for t in ticks if gpu is not None and str(gpu) in t["gpus"]]
-        energies = [r["energy"] for r in rows if r.get("energy") is not None]
-        joules = energies[-1] - energies[0] if len(energies) > 1 else None
-        gpu_joules += joules or 0.0
+        tally = run.tallies.get(gpu) if gpu is not None else None
+        joules = tally.energy_joules if tally is not None else None
+        if joules is not None:
+            gpu_joules, measured = gpu_joules + joules, True
         rate = steady_rate(unit)
-        name = start.get("gpu_name") if start.get("gpu_name") != "cpu" else (info[gpu].name if gpu in info else None)
-        peak = peak_flops(name) if unit["device"] != "cpu" else None
+        name = unit_label(unit, info)
+        peak = peak_flops(start.get("gpu_name")) if str(unit["device"]).startswith("cuda") else None
+        worker = by_name.get(unit["name"])
+        group = group_of(unit)
         out_units.append({
             "name": unit["name"], "gpu": gpu, "device": unit["device"], "gpu_name": name,
             "uuid": info[gpu].uuid if gpu in info else None, "status": j.status, "reasons": j.reasons,
             "warnings": j.warnings, "model": start.get("model"), "params": start.get("params"),
+            "group": " · ".join(str(x) for x in group) if group else None,
             "precision": start.get("precision"), "compiled": start.get("compiled"), "tokens": end.get("tokens"),
             "tokens_per_s": rate, "floor": start.get("floor"), "final_loss": end.get("final_loss"),
             "mfu": rate * start["flops_per_token"] / peak if rate and peak and start.get("flops_per_token") else None,
-            "max_temperature_celsius": max((r["temp"] for r in rows if r.get("temp") is not None), default=None),
-            "max_power_watts": max((r["power"] for r in rows if r.get("power") is not None), default=None),
-            "power_limit_watts": next((r["limit"] for r in rows if r.get("limit")), None),
+            "max_temperature_celsius": tally.hottest if tally else None,
+            "max_power_watts": tally.max_power if tally else None,
+            "power_limit_watts": tally.limit if tally else None,
             "energy_kwh": joules / 3.6e6 if joules is not None else None,
-            "progress": [e for e in unit["events"] if e.get("event") == "progress"],
-            "probes": [e for e in unit["events"] if e.get("event") == "probe"],
-            "exit_code": unit["exit_code"],
+            "progress": {"tokens_per_s": worker.rates.to_json(), "loss": worker.losses.to_json()} if worker else None,
+            "probes": unit.get("probes", 0), "failed_probes": unit.get("failed_probes", []),
+            "exit_code": unit.get("exit_code"), "watch_only": bool(unit.get("watch_only")),
         })
-    cpu = [t["cpu_energy"] for t in ticks if t.get("cpu_energy")]
-    cpu_kwh = (cpu[-1] - cpu[0]) / 3.6e6 if len(cpu) > 1 else 0.0
-    total = gpu_joules / 3.6e6 + cpu_kwh
+    first_cpu, last_cpu = run.cpu_energy
+    cpu_kwh = (last_cpu - first_cpu) / 3.6e6 if first_cpu is not None and last_cpu is not None and \
+        last_cpu > first_cpu else None
+    gpu_kwh = gpu_joules / 3.6e6 if measured else None
+    total = None if gpu_kwh is None and cpu_kwh is None else (gpu_kwh or 0.0) + (cpu_kwh or 0.0)
     price = config.burnin.price_per_kwh
+    system = first.system
     return {
-        "format": "rigmon-burnin", "version": 1, "rigmon": __version__, "host": host, "started": started_wall,
+        "format": "rigmon-burnin", "version": 2, "rigmon": __version__, "host": host, "started": started_wall,
         "started_unix": round(started_unix, 3),
         "duration_seconds": round(duration, 1), "model": model, "verdict": overall,
         "python": platform.python_version(), "units": out_units,
         "host_verdict": {"status": host_judgement.status, "reasons": host_judgement.reasons},
-        "energy": {"gpu_kwh": gpu_joules / 3.6e6, "cpu_kwh": cpu_kwh, "total_kwh": total,
+        "energy": {"gpu_kwh": gpu_kwh, "cpu_kwh": cpu_kwh, "total_kwh": total,
                    "price_per_kwh": price, "currency": config.burnin.currency,
-                   "cost": total * price if price is not None else None},
+                   "cost": total * price if price is not None and total is not None else None},
         "alerts": transitions, "notes": notes,
-        "hardware": {"driver": first.system.driver_version if first.system else None, "ticks": ticks},
+        "hardware": {"driver": system.driver_version if system else None,
+                     "cuda": system.cuda_driver_version if system else None,
+                     "gpus": {str(i): {"name": info[i].name, "slowdown_celsius": run.slowdown_celsius.get(i)}
+                              for i in info},
+                     "ticks": run.ticks, "timeline": run.timeline.to_json()},
     }
 
 
 def compare(new: dict, old: dict) -> dict:
     rows = []
-    old_units = {u.get("uuid") or u["name"]: u for u in old.get("units", [])}
+    old_units = {u.get("uuid") or u.get("name"): u for u in old.get("units", []) if isinstance(u, dict)}
     for u in new["units"]:
         o = old_units.get(u.get("uuid") or u["name"])
         if o is None:
@@ -392,13 +579,15 @@ def compare(new: dict, old: dict) -> dict:
             continue
 
         def delta(a, b, fmt):
-            if a is None or b is None:
+            if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
                 return "n/a"
             change = f" ({100 * (a - b) / b:+.1f} %)" if b else ""
             return f"{fmt.format(b)} → {fmt.format(a)}{change}"
 
         def per_million(unit):
-            return unit["energy_kwh"] / unit["tokens"] * 1e6 if unit.get("energy_kwh") and unit.get("tokens") else None
+            kwh, tokens = unit.get("energy_kwh"), unit.get("tokens")
+            return kwh / tokens * 1e6 if isinstance(kwh, (int, float)) and isinstance(tokens, (int, float)) and \
+                tokens else None
 
         rows.append([u["name"], delta(u.get("tokens_per_s"), o.get("tokens_per_s"), "{:,.0f}"),
                      delta(u.get("max_temperature_celsius"), o.get("max_temperature_celsius"), "{:.0f} °C"),
@@ -407,9 +596,10 @@ def compare(new: dict, old: dict) -> dict:
 
 
 def summary(data: dict, json_path: Path, html_path: Path) -> str:
-    lines = [f"rigmon burn-in: {data['verdict'].upper()} after {data['duration_seconds'] / 60:.1f} min"]
+    verdict = data["verdict"].upper()
+    lines = [f"rigmon burn-in: {verdict} after {data['duration_seconds'] / 60:.1f} min"]
     for u in data["units"]:
-        lines.append(f"  {u['name']} {u.get('gpu_name') or ''}: {u['status']}" +
+        lines.append(f"  {u['name']}" + (f" {u['gpu_name']}" if u.get("gpu_name") else "") + f": {u['status']}" +
                      (f", {u['tokens_per_s']:,.0f} tokens/s" if u.get("tokens_per_s") else "") +
                      (f", MFU {100 * u['mfu']:.1f} %" if u.get("mfu") else ""))
         for reason in u["reasons"]:
@@ -418,7 +608,13 @@ def summary(data: dict, json_path: Path, html_path: Path) -> str:
             lines.append(f"    ⚠ {warning}")
     for reason in data["host_verdict"]["reasons"]:
         lines.append(f"  host ✗ {reason}")
-    lines.append(f"  energy {data['energy']['total_kwh']:.4f} kWh" + (
-        f", {data['energy']['cost']:.2f} {data['energy']['currency']}" if data["energy"]["cost"] is not None else ""))
+    energy = data["energy"]
+    if energy["total_kwh"] is None:
+        lines.append("  energy not measured (no GPU energy counter or RAPL reading)")
+    else:
+        lines.append(f"  energy {energy['total_kwh']:.4f} kWh" + (
+            f", {energy['cost']:.2f} {energy['currency']}" if energy["cost"] is not None else ""))
+    for note in data["notes"]:
+        lines.append(f"  note: {note}")
     lines.append(f"  report: {html_path} (and {json_path.name})")
     return "\n".join(lines)

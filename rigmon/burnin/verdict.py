@@ -1,7 +1,10 @@
 """The burn-in's judgement: a pure function of what the run recorded.
 
-Inputs are the hardware timeline (compact ticks from the readers), the workers' events
-and the alert transitions; the output is a verdict per GPU and overall, with reasons.
+Inputs are each GPU's tallied readings, the workers' events (bounded) and the alert
+transitions; the output is a verdict per GPU and overall, with reasons. A GPU that was only
+watched (no training could use it) is "not tested": it can fail on what its hardware
+reported, never pass. Throughput is compared only between GPUs of the same model running
+the same model size.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from ..alerts.xid import xid_meaning
+from .timeline import GpuTally
 
 HOST_FAILURES = {"FanStalled", "CpuTemperatureCritical"}
 SLOWDOWN_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown", "hw_power_brake_slowdown")
@@ -32,74 +36,84 @@ class Judgement:
     warnings: list[str] = field(default_factory=list)
 
     def fail(self, reason: str) -> None:
-        self.status = "fail"
+        self.status = "fail"  # also for a GPU only watched: broken hardware shows without training
         self.reasons.append(reason)
 
     def warn(self, reason: str) -> None:
-        if self.status == "pass":
+        if self.status == "pass":  # "not tested" stays: a warning is no test
             self.status = "warn"
         self.warnings.append(reason)
 
 
-def judge(units: list[dict], ticks: list[dict], transitions: list[dict], limits: Limits | None = None
+NOT_TESTED = "not tested"  # a GPU that was watched but not trained on: it can fail, never pass
+
+
+def group_of(unit: dict) -> tuple | None:
+    """GPUs whose throughput may be compared: the same GPU model running the same model size."""
+    start = unit.get("start") or {}
+    if not str(unit.get("device", "")).startswith("cuda"):
+        return None
+    return (start.get("gpu_name"), start.get("model"))
+
+
+def judge(units: list[dict], tallies: dict[int, GpuTally], transitions: list[dict], limits: Limits | None = None
           ) -> tuple[str, list[Judgement], Judgement]:
-    """``units``: one per worker, with ``gpu`` (index or None), ``events`` and ``exit_code``.
-    ``ticks``: {"t", "gpus": {index: {...}}, "events": [...]}. Returns (overall, per unit, host)."""
+    """``units``: one per worker or watched GPU (see ``run.Worker.as_unit``); ``tallies``: each
+    GPU's readings, by index. Returns (overall, per unit, host)."""
     limits = limits or Limits()
     judgements = []
-    rates = {}
+    rates: dict[tuple, dict[str, float]] = {}
     for unit in units:
         j = Judgement(unit["name"])
-        judge_training(unit, j, limits)
-        if unit.get("gpu") is not None:
-            judge_hardware(unit["gpu"], ticks, j, limits)
+        if unit.get("watch_only"):
+            j.status = NOT_TESTED
+        else:
+            judge_training(unit, j, limits)
+        if unit.get("gpu") is not None and unit["gpu"] in tallies:
+            judge_hardware(tallies[unit["gpu"]], j, limits, trained=not unit.get("watch_only"))
         rate = steady_rate(unit)
-        if rate:
-            rates[unit["name"]] = rate
+        group = group_of(unit)
+        if rate and group is not None:
+            rates.setdefault(group, {})[unit["name"]] = rate
         judgements.append(j)
-    if len(rates) > 1:
-        best = max(rates.values())
+    for group, members in rates.items():  # only like against like: a 3060 is not a slow 4090
+        if len(members) < 2:
+            continue
+        best = max(members.values())
         for j in judgements:
-            rate = rates.get(j.name)
+            rate = members.get(j.name)
             if rate is not None and rate < (1 - limits.throughput_spread) * best:
-                j.fail(f"throughput {rate:,.0f} tokens/s is {100 * (1 - rate / best):.0f} % below the best GPU's "
-                       f"{best:,.0f}")
+                j.fail(f"throughput {rate:,.0f} tokens/s is {100 * (1 - rate / best):.0f} % below the best "
+                       f"{group[0]}'s {best:,.0f} on the same model")
     host = Judgement("host")
     for t in transitions:
         if t["status"] == "firing" and t["alertname"] in HOST_FAILURES:
             host.fail(f"{t['alertname']}: {t['summary']}")
     failed = any(j.status == "fail" for j in judgements) or host.status == "fail"
-    started = any(_event(u, "start") for u in units)
-    overall = "could not run" if not started else ("fail" if failed else "pass")
+    trained = any(u.get("start") for u in units if not u.get("watch_only"))
+    overall = "fail" if failed else ("pass" if trained else "could not run")
     return overall, judgements, host
-
-
-def _event(unit: dict, name: str) -> dict | None:
-    return next((e for e in unit["events"] if e.get("event") == name), None)
-
-
-def progress(unit: dict) -> list[dict]:
-    return [e for e in unit["events"] if e.get("event") == "progress"]
 
 
 def steady_rate(unit: dict) -> float | None:
     """Median tokens/s after the first 10 % of the run (compilation, warm-up)."""
-    points = progress(unit)
+    points = unit.get("rates") or []
     if not points:
         return None
-    end = points[-1]["t"]
-    steady = [p["tokens_per_s"] for p in points if p["t"] >= 0.1 * end] or [p["tokens_per_s"] for p in points]
+    end = points[-1][0]
+    steady = [v for t, v in points if t >= 0.1 * end] or [v for _, v in points]
     return statistics.median(steady)
 
 
 def judge_training(unit: dict, j: Judgement, limits: Limits) -> None:
-    error = _event(unit, "error")
-    end = _event(unit, "end")
+    error, end = unit.get("error"), unit.get("end")
     if error is not None:
-        j.fail(f"the training process failed: {error['message']}")
+        why = f" ({unit['stopped_because']})" if unit.get("stopped_because") else ""
+        j.fail(f"the training process failed{why}: {error['message']}")
         return
     if end is None:
-        j.fail(f"the training process died (exit code {unit.get('exit_code')})")
+        j.fail(f"the training process died (exit code {unit.get('exit_code')})" + (
+            f" ({unit['stopped_because']})" if unit.get("stopped_because") else ""))
         return
     if end.get("nan"):
         j.fail("the loss became NaN or infinite")
@@ -110,57 +124,49 @@ def judge_training(unit: dict, j: Judgement, limits: Limits) -> None:
             if final - floor > margin:
                 j.fail(f"the loss ({final:.3f}) did not approach the data's floor ({floor:.3f}): a gap of "
                        f"{final - floor:.3f} nats (allowed {margin:.3f}) points at wrong arithmetic")
-    for probe in (e for e in unit["events"] if e.get("event") == "probe"):
-        if not probe.get("ok"):
-            j.fail(f"determinism probe mismatch at {probe['t']:.0f} s: the same weights and batch gave logits "
-                   f"{probe['max_abs_diff']:.3g} apart (silent data corruption?)")
-            break
-    points = progress(unit)
-    if len(points) >= 9 and unit.get("device", "cuda").startswith("cuda"):  # CPU throughput is shared, noisy
+    bad = unit.get("failed_probes") or []
+    if bad:
+        probe = bad[0]
+        j.fail(f"determinism probe mismatch at {probe['t']:.0f} s ({len(bad)} of {unit.get('probes', 0)} probes): "
+               f"the same weights and batch gave logits {probe['max_abs_diff']:.3g} apart (silent data corruption?)")
+    points = [v for _, v in unit.get("rates") or []]
+    if len(points) >= 9 and str(unit.get("device", "cuda")).startswith("cuda"):  # CPU throughput is noisy
         third = len(points) // 3
-        early = statistics.median(p["tokens_per_s"] for p in points[third // 3: third])
-        late = statistics.median(p["tokens_per_s"] for p in points[-third:])
+        early = statistics.median(points[third // 3: third])
+        late = statistics.median(points[-third:])
         if early > 0 and late < (1 - limits.throughput_decay) * early:
             j.fail(f"throughput decayed {100 * (1 - late / early):.0f} % over the run ({early:,.0f} → "
                    f"{late:,.0f} tokens/s)")
 
 
-def judge_hardware(gpu: int, ticks: list[dict], j: Judgement, limits: Limits) -> None:
-    key = str(gpu)
-    mine = [t["gpus"][key] for t in ticks if key in t.get("gpus", {})]
-    for t in ticks:
-        for e in t.get("events", ()):
-            if e["gpu"] == gpu:
-                j.fail(f"XID {e['xid']} at {t['t']:.0f} s: {xid_meaning(e['xid'])}")
-    if any(g.get("lost") for g in mine):
+def judge_hardware(tally: GpuTally, j: Judgement, limits: Limits, trained: bool = True) -> None:
+    for t, xid in tally.xids:
+        j.fail(f"XID {xid} at {t:.0f} s: {xid_meaning(xid)}")
+    if tally.lost:
         j.fail("the GPU fell off the bus or stopped answering")
         return
-    if not mine:
+    if not tally.ticks:
         return
-    busy = [g for g in mine if (g.get("util") or 0) >= 0.5] or mine
+    busy = tally.busy_ticks or tally.ticks
     for reason in SLOWDOWN_REASONS:
-        share = sum(1 for g in busy if g.get("events", {}).get(reason)) / len(busy)
+        share = tally.slowdown_ticks.get(reason, 0) / busy
         if share > limits.slowdown_allowance:
             j.fail(f"{reason.replace('_', ' ')} active {100 * share:.0f} % of the time under load "
                    f"(allowed {100 * limits.slowdown_allowance:.0f} %)")
-    slowdown = mine[0].get("slowdown_celsius")
-    hottest = max((g["temp"] for g in mine if g.get("temp") is not None), default=None)
-    if slowdown is not None and hottest is not None and hottest >= slowdown:
-        j.fail(f"temperature reached {hottest:.0f} °C, the slowdown threshold ({slowdown:.0f} °C)")
-    first, last = mine[0], mine[-1]
-    if (last.get("ecc_uncorrected") or 0) > (first.get("ecc_uncorrected") or 0):
-        j.fail(f"uncorrectable ECC errors rose from {first.get('ecc_uncorrected')} to {last.get('ecc_uncorrected')}")
-    if any(g.get("remap_failure") for g in mine):
+    if tally.slowdown_celsius is not None and tally.hottest is not None and tally.hottest >= tally.slowdown_celsius:
+        j.fail(f"temperature reached {tally.hottest:.0f} °C, the slowdown threshold ({tally.slowdown_celsius:.0f} °C)")
+    if (tally.ecc_last or 0) > (tally.ecc_first or 0):
+        j.fail(f"uncorrectable ECC errors rose from {tally.ecc_first} to {tally.ecc_last}")
+    if tally.remap_failure:
         j.fail("a memory row remap failed")
-    if any(g.get("remap_pending") for g in mine):
+    if tally.remap_pending:
         j.warn("a memory row remap is pending: reset the GPU")
-    ratios = [g["power"] / g["limit"] for g in mine if g.get("power") is not None and g.get("limit")]
-    if ratios and max(ratios) < limits.power_reached:
+    if not trained:
+        return  # nothing loaded it: how far its power or link went says nothing
+    if tally.max_power_ratio is not None and tally.max_power_ratio < limits.power_reached:
         j.warn(f"power never reached {100 * limits.power_reached:.0f} % of the limit (at most "
-               f"{100 * max(ratios):.0f} %): the GPU was starved (data loading, CPU, PCIe) or the model is too small")
-    below = [g for g in busy if g.get("pcie_gen") is not None and g.get("pcie_max_gen") is not None and (
-        g["pcie_gen"] < g["pcie_max_gen"] or (g.get("pcie_width") or 0) < (g.get("pcie_max_width") or 0))]
-    if below and len(below) / len(busy) > 0.5:
-        g = below[-1]
-        j.warn(f"the PCIe link ran at gen {g['pcie_gen']} x{g['pcie_width']} under load, below its max "
-               f"(gen {g['pcie_max_gen']} x{g['pcie_max_width']})")
+               f"{100 * tally.max_power_ratio:.0f} %): the GPU was starved (data loading, CPU, PCIe) or the model is "
+               f"too small")
+    if tally.busy_ticks and tally.pcie_below_ticks / tally.busy_ticks > 0.5 and tally.pcie_below_last:
+        gen, width, max_gen, max_width = tally.pcie_below_last
+        j.warn(f"the PCIe link ran at gen {gen} x{width} under load, below its max (gen {max_gen} x{max_width})")

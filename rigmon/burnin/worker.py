@@ -52,14 +52,18 @@ def train(args) -> int:
     from .data import MarkovChain
     from .model import GPT, choose
 
-    inject = os.environ.get("RIGMON_BURNIN_INJECT", "")  # test hook: "determinism" or "nan"
+    inject = os.environ.get("RIGMON_BURNIN_INJECT", "")  # test hook: "determinism", "nan" or "die:RANK"
     device = torch.device(args.device)
     rank, world = 0, 1
     if args.ddp:
         import torch.distributed as dist
 
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world)
+        from datetime import timedelta
+
+        # a rank that dies must not leave the others waiting for ever in a collective
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world,
+                                timeout=timedelta(seconds=120))
     if device.type == "cuda":
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -108,7 +112,7 @@ def train(args) -> int:
     emit(event="start", device=str(device), rank=rank, world=world, model=config.name, params=config.parameters(),
          precision=precision, compiled=compiled, floor=chain.entropy_rate, flops_per_token=config.flops_per_token(),
          tokens_per_step=config.batch * config.context,
-         gpu_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
+         gpu_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None, cpu_name=_cpu_name())
 
     pool, pool_used = None, 0
     started = time.monotonic()
@@ -134,6 +138,8 @@ def train(args) -> int:
         with autocast():
             logits = step_model(batch[:, :-1])
             loss = F.cross_entropy(logits.float().reshape(-1, config.vocab), batch[:, 1:].reshape(-1))
+        if inject == f"die:{rank}" and args.ddp and elapsed > args.seconds / 3:
+            os._exit(3)  # a rank lost mid-run, as a GPU falling off the bus takes its process
         if inject == "nan" and elapsed > args.seconds / 2:
             loss = loss * float("nan")
         optimizer.zero_grad(set_to_none=True)
@@ -176,6 +182,18 @@ def train(args) -> int:
 
         dist.destroy_process_group()
     return 0
+
+
+def _cpu_name() -> str | None:
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8", errors="replace"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or None
 
 
 def probe(frozen, batch, reference, autocast, inject: str) -> dict:

@@ -1,6 +1,7 @@
-"""The last burn-in's result as metrics: the daemon reads the newest ``burnin.json`` under
-``[burnin] reports_dir`` (where the scheduled burn-in writes its reports) so Prometheus and
-the box dashboard show when the box was last judged and how it did."""
+"""The last burn-in's result as metrics: the daemon reads the newest report's small
+``summary.json`` under ``[burnin] reports_dir`` (where the scheduled burn-in writes its
+reports), never the full ``burnin.json`` with its timelines, so Prometheus and the box
+dashboard show when the box was last judged and how it did."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class BurninReports:
             return self._report
         self._scanned = now
         try:
-            newest = max(self.directory.glob("*/burnin.json"), key=lambda p: p.stat().st_mtime, default=None)
+            newest = max(self.directory.glob("*/summary.json"), key=lambda p: p.stat().st_mtime, default=None)
         except OSError:
             newest = None
         if newest is None:
@@ -56,7 +57,7 @@ class BurninReports:
                                  labels=["unit", "gpu"])
         mfu = GaugeMetricFamily("rigmon_burnin_mfu_ratio", "Model FLOPs utilisation in the last burn-in.",
                                 labels=["unit", "gpu"])
-        if report is not None and report.get("format") == "rigmon-burnin":
+        if report is not None and report.get("format") == "rigmon-burnin-summary":
             if report.get("started_unix") is not None:
                 started.add_metric([], report["started_unix"])
             passed.add_metric([], 1 if report.get("verdict") == "pass" else 0)
