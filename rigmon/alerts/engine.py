@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import string
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,8 +127,12 @@ class AlertEngine:
         # (entity key, variable) -> (times, values) of the variables history functions look back at,
         # appended once per evaluated sample: a window is a bisect, not a rescan of the history.
         self._tracked = {(rule.kind, var) for rule in self.rules for var in rule.history_variables}
+        # a constant run keeps only its first and latest point (counters change rarely, and an
+        # hour-long window of them would otherwise hold 3,600 equal values per GPU); not for
+        # avg_over(), where every sample weighs
+        self._averaged = {(rule.kind, var) for rule in self.rules for var in rule.averaged}
         self._kinds = {rule.kind for rule in self.rules}
-        self._series: dict[tuple, tuple[list[float], list[float], list[float]]] = {}
+        self._series: dict[tuple, tuple[array, array, array]] = {}
         self._window_limit = max((rule.longest_window for rule in self.rules), default=0.0) + 60.0
         for name in expected_sensors:
             self._seen_sensors.add(_expected_key(name))
@@ -196,14 +201,21 @@ class AlertEngine:
                 if value is None:
                     continue
                 value = float(value)
-                times, vals, counted = self._series.setdefault((key, var), ([], [], []))
-                if vals:
+                series = self._series.get((key, var))
+                if series is None:
+                    series = self._series[(key, var)] = (array("d"), array("d"), array("d"))
+                times, vals, counted = series
+                if len(vals) >= 2 and vals[-1] == value == vals[-2] and (kind, var) not in self._averaged:
+                    times[-1] = time  # the run goes on: its latest point moves, nothing is added
+                elif vals:
                     previous = vals[-1]
                     counted.append(counted[-1] + (value - previous if value >= previous else value))
+                    times.append(time)
+                    vals.append(value)
                 else:
                     counted.append(0.0)
-                times.append(time)
-                vals.append(value)
+                    times.append(time)
+                    vals.append(value)
                 ever = self._ever_max.setdefault(key, {})
                 if value > ever.get(var, float("-inf")):
                     ever[var] = value

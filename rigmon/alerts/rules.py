@@ -105,6 +105,7 @@ class Expression:
         allowed_names = set(KINDS[kind]) | set(LABELS[kind]) | set(params) | {"True", "False", "None"}
         self.variables: set[str] = set()
         self.history_variables: set[str] = set()  # what increase(), avg_over()... look back at
+        self.averaged: set[str] = set()  # what avg_over() looks back at: every sample counts
         for node in ast.walk(tree):
             if not isinstance(node, _ALLOWED):
                 raise ValueError(f"{type(node).__name__} is not allowed in a rule expression")
@@ -123,6 +124,8 @@ class Expression:
                 if node.func.id in HISTORY_FUNCTIONS:
                     self._check_history_call(node, kind, params)
                     self.history_variables.add(node.args[0].id)
+                    if node.func.id == "avg_over":
+                        self.averaged.add(node.args[0].id)
             elif isinstance(node, ast.Name) and node.id not in allowed_names | set(HISTORY_FUNCTIONS) | set(
                     PLAIN_FUNCTIONS):
                 raise ValueError(f"unknown name {node.id!r}; {kind} rules can use: "
@@ -446,6 +449,10 @@ class Rule:
     @property
     def history_variables(self) -> set[str]:
         return set().union(*(e.history_variables for e in self._expressions))
+
+    @property
+    def averaged(self) -> set[str]:
+        return set().union(*(e.averaged for e in self._expressions))
 
     @property
     def longest_window(self) -> float:

@@ -156,6 +156,7 @@ class InfluxSink:
         self._held_limit = min(self.config.spool_max_bytes, 64 << 20)
         self._disk_full = False
         self._spooled = threading.Event()  # the spool got data: wakes the sender
+        self._sorting_400 = False  # a segment answered 400 is being retried or split: the server answers
         self._spooler = threading.Thread(target=self._spool_loop, name="rigmon-influxdb-spool", daemon=True)
         self._spooler.start()
         self._thread = threading.Thread(target=self._run, name="rigmon-influxdb", daemon=True)
@@ -304,12 +305,14 @@ class InfluxSink:
             except Malformed as e:
                 # a proxy may answer 400 for a while: the same segment is tried again, then split,
                 # and lines are set aside only when the server takes the others
+                self._sorting_400 = True
                 first, times = refused.get(str(path), (time.monotonic(), 0))
                 refused[str(path)] = (first, times + 1)
                 self._say(f"InfluxDB answered 400 ({e}); the points stay in the spool and are tried again")
                 wait_until = time.monotonic() + backoff(times + 1, self.config.retry_initial, self.config.retry_max)
                 continue
             self.last_success = time.time()
+            self._sorting_400 = bool(refused)
             if attempt:
                 log.info("InfluxDB writes resume after %d failed attempt(s); %d point(s) still spooled", attempt,
                          self.spool.points)
@@ -402,7 +405,7 @@ class InfluxSink:
         send is abandoned (the spool keeps its segment for the next start)."""
         deadline = deadline if deadline is not None else time.monotonic() + timeout
         self._spool_queued(block=0)
-        while self.spool.points and time.monotonic() < deadline and self.last_error is None:
+        while self.spool.points and time.monotonic() < deadline and (self.last_error is None or self._sorting_400):
             time.sleep(0.05)
         self._stop.set()
         self._spooled.set()

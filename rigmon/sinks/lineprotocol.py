@@ -132,7 +132,8 @@ def encode(sample: Sample, host: str, with_info: bool = False) -> list[str]:
             "load5": h.load5, "load15": h.load15, "memory_total_bytes": h.memory_total_bytes,
             "memory_available_bytes": h.memory_available_bytes,
             "gpus_answering": sum(1 for g in sample.gpus if not g.lost), "gpus_at_start": len(sample.gpu_info),
-            "gpu_power_watts": sum(g.power_watts or 0.0 for g in sample.gpus if not g.lost)}, ns))
+            # a float even with no GPU (sum() of nothing is the integer 0: a field type conflict)
+            "gpu_power_watts": float(sum(g.power_watts or 0.0 for g in sample.gpus if not g.lost))}, ns))
     return [x for x in out if x is not None]
 
 
@@ -148,5 +149,5 @@ def encode_budgets(state, host: str) -> list[str]:
     """Power drawn against each configured budget, as points in ``power_budget``."""
     ns = int(round(state.time * 1e9))
     return [x for x in (line("power_budget", {"host": host, "psu": b.psu},
-                             {"budget_watts": b.budget_watts, "draw_watts": b.draw_watts}, ns)
+                             {"budget_watts": float(b.budget_watts), "draw_watts": float(b.draw_watts)}, ns)
                         for b in state.budgets) if x is not None]
