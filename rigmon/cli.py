@@ -237,8 +237,10 @@ def parser() -> argparse.ArgumentParser:
     _add_config(s)
     _add_source(s)
     s.add_argument("--json", action="store_true", help="print the sample as JSON")
-    s.add_argument("--watch", type=argtypes.positive, nargs="?", const=2.0, metavar="SECONDS", help="refresh every SECONDS (2)")
-    s.add_argument("--at", type=argtypes.non_negative, default=0.0, metavar="SECONDS", help="with --replay: seconds into the recording")
+    s.add_argument("--watch", type=argtypes.positive, nargs="?", const=2.0, metavar="SECONDS",
+                   help="refresh every SECONDS (2)")
+    s.add_argument("--at", type=argtypes.non_negative, default=0.0, metavar="SECONDS",
+                   help="with --replay: seconds into the recording")
     s.add_argument("--all", action="store_true", help="show info alerts too (a GPU at its power cap under load)")
     s.set_defaults(func=cmd_status)
 

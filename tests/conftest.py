@@ -18,3 +18,21 @@ def pytest_configure(config):
     if Path(rigmon.__file__).resolve().is_relative_to(ROOT / "rigmon"):
         raise pytest.UsageError(f"rigmon is imported from the checkout ({rigmon.__file__}), not from an "
                                 "installed wheel: run the tests with tests/run")
+
+
+@pytest.fixture
+def influx(tmp_path):
+    """Debian's influxd on loopback, with its data under the test's tmp_path."""
+    from servers import InfluxDB
+
+    server = InfluxDB(tmp_path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def eight_gpus(tmp_path):
+    """A recording of 8 H200s under load (the real tick, widened)."""
+    import scenarios as sc
+
+    return sc.write(sc.one_tick(sc.h200()).widened(8), tmp_path / "eight.rec.jsonl")

@@ -259,7 +259,8 @@ def test_eight_gpu_report_in_chromium(tmp_path):
             continue
         charts += 1
         if "log scale" in svg:
-            assert all(any(abs(t / 10 ** math.floor(math.log10(t)) - m) < 1e-9 for m in (1, 2, 5)) for t in ticks), ticks
+            mantissas = [t / 10 ** math.floor(math.log10(t)) for t in ticks]
+            assert all(any(abs(m - r) < 1e-9 for r in (1, 2, 5)) for m in mantissas), ticks
             continue
         step = ticks[1] - ticks[0]
         mantissa = step / 10 ** math.floor(math.log10(step))

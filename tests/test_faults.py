@@ -6,21 +6,19 @@ secrets in URLs, hostile rules, non-finite values, unbounded inputs, non-ASCII c
 import base64
 import hashlib
 import json
-import os
 import shutil
 import signal
 import socket
 import ssl
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 import scenarios as sc
 from receiver import Receiver
-from servers import FaultProxy, InfluxDB, Rigmon, free_port, http_get, wait_for
+from servers import FaultProxy, Rigmon, free_port, http_get, wait_for
 from test_daemon import _self_signed
 from test_influxdb import gpu_points, metric, polls_from_log
 
@@ -34,18 +32,6 @@ from rigmon.retry import backoff
 def rigmon_cli(*args, timeout=60, **kw):
     return subprocess.run([sys.executable, "-m", "rigmon", *args], capture_output=True, text=True, timeout=timeout,
                           **kw)
-
-
-@pytest.fixture
-def influx(tmp_path):
-    server = InfluxDB(tmp_path)
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def eight_gpus(tmp_path):
-    return sc.write(sc.one_tick(sc.h200()).widened(8), tmp_path / "eight.rec.jsonl")
 
 
 def influx_config(url, state_dir, api="v1", extra="", interval=0.2):
@@ -262,9 +248,10 @@ def test_an_hour_long_retry_after_does_not_freeze_influxdb_writes(tmp_path, infl
 
 
 def test_a_chat_webhooks_429_does_not_silence_later_alerts():
+    from test_notify import transition
+
     from rigmon.alerts.notify import Notifier
     from rigmon.config import NotifierConfig
-    from test_notify import transition
 
     receiver = Receiver()
     receiver.status, receiver.retry_after = 429, "3600"
@@ -351,9 +338,10 @@ def test_a_url_with_a_space_or_control_character_fails_config_check(url, tmp_pat
 
 
 def test_a_notifier_thread_survives_any_exception():
+    from test_notify import transition
+
     from rigmon.alerts.notify import Notifier
     from rigmon.config import NotifierConfig
-    from test_notify import transition
 
     receiver = Receiver()
     notifier = Notifier(NotifierConfig(type="webhook", url=receiver.url), "box")
@@ -417,7 +405,8 @@ def test_nan_power_is_left_out_of_line_protocol_and_json(tmp_path):
         tick["gpus"][0]["nvmlDeviceGetTemperatureThreshold:1"] = 89
     path = tmp_path / "nan.rec.jsonl"
     sc.write(rec, path)
-    text = path.read_text().replace('"nvmlDeviceGetTemperatureThreshold:1": 89', '"nvmlDeviceGetTemperatureThreshold:1": NaN')
+    key = '"nvmlDeviceGetTemperatureThreshold:1"'
+    text = path.read_text().replace(f"{key}: 89", f"{key}: NaN")
     path.write_text(text)
     done = rigmon_cli("status", "--replay", str(path), "--at", "10", "--json")
     assert done.returncode == 0, done.stderr
@@ -490,7 +479,6 @@ def test_daemon_history_is_accepted_with_a_deprecation_warning(tmp_path):
 # Fuzz: generated configs and mutated recordings never give a traceback ------------------------
 def test_fuzz_configs_and_recordings_are_accepted_or_refused_clearly(tmp_path):
     import random
-    import tomllib
 
     from rigmon.config import Config
 

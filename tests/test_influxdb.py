@@ -4,23 +4,9 @@ import re
 import signal
 import time
 
-import pytest
-import scenarios as sc
-from servers import InfluxDB, Rigmon, V2Gateway, http_get, wait_for
+from servers import Rigmon, V2Gateway, http_get, wait_for
 
 GPUS = 8
-
-
-@pytest.fixture
-def influx(tmp_path):
-    server = InfluxDB(tmp_path)
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def eight_gpus(tmp_path):
-    return sc.write(sc.one_tick(sc.h200()).widened(GPUS), tmp_path / "eight.rec.jsonl")
 
 
 def v1_config(influx, tmp_path, extra="", interval=0.25):

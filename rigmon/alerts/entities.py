@@ -73,7 +73,8 @@ SENSOR_VARS = {"present": "the sensor answers now"}
 KINDS = {"gpu": GPU_VARS, "gpu_fan": GPU_FAN_VARS, "fan": FAN_VARS, "cpu": CPU_VARS, "host": HOST_VARS,
          "psu": PSU_VARS, "sensor": SENSOR_VARS}
 # Labels that identify each kind's entities (also shown in alert labels).
-LABELS = {"gpu": ("gpu", "uuid", "name"), "gpu_fan": ("gpu", "uuid", "name", "fan"), "fan": ("chip", "fan"), "cpu": ("socket", "chip", "sensor"),
+LABELS = {"gpu": ("gpu", "uuid", "name"), "gpu_fan": ("gpu", "uuid", "name", "fan"), "fan": ("chip", "fan"),
+          "cpu": ("socket", "chip", "sensor"),
           "host": (), "psu": ("psu",), "sensor": ("sensor_kind", "sensor")}
 
 

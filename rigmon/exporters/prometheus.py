@@ -107,8 +107,9 @@ def _gpu_families(sample: Sample, xids: dict):
         "fan_target": _gauge("rigmon_gpu_fan_target_speed_ratio", "Fan speed the driver asks for.", ids + ["fan"]),
         "fan_rpm": _gauge("rigmon_gpu_fan_speed_rpm", "Measured fan speed (where the board reports it).",
                           ids + ["fan"]),
-        "pcie_gen": _gauge("rigmon_gpu_pcie_link_generation", "PCIe link generation (drops at idle by design): link=current, "
-                                                           "max (what GPU and slot allow), gpu_max, expected (config).",
+        "pcie_gen": _gauge("rigmon_gpu_pcie_link_generation",
+                           "PCIe link generation (drops at idle by design): link=current, "
+                           "max (what GPU and slot allow), gpu_max, expected (config).",
                            ids + ["link"]),
         "pcie_width": _gauge("rigmon_gpu_pcie_link_width", "PCIe link width in lanes (drops at idle by design).",
                              ids + ["link"]),
