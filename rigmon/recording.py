@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,22 +71,61 @@ def encode(value: Any) -> Any:
     raise TypeError(f"cannot store a {type(value).__name__} in a recording")
 
 
+LAZY_BYTES = 16 << 20  # larger recordings keep their ticks as text, parsed when read
+
+
+class LazyTicks(Sequence):
+    """A large recording's ticks, kept as their JSON lines (about the file's size in memory,
+    where parsed dicts take ten times that) and parsed when read; read-only. ``transform``
+    changes each parsed tick (``widened``)."""
+
+    def __init__(self, lines: list[str], times: list[float], transform=None):
+        self._lines, self.times, self._transform = lines, times, transform
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        tick = json.loads(self._lines[index])
+        return self._transform(tick) if self._transform else tick
+
+    def mentions(self, text: str) -> bool:
+        return any(text in line for line in self._lines)
+
+    def with_transform(self, transform) -> LazyTicks:
+        inner = self._transform
+        return LazyTicks(self._lines, self.times, (lambda t: transform(inner(t))) if inner else transform)
+
+
 @dataclass
 class Recording:
     header: dict
-    ticks: list[dict] = field(default_factory=list)
+    ticks: list[dict] | LazyTicks = field(default_factory=list)
 
     @property
     def gpu_count(self) -> int:
         return len(self.header.get("gpus", []))
 
+    def _times(self) -> list[float]:
+        return self.ticks.times if isinstance(self.ticks, LazyTicks) else [tick["t"] for tick in self.ticks]
+
     @property
     def duration(self) -> float:
-        return self.ticks[-1]["t"] - self.ticks[0]["t"] if self.ticks else 0.0
+        times = self._times()
+        return times[-1] - times[0] if times else 0.0
 
     def offsets(self) -> list[float]:
-        t0 = self.ticks[0]["t"] if self.ticks else 0.0
-        return [round(tick["t"] - t0, 3) for tick in self.ticks]  # ticks carry milliseconds
+        times = self._times()
+        t0 = times[0] if times else 0.0
+        return [round(t - t0, 3) for t in times]  # ticks carry milliseconds
+
+    def mentions(self, text: str) -> bool:
+        """Whether any tick holds ``text`` as a key (an XID event, say)."""
+        if isinstance(self.ticks, LazyTicks):
+            return self.ticks.mentions(f'"{text}"')
+        return any(text in g for tick in self.ticks for g in tick.get("gpus", []))
 
     @classmethod
     def load(cls, path: str | Path) -> Recording:
@@ -113,7 +153,8 @@ class Recording:
                 raise RecordingError(f"{path}: line 1: {key!r} must be an object")
         if not all(isinstance(g, dict) for g in header.get("gpus", [])):
             raise RecordingError(f"{path}: line 1: every entry of 'gpus' must be an object")
-        ticks = []
+        lazy = len(text) > LAZY_BYTES
+        ticks, times = [], []
         for number, line in enumerate(lines[1:], start=2):
             tick = _parse_line(path, number, line)
             if not isinstance(tick.get("t"), (int, float)):
@@ -125,8 +166,10 @@ class Recording:
             have, want = len(tick.get("gpus", [])), len(header.get("gpus", []))
             if have != want:
                 raise RecordingError(f"{path}: line {number}: {have} GPU entries, header has {want}")
-            ticks.append(tick)
-        return cls(header, ticks)
+            if lazy:
+                times.append(tick["t"])
+            ticks.append(line if lazy else tick)
+        return cls(header, LazyTicks(ticks, times) if lazy else ticks)
 
     def widened(self, count: int) -> Recording:
         """The same recording with ``count`` GPUs, copies of the recorded ones with their own
@@ -146,6 +189,8 @@ class Recording:
 
         header = dict(self.header, gpus=copy(source, True))
         header["nvml"] = dict(header.get("nvml", {}), nvmlDeviceGetCount=count)
+        if isinstance(self.ticks, LazyTicks):  # widened as each tick is read
+            return Recording(header, self.ticks.with_transform(lambda t: dict(t, gpus=copy(t["gpus"], False))))
         ticks = [dict(tick, gpus=copy(tick["gpus"], False)) for tick in self.ticks]
         return Recording(header, ticks)
 

@@ -51,22 +51,20 @@ def _decode(value: Any) -> Any:
 EVENT_KEYS = ("nvmlEventSetWait_v2",)  # an event happens once: never carried forward
 
 
-def _carried(ticks: list[list[dict]]) -> list[list[dict]]:
-    """Each tick's answers with the last recorded answer of every call it lacks carried
-    forward: the daemon reads slow counters (energy, throttle times) only every few seconds,
-    so a recording holds them on some ticks only, and a replay must answer what was last seen,
-    not NotSupported. A call never recorded in a tick falls back to the header."""
-    out, last = [], []
-    for entries in ticks:
-        row = []
-        for i, entry in enumerate(entries):
-            if i == len(last):
-                last.append({})
-            merged = {**last[i], **entry}
-            last[i] = {k: v for k, v in merged.items() if k not in EVENT_KEYS}
-            row.append({**last[i], **{k: entry[k] for k in EVENT_KEYS if k in entry}})
-        out.append(row)
-    return out
+CHECKPOINT_TICKS = 256  # the carried state is kept every this many ticks, and rebuilt between
+
+
+def _merge(last: list[dict], entries: list[dict]) -> list[dict]:
+    """The carried answers after one more tick: its own answers over the last ones (events
+    are never carried: an event happens once)."""
+    out = []
+    for i, entry in enumerate(entries):
+        before = last[i] if i < len(last) else {}
+        merged = {**before, **entry}
+        for key in EVENT_KEYS:
+            merged.pop(key, None)
+        out.append(merged)
+    return out + last[len(entries):]
 
 
 class ReplayClock:
@@ -104,11 +102,67 @@ class ReplaySource:
         self.header_nvml = _decode(recording.header.get("nvml", {}))
         self.header_gpus = [_decode(g) for g in recording.header.get("gpus", [])]
         self.header_host = _decode(recording.header.get("host", {}))
-        self.tick_gpus = [[_decode(g) for g in gpus] for gpus in _carried([tick.get("gpus", []) for tick in
-                                                                             recording.ticks])]
-        self.tick_host = [_decode(host) for (host,) in _carried([[tick.get("host", {})] for tick in recording.ticks])]
-        self.tick_labels = [tick.get("label") for tick in recording.ticks]
-        self.has_events = any("nvmlEventSetWait_v2" in g for tick in self.tick_gpus for g in tick)
+        self.has_events = recording.mentions("nvmlEventSetWait_v2")
+        # Each tick's answers with the last recorded answer of every call it lacks carried
+        # forward: the daemon reads slow counters (energy, throttle times) only every few
+        # seconds, so a recording holds them on some ticks only, and a replay must answer what
+        # was last seen, not NotSupported (a call never recorded falls back to the header).
+        # Worked out as the replay reaches a tick, from checkpoints: memory stays a small
+        # multiple of one tick whatever the recording's length.
+        self._checkpoints: list[tuple[list[dict], dict]] = []  # carried (gpus, host) at k * CHECKPOINT_TICKS
+        self._at: tuple[int, list[dict], dict] | None = None  # the last tick worked out, raw
+        self._decoded: tuple[int, list, Any, Any] | None = None  # (index, gpus, host, label), decoded
+        self._lock = threading.Lock()
+
+    def _carried_at(self, index: int) -> tuple[list[dict], dict]:
+        ticks = self.recording.ticks
+        if self._at is not None and self._at[0] <= index < self._at[0] + CHECKPOINT_TICKS:
+            position, gpus, host = self._at
+        else:
+            k = index // CHECKPOINT_TICKS
+            while len(self._checkpoints) <= k:  # each checkpoint from the one before it
+                n = len(self._checkpoints)
+                if n == 0:
+                    tick = ticks[0]
+                    gpus, host = _merge([], tick.get("gpus", [])), _merge([], [tick.get("host", {})])[0]
+                else:
+                    gpus, host = self._checkpoints[-1]
+                    for i in range((n - 1) * CHECKPOINT_TICKS + 1, n * CHECKPOINT_TICKS + 1):
+                        tick = ticks[i]
+                        gpus, host = _merge(gpus, tick.get("gpus", [])), _merge([host], [tick.get("host", {})])[0]
+                self._checkpoints.append((gpus, host))
+            position = k * CHECKPOINT_TICKS
+            gpus, host = self._checkpoints[k]
+        for i in range(position + 1, index + 1):
+            tick = ticks[i]
+            gpus, host = _merge(gpus, tick.get("gpus", [])), _merge([host], [tick.get("host", {})])[0]
+        self._at = (index, gpus, host)
+        return gpus, host
+
+    def _current(self, index: int) -> tuple[list, Any, Any]:
+        with self._lock:  # the XID thread and the poll thread ask at once
+            if self._decoded is None or self._decoded[0] != index:
+                gpus, host = self._carried_at(index)
+                tick = self.recording.ticks[index]
+                own = tick.get("gpus", [])
+                gpus = [dict(g, **{k: own[i][k] for k in EVENT_KEYS if i < len(own) and k in own[i]})
+                        for i, g in enumerate(gpus)]
+                self._decoded = (index, [_decode(g) for g in gpus], _decode(host), tick.get("label"))
+            return self._decoded[1:]
+
+    def gpus_at(self, index: int) -> list:
+        """The decoded answers of every GPU at tick ``index`` (carried forward)."""
+        return self._current(index)[0]
+
+    def host_at(self, index: int) -> Any:
+        return self._current(index)[1]
+
+    def events_at(self, index: int) -> list[list]:
+        """The events recorded in tick ``index`` itself, per GPU."""
+        return [g.get("nvmlEventSetWait_v2", ()) or () for g in self.recording.ticks[index].get("gpus", [])]
+
+    def __len__(self) -> int:
+        return len(self._offsets)
 
     def tick_index(self) -> int:
         position = self.clock()
@@ -117,7 +171,7 @@ class ReplaySource:
         return max(bisect.bisect_right(self._offsets, position) - 1, 0)
 
     def label(self) -> str | None:
-        return self.tick_labels[self.tick_index()]
+        return self._current(self.tick_index())[2]
 
 
 class ReplayHandle:
@@ -151,7 +205,7 @@ class ReplayNVML:
         return self._answer(self._source.header_nvml.get(key, _Raise("NotSupported")))
 
     def _device(self, index: int, key: str) -> Any:
-        tick = self._source.tick_gpus[self._source.tick_index()][index]
+        tick = self._source.gpus_at(self._source.tick_index())[index]
         value = tick.get(key, _MISSING)
         if value is _MISSING:
             value = self._source.header_gpus[index].get(key, _NOT_SUPPORTED)
@@ -257,14 +311,14 @@ class ReplayEventSet:
         now = self._source.tick_index()
         if now == self._cursor:
             return
-        count = len(self._source.tick_gpus)
+        count = len(self._source)
         index = self._cursor
         while index != now:
             index = (index + 1) % count
-            for gpu, entry in enumerate(self._source.tick_gpus[index]):
+            for gpu, events in enumerate(self._source.events_at(index)):
                 if gpu not in self._handles:
                     continue
-                for event in entry.get("nvmlEventSetWait_v2", ()) or ():
+                for event in events:
                     self._pending.append(Struct(
                         device=self._handles[gpu], eventType=event.get("eventType", 8),
                         eventData=event.get("eventData", 0), gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF))
@@ -292,7 +346,7 @@ class ReplayHost:
         self._source = source
 
     def _get(self, key: str, default: Any) -> Any:
-        tick = self._source.tick_host[self._source.tick_index()]
+        tick = self._source.host_at(self._source.tick_index())
         if key in tick:
             return tick[key]
         return self._source.header_host.get(key, default)
