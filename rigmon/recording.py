@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,10 +132,13 @@ class Recording:
     def load(cls, path: str | Path) -> Recording:
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            with open(path, encoding="utf-8") as f:  # line by line: never the whole text and its lines at once
+                size = os.fstat(f.fileno()).st_size
+                lines = [line.rstrip("\r\n") for line in f if line.strip()]
         except OSError as e:
             raise RecordingError(f"{path}: cannot read: {e.strerror or e}") from None
-        lines = [line for line in text.splitlines() if line.strip()]
+        except UnicodeDecodeError as e:
+            raise RecordingError(f"{path}: not UTF-8 text (byte {e.start} of a line)") from None
         if not lines:
             raise RecordingError(f"{path}: empty file, not a rigmon recording")
         header = _parse_line(path, 1, lines[0])
@@ -153,7 +157,7 @@ class Recording:
                 raise RecordingError(f"{path}: line 1: {key!r} must be an object")
         if not all(isinstance(g, dict) for g in header.get("gpus", [])):
             raise RecordingError(f"{path}: line 1: every entry of 'gpus' must be an object")
-        lazy = len(text) > LAZY_BYTES
+        lazy = size > LAZY_BYTES
         ticks, times = [], []
         for number, line in enumerate(lines[1:], start=2):
             tick = _parse_line(path, number, line)
