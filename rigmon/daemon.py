@@ -216,7 +216,7 @@ class Daemon:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=True)
         if self.influx is not None:
-            self.influx._spool_queued(block=0)  # the last poll is on disk before anything waits
+            self.influx.spool_now()  # the last poll is on disk before anything waits
         closers = []
         for sink in self.sinks:
             close = getattr(sink, "close", None)

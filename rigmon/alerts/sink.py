@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
+import time
 from collections import Counter
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -165,9 +167,6 @@ class AlertSink:
 
     def close(self, deadline: float | None = None) -> None:
         """Every notifier delivers what it can until the one shared deadline, side by side."""
-        import threading
-        import time
-
         deadline = deadline if deadline is not None else time.monotonic() + 2.0
         closers = [threading.Thread(target=n.close, kwargs={"deadline": deadline}, daemon=True)
                    for n in self.notifiers]

@@ -150,7 +150,6 @@ class Run:
         self.cpu_energy: list[float | None] = [None, None]  # first, latest
         self.ticks = 0
         self.slowdown_celsius: dict[int, float] = {}
-        self.limits: dict[int, float] = {}
 
     def observe(self, tick: dict) -> None:
         t = tick["t"]

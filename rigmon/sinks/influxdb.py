@@ -199,6 +199,10 @@ class InfluxSink:
             if self._held and self._stop.is_set():
                 break  # the disk is still full: what is held stays counted as lost at exit
 
+    def spool_now(self) -> None:
+        """Put what is queued on disk now (a warm stop does this before anything waits)."""
+        self._spool_queued(block=0)
+
     def _spool_queued(self, block: float) -> None:
         """Move what is queued to the spool, in order (one spooler at a time)."""
         with self._spool_lock:
