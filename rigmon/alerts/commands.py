@@ -52,7 +52,7 @@ def cmd_rules_test(args) -> int:
           f"{recording.gpu_count} GPU(s), {sum(1 for s in config.alerts.effective_rules() if s.enabled)} rules")
     for t in shown:
         stamp = time.strftime("%H:%M:%S", time.gmtime(t.time))
-        subject = ", ".join(f"{k}={v}" for k, v in t.labels.items() if k not in ("uuid", "name")) or "host"
+        subject = t.subject
         print(f"{t.time - t0:8.1f} s  {stamp}Z  {t.status.upper():<8} {t.severity:<8} {t.alertname} [{subject}]  "
               f"{t.summary}")
     counts = {}

@@ -35,6 +35,11 @@ class PsuGroup:
     include_cpu: bool = False
 
 
+def subject_of(labels: dict[str, str], sep: str = ", ") -> str:
+    """What an alert is about, for people: its labels without the long uuid and name."""
+    return sep.join(f"{k}={v}" for k, v in labels.items() if k not in ("uuid", "name")) or "host"
+
+
 @dataclass
 class Alert:
     rule: Rule
@@ -58,7 +63,7 @@ class Alert:
 
     @property
     def subject(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in self.labels.items() if k not in ("uuid", "name")) or "host"
+        return subject_of(self.labels)
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,10 @@ class Transition:
     time: float
     values: dict[str, Any]
     reason: str = ""  # why a resolved alert resolved, when not because its condition cleared
+
+    @property
+    def subject(self) -> str:
+        return subject_of(self.labels)
 
     @property
     def key(self) -> str:

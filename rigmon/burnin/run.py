@@ -396,8 +396,7 @@ def cmd_burnin(args) -> int:
             for t in engine.evaluate(sample, sample.time):
                 log.warning("%s", t.line())
                 transitions.append({"status": t.status, "alertname": t.alertname, "severity": t.severity,
-                                    "subject": ", ".join(f"{k}={v}" for k, v in t.labels.items()
-                                                         if k not in ("uuid", "name")) or "host",
+                                    "subject": t.subject,
                                     "summary": t.summary, "t": round(t.time - started, 1)})
             run.observe(compact(sample, started))
             if influx is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from ..alerts.engine import subject_of
 from ..sample import CLOCK_EVENT_BITS, Sample
 
 
@@ -139,7 +140,7 @@ def encode(sample: Sample, host: str, with_info: bool = False) -> list[str]:
 
 def encode_transition(t, host: str) -> str | None:
     """An alert transition as a point in ``alert``."""
-    subject = ",".join(f"{k}={v}" for k, v in t.labels.items() if k not in ("uuid", "name")) or "host"
+    subject = subject_of(t.labels, sep=",")  # a tag: no spaces
     return line("alert", {"host": host, "alertname": t.alertname, "severity": t.severity, "subject": subject},
                 {"status": t.status, "firing": t.status == "firing", "summary": t.summary},
                 int(round(t.time * 1e9)))
