@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..sample import Sample
-from .entities import KINDS, LABELS, gpu_entities, host_entities, sensor_keys
+from .entities import DEPRECATED, KINDS, LABELS, gpu_entities, host_entities, sensor_keys
 from .rules import SEVERITY_RANK, Rule
 from .xid import xid_meaning
 
@@ -158,7 +158,7 @@ class AlertEngine:
             watts = sum(g.power_watts or 0 for g in gpus)
             if group.include_cpu:
                 watts += self._cpu_watts(sample)
-            entities[("psu", group.name)] = {"psu": group.name, "power_watts": watts, "budget_watts": group.watts}
+            entities[("psu", group.name)] = {"psu": group.name, "draw_watts": watts, "budget_watts": group.watts}
         present = sensor_keys(sample)
         for kind, name in self._seen_sensors | present:
             entities[("sensor", kind, name)] = {"sensor_kind": kind, "sensor": name,
@@ -313,6 +313,8 @@ class AlertEngine:
         ever = self._ever_max.get(alert.key, {})
         context.update({f"ever_max_{k}": v for k, v in ever.items()})
         context["for_seconds"] = alert.rule.for_seconds
+        for old, new in DEPRECATED.get(alert.rule.kind, {}).items():  # templates written for the old names
+            context.setdefault(old, context.get(new))
         for name, expression in alert.rule.values.items():
             context[name] = expression.evaluate(names)
         context["xid_meaning"] = xid_meaning(names.get("last_xid"))

@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError, model_validator
 
-from .entities import KINDS, LABELS
+from .entities import DEPRECATED, KINDS, LABELS
 
 HISTORY_FUNCTIONS = ("increase", "rate", "avg_over", "max_over", "min_over", "ever_max")
 PLAIN_FUNCTIONS = {"abs": abs, "min": min, "max": max, "known": None}
@@ -102,6 +102,12 @@ class Expression:
             raise ValueError(f"nested too deeply (at most {MAX_EXPRESSION_DEPTH} levels)") from None
         if _depth(tree) > MAX_EXPRESSION_DEPTH:
             raise ValueError(f"nested too deeply (at most {MAX_EXPRESSION_DEPTH} levels)")
+        # old variable names work for one release: renamed here, reported by the rule
+        renamed = _Rename({old: new for old, new in DEPRECATED.get(kind, {}).items() if old not in params})
+        tree = renamed.visit(tree)
+        self.deprecated: dict[str, str] = renamed.seen
+        if renamed.seen:
+            self.text = text = ast.unparse(tree)
         allowed_names = set(KINDS[kind]) | set(LABELS[kind]) | set(params) | {"True", "False", "None"}
         self.variables: set[str] = set()
         self.history_variables: set[str] = set()  # what increase(), avg_over()... look back at
@@ -339,6 +345,28 @@ class _HistoryArgs(ast.NodeTransformer):
         return node
 
 
+class _Rename(ast.NodeTransformer):
+    def __init__(self, names: dict[str, str]):
+        self.names, self.seen = names, {}
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:  # noqa: N802
+        new = self.names.get(node.id)
+        if new is None:
+            return node
+        self.seen[node.id] = new
+        return ast.copy_location(ast.Name(id=new, ctx=node.ctx), node)
+
+
+_WARNED: set[tuple[str, str, str]] = set()
+
+
+def _warn_deprecated(rule: str, field: str, old: str, new: str) -> None:
+    if (rule, field, old) not in _WARNED:  # once per rule and name, however often the config is validated
+        _WARNED.add((rule, field, old))
+        log.warning("rule %s: %s: variable %r is deprecated and goes in the next release; use %r", rule, field,
+                    old, new)
+
+
 def _depth(tree: ast.AST) -> int:
     deepest, stack = 0, [(tree, 1)]
     while stack:
@@ -393,15 +421,21 @@ class RuleSpec(BaseModel):
 
     @model_validator(mode="after")
     def _expressions(self) -> RuleSpec:
+        old = DEPRECATED.get(self.kind, {})
         for field in ("summary", "description", "hint"):
             check_template(getattr(self, field), field)
+            for _, name, _, _ in string.Formatter().parse(getattr(self, field)):
+                if name in old and name not in self.params and name not in self.values:
+                    _warn_deprecated(self.name, field, name, old[name])
         named = [("when", self.when), ("clear", self.clear)] + [(f"values.{k}", v) for k, v in self.values.items()]
         for field, text in named:
             if text is not None:
                 try:
-                    Expression(text, self.kind, self.params)
+                    expression = Expression(text, self.kind, self.params)
                 except ValueError as e:
                     raise ValueError(f"{field}: {e}") from None
+                for name, new in expression.deprecated.items():
+                    _warn_deprecated(self.name, field, name, new)
         return self
 
 

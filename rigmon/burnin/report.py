@@ -304,17 +304,17 @@ def _group_charts(units: list[dict], timeline: dict, hw: dict, span: float) -> l
 
     if gpus:
         slow = [s for u in gpus if (s := hw.get("gpus", {}).get(str(u["gpu"]), {}).get("slowdown_celsius"))]
-        out.append(chart("GPU temperature against the slowdown threshold", per_gpu("temp"), "°C",
+        out.append(chart("GPU temperature against the slowdown threshold", per_gpu("temperature_celsius"), "°C",
                          [("slowdown", min(slow), "#d62728")] if slow else [], above=min(slow) if slow else None,
                          span=span))
         limits = [u["power_limit_watts"] for u in gpus if u.get("power_limit_watts")]
-        out.append(chart("power against the limit", per_gpu("power"), "W",
+        out.append(chart("power against the limit", per_gpu("power_watts"), "W",
                          [("limit", max(limits), "#555")] if limits else [], zero=True,
                          above=max(limits) if limits else None, span=span))
-        out.append(chart("SM clock", per_gpu("sm_clock"), "MHz", zero=True, span=span))
-        out.append(chart("memory temperature", per_gpu("mem_temp"), "°C", span=span))
-        if any(timeline.get(f"gpu/{u['gpu']}/fan_rpm") for u in gpus):
-            out.append(chart("GPU fans (fastest per GPU)", per_gpu("fan_rpm"), "rpm", zero=True, span=span))
+        out.append(chart("SM clock", per_gpu("sm_clock_hertz", 1e-6), "MHz", zero=True, span=span))
+        out.append(chart("memory temperature", per_gpu("memory_temperature_celsius"), "°C", span=span))
+        if any(timeline.get(f"gpu/{u['gpu']}/fan_speed_rpm_max") for u in gpus):
+            out.append(chart("GPU fans (fastest per GPU)", per_gpu("fan_speed_rpm_max"), "rpm", zero=True, span=span))
         for u in gpus:
             events = {r: timeline.get(f"event/{u['gpu']}/{r}", []) for r in EVENT_COLORS}
             out.append(event_strip(f"{u['name']}: clock-event reasons", events, span))

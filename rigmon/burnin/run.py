@@ -21,7 +21,8 @@ from pathlib import Path
 from .. import __version__
 from .. import args as argtypes
 from .. import config as configmod
-from ..sample import CLOCK_EVENT_BITS, Sample
+from ..project import burnin_gpu
+from ..sample import Sample
 from ..sinks.lineprotocol import line
 from . import report as reportmod
 from .timeline import Downsampled, GpuTally, Timeline
@@ -113,22 +114,10 @@ def compact(sample: Sample, started: float) -> dict:
     info = {i.index: i for i in sample.gpu_info}
     gpus = {}
     for g in sample.gpus:
-        i = info.get(g.index)
-        entry = {"lost": g.lost}
+        entry = burnin_gpu(g, info.get(g.index), sample)  # the table's burn-in readings
         if not g.lost:
-            entry.update(temp=g.temperature_celsius, mem_temp=g.memory_temperature_celsius, power=g.power_watts,
-                         limit=g.power_limit_watts, sm_clock=g.sm_clock_hertz, util=g.utilization_gpu_ratio,
-                         energy=g.energy_joules, pcie_gen=g.pcie_generation, pcie_width=g.pcie_width,
-                         fan_rpm=max((r for r in g.fan_speed_rpm or () if r is not None), default=None),
-                         ecc_uncorrected=g.ecc_errors.uncorrected_volatile if g.ecc_errors else None,
-                         remap_pending=g.remapped_rows.pending if g.remapped_rows else None,
-                         remap_failure=g.remapped_rows.failure if g.remapped_rows else None,
-                         events={name: True for name, _ in CLOCK_EVENT_BITS
-                                 if g.clock_events is not None and getattr(g.clock_events, name)})
-        if i is not None:
-            entry.update(slowdown_celsius=i.temperature_thresholds.slowdown,
-                         pcie_max_gen=i.expected_pcie_generation or i.max_pcie_generation,
-                         pcie_max_width=i.max_pcie_width)
+            ce = g.clock_events
+            entry["events"] = {name: True for name in ce._fields if getattr(ce, name)} if ce is not None else {}
         gpus[g.index] = entry
     tick = {"t": round(sample.time - started, 2), "gpus": gpus,
             "events": [{"gpu": e.gpu_index, "xid": e.xid} for e in sample.events]}
@@ -142,7 +131,8 @@ def compact(sample: Sample, started: float) -> dict:
 class Run:
     """Everything the parent keeps while the workers train, bounded whatever the length."""
 
-    GPU_SERIES = ("temp", "mem_temp", "power", "limit", "sm_clock", "util", "fan_rpm")
+    GPU_SERIES = ("temperature_celsius", "memory_temperature_celsius", "power_watts", "power_limit_watts",
+                  "sm_clock_hertz", "utilization_gpu_ratio", "fan_speed_rpm_max")
 
     def __init__(self):
         self.timeline = Timeline()
@@ -161,7 +151,7 @@ class Run:
                 continue
             for key in self.GPU_SERIES:
                 value = g.get(key)
-                self.timeline.add(f"gpu/{index}/{key}", t, value / 1e6 if key == "sm_clock" and value else value)
+                self.timeline.add(f"gpu/{index}/{key}", t, value)
             for reason in EVENT_REASONS:
                 self.timeline.add(f"event/{index}/{reason}", t, 1.0 if g.get("events", {}).get(reason) else 0.0)
             if g.get("slowdown_celsius") is not None:

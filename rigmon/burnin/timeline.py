@@ -115,36 +115,38 @@ class GpuTally:
         if g.get("lost"):
             self.lost = True
             return
-        busy = (g.get("util") or 0) >= 0.5
+        busy = (g.get("utilization_gpu_ratio") or 0) >= 0.5
         if busy:
             self.busy_ticks += 1
             for reason in slowdown_reasons:
                 if g.get("events", {}).get(reason):
                     self.slowdown_ticks[reason] = self.slowdown_ticks.get(reason, 0) + 1
-            if g.get("pcie_gen") is not None and g.get("pcie_max_gen") is not None and (
-                    g["pcie_gen"] < g["pcie_max_gen"] or (g.get("pcie_width") or 0) < (g.get("pcie_max_width") or 0)):
+            gen, width = g.get("pcie_generation"), g.get("pcie_width")
+            target, widest = g.get("target_pcie_generation"), g.get("max_pcie_width")
+            if gen is not None and target is not None and (gen < target or (width or 0) < (widest or 0)):
                 self.pcie_below_ticks += 1
-                self.pcie_below_last = (g["pcie_gen"], g.get("pcie_width"), g["pcie_max_gen"], g.get("pcie_max_width"))
-        if g.get("temp") is not None:
-            self.hottest = g["temp"] if self.hottest is None else max(self.hottest, g["temp"])
+                self.pcie_below_last = (gen, width, target, widest)
+        temperature = g.get("temperature_celsius")
+        if temperature is not None:
+            self.hottest = temperature if self.hottest is None else max(self.hottest, temperature)
         if self.slowdown_celsius is None:
             self.slowdown_celsius = g.get("slowdown_celsius")
-        ecc = g.get("ecc_uncorrected")
+        ecc = g.get("ecc_uncorrected_volatile")
         if ecc is not None:
             self.ecc_first = ecc if self.ecc_first is None else self.ecc_first
             self.ecc_last = ecc
         self.remap_failure |= bool(g.get("remap_failure"))
         self.remap_pending |= bool(g.get("remap_pending"))
-        power, limit = g.get("power"), g.get("limit")
+        power, limit = g.get("power_watts"), g.get("power_limit_watts")
         if power is not None:
             self.max_power = power if self.max_power is None else max(self.max_power, power)
             if limit:
                 self.limit = limit
                 ratio = power / limit
                 self.max_power_ratio = ratio if self.max_power_ratio is None else max(self.max_power_ratio, ratio)
-        if g.get("energy") is not None:
-            self.energy_first = g["energy"] if self.energy_first is None else self.energy_first
-            self.energy_last = g["energy"]
+        if g.get("energy_joules") is not None:
+            self.energy_first = g["energy_joules"] if self.energy_first is None else self.energy_first
+            self.energy_last = g["energy_joules"]
             self.energy_readings += 1
 
     @property

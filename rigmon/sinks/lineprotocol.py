@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 
 from ..alerts.engine import subject_of
-from ..sample import CLOCK_EVENT_BITS, Sample
+from ..project import influx_gpu_fields, influx_gpu_info_fields, influx_host_points
+from ..sample import Sample
 
 
 def _tag(value: str) -> str:
@@ -45,96 +46,26 @@ def line(measurement: str, tags: dict[str, str], fields: dict, ns: int) -> str |
 
 
 def encode(sample: Sample, host: str, with_info: bool = False) -> list[str]:
+    """The sample's points; the fields are generated from the table of readings."""
     ns = int(round(sample.time * 1e9))
     out: list[str | None] = []
     info = {i.index: i for i in sample.gpu_info}
     for g in sample.gpus:
         i = info.get(g.index)
         tags = {"host": host, "gpu": str(g.index), "uuid": g.uuid, "name": i.name if i else ""}
-        fields = {"lost": g.lost}
-        if not g.lost:
-            fields.update(
-                power_watts=g.power_watts, power_limit_watts=g.power_limit_watts, energy_joules=g.energy_joules,
-                temperature_celsius=g.temperature_celsius, memory_temperature_celsius=g.memory_temperature_celsius,
-                utilization_gpu_ratio=g.utilization_gpu_ratio, utilization_memory_ratio=g.utilization_memory_ratio,
-                graphics_clock_hertz=g.graphics_clock_hertz, sm_clock_hertz=g.sm_clock_hertz,
-                memory_clock_hertz=g.memory_clock_hertz, memory_used_bytes=g.memory_used_bytes,
-                memory_total_bytes=g.memory_total_bytes, performance_state=g.performance_state,
-                pcie_generation=g.pcie_generation, pcie_width=g.pcie_width, pcie_replays=g.pcie_replay_total,
-                pcie_rx_bytes_per_second=g.pcie_rx_bytes_per_second,
-                pcie_tx_bytes_per_second=g.pcie_tx_bytes_per_second,
-            )
-            if i is not None:
-                fields.update(slowdown_celsius=i.temperature_thresholds.slowdown,
-                              shutdown_celsius=i.temperature_thresholds.shutdown)
-            if g.clock_events is not None:
-                mask = 0
-                for name, bit in CLOCK_EVENT_BITS:
-                    active = getattr(g.clock_events, name)
-                    if active is not None:
-                        fields[f"event_{name}"] = active
-                        mask |= bit if active else 0
-                fields["clock_event_mask"] = mask
-            if g.throttle_seconds is not None:
-                for name, value in g.throttle_seconds._asdict().items():
-                    fields[f"throttle_{name}_seconds"] = value
-            for suffix, values in (("speed_ratio", g.fan_speed_ratios), ("target_speed_ratio", g.fan_target_ratios),
-                                   ("speed_rpm", g.fan_speed_rpm)):
-                for n, value in enumerate(values or ()):
-                    fields[f"fan{n}_{suffix}"] = value
-            if g.ecc_errors is not None:
-                for name, value in g.ecc_errors._asdict().items():
-                    fields[f"ecc_{name}"] = value
-            if g.remapped_rows is not None:
-                r = g.remapped_rows
-                fields.update(remapped_rows_correctable=r.correctable, remapped_rows_uncorrectable=r.uncorrectable,
-                              remap_pending=r.pending, remap_failure=r.failure)
-            if g.retired_pages is not None:
-                p = g.retired_pages
-                fields.update(retired_pages_single_bit=p.single_bit, retired_pages_double_bit=p.double_bit,
-                              retired_pages_pending=p.pending)
-            if g.processes is not None:
-                fields.update(processes=len(g.processes),
-                              processes_memory_bytes=sum(p.used_memory_bytes or 0 for p in g.processes))
-        out.append(line("gpu", tags, fields, ns))
+        out.append(line("gpu", tags, influx_gpu_fields(g, i, sample), ns))
     if with_info:
-        system = sample.system
         for i in sample.gpu_info:
-            out.append(line("gpu_info", {"host": host, "gpu": str(i.index), "uuid": i.uuid, "name": i.name}, {
-                "pci_bus_id": i.pci_bus_id, "serial": i.serial, "vbios": i.vbios_version,
-                "compute_capability": i.compute_capability,
-                "driver": system.driver_version if system else None,
-                "power_limit_default_watts": i.power_limit_default_watts,
-                "max_sm_clock_hertz": i.max_sm_clock_hertz, "max_pcie_generation": i.max_pcie_generation,
-                "max_pcie_width": i.max_pcie_width, "gpu_max_pcie_generation": i.gpu_max_pcie_generation,
-                "expected_pcie_generation": i.expected_pcie_generation}, ns))
+            out.append(line("gpu_info", {"host": host, "gpu": str(i.index), "uuid": i.uuid, "name": i.name},
+                            influx_gpu_info_fields(i, sample), ns))
     for e in sample.events:
         out.append(line("xid", {"host": host, "gpu": str(e.gpu_index), "uuid": e.uuid, "xid": str(e.xid)},
                         {"code": e.xid}, int(round(e.time * 1e9))))
-    h = sample.host
-    if h is not None:
-        for c in h.cpu_temperatures:
-            out.append(line("cpu_temp", {"host": host, "socket": str(c.socket), "chip": c.chip, "sensor": c.sensor},
-                            {"celsius": c.celsius, "high_celsius": c.high_celsius,
-                             "critical_celsius": c.critical_celsius}, ns))
-        seen = set()
-        for t in h.temperatures:
-            if (t.chip, t.label) not in seen:
-                seen.add((t.chip, t.label))
-                out.append(line("temperature", {"host": host, "chip": t.chip, "sensor": t.label},
-                                {"celsius": t.celsius}, ns))
-        for f in h.fans:
-            out.append(line("fan", {"host": host, "chip": f.chip, "fan": f.label}, {"rpm": f.rpm, "turned": f.turned},
-                            ns))
-        for e in h.cpu_energy:
-            out.append(line("cpu_energy", {"host": host, "zone": e.zone}, {"joules": e.joules}, ns))
-        out.append(line("host", {"host": host}, {
-            "cpu_utilization_ratio": h.cpu_utilization_ratio, "cpu_cores": h.cpu_count, "load1": h.load1,
-            "load5": h.load5, "load15": h.load15, "memory_total_bytes": h.memory_total_bytes,
-            "memory_available_bytes": h.memory_available_bytes,
-            "gpus_answering": sum(1 for g in sample.gpus if not g.lost), "gpus_at_start": len(sample.gpu_info),
-            # a float even with no GPU (sum() of nothing is the integer 0: a field type conflict)
-            "gpu_power_watts": float(sum(g.power_watts or 0.0 for g in sample.gpus if not g.lost))}, ns))
+    if sample.host is not None:
+        def point(measurement: str, names: tuple[str, ...], values: list[str], fields: dict) -> None:
+            out.append(line(measurement, {"host": host, **dict(zip(names, values, strict=True))}, fields, ns))
+
+        influx_host_points(sample, sample.host, point)
     return [x for x in out if x is not None]
 
 

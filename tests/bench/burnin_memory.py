@@ -50,10 +50,12 @@ def main(argv=None) -> int:
         gpus = {}
         for i in range(args.gpus):
             hot = 95.0 if (t == spike_at and i == 3) else 70.0 + rng.random() * 3
-            gpus[i] = {"lost": False, "temp": hot, "mem_temp": 80.0 + rng.random(), "power": 340 + rng.random() * 10,
-                       "limit": 350.0, "sm_clock": 1.9e9, "util": 1.0, "energy": 1e6 + t * 345.0, "pcie_gen": 4,
-                       "pcie_width": 16, "fan_rpm": 2000.0, "ecc_uncorrected": 0, "events": {"sw_power_cap": True},
-                       "slowdown_celsius": 90.0, "pcie_max_gen": 4, "pcie_max_width": 16}
+            gpus[i] = {"lost": False, "temperature_celsius": hot, "memory_temperature_celsius": 80.0 + rng.random(),
+                       "power_watts": 340 + rng.random() * 10, "power_limit_watts": 350.0, "sm_clock_hertz": 1.9e9,
+                       "utilization_gpu_ratio": 1.0, "energy_joules": 1e6 + t * 345.0, "pcie_generation": 4,
+                       "pcie_width": 16, "fan_speed_rpm_max": 2000.0, "ecc_uncorrected_volatile": 0,
+                       "events": {"sw_power_cap": True}, "slowdown_celsius": 90.0, "target_pcie_generation": 4,
+                       "max_pcie_width": 16}
         run.observe({"t": float(t), "gpus": gpus, "events": [],
                      "cpu": {"CPU0 Tctl": 60.0 + rng.random()}, "fans": {"nct6798/fan1": 1100.0, "nct6798/fan2": 900.0},
                      "cpu_energy": t * 120.0})
@@ -81,12 +83,12 @@ def main(argv=None) -> int:
         json_mb = json_path.stat().st_size / 1e6
         html_mb = html_path.stat().st_size / 1e6
         summary_kb = (Path(tmp) / "summary.json").stat().st_size / 1e3
-    spike_kept = any(p[3] == 95.0 for p in run.timeline.get("gpu/3/temp").points())
+    spike_kept = any(p[3] == 95.0 for p in run.timeline.get("gpu/3/temperature_celsius").points())
     growth = during - before
     out = {"hours": args.hours, "gpus": args.gpus, "ticks": seconds, "feed_seconds": round(fed, 1),
            "rss_growth_mb": round(growth, 1), "burnin_json_mb": round(json_mb, 2), "burnin_html_mb": round(html_mb, 2),
            "summary_json_kb": round(summary_kb, 1), "report_write_seconds": round(write_s, 2),
-           "series": len(run.timeline.series), "points_per_series": len(run.timeline.get("gpu/0/temp")),
+           "series": len(run.timeline.series), "points_per_series": len(run.timeline.get("gpu/0/temperature_celsius")),
            "spike_kept": spike_kept, "verdict": overall}
     print(json.dumps(out, indent=2))
     return 0 if growth <= 50 and json_mb <= 20 and spike_kept else 1

@@ -1,0 +1,281 @@
+"""A sample projected through the table of readings: the code each output runs, generated.
+
+From ``rigmon.readings`` this module writes, once at import, straight-line Python for each
+output (the Prometheus families, the InfluxDB fields, the alert entities, the burn-in's
+ticks) and compiles it: per poll there is no loop over the table, no ``getattr`` by name,
+one attribute access per value. ``python -m rigmon.project`` prints the generated code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .readings import ENTITIES, FAMILIES, READINGS, Reading
+
+_NEVER_NONE = {"g", "s", "r", "f"}  # roots that are always there; everything else may be None
+
+
+class GpuFan:
+    """One fan of a GPU, as the table's ``gpu_fan`` readings see it."""
+
+    __slots__ = ("speed_ratio", "target_speed_ratio", "speed_rpm")
+
+    def __init__(self, speed_ratio, target_speed_ratio, speed_rpm):
+        self.speed_ratio, self.target_speed_ratio, self.speed_rpm = speed_ratio, target_speed_ratio, speed_rpm
+
+
+def gpu_fans(g) -> list[GpuFan]:
+    speeds, targets, rpms = g.fan_speed_ratios or (), g.fan_target_ratios or (), g.fan_speed_rpm or ()
+    return [GpuFan(speeds[n] if n < len(speeds) else None, targets[n] if n < len(targets) else None,
+                   rpms[n] if n < len(rpms) else None)
+            for n in range(max(len(speeds), len(targets), len(rpms)))]
+
+
+def unique_temperatures(temperatures):
+    """hwmon temperatures, one per (chip, label): two sockets may repeat a label ("Core 0"),
+    and the first one stands."""
+    seen = set()
+    for t in temperatures:
+        key = (t.chip, t.label)
+        if key not in seen:
+            seen.add(key)
+            yield t
+
+
+class _Writer:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.names: dict[str, object] = {"_gpu_fans": gpu_fans, "_unique": unique_temperatures}
+        self._temps = 0
+
+    def emit(self, depth: int, text: str) -> None:
+        self.lines.append("    " * depth + text)
+
+    def value(self, reading: Reading) -> str:
+        """An expression for the reading's value, None-safe along its path."""
+        get = reading.get
+        if callable(get):
+            key = f"_fn_{len(self.names)}"
+            self.names[key] = get
+            args = {"gpu": "g, i, s", "gpu_fan": "f, g, s", "host": "s, h"}.get(reading.entity, "r, h")
+            return f"{key}({args})"
+        root, *attrs = get.split(".")
+        expr = root
+        nullable = root not in _NEVER_NONE
+        for attr in attrs:
+            if nullable:
+                self._temps += 1
+                tmp = f"_t{self._temps}"
+                expr = f"(None if ({tmp} := {expr}) is None else {tmp}.{attr})"
+            else:
+                expr = f"{expr}.{attr}"
+            nullable = True
+        return expr
+
+    def compile(self, name: str) -> Callable:
+        source = "\n".join(self.lines)
+        namespace = dict(self.names)
+        exec(compile(source, f"<rigmon.project {name}>", "exec"), namespace)  # our own table, not input
+        fn = namespace[name]
+        fn.source = source
+        return fn
+
+
+# Where each host-side entity's records are, and its label values.
+_HOST_LOOPS = {
+    "cpu": ("h.cpu_temperatures", "[str(r.socket), r.chip, r.sensor]"),
+    "temperature": ("_unique(h.temperatures)", "[r.chip, r.label]"),
+    "fan": ("h.fans", "[r.chip, r.label]"),
+    "cpu_energy": ("h.cpu_energy", "[r.zone]"),
+}
+
+
+def _gpu_parts(entity: str, **flags) -> tuple[list[Reading], list[Reading], list[Reading]]:
+    """A GPU entity's readings split by when they are read: always, every poll of a GPU that
+    answers, and from its start-up facts."""
+    rs = [r for r in READINGS if r.entity == entity and r.get is not None
+          and all(getattr(r, k) == v for k, v in flags.items())]
+    return ([r for r in rs if r.always], [r for r in rs if not r.always and not r.static],
+            [r for r in rs if r.static])
+
+
+# --- Prometheus -----------------------------------------------------------------------------------
+def _prometheus() -> Callable:
+    """fill(sample, families): add every reading's sample to its family (a dict by name)."""
+    w = _Writer()
+    fams = {name: f"_F{n}" for n, name in enumerate(FAMILIES)}
+    w.emit(0, "def fill(s, families):")
+    for name, local in fams.items():
+        w.emit(1, f"{local} = families[{name!r}].add_metric")
+
+    def add(depth: int, r: Reading, labels: str) -> None:
+        w.emit(depth, f"v = {w.value(r)}")
+        parts = ([labels] if labels else []) + [repr(label) for label in r.labels]
+        value = "int(v)" if r.unit == "bool" else "v"
+        w.emit(depth, f"if v is not None: {fams[r.family]}([{', '.join(parts)}], {value})")
+
+    always, polled, static = _gpu_parts("gpu")
+    fan = [r for r in READINGS if r.entity == "gpu_fan" and r.family and r.get is not None]
+    w.emit(1, "h = s.host")
+    w.emit(1, "info = {x.index: x for x in s.gpu_info}")
+    w.emit(1, "for g in s.gpus:")
+    w.emit(2, "gi, gu = str(g.index), g.uuid")
+    w.emit(2, "i = info.get(g.index)")
+    for r in always:
+        if r.family:
+            add(2, r, "gi, gu")
+    w.emit(2, "if g.lost: continue")
+    for r in polled:
+        if r.family:
+            add(2, r, "gi, gu")
+    w.emit(2, "for n, f in enumerate(_gpu_fans(g)):")
+    w.emit(3, "fn = str(n)")
+    for r in fan:
+        add(3, r, "gi, gu, fn")
+    w.emit(2, "if i is not None:")
+    for r in static:
+        if r.family:
+            add(3, r, "gi, gu")
+    w.emit(2, "pass")
+    for r in READINGS:
+        if r.entity == "host" and r.family and FAMILIES[r.family].group == "gpu":
+            add(1, r, "")
+    w.emit(1, "if h is None: return")
+    for entity, (records, labels) in _HOST_LOOPS.items():
+        rs = [r for r in READINGS if r.entity == entity and r.family]
+        if rs:
+            w.emit(1, f"for r in {records}:")
+            w.emit(2, f"labels = {labels}")
+            for r in rs:
+                add(2, r, "*labels")
+    for r in READINGS:
+        if r.entity == "host" and r.family and FAMILIES[r.family].group == "host":
+            add(1, r, "")
+    return w.compile("fill")
+
+
+# --- InfluxDB -------------------------------------------------------------------------------------
+def _influx() -> tuple[Callable, Callable, Callable]:
+    """gpu_fields(g, i, s) → dict; gpu_info_fields(i, s) → dict; host_points(s, h, point) → None
+    (point(measurement, tag values, fields) for each host-side point)."""
+    w = _Writer()
+    always, polled, static = _gpu_parts("gpu", influx=True)
+    in_gpu = [r for r in static if (r.measurement or "gpu") == "gpu"]
+    w.emit(0, "def gpu_fields(g, i, s):")
+    w.emit(1, "d = {" + ", ".join(f"{r.name!r}: {w.value(r)}" for r in always) + "}")
+    w.emit(1, "if g.lost: return d")
+    for r in polled:
+        w.emit(1, f"d[{r.name!r}] = {w.value(r)}")
+    w.emit(1, "if i is not None:")
+    for r in in_gpu:
+        w.emit(2, f"d[{r.name!r}] = {w.value(r)}")
+    w.emit(1, "fans = _gpu_fans(g)")
+    for r in READINGS:
+        if r.entity == "gpu_fan" and r.influx and r.get is not None:
+            w.emit(1, "for n, f in enumerate(fans):")
+            w.emit(2, f"d[f'fan{{n}}_{r.name}'] = {w.value(r)}")
+    w.emit(1, "return d")
+    gpu_fields = w.compile("gpu_fields")
+
+    w = _Writer()
+    w.emit(0, "def gpu_info_fields(i, s):")
+    w.emit(1, "return {" + ", ".join(f"{r.name!r}: {w.value(r)}" for r in static
+                                     if r.measurement == "gpu_info") + "}")
+    info_fields = w.compile("gpu_info_fields")
+
+    w = _Writer()
+    w.emit(0, "def host_points(s, h, point):")
+    for entity, (records, labels) in _HOST_LOOPS.items():
+        rs = [r for r in READINGS if r.entity == entity and r.influx]
+        if rs:
+            w.emit(1, f"for r in {records}:")
+            fields = ", ".join(f"{r.name!r}: {w.value(r)}" for r in rs)
+            w.emit(2, f"point({ENTITIES[entity].measurement!r}, {ENTITIES[entity].influx_tags!r}, {labels}, "
+                      f"{{{fields}}})")
+    rs = [r for r in READINGS if r.entity == "host" and r.influx]
+    fields = ", ".join(f"{r.name!r}: {w.value(r)}" for r in rs)
+    w.emit(1, f"point('host', (), [], {{{fields}}})")
+    return gpu_fields, info_fields, w.compile("host_points")
+
+
+# --- alert entities -------------------------------------------------------------------------------
+def _entities() -> tuple[Callable, Callable]:
+    """gpu_entities(s, xid_totals, last_xids) and host_entities(s): {(kind, ...): {variable: value}}."""
+    w = _Writer()
+    always, polled, static = _gpu_parts("gpu", rule=True)
+    fan = [r for r in READINGS if r.entity == "gpu_fan" and r.rule and r.get is not None]
+    w.emit(0, "def gpu_entities(s, xid_totals, last_xids):")
+    w.emit(1, "info = {x.index: x for x in s.gpu_info}")
+    w.emit(1, "out = {}")
+    w.emit(1, "for g in s.gpus:")
+    w.emit(2, "i = info.get(g.index)")
+    w.emit(2, "labels = {'gpu': str(g.index), 'uuid': g.uuid, 'name': i.name if i else ''}")
+    values = ", ".join(f"{r.name!r}: {w.value(r)}" for r in always)
+    w.emit(2, f"v = {{**labels, {values}, 'xid_total': xid_totals.get(g.index, 0), "
+              f"'last_xid': last_xids.get(g.index, 0)}}")
+    w.emit(2, "if not g.lost:")
+    for r in polled:
+        w.emit(3, f"v[{r.name!r}] = {w.value(r)}")
+    w.emit(2, "if i is not None:")
+    for r in static:
+        w.emit(3, f"v[{r.name!r}] = {w.value(r)}")
+    w.emit(2, "out[('gpu', g.index)] = v")
+    w.emit(2, "if g.lost: continue")
+    w.emit(2, "for n, f in enumerate(_gpu_fans(g)):")
+    values = ", ".join(f"{r.name!r}: {w.value(r)}" for r in fan)
+    w.emit(3, f"out[('gpu_fan', g.index, n)] = {{**labels, 'fan': str(n), {values}}}")
+    w.emit(1, "return out")
+    gpu = w.compile("gpu_entities")
+
+    w = _Writer()
+    w.emit(0, "def host_entities(s):")
+    w.emit(1, "out = {}")
+    w.emit(1, "h = s.host")
+    w.emit(1, "if h is not None:")
+    keys = {"cpu": "('cpu', r.socket)", "fan": "('fan', r.chip, r.label)"}
+    for entity, key in keys.items():
+        rs = [r for r in READINGS if r.entity == entity and r.rule]
+        records, labels = _HOST_LOOPS[entity]
+        names = ENTITIES[entity].prometheus_labels
+        w.emit(2, f"for r in {records}:")
+        w.emit(3, f"labels = {labels}")
+        values = ", ".join([f"{n!r}: labels[{k}]" for k, n in enumerate(names)] +
+                           [f"{r.name!r}: {w.value(r)}" for r in rs])
+        w.emit(3, f"out[{key}] = {{{values}}}")
+    rs = [r for r in READINGS if r.entity == "host" and r.rule]
+    w.emit(1, "out[('host',)] = {" + ", ".join(f"{r.name!r}: {w.value(r)}" for r in rs) + "}")
+    w.emit(1, "return out")
+    return gpu, w.compile("host_entities")
+
+
+# --- the burn-in's ticks --------------------------------------------------------------------------
+def _burnin() -> Callable:
+    """burnin_gpu(g, i, s) → the burn-in's dict of one GPU at one tick."""
+    w = _Writer()
+    always, polled, static = _gpu_parts("gpu", burnin=True)
+    w.emit(0, "def burnin_gpu(g, i, s):")
+    w.emit(1, "d = {'lost': g.lost}")
+    w.emit(1, "if not g.lost:")
+    for r in polled:
+        w.emit(2, f"d[{r.name!r}] = {w.value(r)}")
+    w.emit(1, "if i is not None:")
+    for r in static:
+        w.emit(2, f"d[{r.name!r}] = {w.value(r)}")
+    w.emit(1, "return d")
+    return w.compile("burnin_gpu")
+
+
+fill_prometheus = _prometheus()
+influx_gpu_fields, influx_gpu_info_fields, influx_host_points = _influx()
+gpu_entities, host_entities = _entities()
+burnin_gpu = _burnin()
+
+
+def main() -> None:
+    for fn in (fill_prometheus, influx_gpu_fields, influx_gpu_info_fields, influx_host_points, gpu_entities,
+               host_entities, burnin_gpu):
+        print(fn.source, end="\n\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,475 @@
+"""The table of readings: every value rigmon exports, named once.
+
+Each ``Reading`` says where its value is in a sample, its unit, its Prometheus family and
+label values, whether it is an InfluxDB field (and of which measurement), whether alert
+rules can use it and whether the burn-in keeps it. Its ``name`` is the one name it has
+everywhere: the InfluxDB field and the rule variable. Names follow the Prometheus scheme in
+base units (``power_watts``, ``utilization_gpu_ratio``, ``pcie_replays``: a counter without
+``_total``); the Prometheus family is the entity's prefix and the name, with a label where
+one family holds several readings (``rigmon_gpu_utilization_ratio{kind="gpu"}``).
+
+The Prometheus collector, the line-protocol encoder, the alert entities and the burn-in's
+ticks are generated from this table (``rigmon.project``), and so are README's metrics and
+InfluxDB tables (``python -m rigmon.readings --readme``). Adding a reading is an entry here
+and the reader line that fills the sample.
+
+A ``get`` is a path from the entity's record (``g`` a GpuReading, ``i`` its GpuInfo, ``s`` the
+Sample, ``h`` the HostReading, ``r`` the record of a host entity: a CPU socket, a sensor, a
+fan, a RAPL zone), None-safe at every step, or a function of those, or None for a variable
+the alert engine gives (XID counts, PSU budgets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from .sample import CLOCK_EVENT_BITS
+
+
+class Family(NamedTuple):
+    """A Prometheus metric family: its name (a counter without ``_total``), type, help and the
+    labels its readings add to the entity's."""
+
+    name: str
+    type: str  # gauge | counter
+    help: str
+    labels: tuple[str, ...] = ()
+    group: str = "gpu"  # gpu: emitted with every sample; host: only when the host reader ran
+
+
+class Entity(NamedTuple):
+    """What a reading belongs to: one record per GPU, fan, CPU socket… with its labels."""
+
+    kind: str
+    prometheus_labels: tuple[str, ...]  # label names, in order
+    influx_tags: tuple[str, ...]  # tag names besides host
+    measurement: str | None  # the InfluxDB measurement of its fields (None: none)
+    rule_kind: str | None  # the alert rule kind whose variables its rule readings are
+
+
+class Reading(NamedTuple):
+    name: str
+    entity: str
+    get: str | Callable | None
+    unit: str  # watts, joules, celsius, hertz, bytes, seconds, ratio, count, bool, rpm, text
+    doc: str
+    family: str | None = None  # key in FAMILIES; None: not in Prometheus
+    labels: tuple[str, ...] = ()  # values of the family's own labels
+    influx: bool = True  # an InfluxDB field of the entity's measurement
+    rule: bool = True  # a variable of the entity's alert rule kind
+    burnin: bool = False  # kept in the burn-in's ticks
+    old: str | None = None  # its rule-variable name before 0.2: accepted for one release, with a warning
+    measurement: str | None = None  # another measurement than the entity's (gpu_info)
+    always: bool = False  # read for a lost GPU too
+    static: bool = False  # from what is read once at start (GpuInfo): rules see it for a lost GPU too
+
+
+ENTITIES = {
+    "gpu": Entity("gpu", ("gpu", "uuid"), ("gpu", "uuid", "name"), "gpu", "gpu"),
+    "gpu_fan": Entity("gpu_fan", ("gpu", "uuid", "fan"), ("gpu", "uuid", "name"), "gpu", "gpu_fan"),
+    "cpu": Entity("cpu", ("socket", "chip", "sensor"), ("socket", "chip", "sensor"), "cpu_temp", "cpu"),
+    "temperature": Entity("temperature", ("chip", "sensor"), ("chip", "sensor"), "temperature", None),
+    "fan": Entity("fan", ("chip", "fan"), ("chip", "fan"), "fan", "fan"),
+    "cpu_energy": Entity("cpu_energy", ("zone",), ("zone",), "cpu_energy", None),
+    "host": Entity("host", (), (), "host", "host"),
+    "psu": Entity("psu", ("psu",), ("psu",), None, "psu"),
+    "sensor": Entity("sensor", ("sensor_kind", "sensor"), (), None, "sensor"),
+}
+
+LAST = " (from the last poll)"
+
+# Prometheus families in exposition order. ``gpu_info``, ``gpu_xid_errors`` are filled by the
+# exporter itself (identity labels; XID counts since start), not by readings.
+FAMILIES = {f.name: f for f in (
+    Family("rigmon_gpu_info", "gauge", "GPU identity; always 1."),
+    Family("rigmon_gpu_up", "gauge", "1 if the GPU answers, 0 if it is lost (fell off the bus)."),
+    Family("rigmon_gpu_power_watts", "gauge", "Power draw (NVML's 1 s average on Ampere and newer)."),
+    Family("rigmon_gpu_power_limit_watts", "gauge", "Enforced power limit."),
+    Family("rigmon_gpu_power_limit_range_watts", "gauge", "Power limit bounds and default.", ("bound",)),
+    Family("rigmon_gpu_energy_joules", "counter", "Energy used since the driver loaded."),
+    Family("rigmon_gpu_temperature_celsius", "gauge", "GPU core and memory temperature.", ("sensor",)),
+    Family("rigmon_gpu_temperature_threshold_celsius", "gauge", "Temperature thresholds.", ("threshold",)),
+    Family("rigmon_gpu_utilization_ratio", "gauge", "Share of the last sample period the GPU (kind=gpu) or its "
+                                                    "memory controller (kind=memory) was busy.", ("kind",)),
+    Family("rigmon_gpu_clock_hertz", "gauge", "Current clocks.", ("clock",)),
+    Family("rigmon_gpu_clock_max_hertz", "gauge", "Maximum clocks.", ("clock",)),
+    Family("rigmon_gpu_clock_event_active", "gauge", "1 while a clock-event (throttle) reason is active. "
+                                                     "sw_power_cap is normal under full load.", ("reason",)),
+    Family("rigmon_gpu_clock_event_seconds", "counter", "Time spent throttled, by reason, since the driver loaded.",
+           ("reason",)),
+    Family("rigmon_gpu_memory_used_bytes", "gauge", "Device memory in use."),
+    Family("rigmon_gpu_memory_total_bytes", "gauge", "Device memory size."),
+    Family("rigmon_gpu_performance_state", "gauge", "P-state: 0 is maximum performance, 15 minimum."),
+    Family("rigmon_gpu_fan_speed_ratio", "gauge", "Fan speed NVML reports: the intended speed (may exceed 1; a "
+                                                  "blocked fan still reports it)."),
+    Family("rigmon_gpu_fan_target_speed_ratio", "gauge", "Fan speed the driver asks for."),
+    Family("rigmon_gpu_fan_speed_rpm", "gauge", "Measured fan speed (where the board reports it)."),
+    Family("rigmon_gpu_pcie_link_generation", "gauge", "PCIe link generation (drops at idle by design): "
+                                                       "link=current, max (what GPU and slot allow), gpu_max, "
+                                                       "expected (config).", ("link",)),
+    Family("rigmon_gpu_pcie_link_width", "gauge", "PCIe link width in lanes (drops at idle by design).", ("link",)),
+    Family("rigmon_gpu_pcie_replays", "counter", "PCIe replays: link errors (risers, seating)."),
+    Family("rigmon_gpu_pcie_throughput_bytes_per_second", "gauge", "PCIe throughput over 20 ms.", ("direction",)),
+    Family("rigmon_gpu_ecc_errors", "counter", "ECC errors (counter=volatile since boot, aggregate lifetime).",
+           ("type", "counter")),
+    Family("rigmon_gpu_remapped_rows", "counter", "Memory rows remapped, by cause.", ("cause",)),
+    Family("rigmon_gpu_remapped_rows_pending", "gauge", "1 if a row remap waits for a GPU reset."),
+    Family("rigmon_gpu_remapped_rows_failure", "gauge", "1 if a row remap failed."),
+    Family("rigmon_gpu_retired_pages", "counter", "Memory pages retired (boards before Ampere), by cause.",
+           ("cause",)),
+    Family("rigmon_gpu_retired_pages_pending", "gauge", "1 if a page retirement waits for a GPU reset."),
+    Family("rigmon_gpu_processes", "gauge", "Compute processes on the GPU."),
+    Family("rigmon_gpu_processes_memory_bytes", "gauge", "Device memory held by compute processes."),
+    Family("rigmon_gpu_xid_errors", "counter", "XID critical errors seen since rigmon started, by code.", ("xid",)),
+    Family("rigmon_gpus", "gauge", "GPUs answering now (state=answering) and found at start (state=at_start).",
+           ("state",)),
+    Family("rigmon_cpu_temperature_celsius", "gauge", "One temperature per CPU socket; sensor says which was used "
+                                                      "(Tdie/Tccd over Tctl, Package over Core).", group="host"),
+    Family("rigmon_cpu_temperature_threshold_celsius", "gauge", "CPU temperature limits from the sensor.",
+           ("threshold",), group="host"),
+    Family("rigmon_sensor_temperature_celsius", "gauge", "Every hwmon temperature sensor.", group="host"),
+    Family("rigmon_fan_speed_rpm", "gauge", "Fan speed from hwmon (0 may mean stopped or not connected).",
+           group="host"),
+    Family("rigmon_fan_turned", "gauge", "1 if the fan read above 0 rpm since rigmon started (0: stopped, or an "
+                                         "empty header).", group="host"),
+    Family("rigmon_cpu_utilization_ratio", "gauge", "CPU busy share across all cores since the previous poll.",
+           group="host"),
+    Family("rigmon_cpu_cores", "gauge", "Logical CPUs.", group="host"),
+    Family("rigmon_load_average", "gauge", "System load average.", ("window",), group="host"),
+    Family("rigmon_memory_total_bytes", "gauge", "Host memory size.", group="host"),
+    Family("rigmon_memory_available_bytes", "gauge", "Host memory available.", group="host"),
+    Family("rigmon_cpu_energy_joules", "counter", "CPU energy by RAPL zone, made monotonic across wraps.",
+           group="host"),
+    Family("rigmon_host_sensors_visible", "gauge", "1 if any hwmon temperature or fan sensor is visible.",
+           group="host"),
+)}
+
+
+# --- values derived from several fields ---------------------------------------------------------
+def _power_ratio(g, i, s):
+    power, limit = g.power_watts, g.power_limit_watts
+    return power / limit if power is not None and limit else None
+
+
+def _clock_event_mask(g, i, s):
+    ce = g.clock_events
+    if ce is None:
+        return None
+    return sum(bit for (name, bit), active in zip(CLOCK_EVENT_BITS, ce, strict=True) if active)
+
+
+def _retired_pages(g, i, s):
+    p = g.retired_pages
+    counts = [c for c in (p.single_bit, p.double_bit) if c is not None] if p is not None else []
+    return sum(counts) if counts else None
+
+
+def _process_count(g, i, s):
+    return len(g.processes) if g.processes is not None else None
+
+
+def _process_memory(g, i, s):
+    return sum(p.used_memory_bytes or 0 for p in g.processes) if g.processes is not None else None
+
+
+def _fastest_fan(g, i, s):
+    return max((r for r in g.fan_speed_rpm or () if r is not None), default=None)
+
+
+def _target_pcie(g, i, s):
+    return (i.expected_pcie_generation or i.max_pcie_generation) if i is not None else None
+
+
+def _asked(f, g, s):  # a GPU fan: what it is asked for, the reported speed where no target is given
+    return f.target_speed_ratio if f.target_speed_ratio is not None else f.speed_ratio
+
+
+def _rpm_per_asked(f, g, s):
+    asked = _asked(f, g, s)
+    return f.speed_rpm / asked if f.speed_rpm is not None and asked else None
+
+
+def _answering(s, h):
+    return sum(1 for g in s.gpus if not g.lost)
+
+
+def _gpu_power(s, h):
+    # a float even with no GPU (sum() of nothing is the integer 0: an InfluxDB field type conflict)
+    return float(sum(g.power_watts or 0.0 for g in s.gpus if not g.lost))
+
+
+def _sensors_visible(s, h):
+    return 1 if (h.temperatures or h.fans) else 0
+
+
+def _nvml_ok(s, h):
+    status = next((r for r in s.readers if r.name == "gpu"), None)
+    return status.ok if status else None
+
+
+def _host(s, h, name):
+    return getattr(h, name) if h is not None else None
+
+
+def R(name, entity, get, unit, doc, family=None, labels=(), **kw) -> Reading:  # noqa: N802
+    return Reading(name, entity, get, unit, doc, family, tuple(labels), **kw)
+
+
+_EVENT_DOCS = {"sw_power_cap": "SW power cap active (normal under full load)",
+               "hw_slowdown": "HW slowdown active", "sw_thermal_slowdown": "SW thermal slowdown active",
+               "hw_thermal_slowdown": "HW thermal slowdown active", "hw_power_brake_slowdown": "HW power brake active"}
+_THROTTLE = ("sw_power_cap", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+
+READINGS: tuple[Reading, ...] = (
+    # --- each GPU, every poll (the ``gpu`` measurement, ``gpu`` rules) ---
+    R("lost", "gpu", "g.lost", "bool", "the GPU fell off the bus or stopped answering", always=True),
+    R("up", "gpu", lambda g, i, s: 0 if g.lost else 1, "bool", "1 answering, 0 lost", "rigmon_gpu_up",
+      influx=False, rule=False, always=True),
+    R("power_watts", "gpu", "g.power_watts", "watts", "power draw", "rigmon_gpu_power_watts", burnin=True),
+    R("power_limit_watts", "gpu", "g.power_limit_watts", "watts", "enforced power limit",
+      "rigmon_gpu_power_limit_watts", burnin=True),
+    R("power_ratio", "gpu", _power_ratio, "ratio", "power_watts / power_limit_watts", influx=False),
+    R("energy_joules", "gpu", "g.energy_joules", "joules", "energy since the driver loaded",
+      "rigmon_gpu_energy_joules", burnin=True),
+    R("temperature_celsius", "gpu", "g.temperature_celsius", "celsius", "GPU temperature",
+      "rigmon_gpu_temperature_celsius", ("gpu",), burnin=True),
+    R("memory_temperature_celsius", "gpu", "g.memory_temperature_celsius", "celsius", "memory temperature",
+      "rigmon_gpu_temperature_celsius", ("memory",), burnin=True),
+    R("utilization_gpu_ratio", "gpu", "g.utilization_gpu_ratio", "ratio", "GPU busy share (0-1)",
+      "rigmon_gpu_utilization_ratio", ("gpu",), burnin=True, old="utilization_gpu"),
+    R("utilization_memory_ratio", "gpu", "g.utilization_memory_ratio", "ratio",
+      "memory controller busy share (0-1)", "rigmon_gpu_utilization_ratio", ("memory",), old="utilization_memory"),
+    R("graphics_clock_hertz", "gpu", "g.graphics_clock_hertz", "hertz", "graphics clock", "rigmon_gpu_clock_hertz",
+      ("graphics",)),
+    R("sm_clock_hertz", "gpu", "g.sm_clock_hertz", "hertz", "SM clock", "rigmon_gpu_clock_hertz", ("sm",),
+      burnin=True),
+    R("memory_clock_hertz", "gpu", "g.memory_clock_hertz", "hertz", "memory clock", "rigmon_gpu_clock_hertz",
+      ("memory",)),
+    R("memory_used_bytes", "gpu", "g.memory_used_bytes", "bytes", "device memory in use",
+      "rigmon_gpu_memory_used_bytes"),
+    R("memory_total_bytes", "gpu", "g.memory_total_bytes", "bytes", "device memory size",
+      "rigmon_gpu_memory_total_bytes"),
+    R("performance_state", "gpu", "g.performance_state", "count", "P-state (0 fastest)",
+      "rigmon_gpu_performance_state"),
+    R("pcie_generation", "gpu", "g.pcie_generation", "count", "current PCIe generation",
+      "rigmon_gpu_pcie_link_generation", ("current",), burnin=True),
+    R("pcie_width", "gpu", "g.pcie_width", "count", "current PCIe width", "rigmon_gpu_pcie_link_width",
+      ("current",), burnin=True),
+    R("pcie_replays", "gpu", "g.pcie_replay_total", "count", "PCIe replay counter (since the driver loaded)",
+      "rigmon_gpu_pcie_replays"),
+    R("pcie_rx_bytes_per_second", "gpu", "g.pcie_rx_bytes_per_second", "bytes", "PCIe receive throughput",
+      "rigmon_gpu_pcie_throughput_bytes_per_second", ("rx",), rule=False),
+    R("pcie_tx_bytes_per_second", "gpu", "g.pcie_tx_bytes_per_second", "bytes", "PCIe transmit throughput",
+      "rigmon_gpu_pcie_throughput_bytes_per_second", ("tx",), rule=False),
+    *(R(f"event_{name}", "gpu", f"g.clock_events.{name}", "bool", _EVENT_DOCS.get(name, f"{name} active"),
+        "rigmon_gpu_clock_event_active", (name,), rule=name in _EVENT_DOCS,
+        old=name if name in _EVENT_DOCS else None) for name, _ in CLOCK_EVENT_BITS),
+    R("clock_event_mask", "gpu", _clock_event_mask, "count", "the active clock-event reasons as NVML's bit mask",
+      rule=False),
+    *(R(f"throttle_{name}_seconds", "gpu", f"g.throttle_seconds.{name}", "seconds",
+        f"time in {name} since the driver loaded", "rigmon_gpu_clock_event_seconds", (name,), rule=False)
+      for name in _THROTTLE),
+    R("ecc_corrected_volatile", "gpu", "g.ecc_errors.corrected_volatile", "count", "corrected ECC errors (volatile)",
+      "rigmon_gpu_ecc_errors", ("corrected", "volatile")),
+    R("ecc_uncorrected_volatile", "gpu", "g.ecc_errors.uncorrected_volatile", "count",
+      "uncorrected ECC errors (volatile)", "rigmon_gpu_ecc_errors", ("uncorrected", "volatile"), burnin=True,
+      old="ecc_uncorrected"),
+    R("ecc_corrected_aggregate", "gpu", "g.ecc_errors.corrected_aggregate", "count",
+      "corrected ECC errors (lifetime)", "rigmon_gpu_ecc_errors", ("corrected", "aggregate")),
+    R("ecc_uncorrected_aggregate", "gpu", "g.ecc_errors.uncorrected_aggregate", "count",
+      "uncorrected ECC errors (lifetime)", "rigmon_gpu_ecc_errors", ("uncorrected", "aggregate")),
+    R("remapped_rows_correctable", "gpu", "g.remapped_rows.correctable", "count",
+      "rows remapped for correctable errors", "rigmon_gpu_remapped_rows", ("correctable",)),
+    R("remapped_rows_uncorrectable", "gpu", "g.remapped_rows.uncorrectable", "count",
+      "rows remapped for uncorrectable errors", "rigmon_gpu_remapped_rows", ("uncorrectable",)),
+    R("remap_pending", "gpu", "g.remapped_rows.pending", "bool", "a row remap waits for a reset",
+      "rigmon_gpu_remapped_rows_pending", burnin=True),
+    R("remap_failure", "gpu", "g.remapped_rows.failure", "bool", "a row remap failed",
+      "rigmon_gpu_remapped_rows_failure", burnin=True),
+    R("retired_pages_single_bit", "gpu", "g.retired_pages.single_bit", "count",
+      "pages retired for repeated correctable errors", "rigmon_gpu_retired_pages", ("single_bit_ecc",)),
+    R("retired_pages_double_bit", "gpu", "g.retired_pages.double_bit", "count",
+      "pages retired for an uncorrectable error", "rigmon_gpu_retired_pages", ("double_bit_ecc",)),
+    R("retired_pages_pending", "gpu", "g.retired_pages.pending", "bool", "a page retirement waits for a reset",
+      "rigmon_gpu_retired_pages_pending"),
+    R("retired_pages", "gpu", _retired_pages, "count", "memory pages retired, any cause (boards before Ampere)",
+      influx=False),
+    R("processes", "gpu", _process_count, "count", "compute processes on the GPU", "rigmon_gpu_processes"),
+    R("processes_memory_bytes", "gpu", _process_memory, "bytes", "device memory held by compute processes",
+      "rigmon_gpu_processes_memory_bytes", old="process_memory_bytes"),
+    R("fan_speed_rpm_max", "gpu", _fastest_fan, "rpm", "the fastest GPU fan's measured speed", influx=False,
+      rule=False, burnin=True),
+    R("xid_total", "gpu", None, "count", "XID errors seen since start", influx=False, always=True),
+    R("last_xid", "gpu", None, "count", "the latest XID code (0: none)", influx=False, always=True),
+    # --- each GPU, read once at start (thresholds, limits, link maxima) ---
+    R("power_limit_min_watts", "gpu", "i.power_limit_min_watts", "watts", "lowest settable power limit",
+      "rigmon_gpu_power_limit_range_watts", ("min",), influx=False, rule=False, static=True),
+    R("power_limit_max_watts", "gpu", "i.power_limit_max_watts", "watts", "highest settable power limit",
+      "rigmon_gpu_power_limit_range_watts", ("max",), influx=False, rule=False, static=True),
+    R("power_limit_default_watts", "gpu", "i.power_limit_default_watts", "watts", "default power limit",
+      "rigmon_gpu_power_limit_range_watts", ("default",), measurement="gpu_info", rule=False, static=True),
+    R("shutdown_celsius", "gpu", "i.temperature_thresholds.shutdown", "celsius", "shutdown threshold",
+      "rigmon_gpu_temperature_threshold_celsius", ("shutdown",), static=True),
+    R("slowdown_celsius", "gpu", "i.temperature_thresholds.slowdown", "celsius", "slowdown threshold",
+      "rigmon_gpu_temperature_threshold_celsius", ("slowdown",), burnin=True, static=True),
+    R("gpu_max_celsius", "gpu", "i.temperature_thresholds.gpu_max", "celsius",
+      "the highest GPU temperature the board allows", "rigmon_gpu_temperature_threshold_celsius", ("gpu_max",),
+      influx=False, static=True),
+    R("memory_max_celsius", "gpu", "i.temperature_thresholds.memory_max", "celsius",
+      "the highest memory temperature the board allows", "rigmon_gpu_temperature_threshold_celsius",
+      ("memory_max",), influx=False, static=True),
+    R("max_sm_clock_hertz", "gpu", "i.max_sm_clock_hertz", "hertz", "maximum SM clock",
+      "rigmon_gpu_clock_max_hertz", ("sm",), measurement="gpu_info", static=True),
+    R("max_memory_clock_hertz", "gpu", "i.max_memory_clock_hertz", "hertz", "maximum memory clock",
+      "rigmon_gpu_clock_max_hertz", ("memory",), influx=False, rule=False, static=True),
+    R("max_pcie_generation", "gpu", "i.max_pcie_generation", "count",
+      "the highest PCIe generation the GPU and its slot allow", "rigmon_gpu_pcie_link_generation", ("max",),
+      measurement="gpu_info", static=True),
+    R("gpu_max_pcie_generation", "gpu", "i.gpu_max_pcie_generation", "count",
+      "the GPU's own maximum PCIe generation", "rigmon_gpu_pcie_link_generation", ("gpu_max",),
+      measurement="gpu_info", old="pcie_gpu_max_generation", static=True),
+    R("expected_pcie_generation", "gpu", "i.expected_pcie_generation", "count",
+      "the generation gpu.pcie_expected_generation sets for a riser forced lower",
+      "rigmon_gpu_pcie_link_generation", ("expected",), measurement="gpu_info", static=True),
+    R("target_pcie_generation", "gpu", _target_pcie, "count",
+      "the PCIe generation the link should reach: expected_pcie_generation, else max_pcie_generation",
+      influx=False, burnin=True, old="pcie_max_generation", static=True),
+    R("max_pcie_width", "gpu", "i.max_pcie_width", "count", "maximum PCIe width", "rigmon_gpu_pcie_link_width",
+      ("max",), measurement="gpu_info", burnin=True, old="pcie_max_width", static=True),
+    R("pci_bus_id", "gpu", "i.pci_bus_id", "text", "PCI bus id", measurement="gpu_info", rule=False, static=True),
+    R("serial", "gpu", "i.serial", "text", "board serial number", measurement="gpu_info", rule=False, static=True),
+    R("vbios", "gpu", "i.vbios_version", "text", "VBIOS version", measurement="gpu_info", rule=False, static=True),
+    R("compute_capability", "gpu", "i.compute_capability", "text", "CUDA compute capability",
+      measurement="gpu_info", rule=False, static=True),
+    R("driver", "gpu", "s.system.driver_version", "text", "driver version", measurement="gpu_info", rule=False,
+      static=True),
+    # --- each GPU fan ---
+    R("speed_ratio", "gpu_fan", "f.speed_ratio", "ratio",
+      "the speed NVML reports (the intended speed: a blocked fan still reports it)", "rigmon_gpu_fan_speed_ratio"),
+    R("target_speed_ratio", "gpu_fan", "f.target_speed_ratio", "ratio", "the speed the driver asks for (0-1)",
+      "rigmon_gpu_fan_target_speed_ratio"),
+    R("speed_rpm", "gpu_fan", "f.speed_rpm", "rpm", "measured speed, where the board reports it",
+      "rigmon_gpu_fan_speed_rpm", old="rpm"),
+    R("asked_speed_ratio", "gpu_fan", _asked, "ratio",
+      "target_speed_ratio, else speed_ratio where the board gives no target", influx=False, old="target_ratio"),
+    R("speed_rpm_per_asked", "gpu_fan", _rpm_per_asked, "rpm",
+      "speed_rpm / asked_speed_ratio: how fast the fan turns for what it is asked", influx=False,
+      old="rpm_per_target"),
+    # --- the host ---
+    R("celsius", "cpu", "r.celsius", "celsius", "the socket's chosen temperature", "rigmon_cpu_temperature_celsius"),
+    R("high_celsius", "cpu", "r.high_celsius", "celsius", "the sensor's high limit",
+      "rigmon_cpu_temperature_threshold_celsius", ("high",)),
+    R("critical_celsius", "cpu", "r.critical_celsius", "celsius", "the sensor's critical limit",
+      "rigmon_cpu_temperature_threshold_celsius", ("critical",)),
+    R("cpu_utilization_ratio", "cpu", "h.cpu_utilization_ratio", "ratio", "CPU busy share across all cores (0-1)",
+      influx=False, old="cpu_utilization"),
+    R("celsius", "temperature", "r.celsius", "celsius", "an hwmon temperature", "rigmon_sensor_temperature_celsius",
+      rule=False),
+    R("rpm", "fan", "r.rpm", "rpm", "fan speed", "rigmon_fan_speed_rpm"),
+    R("turned", "fan", "r.turned", "bool", "read above 0 rpm since rigmon started", "rigmon_fan_turned"),
+    R("joules", "cpu_energy", "r.joules", "joules", "RAPL energy, made monotonic across wraps",
+      "rigmon_cpu_energy_joules", rule=False),
+    R("cpu_utilization_ratio", "host", "h.cpu_utilization_ratio", "ratio", "CPU busy share (0-1)",
+      "rigmon_cpu_utilization_ratio", old="cpu_utilization"),
+    R("cpu_cores", "host", "h.cpu_count", "count", "logical CPUs", "rigmon_cpu_cores", rule=False),
+    R("load1", "host", "h.load1", "count", "load average over 1 minute", "rigmon_load_average", ("1m",), rule=False),
+    R("load5", "host", "h.load5", "count", "load average over 5 minutes", "rigmon_load_average", ("5m",),
+      rule=False),
+    R("load15", "host", "h.load15", "count", "load average over 15 minutes", "rigmon_load_average", ("15m",),
+      rule=False),
+    R("memory_total_bytes", "host", "h.memory_total_bytes", "bytes", "host memory", "rigmon_memory_total_bytes",
+      rule=False),
+    R("memory_available_bytes", "host", "h.memory_available_bytes", "bytes", "host memory available",
+      "rigmon_memory_available_bytes", rule=False),
+    R("sensors_visible", "host", _sensors_visible, "bool", "any hwmon temperature or fan sensor is visible",
+      "rigmon_host_sensors_visible", influx=False, rule=False),
+    R("gpus_answering", "host", _answering, "count", "GPUs answering now", "rigmon_gpus", ("answering",)),
+    R("gpus_at_start", "host", lambda s, h: len(s.gpu_info), "count", "GPUs found at start", "rigmon_gpus",
+      ("at_start",)),
+    R("gpu_power_watts", "host", _gpu_power, "watts", "total GPU power"),
+    R("nvml_ok", "host", _nvml_ok, "bool", "the GPU reader worked this poll", influx=False),
+    # --- given by the alert engine ---
+    R("draw_watts", "psu", None, "watts", "power of the group's GPUs (plus the CPU package where counted)",
+      influx=False, old="power_watts"),
+    R("budget_watts", "psu", None, "watts", "the group's budget", influx=False),
+    R("present", "sensor", None, "bool", "the sensor answers now", influx=False),
+)
+
+# Alert rule variables by kind, with what they mean (rules, doctor and README use these).
+KINDS: dict[str, dict[str, str]] = {}
+for _r in READINGS:
+    _kind = ENTITIES[_r.entity].rule_kind
+    if _r.rule and _kind is not None:
+        KINDS.setdefault(_kind, {})[_r.name] = _r.doc
+# Old rule-variable names by kind: {old: new}.
+DEPRECATED: dict[str, dict[str, str]] = {}
+for _r in READINGS:
+    if _r.old is not None and _r.rule:
+        DEPRECATED.setdefault(ENTITIES[_r.entity].rule_kind, {})[_r.old] = _r.name
+del _r, _kind
+
+
+GPU_INFO_LABELS = ("gpu", "uuid", "name", "pci_bus_id", "serial", "vbios", "driver", "cuda", "compute_capability")
+
+
+def family_labels(name: str) -> tuple[str, ...]:
+    """Every label of a family: its entity's, then its own."""
+    if name == "rigmon_gpu_info":
+        return GPU_INFO_LABELS
+    family = FAMILIES[name]
+    entity = next((ENTITIES[r.entity] for r in READINGS if r.family == name), ENTITIES["gpu"])
+    return entity.prometheus_labels + family.labels
+
+
+def readings(entity: str, **flags) -> tuple[Reading, ...]:
+    """The entity's readings with the given flags (``rule=True``, ``burnin=True``…)."""
+    return tuple(r for r in READINGS if r.entity == entity and all(getattr(r, k) == v for k, v in flags.items()))
+
+
+# --- README tables -----------------------------------------------------------------------------
+def metrics_rows() -> list[str]:
+    """README's metrics table rows for the readings' families."""
+    rows = []
+    for family in FAMILIES.values():
+        members = [r for r in READINGS if r.family == family.name]
+        entity = ENTITIES[members[0].entity] if members else ENTITIES["gpu"]
+        name = family.name + ("_total" if family.type == "counter" else "")
+        own = [lab for lab in entity.prometheus_labels if lab not in ("gpu", "uuid")] + list(family.labels)
+        labels = ", ".join(
+            f"{lab}={'|'.join(dict.fromkeys(r.labels[n] for r in members))}" if members and lab in family.labels
+            else lab for n, lab in ((family.labels.index(lab) if lab in family.labels else -1, lab) for lab in own))
+        if entity.kind not in ("gpu", "gpu_fan") and members:
+            labels = f"{labels} (no gpu, uuid)" if labels else ""
+        rows.append(f"| `{name}` | {family.type} | {labels} | {family.help} |")
+    return rows
+
+
+def influx_rows() -> list[str]:
+    """README's InfluxDB schema rows for the readings' measurements."""
+    measurements: dict[str, tuple[tuple[str, ...], list[str]]] = {}
+    for r in READINGS:
+        entity = ENTITIES[r.entity]
+        measurement = r.measurement or entity.measurement
+        if not r.influx or measurement is None:
+            continue
+        name = f"fan<N>_{r.name}" if r.entity == "gpu_fan" else r.name
+        measurements.setdefault(measurement, (entity.influx_tags, []))[1].append(f"{name} ({r.unit})")
+    return [f"| `{m}` | {', '.join(tags)} | {', '.join(fields)} |" for m, (tags, fields) in measurements.items()]
+
+
+def rule_rows() -> list[str]:
+    """README's rule-variable rows: kind, variable, meaning."""
+    return [f"| {kind} | `{name}` | {doc} |" for kind, names in KINDS.items() for name, doc in names.items()]
+
+
+def main() -> None:
+    print("\n".join(metrics_rows()))
+    print()
+    print("\n".join(influx_rows()))
+    print()
+    print("\n".join(rule_rows()))
+
+
+if __name__ == "__main__":
+    main()

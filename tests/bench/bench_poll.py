@@ -1,0 +1,146 @@
+"""The daemon's whole poll, part by part, against the bare NVML/psutil calls it makes.
+
+An 8-GPU replay of the H200 recording (the rich scenario: host sensors, fans, ECC) through
+the daemon's own pieces, each timed in CPU seconds over the same positions:
+
+- bare: the NVML/psutil calls the readers made, captured and replayed without the readers;
+- readers: the GPU and host readers building the sample;
+- alerts: the alert engine evaluating every rule on the sample;
+- metrics: the Prometheus collector rendering /metrics once per poll;
+- influx: the sample encoded as InfluxDB line protocol;
+- poll: all of it, as the daemon runs it (poll_once plus one render).
+
+    python tests/bench/bench_poll.py [--polls N] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parents[1])]
+
+import scenarios as sc  # noqa: E402
+from bench_reader import Capture  # noqa: E402
+from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
+
+from rigmon import config as configmod  # noqa: E402
+from rigmon.daemon import Daemon  # noqa: E402
+from rigmon.poller import build_poller  # noqa: E402
+from rigmon.sinks import lineprotocol  # noqa: E402
+
+EPOCH = 1_780_000_000.0
+
+
+def build(recording, capture: bool):
+    config = configmod.parse({"influxdb": {"enabled": False}, "prometheus": {"enabled": False},
+                              "gpu": {"xid_events": False}}, "bench")
+    source = sc.source(recording, loop=True)
+    from rigmon.readers.gpu import replay_backend
+    from rigmon.replay import ReplayHost
+
+    nvml, host = replay_backend(source), ReplayHost(source)
+    if capture:
+        nvml, host = Capture(nvml), Capture(host)
+    poller = build_poller(config, source, nvml=nvml, host_backend=host,
+                          wall=lambda: EPOCH + source.clock(), event_thread=False)
+    daemon = Daemon(config, poller)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(daemon.collector)
+    poller.open()
+    return source, daemon, registry, nvml, host
+
+
+def measure(gpus: int, polls: int, repeats: int) -> dict:
+    recording = sc.rich(sc.h200(), gpus=gpus)
+    at = [(i * 1.0) % recording.duration for i in range(polls)]
+
+    source, daemon, _, nvml, host = build(recording, capture=True)
+    per_poll = []
+    for t in at:
+        source.clock.set(t)
+        n0, h0 = len(nvml.calls), len(host.calls)
+        daemon.poller.poll()
+        per_poll.append(nvml.calls[n0:] + host.calls[h0:])
+
+    def bare() -> float:
+        start = time.process_time()
+        for t, calls in zip(at, per_poll, strict=True):
+            source.clock.set(t)
+            for fn, args in calls:
+                try:
+                    fn(*args)
+                except Exception:
+                    pass
+        return time.process_time() - start
+
+    def parts() -> dict[str, float]:
+        src, d, registry, _, _ = build(recording, capture=False)
+        spent = dict.fromkeys(("readers", "alerts", "metrics", "influx"), 0.0)
+        samples = []
+        for t in at:
+            src.clock.set(t)
+            s0 = time.process_time()
+            sample = d.poller.poll()
+            s1 = time.process_time()
+            if d.alerts is not None:
+                d.alerts.consume(sample)
+            s2 = time.process_time()
+            d.collector.consume(sample)
+            generate_latest(registry)
+            s3 = time.process_time()
+            lineprotocol.encode(sample, "box")
+            s4 = time.process_time()
+            spent["readers"] += s1 - s0
+            spent["alerts"] += s2 - s1
+            spent["metrics"] += s3 - s2
+            spent["influx"] += s4 - s3
+            samples.append(sample)
+        return spent
+
+    def whole() -> float:
+        src, d, registry, _, _ = build(recording, capture=False)
+        start = time.process_time()
+        for t in at:
+            src.clock.set(t)
+            sample = d.poll_once()
+            generate_latest(registry)
+            lineprotocol.encode(sample, "box")
+        return time.process_time() - start
+
+    runs: dict[str, list[float]] = {"bare": [], "poll": []}
+    part_runs: list[dict] = []
+    for _ in range(repeats):  # interleaved; the least disturbed run of each
+        runs["bare"].append(bare())
+        runs["poll"].append(whole())
+        part_runs.append(parts())
+    best = {k: min(v) for k, v in runs.items()}
+    best.update({k: min(p[k] for p in part_runs) for k in part_runs[0]})
+    us = {k: round(v / polls * 1e6, 1) for k, v in best.items()}
+    return {"gpus": gpus, "polls": polls, "cpu_us_per_poll": us,
+            "ratio_to_bare": {k: round(v / best["bare"], 2) for k, v in best.items() if k != "bare"}}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--polls", type=int, default=300)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    result = measure(8, args.polls, args.repeats)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"8 GPUs, {args.polls} polls, best of {args.repeats}; CPU µs per poll and ratio to the bare calls")
+    for key, value in result["cpu_us_per_poll"].items():
+        ratio = result["ratio_to_bare"].get(key)
+        print(f"  {key:>8} {value:>9.1f} µs" + (f"  {ratio:>5.2f}x" if ratio is not None else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
