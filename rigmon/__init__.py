@@ -1,3 +1,3 @@
 """rigmon: hardware-health monitoring for machines that train neural networks."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

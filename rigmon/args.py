@@ -9,6 +9,10 @@ import math
 from .recording import MAX_GPUS  # NVML's own limit per box; also the most a recording may replay
 
 
+class UsageError(Exception):
+    """Bad input from the user: printed without a traceback, exit 2."""
+
+
 def _number(text: str) -> float:
     try:
         value = float(text)

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .readers.gpu import GpuReader, replay_backend
+from .readers.gpu import GpuReader
 from .readers.host import HostReader, SystemHost
+from .replay import replay_backend
 from .sample import ReaderStatus, Sample
 
 if TYPE_CHECKING:

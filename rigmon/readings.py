@@ -427,49 +427,100 @@ def readings(entity: str, **flags) -> tuple[Reading, ...]:
     return tuple(r for r in READINGS if r.entity == entity and all(getattr(r, k) == v for k, v in flags.items()))
 
 
-# --- README tables -----------------------------------------------------------------------------
+# --- README tables ---------------------------------------------------------------------------
+# Measurements that are no reading's: events, alert transitions, budgets (written by their sinks).
+OTHER_MEASUREMENTS = (
+    ("xid", ("gpu", "uuid", "xid"), "code (one point per XID event, at its time)"),
+    ("alert", ("alertname", "severity", "subject"), "status, firing, summary (one point per transition)"),
+    ("power_budget", ("psu",), "budget_watts, draw_watts (each poll, where a budget is configured)"),
+)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
 def metrics_rows() -> list[str]:
-    """README's metrics table rows for the readings' families."""
-    rows = []
+    """README's metrics table for the readings' families."""
+    rows = ["| metric | type | labels (besides gpu, uuid) | meaning |", "| --- | --- | --- | --- |"]
     for family in FAMILIES.values():
         members = [r for r in READINGS if r.family == family.name]
-        entity = ENTITIES[members[0].entity] if members else ENTITIES["gpu"]
+        labels = []
+        for label in family_labels(family.name):
+            if label in ("gpu", "uuid"):
+                continue
+            if label in family.labels and members:
+                n = family.labels.index(label)
+                labels.append(f"{label}={'|'.join(dict.fromkeys(r.labels[n] for r in members))}")
+            else:
+                labels.append(label)
+        gpu = "gpu" in family_labels(family.name)
+        text = ", ".join(labels) + ("" if gpu or not labels else " (no gpu, uuid)")
         name = family.name + ("_total" if family.type == "counter" else "")
-        own = [lab for lab in entity.prometheus_labels if lab not in ("gpu", "uuid")] + list(family.labels)
-        labels = ", ".join(
-            f"{lab}={'|'.join(dict.fromkeys(r.labels[n] for r in members))}" if members and lab in family.labels
-            else lab for n, lab in ((family.labels.index(lab) if lab in family.labels else -1, lab) for lab in own))
-        if entity.kind not in ("gpu", "gpu_fan") and members:
-            labels = f"{labels} (no gpu, uuid)" if labels else ""
-        rows.append(f"| `{name}` | {family.type} | {labels} | {family.help} |")
+        rows.append(f"| `{name}` | {family.type} | {_cell(text)} | {_cell(family.help)} |")
     return rows
 
 
 def influx_rows() -> list[str]:
-    """README's InfluxDB schema rows for the readings' measurements."""
+    """README's InfluxDB schema table."""
     measurements: dict[str, tuple[tuple[str, ...], list[str]]] = {}
     for r in READINGS:
         entity = ENTITIES[r.entity]
         measurement = r.measurement or entity.measurement
-        if not r.influx or measurement is None:
-            continue
-        name = f"fan<N>_{r.name}" if r.entity == "gpu_fan" else r.name
-        measurements.setdefault(measurement, (entity.influx_tags, []))[1].append(f"{name} ({r.unit})")
-    return [f"| `{m}` | {', '.join(tags)} | {', '.join(fields)} |" for m, (tags, fields) in measurements.items()]
+        if r.influx and measurement is not None:
+            name = f"fan<N>_{r.name}" if r.entity == "gpu_fan" else r.name
+            measurements.setdefault(measurement, (entity.influx_tags, []))[1].append(name)
+    rows = ["| measurement | tags | fields |", "| --- | --- | --- |"]
+    rows += [f"| `{m}` | {', '.join(tags)} | {', '.join(fields)} |" for m, (tags, fields) in measurements.items()]
+    rows += [f"| `{m}` | {', '.join(tags)} | {fields} |" for m, tags, fields in OTHER_MEASUREMENTS]
+    return rows
 
 
 def rule_rows() -> list[str]:
-    """README's rule-variable rows: kind, variable, meaning."""
-    return [f"| {kind} | `{name}` | {doc} |" for kind, names in KINDS.items() for name, doc in names.items()]
+    """README's table of rule variables, with the old names that still work."""
+    rows = ["| kind | variable | meaning |", "| --- | --- | --- |"]
+    for kind, names in KINDS.items():
+        old = {new: o for o, new in DEPRECATED.get(kind, {}).items()}
+        for name, doc in names.items():
+            was = f" (was `{old[name]}`)" if name in old else ""
+            rows.append(f"| {kind} | `{name}` | {_cell(doc)}{was} |")
+    return rows
 
 
-def main() -> None:
-    print("\n".join(metrics_rows()))
-    print()
-    print("\n".join(influx_rows()))
-    print()
-    print("\n".join(rule_rows()))
+README_TABLES = {"metrics": metrics_rows, "influxdb": influx_rows, "rule-variables": rule_rows}
+
+
+def readme(text: str) -> str:
+    """README's text with every generated table (between ``<!-- readings:NAME -->`` and
+    ``<!-- /readings:NAME -->``) written afresh from the table."""
+    import re
+
+    for name, rows in README_TABLES.items():
+        begin, end = f"<!-- readings:{name} -->", f"<!-- /readings:{name} -->"
+        pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+        if not pattern.search(text):
+            raise ValueError(f"README has no {begin} ... {end}")
+        table = begin + "\n" + "\n".join(rows()) + "\n" + end
+        text = pattern.sub(lambda _, table=table: table, text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m rigmon.readings [README.md]: print the tables, or rewrite them in a README."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv:
+        path = argv[0]
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(readme(text))
+        return 0
+    for rows in README_TABLES.values():
+        print("\n".join(rows()), end="\n\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -15,6 +15,7 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,14 @@ class RecordingError(ValueError):
 
 # The members of NVML's value union (c_nvmlValue_t), indexed by a field value's valueType.
 VALUE_FIELDS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
+DEMO_RECORDING = "h200-matmul-load.rec.jsonl"
+
+
+def demo_path() -> Path:
+    """The bundled H200 recording (``--demo``)."""
+    return Path(str(resources.files("rigmon") / "data" / DEMO_RECORDING))
 
 
 def handle_key(handle: Any) -> Any:

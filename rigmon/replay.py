@@ -371,3 +371,10 @@ class ReplayHost:
 
     def powercap(self) -> dict:
         return self._get("powercap", {})
+
+
+def replay_backend(source: ReplaySource) -> ReplayNVML:
+    """A pynvml stand-in answering from a replay source, raising pynvml's own exceptions."""
+    from .readers.gpu import make_error  # the only module that imports pynvml
+
+    return ReplayNVML(source, make_error)

@@ -7,8 +7,7 @@ import copy
 import json
 from pathlib import Path
 
-from rigmon.cli import demo_path
-from rigmon.recording import Recording
+from rigmon.recording import Recording, demo_path
 from rigmon.replay import ReplayClock, ReplaySource
 
 SHARED_FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "h200" / "matmul-load.rec.jsonl"

@@ -108,7 +108,7 @@ def test_nan_loss_fails(tmp_path):
 
 def test_without_torch_says_how_to_install_and_exits_2(tmp_path):
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from rigmon.cli import main\n"
+            "from rigmon.commands import main\n"
             "raise SystemExit(main(['burnin', '--minutes', '1', '--report', sys.argv[1]]))")
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r")], capture_output=True, text=True)
     assert done.returncode == 2 and "pip install 'rigmon[burnin]'" in done.stderr

@@ -103,7 +103,7 @@ def test_rules_list_shows_overrides(tmp_path):
     done = rigmon("rules", "list", "--config", str(config))
     assert done.returncode == 0
     starved = next(line for line in done.stdout.splitlines() if line.startswith("GpuStarved"))
-    assert "(disabled)" in starved and "utilization_gpu >= min_utilization" in starved
+    assert "(disabled)" in starved and "utilization_gpu_ratio >= min_utilization" in starved
 
 
 def test_doctor_says_what_cannot_evaluate_and_why():

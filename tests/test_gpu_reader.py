@@ -5,7 +5,8 @@ import time
 import pytest
 import scenarios as sc
 
-from rigmon.readers.gpu import GpuReader, replay_backend
+from rigmon.readers.gpu import GpuReader
+from rigmon.replay import replay_backend
 
 
 class Counting:

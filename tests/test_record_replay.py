@@ -10,10 +10,9 @@ import scenarios as sc
 
 from rigmon.config import Config
 from rigmon.poller import build_poller
-from rigmon.readers.gpu import replay_backend
 from rigmon.record import Recorder
 from rigmon.recording import Recording, RecordingError
-from rigmon.replay import ReplayHost
+from rigmon.replay import ReplayHost, replay_backend
 
 
 def _readings(sample):

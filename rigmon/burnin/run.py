@@ -4,7 +4,6 @@ not run)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -19,8 +18,8 @@ from datetime import datetime
 from pathlib import Path
 
 from .. import __version__
-from .. import args as argtypes
 from .. import config as configmod
+from ..args import UsageError
 from ..project import burnin_gpu
 from ..sample import Sample
 from ..sinks.lineprotocol import line
@@ -40,33 +39,15 @@ PEAK_FLOPS = [("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("GH200
               ("L4", 121e12), ("V100", 125e12), ("T4", 65e12)]
 
 
-def add_parser(sub, add_config) -> None:
-    p = sub.add_parser("burnin", help="train a GPT-style model on every GPU while watching the hardware; verdict")
-    add_config(p)
-    how_long = p.add_mutually_exclusive_group(required=True)
-    how_long.add_argument("--hours", type=argtypes.positive)
-    how_long.add_argument("--minutes", type=argtypes.positive)
-    p.add_argument("--gpus", default="all", help="GPU indices, e.g. 0,1 (default: all)")
-    p.add_argument("--report", metavar="DIR", help="where to write burnin.json and burnin.html")
-    p.add_argument("--model", default="auto", choices=["auto", "tiny", "small", "gpt2"],
-                   help="auto: GPT-2 small (124M) on 16 GB GPUs and more, smaller below, tiny on the CPU")
-    p.add_argument("--baseline", metavar="OLD.json", help="compare with an earlier report of this box")
-    p.add_argument("--force", action="store_true", help="run even while a chosen GPU runs a compute process (a "
-                                                          "training run): by default the burn-in refuses, exit 2")
-    p.add_argument("--ddp", action="store_true", help="train data-parallel across the GPUs (NCCL): stresses "
-                                                      "the PCIe/NVLink paths between them (with --cpu: two CPU "
-                                                      "ranks over gloo)")
-    p.add_argument("--cpu", action="store_true", help="train on the CPU (the GPUs are only watched); without a "
-                                                      "GPU this is the default")
-    # hardware from a recording: for testing the verdict without a GPU
-    p.add_argument("--replay", metavar="FILE", help=argparse.SUPPRESS)
-    p.set_defaults(func=cmd_burnin)
+def free_port() -> int:
+    """A free TCP port on loopback, for the data-parallel ranks' rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _parse_gpus(text: str) -> list[int] | None:
     """``--gpus``: None for all, else the indices."""
-    from ..cli import UsageError
-
     if text == "all":
         return None
     try:
@@ -233,8 +214,6 @@ def watch_only(index: int) -> dict:
 
 
 def _duration(args) -> float:
-    from ..cli import UsageError
-
     seconds = (args.hours or 0) * 3600 + (args.minutes or 0) * 60
     if not 0 < seconds <= 31 * 86400:
         raise UsageError("--hours or --minutes: more than 0, at most 31 days")
@@ -242,8 +221,6 @@ def _duration(args) -> float:
 
 
 def _baseline(path: str | None) -> dict | None:
-    from ..cli import UsageError
-
     if path is None:
         return None
     try:
@@ -259,8 +236,6 @@ def _baseline(path: str | None) -> dict | None:
 
 def _writable(directory: Path) -> None:
     """The report directory, made and written once before any training starts."""
-    from ..cli import UsageError
-
     try:
         directory.mkdir(parents=True, exist_ok=True)
         probe = directory / ".rigmon-write-test"
@@ -273,8 +248,6 @@ def _writable(directory: Path) -> None:
 def choose_units(args, first: Sample, cuda_count: int, chosen: list[int] | None) -> tuple[list, list, list[str]]:
     """(units to train as (name, gpu, device), GPUs only watched, notes). Raises UsageError
     (exit 2, "could not run") when the chosen GPUs cannot be trained on."""
-    from ..cli import UsageError
-
     nvml = [g.index for g in first.gpus]
     if chosen is not None:
         missing = [i for i in chosen if i not in nvml]
@@ -307,8 +280,6 @@ def choose_units(args, first: Sample, cuda_count: int, chosen: list[int] | None)
 
 def cmd_burnin(args) -> int:
     from ..alerts.sink import build_engine
-    from ..cli import UsageError
-
     seconds = _duration(args)
     chosen = _parse_gpus(args.gpus)
     baseline = _baseline(args.baseline)
@@ -360,9 +331,7 @@ def cmd_burnin(args) -> int:
         if len(units) < 2:
             notes.append("--ddp needs two or more GPUs: each GPU trained on its own")
         else:
-            from ..cli import _free_port
-
-            ddp_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(len(units))}
+            ddp_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(len(units))}
     started_wall = datetime.now().isoformat(timespec="seconds")
     started = time.time()
     workers = [Worker(name, gpu, device, seconds, args.model, report_dir,

@@ -97,13 +97,6 @@ def real_backend() -> Any:
     return NVML
 
 
-def replay_backend(source) -> Any:
-    """A pynvml stand-in answering from a replay source (see ``rigmon.replay``)."""
-    from ..replay import ReplayNVML
-
-    return ReplayNVML(source, make_error)
-
-
 def _error_name(exc: BaseException) -> str:
     return type(exc).__name__.removeprefix("NVMLError_")
 

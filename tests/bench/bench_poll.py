@@ -40,8 +40,7 @@ def build(recording, capture: bool):
     config = configmod.parse({"influxdb": {"enabled": False}, "prometheus": {"enabled": False},
                               "gpu": {"xid_events": False}}, "bench")
     source = sc.source(recording, loop=True)
-    from rigmon.readers.gpu import replay_backend
-    from rigmon.replay import ReplayHost
+    from rigmon.replay import ReplayHost, replay_backend
 
     nvml, host = replay_backend(source), ReplayHost(source)
     if capture:

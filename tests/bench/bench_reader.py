@@ -21,9 +21,9 @@ sys.path[:0] = [str(HERE.parent), str(HERE.parents[1])]
 
 import scenarios as sc  # noqa: E402
 
-from rigmon.readers.gpu import GpuReader, replay_backend  # noqa: E402
+from rigmon.readers.gpu import GpuReader  # noqa: E402
 from rigmon.readers.host import HostReader  # noqa: E402
-from rigmon.replay import ReplayHost  # noqa: E402
+from rigmon.replay import ReplayHost, replay_backend  # noqa: E402
 
 
 class Capture:

@@ -39,9 +39,9 @@ EPOCH = 1_780_000_000.0
 
 def scenarios() -> dict[str, Recording]:
     try:
+        from rigmon.recording import demo_path
+    except ImportError:  # before 0.2
         from rigmon.cli import demo_path
-    except ImportError:
-        from rigmon.commands.common import demo_path
     base = sc.h200()
     return {
         "demo": Recording.load(demo_path()),

@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 
 from .. import config as configmod
+from ..alerts.entities import KINDS
+from ..alerts.rules import Rule
 from ..recording import Recording, RecordingError
-from .entities import KINDS
-from .rules import Rule
+from .common import add_config, add_source, replay_source
 
 
-def add_parsers(sub, add_config, add_source) -> None:
+def add_parser(sub) -> None:
     rules = sub.add_parser("rules", help="list the alert rules, or test them on a recording")
     rsub = rules.add_subparsers(dest="rules_command", required=True, metavar="ACTION")
     listing = rsub.add_parser("list", help="every rule in effect, with its condition")
@@ -39,7 +40,7 @@ def cmd_rules_list(args) -> int:
 
 
 def cmd_rules_test(args) -> int:
-    from .offline import replay_rules
+    from ..alerts.offline import replay_rules
 
     config = configmod.load(args.config)
     recording = Recording.load(args.replay)
@@ -68,12 +69,11 @@ def cmd_rules_test(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from ..cli import _replay_source
+    from ..alerts.sink import build_engine
     from ..poller import build_poller
-    from .sink import build_engine
 
     config = configmod.load(args.config)
-    source, label = _replay_source(args)
+    source, label = replay_source(args)
     poller = build_poller(config, source)
     poller.open()
     try:

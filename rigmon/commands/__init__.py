@@ -1,0 +1,45 @@
+"""The ``rigmon`` command: one module per sub-command under ``rigmon.commands``, each with its
+parser and its handler; what they share is in ``common``. Nothing below this package imports it."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .. import __version__
+from .. import config as configmod
+from ..recording import RecordingError
+from . import burnin, record, rules, run, status
+from . import config as config_command
+from .common import UsageError
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rigmon", description="Hardware-health monitoring for GPU training rigs.")
+    p.add_argument("--version", action="version", version=f"rigmon {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (status, record, config_command, run, rules, burnin):
+        module.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        return args.func(args)
+    except configmod.ConfigError as e:
+        for path, message in e.problems:
+            print(f"{e.source}: {path}: {message}" if path else f"{e.source}: {message}", file=sys.stderr)
+        return 2
+    except (RecordingError, UsageError) as e:
+        print(f"rigmon: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # the reader went away (status --watch --json | head -1): not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 0

@@ -1,0 +1,61 @@
+"""What the sub-commands share: the config and source options, the replay they ask for, and
+a watch that Ctrl-C or SIGTERM ends. Everything below ``rigmon.commands`` is imported from
+here, never the other way round."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .. import args as argtypes
+from .. import config as configmod
+from ..args import UsageError
+from ..recording import Recording, demo_path
+
+__all__ = ["UsageError", "add_config", "add_source", "demo_path", "load_config", "replay_source",
+           "stop_on_signals"]
+
+
+def add_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", metavar="FILE",
+                   help=f"config file (default {configmod.DEFAULT_PATH} if it exists)")
+
+
+def add_source(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--replay", metavar="FILE", help="read a rigmon recording instead of the hardware")
+    g.add_argument("--demo", action="store_true", help="replay the bundled H200 recording (no GPU needed)")
+    p.add_argument("--replay-gpus", type=argtypes.gpu_count, metavar="N",
+                   help=f"widen the replayed recording to N GPUs (1 to {argtypes.MAX_GPUS})")
+
+
+def load_config(args) -> configmod.Config:
+    return configmod.load(args.config)
+
+
+def replay_source(args, *, at: float = 0.0, realtime: bool = True, loop: bool = True):
+    """The replay that --replay or --demo asks for, and a label for it; (None, "") for the hardware."""
+    path = demo_path() if args.demo else args.replay
+    if path is None:
+        return None, ""
+    from ..replay import ReplayClock, ReplaySource
+
+    recording = Recording.load(path)
+    if not recording.ticks:
+        raise UsageError(f"{path}: the recording has no ticks")
+    if args.replay_gpus is not None:
+        recording = recording.widened(args.replay_gpus)
+    clock = ReplayClock(start_at=at, realtime=realtime)
+    return ReplaySource(recording, clock, loop=loop), f"[replay {Path(path).name}]"
+
+
+def stop_on_signals() -> None:
+    """Ctrl-C and SIGTERM end a watch, even when started from a shell that ignores SIGINT
+    for background jobs (Python then installs no KeyboardInterrupt handler of its own)."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)

@@ -1,0 +1,69 @@
+"""``rigmon record``: the hardware's answers, call by call, to a rigmon recording v1."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from .. import __version__
+from .. import args as argtypes
+from .common import UsageError, add_config, add_source, demo_path, load_config, replay_source, stop_on_signals
+
+
+def add_parser(sub) -> None:
+    r = sub.add_parser("record", help="record the hardware's answers to a file (rigmon recording v1)")
+    add_config(r)
+    add_source(r)
+    r.add_argument("--out", "-o", required=True, metavar="FILE")
+    r.add_argument("--seconds", type=argtypes.positive, default=60.0, help="how long to record (60)")
+    r.add_argument("--interval", type=argtypes.positive, help="seconds between ticks (the config's poll interval)")
+    r.add_argument("--label", help="a label stored with every tick")
+    r.set_defaults(func=cmd_record)
+
+
+def cmd_record(args) -> int:
+    from ..poller import build_poller
+    from ..readers import gpu as gpureader
+    from ..readers.host import SystemHost
+    from ..record import Recorder
+
+    config = load_config(args)
+    interval = args.interval if args.interval is not None else config.daemon.interval
+    if interval <= 0 or args.seconds <= 0:
+        raise UsageError("--interval and --seconds must be positive")
+    source, _ = replay_source(args)
+    if source is not None:
+        from ..replay import ReplayHost, replay_backend
+
+        nvml, host = replay_backend(source), ReplayHost(source)
+        what = f"re-recorded from {args.replay or demo_path()}"
+    else:
+        nvml, host = gpureader.real_backend(), SystemHost(config.host.sysfs)
+        what = "recorded by rigmon record"
+    recorder = Recorder(f"{what}; rigmon {__version__}; {interval:g} s interval")
+    stop_on_signals()  # Ctrl-C or SIGTERM ends the recording cleanly
+    poller = build_poller(config, nvml=recorder.nvml(nvml), host_backend=recorder.host(host))
+    poller.open()
+    ticks = 0
+    gpus = len(poller.gpu.devices) if poller.gpu else 0
+    try:
+        with open(args.out, "w", encoding="utf-8") as out:
+            recorder.write_header(out)
+            started = time.monotonic()
+            while time.monotonic() - started < args.seconds:
+                due = started + ticks * interval
+                time.sleep(max(0.0, due - time.monotonic()))
+                recorder.begin_tick(time.time(), args.label)
+                poller.poll()
+                out.write(json.dumps(recorder.end_tick(), separators=(",", ":")) + "\n")
+                out.flush()
+                ticks += 1
+    except KeyboardInterrupt:
+        pass
+    except OSError as e:
+        raise UsageError(f"{args.out}: {e.strerror or e}") from None
+    finally:
+        poller.close()
+    print(f"recorded {ticks} ticks of {gpus} GPU(s) to {args.out}", file=sys.stderr)
+    return 0

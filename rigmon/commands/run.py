@@ -1,0 +1,88 @@
+"""``rigmon run``: the daemon in the foreground (what the systemd unit starts), its warm stop
+within one deadline, and SIGHUP's validated restart."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import threading
+import time
+
+from .. import config as configmod
+from .. import logs
+from ..daemon import STOP_GRACE_SECONDS, Daemon
+from ..poller import build_poller
+from .common import UsageError, add_config, add_source, replay_source
+
+log = logging.getLogger("rigmon.daemon")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="run the monitoring daemon (Prometheus endpoint, sinks)")
+    add_config(p)
+    add_source(p)
+    p.add_argument("--listen", metavar="ADDR", help="override prometheus.listen")
+    p.add_argument("--port", type=int, help="override prometheus.port (0 picks a free port)")
+    p.set_defaults(func=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = configmod.load(args.config)
+    overrides = {k: v for k, v in (("listen", args.listen), ("port", args.port)) if v is not None}
+    if overrides:
+        data = config.model_dump()
+        data["prometheus"].update(overrides)
+        config = configmod.parse(data, "command line")
+    logs.setup(config.daemon.log_level, args.verbose)
+    source, label = replay_source(args)
+    if source is not None:
+        log.info("replaying %s (%d GPU(s), %.0f s, looping)", label, source.recording.gpu_count,
+                 source.recording.duration)
+    try:
+        daemon = Daemon(config, build_poller(config, source))
+    except OSError as e:  # the spool's state directory cannot be made or written
+        raise UsageError(f"{getattr(e, 'filename', '') or ''}: {e.strerror or e}".lstrip(": ")) from None
+    daemon.install_signal_handlers()
+    try:
+        daemon.start()
+    except OSError as e:
+        daemon.poller.close()
+        raise UsageError(str(e)) from None
+    started = time.monotonic()
+    while True:
+        daemon.wait()
+        if not daemon.reload_requested.is_set() or daemon._signals:
+            break  # SIGTERM or SIGINT: stop
+        daemon.reload_requested.clear()
+        daemon._stop_requested.clear()
+        try:
+            configmod.load(args.config)
+        except configmod.ConfigError as e:
+            problems = "; ".join(f"{p}: {m}" if p else m for p, m in e.problems)
+            log.error("SIGHUP: %s is not valid, the running config stays: %s", e.source, problems)
+            continue
+        log.info("SIGHUP: the config is valid; restarting with it")
+        daemon.notifier.reloading()
+        _stop_within_grace(daemon, reloading=True)
+        logging.shutdown()
+        os.execv(sys.executable, [sys.executable, "-m", "rigmon", *sys.argv[1:]])
+    if not _stop_within_grace(daemon):
+        return 0  # what could not finish in time is abandoned; the spool keeps the rest
+    log.info("stopped after %.0f s, %d polls (%d skipped)", time.monotonic() - started, daemon.stats.polls,
+             daemon.stats.skipped)
+    return 0
+
+
+def _stop_within_grace(daemon: Daemon, reloading: bool = False) -> bool:
+    """Warm stop within STOP_GRACE_SECONDS (plus the running poll); True when it finished."""
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    stopper = threading.Thread(target=daemon.stop, args=(deadline, reloading), daemon=True)
+    stopper.start()
+    stopper.join(STOP_GRACE_SECONDS + 0.8)
+    if stopper.is_alive():
+        log.error("warm stop took over %.0f s; exiting anyway (the spool keeps what was not sent)",
+                  STOP_GRACE_SECONDS)
+        return False
+    return True

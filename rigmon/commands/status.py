@@ -1,0 +1,101 @@
+"""``rigmon status``: every GPU and the host sensors, once or as a watch."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from .. import args as argtypes
+from .common import add_config, add_source, demo_path, load_config, replay_source, stop_on_signals
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("status", help="show every GPU and the host sensors once")
+    add_config(s)
+    add_source(s)
+    s.add_argument("--json", action="store_true", help="print the sample as JSON")
+    s.add_argument("--watch", type=argtypes.positive, nargs="?", const=2.0, metavar="SECONDS",
+                   help="refresh every SECONDS (2)")
+    s.add_argument("--at", type=argtypes.non_negative, default=0.0, metavar="SECONDS",
+                   help="with --replay: seconds into the recording")
+    s.add_argument("--all", action="store_true", help="show info alerts too (a GPU at its power cap under load)")
+    s.set_defaults(func=cmd_status)
+
+
+def cmd_status(args) -> int:
+    from ..alerts.sink import alert_dict, build_engine
+    from ..poller import build_poller
+    from ..status import as_json, render
+
+    config = load_config(args)
+    source, label = replay_source(args, at=args.at, realtime=bool(args.watch))
+    poller = build_poller(config, source)
+    engine = build_engine(config) if config.alerts.enabled else None
+    alerts, note, daemon, alerts_now = None, "", None, None
+    if engine is not None and source is not None and not args.watch:
+        from ..alerts.offline import replay_rules  # the recording's alerts as of --at
+
+        replay_rules(source.recording, config, until=args.at, engine=engine)
+        alerts = [alert_dict(a) for a in engine.firing()]
+        alerts_now = source.recording.ticks[0]["t"] + args.at  # their ages on the recording's clock
+    if args.watch:
+        stop_on_signals()
+    clear = args.watch and not args.json and sys.stdout.isatty()
+    poller.open()
+    try:
+        if source is None:
+            time.sleep(0.25)  # psutil's CPU percentage and NVML's averages need a moment
+        while True:
+            sample = poller.poll()
+            if engine is not None and source is None:
+                # the daemon on this box has the history alerts need; without one, a watch
+                # keeps its own engine from the moment it started
+                alerts, note, daemon = _daemon_state(config)
+                if alerts is None and args.watch:
+                    engine.evaluate(sample, sample.time)
+                    alerts, note = [alert_dict(a) for a in engine.firing()], "since this status started"
+            elif engine is not None and args.watch:
+                engine.evaluate(sample, sample.time)
+                alerts, note = [alert_dict(a) for a in engine.firing()], "since this status started"
+            where = f"{label} at {source.clock():.1f} s ({source.label() or 'no label'})" if source else ""
+            if args.json:
+                extra = {"alerts": alerts, "daemon": daemon}
+                if source:
+                    extra["replay"] = {"file": args.replay or str(demo_path()), "at": source.clock(),
+                                       "label": source.label()}
+                # a watch prints one object per line, for a reader that takes a line at a time
+                print(json.dumps(as_json(sample, extra), indent=None if args.watch else 2, allow_nan=False))
+            else:
+                if clear:
+                    sys.stdout.write("\x1b[H\x1b[2J")
+                print(render(sample, where, alerts, note, daemon, show_info=args.all, now=alerts_now))
+            if not args.watch:
+                return 0
+            sys.stdout.flush()
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        poller.close()
+
+
+def _daemon_state(config) -> tuple[list | None, str, dict | None]:
+    """Firing alerts and sink state from the rigmon daemon on this machine: alerts need its history."""
+    import ssl
+    import urllib.request
+
+    prom = config.prometheus
+    where = f"127.0.0.1:{prom.port}"
+    if not prom.enabled:
+        return None, "the daemon's endpoint is disabled in the config", None
+    if prom.basic_auth is not None:
+        return None, f"the daemon at {where} asks for a password; see rigmon_alert_active in Prometheus", None
+    scheme = "https" if prom.tls_cert else "http"
+    context = ssl._create_unverified_context() if prom.tls_cert else None  # our own daemon on loopback
+    try:
+        with urllib.request.urlopen(f"{scheme}://{where}/state", timeout=1.0, context=context) as response:
+            state = json.loads(response.read())
+            return state["alerts"], f"from the daemon at {where}", state
+    except (OSError, ValueError, KeyError):
+        return None, f"no rigmon daemon answers on {where} (alerts need its history: start rigmon run)", None

@@ -1,0 +1,185 @@
+"""The table of readings: every reading reaches each output it names, the old rule-variable
+names keep working with a warning, README's tables are the table's, and the layout has no
+import circle (nothing below ``rigmon.commands`` imports it)."""
+
+import ast
+import importlib
+import pkgutil
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import scenarios as sc
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+import rigmon
+from rigmon import config as configmod
+from rigmon import readings
+from rigmon.daemon import Daemon
+from rigmon.poller import build_poller
+from rigmon.sinks import lineprotocol
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rigmon_cli(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "rigmon", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def one_poll(recording, at=sc.LOAD_AT, start=None):
+    """One sample of a replay through the daemon's sinks: (sample, exposition, points, entities);
+    with ``start``, the readers open there and the replay moves on to ``at``."""
+    config = configmod.parse({"influxdb": {"enabled": False}, "prometheus": {"enabled": False},
+                              "gpu": {"pcie_throughput": True, "pcie_expected_generation": {"0": 5}}}, "test")
+    source = sc.source(recording, at=at if start is None else start)
+    poller = build_poller(config, source, event_thread=False)
+    daemon = Daemon(config, poller)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(daemon.collector)
+    poller.open()
+    try:
+        sample = daemon.poll_once()
+        if start is not None:
+            source.clock.set(at)
+            sample = daemon.poll_once()
+    finally:
+        poller.close()
+    exposition = generate_latest(registry).decode()
+    points = lineprotocol.encode(sample, "box", with_info=True)
+    return sample, exposition, points, daemon.alerts.engine.entities(sample)
+
+
+def test_every_reading_reaches_the_outputs_it_names():
+    """Eight GPUs with every optional reading between two boards: an Ampere-or-newer one with row
+    remapping, GPU fans, every ECC counter and host sensors, and one before Ampere (retired pages)."""
+    ecc = {f"nvmlDeviceGetTotalEccErrors__{t},{c}": 3 for t in (0, 1) for c in (0, 1)}
+    rich = sc.on_every_gpu(sc.gpu_fans(sc.rich(sc.h200(), gpus=8)), **ecc)
+    series, fields, entities = set(), {}, {}
+    for recording in (rich, sc.pre_ampere(rich)):
+        _, exposition, points, seen = one_poll(recording)
+        series |= {(s.name, tuple(sorted(s.labels.items()))) for f in text_string_to_metric_families(exposition)
+                   for s in f.samples}
+        for point in points:
+            measurement = point.split(",", 1)[0]
+            body = point.split(" ")[-2]
+            fields.setdefault(measurement, set()).update(re.findall(r"(?:^|,)([a-z0-9_<>]+)=", body))
+        for key, values in seen.items():
+            entities.setdefault(key, {}).update(values)
+    names = {name for name, _ in series}
+    kinds = {key[0] for key in entities}
+    checked = {"prometheus": 0, "influxdb": 0, "rules": 0}
+    for r in readings.READINGS:
+        entity = readings.ENTITIES[r.entity]
+        if r.family is not None:
+            family = readings.FAMILIES[r.family]
+            exported = family.name + ("_total" if family.type == "counter" else "")
+            assert exported in names, f"{r.name}: no {exported} series"
+            if r.labels:
+                own = dict(zip(family.labels, r.labels, strict=True))
+                assert any(n == exported and own.items() <= dict(labels).items() for n, labels in series), (
+                    f"{r.name}: no {exported}{own}")
+            checked["prometheus"] += 1
+        measurement = r.measurement or entity.measurement
+        if r.influx and measurement is not None:
+            field = f"fan0_{r.name}" if r.entity == "gpu_fan" else r.name
+            assert field in fields.get(measurement, set()), f"{r.name}: no field in {measurement}"
+            checked["influxdb"] += 1
+        if r.rule and entity.rule_kind in kinds:
+            assert any(r.name in v for k, v in entities.items() if k[0] == entity.rule_kind), (
+                f"{r.name}: not a {entity.rule_kind} variable")
+            checked["rules"] += 1
+    everything = {"prometheus": sum(1 for r in readings.READINGS if r.family),
+                  "influxdb": sum(1 for r in readings.READINGS
+                                  if r.influx and (r.measurement or readings.ENTITIES[r.entity].measurement)),
+                  "rules": sum(1 for r in readings.READINGS
+                               if r.rule and readings.ENTITIES[r.entity].rule_kind in kinds)}
+    assert checked == everything
+
+
+def test_a_lost_gpu_exports_only_that_it_is_lost():
+    sample, exposition, points, entities = one_poll(sc.gpu_lost(sc.h200(), gpus=2, lost=1, from_second=5.0),
+                                                    at=30.0, start=0.0)
+    assert 'rigmon_gpu_up{gpu="1",uuid=' in exposition and re.search(r'rigmon_gpu_up\{gpu="1"[^}]*\} 0\.0', exposition)
+    assert not re.search(r'rigmon_gpu_power_watts\{gpu="1"', exposition)
+    lost = next(p for p in points if p.startswith("gpu,gpu=1,"))
+    assert " lost=true " in lost and "power_watts" not in lost
+    # rules still see the lost GPU's thresholds (read once at start)
+    assert entities[("gpu", 1)]["lost"] is True and entities[("gpu", 1)]["slowdown_celsius"] == 89.0
+    assert "power_watts" not in entities[("gpu", 1)]
+
+
+def test_old_rule_variable_names_work_with_a_warning(tmp_path):
+    config = tmp_path / "rigmon.toml"
+    config.write_text('[[alerts.rules]]\nname = "Busy"\nkind = "gpu"\n'
+                      'when = "utilization_gpu >= 0.5 and sw_power_cap"\nseverity = "warning"\n'
+                      'summary = "GPU {gpu} at {utilization_gpu:.0%}"\n'
+                      '[[alerts.rules]]\nname = "Draw"\nkind = "psu"\nwhen = "power_watts > 10"\n'
+                      'severity = "info"\nsummary = "{psu} {power_watts:.0f} W"\n'
+                      '[alerts.power_budget]\nwatts = 2000\n')
+    done = rigmon_cli("config", "check", str(config))
+    assert done.returncode == 0, done.stderr
+    for old, new in (("utilization_gpu", "utilization_gpu_ratio"), ("sw_power_cap", "event_sw_power_cap"),
+                     ("power_watts", "draw_watts")):
+        assert f"variable '{old}' is deprecated and goes in the next release; use '{new}'" in done.stderr
+    done = rigmon_cli("rules", "test", "--config", str(config), "--replay", str(sc.H200), "--all")
+    assert done.returncode == 0, done.stderr
+    busy = [line for line in done.stdout.splitlines() if "FIRING" in line and "Busy" in line]
+    assert busy and re.search(r"GPU 0 at \d+%", busy[0]), busy  # the old name in the summary has its value
+    draw = [line for line in done.stdout.splitlines() if "FIRING" in line and " Draw " in line]
+    assert draw and re.search(r"all GPUs[ +A-Z]* \d+ W", draw[0]), draw
+
+
+def test_a_new_name_and_its_old_one_are_the_same_variable():
+    from rigmon.alerts.rules import Expression
+
+    old = Expression("utilization_gpu >= 0.5", "gpu", {})
+    assert old.deprecated == {"utilization_gpu": "utilization_gpu_ratio"}
+    assert old.variables == {"utilization_gpu_ratio"}
+    assert old.evaluate({"utilization_gpu_ratio": 0.9}) is True
+    # a param of the old name is the user's own: not renamed
+    assert Expression("utilization_gpu >= 0.5", "gpu", {"utilization_gpu": 1}).deprecated == {}
+
+
+def test_readme_tables_are_the_table():
+    text = (ROOT / "README.md").read_text()
+    assert readings.readme(text) == text, "README's tables differ from rigmon/readings.py: " \
+                                          "run python -m rigmon.readings README.md"
+
+
+def _modules():
+    for info in pkgutil.walk_packages(rigmon.__path__, "rigmon."):
+        yield info.name
+
+
+def test_nothing_below_the_commands_imports_them():
+    below = [m for m in _modules() if not m.startswith("rigmon.commands") and m != "rigmon.__main__"]
+    # at run time: each module imported alone, in a fresh interpreter
+    code = ("import importlib, sys\n"
+            "for name in sys.argv[1:]:\n"
+            "    importlib.import_module(name)\n"
+            "print(sorted(m for m in sys.modules if m.startswith('rigmon.commands')))")
+    for name in below:
+        done = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "[]", f"{name} imports {done.stdout.strip()}"
+    # and in the source, imports inside functions too
+    for name in below:
+        spec = importlib.util.find_spec(name)
+        tree = ast.parse(Path(spec.origin).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                target = importlib.util.resolve_name("." * node.level + (node.module or ""), name.rpartition(".")[0]
+                                                     if not spec.submodule_search_locations else name)
+                assert not target.startswith("rigmon.commands") and target != "rigmon.cli", f"{name}: {target}"
+
+
+def test_readme_architecture_names_every_package_and_module():
+    text = (ROOT / "README.md").read_text()
+    paragraph = text[text.index("How it fits together"):text.index("\n\n", text.index("How it fits together"))]
+    named = set(re.findall(r"`(rigmon/[a-z_/]+(?:\.py)?)`", paragraph))
+    for path in named:
+        assert (ROOT / path).exists(), f"README names {path}, which is not there"
+    packages = {f"rigmon/{p.name}/" for p in (ROOT / "rigmon").iterdir() if (p / "__init__.py").exists()}
+    assert packages <= named, f"not described: {packages - named}"
