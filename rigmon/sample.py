@@ -107,7 +107,6 @@ class GpuInfo(NamedTuple):
     name: str
     serial: str | None = None
     pci_bus_id: str | None = None
-    board_part_number: str | None = None
     vbios_version: str | None = None
     compute_capability: str | None = None
     power_limit_default_watts: float | None = None

@@ -46,6 +46,3 @@ class Notifier:
 
     def watchdog(self) -> bool:
         return self.notify("WATCHDOG=1")
-
-    def status(self, text: str) -> bool:
-        return self.notify(f"STATUS={text}")

@@ -48,22 +48,20 @@ log = logging.getLogger(__name__)
 MHZ = 1e6
 ALL_CLOCK_EVENTS = sum(bit for _, bit in CLOCK_EVENT_BITS)
 
-FIELD_MEMORY_TEMP = 82
+FIELD_MEMORY_TEMP = pynvml.NVML_FI_DEV_MEMORY_TEMP
 _POLL_FIELDS = (FIELD_MEMORY_TEMP,)
 _NO_FIELDS: dict[int, float] = {}
 # Cumulative nanoseconds spent in each throttling state (field-value API).
 THROTTLE_FIELDS = {
-    74: "sw_power_cap",
-    269: "sw_thermal_slowdown",
-    270: "hw_thermal_slowdown",
-    271: "hw_power_brake_slowdown",
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP: "sw_power_cap",
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN: "sw_thermal_slowdown",
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: "hw_thermal_slowdown",
+    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN: "hw_power_brake_slowdown",
 }
 _THROTTLE_FIELD_IDS = tuple(THROTTLE_FIELDS)
 # (key, error type 0 corrected | 1 uncorrected, counter 0 volatile | 1 aggregate), in EccCounts' order.
 _ECC_CALLS = tuple((f"nvmlDeviceGetTotalEccErrors:{t},{c}", t, c) for c, t in ((0, 0), (0, 1), (1, 0), (1, 1)))
 _ECC_KEYS = tuple(key for key, _, _ in _ECC_CALLS)
-# Errors that mean "no NVIDIA stack here": run without GPUs and say why once.
-_NO_NVML = ("LibraryNotFound", "DriverNotLoaded", "NoPermission", "LibRmVersionMismatch", "Unknown", "FunctionNotFound")
 
 
 class _Bindings:
@@ -292,7 +290,6 @@ class GpuReader:
             name=_text(g("nvmlDeviceGetName", nv.nvmlDeviceGetName)) or "unknown",
             serial=_text(g("nvmlDeviceGetSerial", nv.nvmlDeviceGetSerial)),
             pci_bus_id=_text(getattr(pci, "busId", None)),
-            board_part_number=_text(g("nvmlDeviceGetBoardPartNumber", nv.nvmlDeviceGetBoardPartNumber)),
             vbios_version=_text(g("nvmlDeviceGetVbiosVersion", nv.nvmlDeviceGetVbiosVersion)),
             compute_capability=f"{cc[0]}.{cc[1]}" if cc else None,
             power_limit_default_watts=_watts(g("nvmlDeviceGetPowerManagementDefaultLimit",
