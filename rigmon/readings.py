@@ -54,7 +54,7 @@ class Reading(NamedTuple):
     get: str | Callable | None
     unit: str  # watts, joules, celsius, hertz, bytes, seconds, ratio, count, bool, rpm, text
     doc: str
-    family: str | None = None  # key in FAMILIES; None: not in Prometheus
+    family: str | Family | None = None  # a family of FAMILIES by name, or its own; None: not in Prometheus
     labels: tuple[str, ...] = ()  # values of the family's own labels
     influx: bool = True  # an InfluxDB field of the entity's measurement
     rule: bool = True  # a variable of the entity's alert rule kind
@@ -395,6 +395,27 @@ READINGS: tuple[Reading, ...] = (
     R("budget_watts", "psu", None, "watts", "the group's budget", influx=False),
     R("present", "sensor", None, "bool", "the sensor answers now", influx=False),
 )
+
+
+
+def _own_families(table: tuple[Reading, ...]) -> tuple[Reading, ...]:
+    """A reading may bring its own family: it joins FAMILIES after the family of the reading
+    before it (exposition order follows the table), and the reading names it."""
+    global FAMILIES
+    out, previous = [], None
+    for r in table:
+        if isinstance(r.family, Family):
+            order = list(FAMILIES.values())
+            at = next((n + 1 for n, f in enumerate(order) if f.name == previous), len(order))
+            order.insert(at, r.family)
+            FAMILIES = {f.name: f for f in order}
+            r = r._replace(family=r.family.name)
+        previous = r.family or previous
+        out.append(r)
+    return tuple(out)
+
+
+READINGS = _own_families(READINGS)
 
 # Alert rule variables by kind, with what they mean (rules, doctor and README use these).
 KINDS: dict[str, dict[str, str]] = {}
