@@ -134,6 +134,7 @@ class GpuReading(NamedTuple):
     lost: bool = False
     power_watts: float | None = None
     power_limit_watts: float | None = None
+    power_management_limit_watts: float | None = None  # the limit set (nvidia-smi -pl); enforced may be lower
     energy_joules: float | None = None
     temperature_celsius: float | None = None
     memory_temperature_celsius: float | None = None

@@ -410,6 +410,7 @@ class GpuReader:
         plan = [
             ("power", [call("nvmlDeviceGetPowerUsage", nv.nvmlDeviceGetPowerUsage)]),
             ("limit", [call("nvmlDeviceGetEnforcedPowerLimit", nv.nvmlDeviceGetEnforcedPowerLimit)]),
+            ("pm_limit", [call("nvmlDeviceGetPowerManagementLimit", nv.nvmlDeviceGetPowerManagementLimit)]),
             ("temperature", [call("nvmlDeviceGetTemperatureV:0", nv.nvmlDeviceGetTemperatureV, 0),
                              call("nvmlDeviceGetTemperature:0", nv.nvmlDeviceGetTemperature, 0)]),
             ("utilization", [call("nvmlDeviceGetUtilizationRates", nv.nvmlDeviceGetUtilizationRates)]),
@@ -487,6 +488,7 @@ class GpuReader:
             uuid=d.info.uuid,
             power_watts=_watts(get("power")),
             power_limit_watts=_watts(get("limit")),
+            power_management_limit_watts=_watts(get("pm_limit")),
             energy_joules=d.energy,
             temperature_celsius=_celsius(get("temperature")),
             memory_temperature_celsius=_celsius(fields.get(FIELD_MEMORY_TEMP)),
