@@ -15,6 +15,7 @@ the hardware stopped giving.
 from __future__ import annotations
 
 import bisect
+import math
 import string
 from array import array
 from collections.abc import Sequence
@@ -120,6 +121,44 @@ def render(template: str, values: dict[str, Any]) -> str:
         return template
 
 
+class _History:
+    """One entity's history at one evaluation: what increase(), rate(), avg_over()… read."""
+
+    __slots__ = ("_series", "_ever", "_key", "_now")
+    _EMPTY = ((), (), ())
+
+    def __init__(self, series: dict, ever: dict | None, key: tuple, now: float):
+        self._series, self._ever, self._key, self._now = series, ever, key, now
+
+    def _window(self, var: str, seconds: float):
+        times, vals, _ = self._series.get((self._key, var), self._EMPTY)
+        return vals[bisect.bisect_left(times, self._now - seconds):]
+
+    def increase(self, var: str, seconds: float) -> float | None:
+        times, _, counted = self._series.get((self._key, var), self._EMPTY)
+        start = bisect.bisect_left(times, self._now - seconds)
+        return counted[-1] - counted[start] if start < len(times) else None
+
+    def rate(self, var: str, seconds: float) -> float | None:
+        rise = self.increase(var, seconds)
+        return rise / seconds if rise is not None and seconds > 0 else None
+
+    def avg_over(self, var: str, seconds: float) -> float | None:
+        series = self._window(var, seconds)
+        return sum(series) / len(series) if series else None
+
+    def max_over(self, var: str, seconds: float) -> float | None:
+        series = self._window(var, seconds)
+        return max(series) if series else None
+
+    def min_over(self, var: str, seconds: float) -> float | None:
+        series = self._window(var, seconds)
+        return min(series) if series else None
+
+    def ever_max(self, var: str) -> float | None:
+        return self._ever.get(var) if self._ever else None
+
+
 class AlertEngine:
     def __init__(self, rules: Sequence[Rule], psu_groups: Sequence[PsuGroup] = (),
                  expected_sensors: Sequence[str] = (), unknown_timeout: float = 120.0):
@@ -145,6 +184,10 @@ class AlertEngine:
         self._window_limit = max((rule.longest_window for rule in self.rules), default=0.0) + 60.0
         for name in expected_sensors:
             self._seen_sensors.add(_expected_key(name))
+        self._unknown = {kind: dict.fromkeys(names) for kind, names in KINDS.items()}
+        self._tracked_by_kind: dict[str, tuple[str, ...]] = {}
+        for kind, var in sorted(self._tracked):
+            self._tracked_by_kind[kind] = (*self._tracked_by_kind.get(kind, ()), var)
 
     # --- entities ------------------------------------------------------------------------
     def entities(self, sample: Sample) -> dict[tuple, dict]:
@@ -188,33 +231,42 @@ class AlertEngine:
             self._previous_sample = sample
             self._seen_sensors |= {(e["sensor_kind"], e["sensor"]) for k, e in entities.items()
                                    if k[0] == "sensor" and e["present"]}
-        bases = {key: self._names(key, values, now) for key, values in entities.items() if key[0] in self._kinds}
+        by_kind: dict[str, list[tuple[tuple, dict, dict]]] = {}
+        for key, values in entities.items():
+            if key[0] in self._kinds:
+                by_kind.setdefault(key[0], []).append((key, values, self._names(key, values, now)))
         transitions: list[Transition] = []
-        for rule in self.rules:
-            for key, values in entities.items():
-                if key[0] != rule.kind:
-                    continue
-                names = {**bases[key], **rule.params} if rule.params else bases[key]
-                transitions += self._step(rule, key, values, names, now)
+        alerts = self.alerts
+        for rule in self.rules:  # each rule's compiled code over its kind's entities, in one pass
+            name, when = rule.name, rule.when
+            for key, values, names in by_kind.get(rule.kind, ()):
+                condition = when.evaluate(names)
+                if not condition and (name, key) not in alerts:
+                    continue  # the common case: nothing fires, nothing to resolve
+                transitions += self._step(rule, key, values, names, now, condition)
         return transitions
 
     def _track(self, entities: dict[tuple, dict], time: float) -> None:
         """Append the newest values of the variables history functions use; keep for each a
         reset-corrected running total (so increase() is a subtraction) and the largest value."""
         horizon = time - self._window_limit
+        all_series, tracked, averaged = self._series, self._tracked_by_kind, self._averaged
         for key, values in entities.items():
-            for kind, var in self._tracked:
-                if key[0] != kind:
-                    continue
+            kind = key[0]
+            names = tracked.get(kind)
+            if not names:
+                continue
+            ever = self._ever_max.setdefault(key, {})
+            for var in names:
                 value = values.get(var)
                 if value is None:
                     continue
                 value = float(value)
-                series = self._series.get((key, var))
+                series = all_series.get((key, var))
                 if series is None:
-                    series = self._series[(key, var)] = (array("d"), array("d"), array("d"))
+                    series = all_series[(key, var)] = (array("d"), array("d"), array("d"))
                 times, vals, counted = series
-                if len(vals) >= 2 and vals[-1] == value == vals[-2] and (kind, var) not in self._averaged:
+                if len(vals) >= 2 and vals[-1] == value == vals[-2] and (kind, var) not in averaged:
                     times[-1] = time  # the run goes on: its latest point moves, nothing is added
                 elif vals:
                     previous = vals[-1]
@@ -225,8 +277,7 @@ class AlertEngine:
                     counted.append(0.0)
                     times.append(time)
                     vals.append(value)
-                ever = self._ever_max.setdefault(key, {})
-                if value > ever.get(var, float("-inf")):
+                if value > ever.get(var, -math.inf):
                     ever[var] = value
                 if times[0] < horizon:  # forget what no window reaches
                     cut = bisect.bisect_left(times, horizon)
@@ -238,39 +289,17 @@ class AlertEngine:
             self._last_xid[event.gpu_index] = event.xid
 
     def _names(self, key: tuple, values: dict, now: float) -> dict[str, Any]:
-        """What an expression sees for one entity: its variables and the history functions."""
-        ever = self._ever_max.get(key, {})
-        empty = ((), (), ())
-
-        def window(var: str, seconds: float) -> list:
-            times, vals, _ = self._series.get((key, var), empty)
-            return vals[bisect.bisect_left(times, now - seconds):]
-
-        def increase(var: str, seconds: float) -> float | None:
-            times, _, counted = self._series.get((key, var), empty)
-            start = bisect.bisect_left(times, now - seconds)
-            return counted[-1] - counted[start] if start < len(times) else None
-
-        def rate(var: str, seconds: float) -> float | None:
-            rise = increase(var, seconds)
-            return rise / seconds if rise is not None and seconds > 0 else None
-
-        def over(fn):
-            def call(var: str, seconds: float):
-                series = window(var, seconds)
-                return fn(series) if series else None
-            return call
-
-        names = dict.fromkeys(KINDS[key[0]])  # a variable this entity lacks is None: unknown
+        """What an expression sees for one entity: its variables (None where the entity lacks
+        one: unknown) and its history, ``_h``, for increase(), rate()…"""
+        names = self._unknown[key[0]].copy()
         names.update(values)
-        names.update(increase=increase, rate=rate, avg_over=over(lambda s: sum(s) / len(s)), max_over=over(max),
-                     min_over=over(min), ever_max=lambda var: ever.get(var), abs=abs, min=min, max=max)
+        names["_h"] = _History(self._series, self._ever_max.get(key), key, now)
         return names
 
-    def _step(self, rule: Rule, key: tuple, values: dict, names: dict, now: float) -> list[Transition]:
+    def _step(self, rule: Rule, key: tuple, values: dict, names: dict, now: float,
+              condition: Any) -> list[Transition]:
         alert_key = (rule.name, key)
         alert = self.alerts.get(alert_key)
-        condition = rule.when.evaluate(names)
         if alert is None:
             if not condition:
                 return []
@@ -309,7 +338,8 @@ class AlertEngine:
         return []
 
     def _describe(self, alert: Alert, names: dict) -> None:
-        context = {k: v for k, v in names.items() if not callable(v)}
+        context = {k: v for k, v in names.items() if not k.startswith("_")}  # not _h, not the _v temporaries
+        context.update(alert.rule.params)
         ever = self._ever_max.get(alert.key, {})
         context.update({f"ever_max_{k}": v for k, v in ever.items()})
         context["for_seconds"] = alert.rule.for_seconds

@@ -139,10 +139,12 @@ class Expression:
             if isinstance(node, ast.Name) and node.id in KINDS[kind]:
                 self.variables.add(node.id)
         args = _HistoryArgs(params)
-        tree = _ThreeValued().visit(args.visit(tree))
+        tree = _Params(params).visit(args.visit(tree))
         self.windows: list[float] = args.windows  # seconds each history function looks back
-        ast.fix_missing_locations(tree)
-        self._code = compile(tree, f"<rule {text!r}>", "eval")
+        # compiled once, to straight-line Python with the three-valued logic inline; the rule's
+        # params are constants in the code, so an entity's variables are all an evaluation needs
+        self.source = _Inline().expression(tree.body)
+        self._code = compile(self.source, f"<rule {text!r}>", "eval")
 
     @staticmethod
     def _check_history_call(node: ast.Call, kind: str, params: dict[str, Any]) -> None:
@@ -165,7 +167,7 @@ class Expression:
         """The value: True, False, a number, or None (unknown) where a value it needs is missing
         or the evaluation failed: a failure is unknown for this rule only, counted, logged once."""
         try:
-            return eval(self._code, {"__builtins__": {}, **_KLEENE}, names)  # checked AST: no attribute access
+            return eval(self._code, _GLOBALS, names)  # checked AST: no attribute access
         except (TypeError, ZeroDivisionError):
             return None
         except Exception as e:  # MemoryError, OverflowError...: never the other rules
@@ -285,42 +287,95 @@ _KLEENE: dict[str, Any] = {
 }
 
 
-class _ThreeValued(ast.NodeTransformer):
-    """Rewrites operators into calls of the _KLEENE functions, so an unknown (None) value makes
-    only its own term unknown and ``or``/``and`` follow three-valued logic."""
 
-    @staticmethod
-    def _call(name: str, args: list[ast.expr]) -> ast.Call:
-        return ast.Call(func=ast.Name(name, ast.Load()), args=args, keywords=[])
+def _history(name: str):
+    def call(history, *args):
+        return getattr(history, name)(*args) if history is not None else None
+    return call
 
-    def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
-        self.generic_visit(node)
-        return self._call("_and" if isinstance(node.op, ast.And) else "_or", node.values)
 
-    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
-        self.generic_visit(node)
-        name = {ast.Not: "_not", ast.USub: "_neg", ast.UAdd: "_pos"}[type(node.op)]
-        return self._call(name, [node.operand])
+# history functions ask the entity's history (the engine's, handed in as ``_h``); without one
+# (an expression evaluated on values alone) they are unknown
+_KLEENE.update({f"_{name}": _history(name) for name in HISTORY_FUNCTIONS})
+_GLOBALS = {"__builtins__": {}, "_h": None, **_KLEENE}
 
-    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
-        self.generic_visit(node)
-        return self._call(_OPERATOR_NAMES[type(node.op)], [node.left, node.right])
 
-    def visit_Compare(self, node: ast.Compare) -> ast.AST:
-        self.generic_visit(node)
-        args: list[ast.expr] = [node.left]
-        for op, right in zip(node.ops, node.comparators, strict=True):
-            args += [ast.Constant(_OPERATOR_NAMES[type(op)]), right]
-        return self._call("_compare", args)
+class _Inline:
+    """A checked expression as Python source with Kleene logic inline: an unknown (None) value
+    makes only its own term unknown, ``True or unknown`` is true, ``False and unknown`` is false.
+    Intermediate values live in ``_v1``, ``_v2``… of the evaluation's namespace."""
 
-    def visit_IfExp(self, node: ast.IfExp) -> ast.AST:
-        self.generic_visit(node)
-        return self._call("_if", [node.test, node.body, node.orelse])
+    def __init__(self):
+        self._n = 0
 
-    def visit_Call(self, node: ast.Call) -> ast.AST:
-        self.generic_visit(node)
-        if isinstance(node.func, ast.Name) and node.func.id in PLAIN_FUNCTIONS:
-            node.func = ast.Name(f"_{node.func.id}", ast.Load())
+    def _tmp(self) -> str:
+        self._n += 1
+        return f"_v{self._n}"
+
+    def expression(self, node: ast.AST) -> str:
+        method = getattr(self, f"_{type(node).__name__}", None)
+        if method is None:
+            raise ValueError(f"{type(node).__name__} is not allowed in a rule expression")
+        return method(node)
+
+    def _Constant(self, node: ast.Constant) -> str:  # noqa: N802
+        return repr(node.value)
+
+    def _Name(self, node: ast.Name) -> str:  # noqa: N802
+        return node.id
+
+    def _BoolOp(self, node: ast.BoolOp) -> str:  # noqa: N802
+        text = self.expression(node.values[0])
+        for value in node.values[1:]:
+            p, q = self._tmp(), self._tmp()
+            right = self.expression(value)
+            if isinstance(node.op, ast.And):
+                text = (f"(False if (({p} := {text}) is not None and not {p}) else False if (({q} := {right}) is not "
+                        f"None and not {q}) else None if {p} is None or {q} is None else True)")
+            else:
+                text = (f"(True if (({p} := {text}) is not None and {p}) else True if (({q} := {right}) is not None "
+                        f"and {q}) else None if {p} is None or {q} is None else False)")
+        return text
+
+    def _UnaryOp(self, node: ast.UnaryOp) -> str:  # noqa: N802
+        v = self._tmp()
+        op = {ast.Not: "not ", ast.USub: "-", ast.UAdd: "+"}[type(node.op)]
+        return f"(None if ({v} := {self.expression(node.operand)}) is None else {op}{v})"
+
+    def _BinOp(self, node: ast.BinOp) -> str:  # noqa: N802
+        return f"{_OPERATOR_NAMES[type(node.op)]}({self.expression(node.left)}, {self.expression(node.right)})"
+
+    def _Compare(self, node: ast.Compare) -> str:  # noqa: N802
+        operands = [node.left, *node.comparators]
+        names = [self._tmp() for _ in operands]
+        unknown = " or ".join(f"({v} := {self.expression(o)}) is None" for v, o in zip(names, operands, strict=True))
+        symbols = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+        chain = names[0] + "".join(f" {symbols[type(op)]} {v}" for op, v in zip(node.ops, names[1:], strict=True))
+        return f"(None if {unknown} else {chain})"
+
+    def _IfExp(self, node: ast.IfExp) -> str:  # noqa: N802
+        c = self._tmp()
+        return (f"(None if ({c} := {self.expression(node.test)}) is None else "
+                f"({self.expression(node.body)} if {c} else {self.expression(node.orelse)}))")
+
+    def _Call(self, node: ast.Call) -> str:  # noqa: N802
+        name = node.func.id
+        if name == "known":
+            return f"(({self.expression(node.args[0])}) is not None)"
+        if name in PLAIN_FUNCTIONS:
+            name = f"_{name}"
+        return f"{name}({', '.join(self.expression(a) for a in node.args)})"
+
+
+class _Params(ast.NodeTransformer):
+    """A rule's params become constants in its code (windows were resolved before)."""
+
+    def __init__(self, params: dict[str, Any]):
+        self._params = params
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:  # noqa: N802
+        if node.id in self._params:
+            return ast.copy_location(ast.Constant(self._params[node.id]), node)
         return node
 
 
@@ -335,12 +390,14 @@ class _HistoryArgs(ast.NodeTransformer):
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
         if isinstance(node.func, ast.Name) and node.func.id in HISTORY_FUNCTIONS:
-            args = [ast.Constant(node.args[0].id)]
+            # the entity's history is ``_h`` in the namespace: increase(v, w) → _increase(_h, "v", w)
+            args = [ast.Name("_h", ast.Load()), ast.Constant(node.args[0].id)]
             if len(node.args) > 1:
                 window = node.args[1]
                 value = self._params[window.id] if isinstance(window, ast.Name) else window.value
                 args.append(ast.Constant(parse_duration(value)))
                 self.windows.append(parse_duration(value))
+            node.func = ast.Name(f"_{node.func.id}", ast.Load())
             node.args = args
         return node
 

@@ -40,7 +40,11 @@ def build(recording, capture: bool):
     config = configmod.parse({"influxdb": {"enabled": False}, "prometheus": {"enabled": False},
                               "gpu": {"xid_events": False}}, "bench")
     source = sc.source(recording, loop=True)
-    from rigmon.replay import ReplayHost, replay_backend
+    try:
+        from rigmon.replay import ReplayHost, replay_backend
+    except ImportError:  # before 0.2
+        from rigmon.readers.gpu import replay_backend
+        from rigmon.replay import ReplayHost
 
     nvml, host = replay_backend(source), ReplayHost(source)
     if capture:

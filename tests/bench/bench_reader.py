@@ -23,7 +23,12 @@ import scenarios as sc  # noqa: E402
 
 from rigmon.readers.gpu import GpuReader  # noqa: E402
 from rigmon.readers.host import HostReader  # noqa: E402
-from rigmon.replay import ReplayHost, replay_backend  # noqa: E402
+
+try:
+    from rigmon.replay import ReplayHost, replay_backend
+except ImportError:  # before 0.2
+    from rigmon.readers.gpu import replay_backend
+    from rigmon.replay import ReplayHost
 
 
 class Capture:
