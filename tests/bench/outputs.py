@@ -6,7 +6,7 @@ two versions of rigmon and ``diff -r`` the two folders: any difference is a rena
 changed series.
 
     python tests/bench/outputs.py OUT_DIR [--ticks N]
-    python tests/bench/outputs.py --compare OLD_DIR NEW_DIR
+    python tests/bench/outputs.py --compare OLD_DIR NEW_DIR [--except NAME,...]
 
 The comparison takes the expositions byte for byte and the InfluxDB points as points (the
 same measurement, tags, fields and time; the order of fields within a line is no part of a
@@ -72,27 +72,35 @@ def dump(name: str, recording: Recording, out: Path, ticks: int) -> None:
     poller.close()
 
 
-def _points(text: str) -> list[tuple]:
+def _points(text: str, skip: set[str]) -> list[tuple]:
     out = []
     for raw in text.splitlines():
         head, fields, ns = re.match(r"^((?:[^ \\]|\\.)+) (.*) (\d+)$", raw).groups()
         parts = re.split(r'(?<!\\),(?=(?:[^"]*"[^"]*")*[^"]*$)', fields)
-        out.append((head, tuple(sorted(parts)), ns))
+        out.append((head, tuple(sorted(p for p in parts if p.split("=", 1)[0] not in skip)), ns))
     return sorted(out)
 
 
-def compare(old: Path, new: Path) -> int:
+def _exposition(data: bytes, skip: set[str]) -> bytes:
+    if not skip:
+        return data
+    pattern = re.compile(rb"^(# (HELP|TYPE) )?(" + b"|".join(re.escape(s.encode()) for s in skip) + rb")\b.*\n", re.M)
+    return pattern.sub(b"", data)
+
+
+def compare(old: Path, new: Path, skip: set[str] = frozenset()) -> int:
+    """Old against new; ``skip``: metric families and InfluxDB fields new on purpose."""
     counts = {"prom_same": 0, "prom_differ": 0, "lp_bytes_same": 0, "lp_points_same": 0, "lp_differ": 0}
     for a in sorted(old.rglob("*.prom")) + sorted(old.rglob("*.lp")):
         b = new / a.relative_to(old)
         if a.suffix == ".prom":
-            same = a.read_bytes() == b.read_bytes()
+            same = _exposition(a.read_bytes(), skip) == _exposition(b.read_bytes(), skip)
             counts["prom_same" if same else "prom_differ"] += 1
             if not same and counts["prom_differ"] == 1:
                 print(f"first differing exposition: {b}")
         elif a.read_bytes() == b.read_bytes():
             counts["lp_bytes_same"] += 1
-        elif _points(a.read_text()) == _points(b.read_text()):
+        elif _points(a.read_text(), skip) == _points(b.read_text(), skip):
             counts["lp_points_same"] += 1
         else:
             counts["lp_differ"] += 1
@@ -107,9 +115,11 @@ def main(argv=None) -> int:
     p.add_argument("out", type=Path, nargs="+")
     p.add_argument("--ticks", type=int, default=40)
     p.add_argument("--compare", action="store_true", help="compare two folders this script wrote")
+    p.add_argument("--except", dest="skip", default="", metavar="NAMES",
+                   help="with --compare: metric families and fields added on purpose, comma-separated")
     args = p.parse_args(argv)
     if args.compare:
-        return compare(*args.out)
+        return compare(*args.out, skip={n for n in args.skip.split(",") if n})
     args.out = args.out[0]
     for name, recording in scenarios().items():
         dump(name, recording, args.out, args.ticks)
