@@ -30,7 +30,7 @@ def cmd_status(args) -> int:
 
     config = load_config(args)
     source, label = replay_source(args, at=args.at, realtime=bool(args.watch))
-    poller = build_poller(config, source)
+    poller = build_poller(config, source, event_thread=bool(args.watch))  # one read: no XID thread to wait for
     engine = build_engine(config) if config.alerts.enabled else None
     alerts, note, daemon, alerts_now = None, "", None, None
     if engine is not None and source is not None and not args.watch:

@@ -8,19 +8,21 @@ poll and per format and shared by every scrape until the next poll.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import concurrent.futures
+import functools
 import gzip
 import hashlib
 import hmac
 import logging
 import platform
-import socket
 import ssl
 import threading
 from collections import Counter
-from socketserver import ThreadingMixIn
-from typing import TYPE_CHECKING
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, NamedTuple
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
@@ -90,59 +92,90 @@ def _families(sample: Sample, xids: dict):
 
 
 # --- HTTP -------------------------------------------------------------------------------
+CONNECTION_TIMEOUT = 10.0  # seconds a client has for the TLS handshake, its request, each write
+IDLE_TIMEOUT = 60.0  # seconds a kept-alive connection may wait for its next request
+MAX_CONNECTIONS = 64  # connections served at once; more are closed at once, not queued behind
+MAX_REQUEST_BYTES = 16384  # request line and headers
+
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
+            431: "Request Header Fields Too Large"}
+
+
+class Response(NamedTuple):
+    head: bytes  # status line and headers, without Connection and the blank line
+    body: bytes
+
+
+def response(status: int, content_type: str, body: bytes, extra: tuple[tuple[str, str], ...] = ()) -> Response:
+    headers = [("Content-Type", content_type), ("Content-Length", str(len(body))), *extra]
+    head = f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
+    return Response(head.encode("latin-1"), body)
+
+
+_ROOT = response(200, "text/html; charset=utf-8", b"<html><head><title>rigmon</title></head><body><h1>rigmon</h1>"
+                                                  b"<p><a href='/metrics'>Metrics</a></p></body></html>\n")
+_NOT_FOUND = response(404, "text/plain", b"not found: try /metrics\n")
+_UNAUTHORISED = response(401, "text/plain", b"authentication required\n",
+                         (("WWW-Authenticate", 'Basic realm="rigmon"'),))
+
+
+@functools.lru_cache(maxsize=64)
+def _encoder(accept: str):
+    """prometheus_client's choice of format for an Accept header (scrapers send the same one)."""
+    return choose_encoder(accept)
+
+
 class MetricsApp:
-    """WSGI app serving /metrics: rendered once per poll and format, optional basic auth."""
+    """What /metrics and the other paths answer: the exposition rendered once per poll, format
+    and encoding, then the same bytes (and their prebuilt headers) for every scrape until the
+    next poll; optional basic auth."""
 
     def __init__(self, registry: CollectorRegistry, generation, auth: tuple[str, str] | None = None,
                  routes: dict | None = None):
         self._registry = registry
-        self._routes = routes or {}  # path -> () -> (content type, body): the daemon's /alerts
+        self._routes = routes or {}  # path -> () -> (content type, body): the daemon's /state
         self._generation = generation  # changes when a new sample arrives
         self._auth = auth  # (username, sha256 hex of the password)
-        self._cache: dict[tuple, bytes] = {}
+        self._cache: dict[tuple, Response] = {}
         self._cache_generation = None
         self._lock = threading.Lock()
 
-    def __call__(self, environ, start_response):
-        if self._auth is not None and not self._authorised(environ.get("HTTP_AUTHORIZATION", "")):
-            start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="rigmon"'),
-                                                ("Content-Type", "text/plain")])
-            return [b"authentication required\n"]
-        path = environ.get("PATH_INFO", "/")
+    def respond(self, path: str, headers: dict[str, str]) -> Response | Callable[[], Response]:
+        """The answer to a GET of ``path`` with these (lower-cased) request headers, or, where
+        this poll's exposition is not rendered yet, the call that renders it."""
+        if self._auth is not None and not self._authorised(headers.get("authorization", "")):
+            return _UNAUTHORISED
+        path = path.split("?", 1)[0]
         if path in ("/", ""):
-            start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-            return [b"<html><head><title>rigmon</title></head><body><h1>rigmon</h1>"
-                    b"<p><a href='/metrics'>Metrics</a></p></body></html>\n"]
+            return _ROOT
         if path in self._routes:
             content_type, body = self._routes[path]()
-            start_response("200 OK", [("Content-Type", content_type), ("Content-Length", str(len(body)))])
-            return [body]
+            return response(200, content_type, body)
         if path != "/metrics":
-            start_response("404 Not Found", [("Content-Type", "text/plain")])
-            return [b"not found: try /metrics\n"]
-        encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT", ""))
-        zipped = "gzip" in environ.get("HTTP_ACCEPT_ENCODING", "")
-        body = self._render(encoder, content_type, zipped)
-        headers = [("Content-Type", content_type), ("Content-Length", str(len(body)))]
-        if zipped:
-            headers.append(("Content-Encoding", "gzip"))
-        start_response("200 OK", headers)
-        return [body]
+            return _NOT_FOUND
+        accept, zipped = headers.get("accept", ""), "gzip" in headers.get("accept-encoding", "")
+        generation = self._cache_generation  # read before the cache: a render clears it, then moves this on
+        cached = self._cache.get((_encoder(accept)[1], zipped))
+        if cached is not None and generation == self._generation():
+            return cached
+        return functools.partial(self.metrics, accept, zipped)
 
-    def _render(self, encoder, content_type: str, zipped: bool) -> bytes:
+    def metrics(self, accept: str, zipped: bool) -> Response:
+        encoder, content_type = _encoder(accept)
         key = (content_type, zipped)
-        with self._lock:
+        with self._lock:  # one render per poll and format, whoever asks first
             generation = self._generation()
             if generation != self._cache_generation:
                 self._cache.clear()
                 self._cache_generation = generation
-            body = self._cache.get(key)
-            if body is None:
+            cached = self._cache.get(key)
+            if cached is None:
                 body = encoder(self._registry)
                 if zipped:
                     body = gzip.compress(body, compresslevel=5)
-                self._cache[key] = body
-            return body
+                cached = self._cache[key] = response(200, content_type, body,
+                                                     (("Content-Encoding", "gzip"),) if zipped else ())
+            return cached
 
     def _authorised(self, header: str) -> bool:
         if not header.startswith("Basic "):
@@ -157,72 +190,114 @@ class MetricsApp:
             digest, self._auth[1].lower().encode())
 
 
-CONNECTION_TIMEOUT = 10.0  # seconds a client has for the TLS handshake, its request, each read
-MAX_CONNECTIONS = 64  # connections served at once; more are closed at once, not queued behind
+class MetricsServer:
+    """HTTP/1.1 with keep-alive on one event loop thread: a scrape costs a parse of its request
+    line and headers and one write of cached bytes, with no thread per connection. TLS
+    handshakes run on the loop under CONNECTION_TIMEOUT; a client that connects and says
+    nothing, or trickles its request, holds only its own connection, and at most
+    MAX_CONNECTIONS are served at once (more are closed at once). A render (once per poll and
+    format) runs in a worker thread, so the loop goes on serving the cached bytes meanwhile."""
 
+    def __init__(self, app: MetricsApp, listen: str, port: int, tls: ssl.SSLContext | None = None):
+        self.app = app
+        self._loop = asyncio.new_event_loop()
+        self._render = ThreadPoolExecutor(1, thread_name_prefix="rigmon-render")
+        self._connections = 0
+        self._writers: set[asyncio.StreamWriter] = set()
+        ready: concurrent.futures.Future = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._run, args=(listen, port, tls, ready), name="rigmon-http",
+                                        daemon=True)
+        self._thread.start()
+        self._server = ready.result()  # raises the bind's OSError here
+        self.server_address = self._server.sockets[0].getsockname()
 
-class _Server(ThreadingMixIn, WSGIServer):
-    """One thread per connection, at most MAX_CONNECTIONS of them. TLS is set up in that
-    thread, under the connection's timeout: a client that connects and says nothing (or
-    trickles its request) holds only its own thread, never the accept loop."""
-
-    daemon_threads = True
-    request_queue_size = 128  # 50 concurrent scrapers must not find the backlog full
-    tls: ssl.SSLContext | None = None
-
-    def server_activate(self):
-        super().server_activate()
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-
-    def process_request(self, request, client_address):
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)  # over the bound: refuse fast
+    def _run(self, listen: str, port: int, tls, ready) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            server = self._loop.run_until_complete(asyncio.start_server(
+                self._connection, listen, port, ssl=tls, ssl_handshake_timeout=CONNECTION_TIMEOUT if tls else None,
+                backlog=128, limit=MAX_REQUEST_BYTES, reuse_address=True))
+        except OSError as e:
+            ready.set_exception(OSError(e.errno, f"cannot listen on {listen}:{port}: {e.strerror}"))
             return
+        ready.set_result(server)
         try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request, client_address):
-        try:
-            request.settimeout(CONNECTION_TIMEOUT)
-            if self.tls is not None:
-                try:
-                    request = self.tls.wrap_socket(request, server_side=True)
-                except (OSError, ssl.SSLError):  # a failed or abandoned handshake: that client only
-                    self.shutdown_request(request)
-                    return
-            super().process_request_thread(request, client_address)
+            self._loop.run_forever()
         finally:
-            self._slots.release()
+            server.close()
+            for writer in list(self._writers):
+                writer.close()
+            self._loop.run_until_complete(asyncio.sleep(0))
+            self._loop.close()
 
-    def handle_error(self, request, client_address):  # a client gone mid-request is not an error
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._connections >= MAX_CONNECTIONS:
+            writer.close()  # over the bound: refuse fast
+            return
+        self._connections += 1
+        self._writers.add(writer)
+        try:
+            timeout = CONNECTION_TIMEOUT  # for the first request; IDLE_TIMEOUT between the next ones
+            while True:
+                try:
+                    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
+                except asyncio.LimitOverrunError:
+                    await self._send(writer, response(431, "text/plain", b"request headers too large\n"), False)
+                    return
+                keep, answer, head_only = self._answer(head)
+                if callable(answer):  # a new poll's first scrape: rendered beside the loop
+                    answer = await self._loop.run_in_executor(self._render, answer)
+                await self._send(writer, answer, keep, head_only)
+                if not keep:
+                    return
+                timeout = IDLE_TIMEOUT
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, OSError):
+            pass  # a client gone, silent or too slow: that connection only
+        finally:
+            self._connections -= 1
+            self._writers.discard(writer)
+            writer.close()
+
+    def _answer(self, head: bytes) -> tuple[bool, Response | Callable[[], Response], bool]:
+        """(keep the connection, the response, HEAD) for one request's line and headers."""
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            return False, response(400, "text/plain", b"bad request\n"), False
+        method, path, version = parts
+        headers = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if sep:
+                headers[name.strip().lower()] = value.strip()
+        if method not in ("GET", "HEAD") or "content-length" in headers or "transfer-encoding" in headers:
+            return False, response(405, "text/plain", b"GET only\n", (("Allow", "GET, HEAD"),)), False
+        connection = headers.get("connection", "").lower()
+        keep = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
+        return keep, self.app.respond(path, headers), method == "HEAD"
+
+    async def _send(self, writer: asyncio.StreamWriter, answer: Response, keep: bool, head_only: bool = False):
+        writer.write(answer.head + (b"\r\n" if keep else b"Connection: close\r\n\r\n"))
+        if not head_only:
+            writer.write(answer.body)
+        await asyncio.wait_for(writer.drain(), CONNECTION_TIMEOUT)
+
+    def shutdown(self) -> None:
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=2.0)
+        self._render.shutdown(wait=False)
+
+    def server_close(self) -> None:
         pass
 
 
-class _QuietHandler(WSGIRequestHandler):
-    timeout = CONNECTION_TIMEOUT
-
-    def log_message(self, format, *args):  # scrapes are not news
-        pass
-
-
-def serve(app: MetricsApp, config: PrometheusConfig) -> tuple[WSGIServer, threading.Thread]:
+def serve(app: MetricsApp, config: PrometheusConfig) -> tuple[MetricsServer, threading.Thread]:
     """Bind and serve in a thread; raises OSError with the address when the bind fails."""
-    server_class = _Server
-    if ":" in config.listen:
-        server_class = type("_Server6", (_Server,), {"address_family": socket.AF_INET6})
-    try:
-        server = make_server(config.listen, config.port, app, server_class, _QuietHandler)
-    except OSError as e:
-        raise OSError(e.errno, f"cannot listen on {config.listen}:{config.port}: {e.strerror}") from None
+    context = None
     if config.tls_cert is not None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(str(config.tls_cert), str(config.tls_key))
-        server.tls = context  # each connection's handshake runs in its own thread
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="rigmon-http",
-                              daemon=True)
-    thread.start()
-    return server, thread
+    server = MetricsServer(app, config.listen, config.port, context)
+    return server, server._thread

@@ -46,6 +46,9 @@ from ..sample import (
 log = logging.getLogger(__name__)
 
 MHZ = 1e6
+# The XID thread's wait: NVML cannot interrupt it, so a stop waits out at most this (and the
+# thread wakes ten times a second, one cheap call each).
+EVENT_WAIT_MS = 100
 ALL_CLOCK_EVENTS = sum(bit for _, bit in CLOCK_EVENT_BITS)
 
 FIELD_MEMORY_TEMP = pynvml.NVML_FI_DEV_MEMORY_TEMP
@@ -344,7 +347,7 @@ class GpuReader:
         failures = 0
         while not self._event_stop.is_set():
             try:
-                data = nv.nvmlEventSetWait_v2(self._event_set, 500)
+                data = nv.nvmlEventSetWait_v2(self._event_set, EVENT_WAIT_MS)
             except pynvml.NVMLError_Timeout:
                 failures = 0
                 continue
@@ -571,7 +574,7 @@ class GpuReader:
     def close(self) -> None:
         self._event_stop.set()
         if self._event_thread is not None:
-            self._event_thread.join(timeout=2)
+            self._event_thread.join(timeout=2 * EVENT_WAIT_MS / 1000)
         if self._event_set is not None:
             try:
                 self._nvml.nvmlEventSetFree(self._event_set)

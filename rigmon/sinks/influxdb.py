@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import base64
 import gzip
+import http.client
+import itertools
 import logging
 import queue
 import socket
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 INFO_EVERY_SECONDS = 3600.0
+BATCH_BYTES = 4 << 20  # the most one write carries when the spool holds several segments
 
 
 class Refused(Exception):
@@ -67,34 +68,54 @@ def _classify(status: int, reason: str, after: str | None) -> Exception:
 
 
 class V1Sender:
-    """InfluxDB 1.x: POST /write?db=&rp=&precision=ns, basic auth."""
+    """InfluxDB 1.x: POST /write?db=&rp=&precision=ns, basic auth, on one kept-alive connection."""
 
     def __init__(self, config: InfluxConfig):
         query = {"db": config.database, "precision": "ns"}
         if config.retention_policy:
             query["rp"] = config.retention_policy
-        self._url = config.url.rstrip("/") + "/write?" + urllib.parse.urlencode(query)
+        url = urllib.parse.urlsplit(config.url)
+        self._https = url.scheme == "https"
+        self._host, self._port = url.hostname, url.port
+        self._path = url.path.rstrip("/") + "/write?" + urllib.parse.urlencode(query)
         self._headers = {"Content-Type": "text/plain; charset=utf-8", "Content-Encoding": "gzip"}
         if config.username:
             password = config.password.get_secret_value() if config.password else ""
             token = base64.b64encode(f"{config.username}:{password}".encode()).decode()
             self._headers["Authorization"] = f"Basic {token}"
         self._timeout = config.timeout
+        self._connection: http.client.HTTPConnection | None = None
 
     def send(self, data: bytes) -> None:
-        request = urllib.request.Request(self._url, data=gzip.compress(data, 5), headers=self._headers,
-                                         method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as response:
-                response.read()
-        except urllib.error.HTTPError as e:
-            body = e.read()[:300].decode("utf-8", "replace")
-            raise _classify(e.code, f"{e.reason}: {body}".strip(": "), e.headers.get("Retry-After")) from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
-            raise Retry(f"{type(e).__name__}: {getattr(e, 'reason', e)}") from None
+        body = gzip.compress(data, 5)
+        for fresh in (self._connection is None, True):
+            if self._connection is None:
+                cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+                self._connection = cls(self._host, self._port, timeout=self._timeout)
+            try:
+                self._connection.request("POST", self._path, body=body, headers=self._headers)
+                response = self._connection.getresponse()
+                payload = response.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
+                self.close()
+                if fresh:
+                    raise Retry(f"{type(e).__name__}: {e}") from None
+                continue  # the server closed the kept-alive connection meanwhile: once more on a new one
+            except (OSError, http.client.HTTPException) as e:  # refused, timed out, a broken answer
+                self.close()
+                raise Retry(f"{type(e).__name__}: {e}") from None
+            if response.will_close:
+                self.close()
+            if response.status >= 300:
+                text = payload[:300].decode("utf-8", "replace")
+                raise _classify(response.status, f"{response.reason}: {text}".strip(": "),
+                                response.getheader("Retry-After"))
+            return
 
     def close(self) -> None:
-        pass
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
 
 class V2Sender:
@@ -271,17 +292,20 @@ class InfluxSink:
         attempt = 0
         wait_until = 0.0
         refused: dict[str, tuple[float, int]] = {}  # segments answered 400: path -> (first time, times)
+        one_at_a_time = False
         while not self._stop.is_set():
             now = time.monotonic()
             if now < wait_until:
                 self._stop.wait(min(wait_until - now, 0.5))
                 continue
-            segment = self.spool.oldest(min_age=self.config.flush_interval)
-            if segment is None:
+            # back to back while the spool holds data: several segments per request, up to
+            # BATCH_BYTES (one at a time while a 400 is being sorted out)
+            batch = self.spool.ready(self.config.flush_interval, 0 if refused or one_at_a_time else BATCH_BYTES)
+            if not batch:
                 self._spooled.wait(min(self.config.flush_interval, 0.25))
                 self._spooled.clear()
                 continue
-            path, data, points = segment
+            path, data, points = batch[0]
             try:
                 if str(path) in refused or not _utf8(data):
                     first, times = refused.get(str(path), (now, 0))
@@ -290,10 +314,19 @@ class InfluxSink:
                         raise Malformed(f"every line of {points} refused")
                     refused.pop(str(path), None)
                 else:
-                    self.sender.send(data)
+                    clean = list(itertools.takewhile(lambda segment: _utf8(segment[1]), batch))
+                    try:
+                        self.sender.send(clean[0][1] if len(clean) == 1 else b"".join(d for _, d, _ in clean))
+                    except Malformed:
+                        if len(clean) == 1:
+                            raise
+                        one_at_a_time = True  # which segment holds the bad line: each on its own, at once
+                        continue
                     with self._lock:
-                        self.spool.remove(path)
-                        self.written += points
+                        for segment_path, _, segment_points in clean:
+                            self.spool.remove(segment_path)
+                            self.written += segment_points
+                    one_at_a_time = False
             except Retry as e:
                 attempt += 1
                 delay = backoff(attempt, self.config.retry_initial, self.config.retry_max, e.after)

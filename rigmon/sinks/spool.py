@@ -128,15 +128,25 @@ class Spool:
     def oldest(self, min_age: float = 0.0) -> tuple[Path, bytes, int] | None:
         """The oldest segment to send: (path, data, points). The segment being written is
         closed and handed out once it is ``min_age`` seconds old or full."""
+        batch = self.ready(min_age, 0)
+        return batch[0] if batch else None
+
+    def ready(self, min_age: float = 0.0, max_bytes: int = 0) -> list[tuple[Path, bytes, int]]:
+        """The oldest segments to send, in order, as many as fit in ``max_bytes`` (at least
+        one): [(path, data, points)]. The segment being written is closed and handed out once
+        it is ``min_age`` seconds old or full."""
+        out, total = [], 0
         with self._lock:
-            if not self._segments:
-                return None
-            seq, path, size, points = self._segments[0]
-            if self._current is not None and self._current[0] == seq:
-                if size == 0 or (time.monotonic() - self._current_opened < min_age and size < self.segment_bytes):
-                    return None
-                self._current = None  # the next append opens a new segment
-            return path, path.read_bytes(), points
+            for seq, path, size, points in self._segments:
+                if out and total + size > max_bytes:
+                    break
+                if self._current is not None and self._current[0] == seq:
+                    if size == 0 or (time.monotonic() - self._current_opened < min_age and size < self.segment_bytes):
+                        break
+                    self._current = None  # the next append opens a new segment
+                out.append((path, points))
+                total += size
+        return [(path, path.read_bytes(), points) for path, points in out]
 
     def remove(self, path: Path) -> None:
         with self._lock:
