@@ -92,6 +92,7 @@ def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=Non
             event_thread=event_thread,
             indices=config.gpu.indices,
             expected_pcie_generation=config.gpu.pcie_expected_generation,
+            rare_counters_every_poll=rules_want_rare_counters_every_poll(config),
             wall=wall,
             # a replay's own clock paces the slow counters and lost-GPU probes, in a replay run
             # faster than real time too
@@ -107,3 +108,27 @@ def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=Non
                 host_backend = SystemHost(Path(config.host.sysfs))
         host = HostReader(host_backend, rapl=config.host.rapl)
     return Poller(gpu, host, wall)
+
+
+# Rule variables of the counters read every slow_interval (see readers.gpu._RARE).
+RARE_COUNTER_VARIABLES = frozenset({"pcie_replays", "ecc_corrected_volatile", "ecc_uncorrected_volatile",
+                                    "ecc_corrected_aggregate", "ecc_uncorrected_aggregate", "remap_pending",
+                                    "remap_failure", "remapped_rows_correctable", "remapped_rows_uncorrectable"})
+SHORT_WINDOW = 60.0  # a rule looking at a rare counter over less than this wants it every poll
+
+
+def rules_want_rare_counters_every_poll(config: Config) -> bool:
+    """True when an enabled rule takes the rate or increase of a rare counter over a window
+    shorter than SHORT_WINDOW: the reader then reads them every poll, not every slow_interval."""
+    if not config.alerts.enabled:
+        return False
+    from .alerts.rules import Rule
+
+    for spec in config.alerts.effective_rules():
+        if not spec.enabled:
+            continue
+        rule = Rule(spec)
+        shortest = rule.shortest_window
+        if rule.history_variables & RARE_COUNTER_VARIABLES and shortest is not None and shortest < SHORT_WINDOW:
+            return True
+    return False

@@ -190,3 +190,50 @@ def test_widened_recording_has_distinct_gpus():
     assert len(gpus) == 8 and len({g.uuid for g in gpus}) == 8
     assert len({i.pci_bus_id for i in reader.info}) == 8
     assert all(g.power_watts == pytest.approx(692.159) for g in gpus)
+
+
+def _calls(backend, name):
+    return sum(1 for n, _ in backend.calls if n == name)
+
+
+def test_rare_counters_are_read_every_slow_interval_and_hold_between():
+    """PCIe replays, ECC and row remaps change rarely: read every slow_interval (5 s), their
+    last answers shown at every poll in between."""
+    source = sc.source(sc.h200(), sc.LOAD_AT)
+    clock = source.clock
+    backend = Counting(replay_backend(source))
+    reader = GpuReader(backend, xid_events=False, slow_interval=5.0, monotonic=clock)  # the replay paces it
+    reader.open()
+    backend.calls.clear()
+    readings = []
+    for n in range(20):  # 10 s of 0.5 s polls
+        clock.set(sc.LOAD_AT + n * 0.5)
+        (gpu,), _ = reader.read()
+        readings.append(gpu)
+    assert _calls(backend, "nvmlDeviceGetPowerUsage") == 20
+    assert _calls(backend, "nvmlDeviceGetPcieReplayCounter") == 2
+    assert _calls(backend, "nvmlDeviceGetRemappedRows") == 2
+    # all four ECC counters at the first read; the one this board lacks is not asked again
+    assert _calls(backend, "nvmlDeviceGetTotalEccErrors") == 4 + 3
+    assert all(g.pcie_replay_total == 1 and g.remapped_rows.pending is False for g in readings)
+    assert all(g.ecc_errors.uncorrected_volatile == 0 for g in readings)
+
+
+def test_a_rule_with_a_short_window_on_a_rare_counter_reads_it_every_poll():
+    from rigmon.config import parse
+    from rigmon.poller import build_poller
+
+    rule = {"name": "ReplaysFast", "kind": "gpu", "when": "rate(pcie_replays, '30s') > 1", "severity": "warning",
+            "summary": "fast"}
+    for rules, every_poll in (([], False), ([rule], True)):
+        config = parse({"alerts": {"rules": rules}, "gpu": {"xid_events": False}, "host": {"enabled": False}})
+        source = sc.source(sc.h200(), sc.LOAD_AT)
+        backend = Counting(replay_backend(source))
+        poller = build_poller(config, source, nvml=backend, event_thread=False)
+        poller.open()
+        backend.calls.clear()
+        for n in range(10):
+            source.clock.set(sc.LOAD_AT + n * 0.2)  # 2 s: inside one slow interval
+            poller.poll()
+        poller.close()
+        assert _calls(backend, "nvmlDeviceGetPcieReplayCounter") == (10 if every_poll else 1), rules

@@ -15,11 +15,14 @@ if TYPE_CHECKING:
 
 
 def replay_rules(recording: Recording, config: Config, until: float | None = None,
-                 engine: AlertEngine | None = None) -> list[Transition]:
+                 engine: AlertEngine | None = None, source: ReplaySource | None = None) -> list[Transition]:
     """Every transition the rules make on ``recording``, tick by tick, at the recording's times
-    (up to ``until`` seconds into it). Pass an ``engine`` to look at its alerts afterwards."""
-    clock = ReplayClock(realtime=False)
-    source = ReplaySource(recording, clock, loop=False)
+    (up to ``until`` seconds into it). Pass an ``engine`` to look at its alerts afterwards, and
+    the ``source`` (with a clock it may set) of a replay that goes on from ``until``: each tick
+    is decoded once for both."""
+    if source is None:
+        source = ReplaySource(recording, ReplayClock(realtime=False), loop=False)
+    clock = source.clock
     t0 = recording.ticks[0]["t"]
     poller = build_poller(config, source, wall=lambda: t0 + clock(), event_thread=False)
     engine = engine if engine is not None else build_engine(config)

@@ -546,6 +546,10 @@ class Rule:
         return set().union(*(e.averaged for e in self._expressions))
 
     @property
+    def shortest_window(self) -> float | None:
+        return min((w for e in self._expressions for w in e.windows), default=None)
+
+    @property
     def longest_window(self) -> float:
         return max((w for e in self._expressions for w in e.windows), default=0.0)
 

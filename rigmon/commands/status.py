@@ -36,7 +36,8 @@ def cmd_status(args) -> int:
     if engine is not None and source is not None and not args.watch:
         from ..alerts.offline import replay_rules  # the recording's alerts as of --at
 
-        replay_rules(source.recording, config, until=args.at, engine=engine)
+        replay_rules(source.recording, config, until=args.at, engine=engine, source=source)
+        source.clock.set(args.at)  # where the status looks: the tick the rules ended on, decoded already
         alerts = [alert_dict(a) for a in engine.firing()]
         alerts_now = source.recording.ticks[0]["t"] + args.at  # their ages on the recording's clock
     if args.watch:

@@ -65,6 +65,9 @@ _THROTTLE_FIELD_IDS = tuple(THROTTLE_FIELDS)
 # (key, error type 0 corrected | 1 uncorrected, counter 0 volatile | 1 aggregate), in EccCounts' order.
 _ECC_CALLS = tuple((f"nvmlDeviceGetTotalEccErrors:{t},{c}", t, c) for c, t in ((0, 0), (0, 1), (1, 0), (1, 1)))
 _ECC_KEYS = tuple(key for key, _, _ in _ECC_CALLS)
+# Counters that change rarely (link errors, ECC, row remaps), read every slow_interval unless a
+# rule looks at them over a short window: PCIe replays alone are ~18 % of a poll's NVML time.
+_RARE = frozenset({"pcie_replay", "remapped_rows", *_ECC_KEYS})
 
 
 class _Bindings:
@@ -113,7 +116,8 @@ class _Device:
     """One GPU's handle and what we have learnt about it."""
 
     __slots__ = ("index", "handle", "info", "unsupported", "lost", "errors", "last_slow", "energy", "throttle",
-                 "pcie_rx", "pcie_tx", "supported_events", "fields_unsupported", "plan", "poll_fields", "probe_at",
+                 "pcie_rx", "pcie_tx", "supported_events", "fields_unsupported", "plan", "slow_plan", "slow_raw",
+                 "poll_fields", "probe_at",
                  "retired_pages", "read_retired_pages", "fans")
 
     def __init__(self, index: int, handle: Any):
@@ -132,6 +136,8 @@ class _Device:
         self.supported_events = ALL_CLOCK_EVENTS
         self.fields_unsupported: set[int] = set()
         self.plan: list[tuple[str, list[tuple]]] = []
+        self.slow_plan: list[tuple[str, list[tuple]]] = []  # the rare counters, every slow_interval
+        self.slow_raw: dict[str, Any] = {}  # their latest answers
         self.poll_fields = True  # False once every per-poll field value said NotSupported
         self.retired_pages: RetiredPages | None = None
         self.read_retired_pages = False  # an ECC board without row remapping (pre-Ampere)
@@ -183,6 +189,7 @@ class GpuReader:
         event_thread: bool = True,
         indices: list[int] | None = None,
         expected_pcie_generation: dict[int, int] | None = None,
+        rare_counters_every_poll: bool = False,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ):
@@ -195,6 +202,7 @@ class GpuReader:
         self._registered: dict = {}
         self._indices = indices
         self._expected_pcie = expected_pcie_generation or {}
+        self._rare_every_poll = rare_counters_every_poll
         self._monotonic = monotonic
         self._wall = wall
         self.devices: list[_Device] = []
@@ -238,7 +246,10 @@ class GpuReader:
                 continue
             try:
                 device.info = self._static(device)
-                device.plan = self._plan(device)
+                plan = self._plan(device)
+                rare = [] if self._rare_every_poll else [entry for entry in plan if entry[0] in _RARE]
+                device.plan = [entry for entry in plan if entry not in rare]
+                device.slow_plan = rare
             except GpuLost:
                 device.lost = True
                 device.info = GpuInfo(index=index, uuid="", name="unknown")
@@ -451,11 +462,11 @@ class GpuReader:
                          (f"rpm{i}", [call(f"nvmlDeviceGetFanSpeedRPM:{i}", nv.nvmlDeviceGetFanSpeedRPM, i)])]
         return [(name, [a for a in alternatives if a[0] not in d.unsupported]) for name, alternatives in plan]
 
-    def _run_plan(self, d: _Device) -> dict[str, Any]:
+    def _run_plan(self, d: _Device, slow: bool = False) -> dict[str, Any]:
         raw: dict[str, Any] = {}
         handle = d.handle
         pruned = False
-        for name, alternatives in d.plan:
+        for name, alternatives in d.slow_plan if slow else d.plan:
             while alternatives:
                 key, fn, args = alternatives[0]
                 try:
@@ -466,7 +477,9 @@ class GpuReader:
                         break
                     alternatives.pop(0)  # not supported: the older call, if any, from now on
                     pruned = True
-        if pruned:
+        if pruned and slow:
+            d.slow_plan = [entry for entry in d.slow_plan if entry[1]]
+        elif pruned:
             d.plan = [entry for entry in d.plan if entry[1]]
         return raw
 
@@ -476,6 +489,8 @@ class GpuReader:
             d.last_slow = now
             d.poll_fields = any(f not in d.fields_unsupported for f in _POLL_FIELDS)
         raw = self._run_plan(d)
+        if d.slow_raw:
+            raw.update(d.slow_raw)
         get = raw.get
         utilization = get("utilization")
         memory = get("memory")
@@ -522,6 +537,8 @@ class GpuReader:
 
     def _read_slow(self, d: _Device) -> None:
         nv = self._nvml
+        if d.slow_plan:
+            d.slow_raw = self._run_plan(d, slow=True)
         energy = d.get("nvmlDeviceGetTotalEnergyConsumption", nv.nvmlDeviceGetTotalEnergyConsumption)
         d.energy = energy / 1000 if energy is not None else None
         throttle = self._fields(d, _THROTTLE_FIELD_IDS)
