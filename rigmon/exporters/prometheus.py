@@ -98,7 +98,7 @@ MAX_CONNECTIONS = 64  # connections served at once; more are closed at once, not
 MAX_REQUEST_BYTES = 16384  # request line and headers
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
-            431: "Request Header Fields Too Large"}
+            431: "Request Header Fields Too Large", 500: "Internal Server Error"}
 
 
 class Response(NamedTuple):
@@ -191,19 +191,20 @@ class MetricsApp:
 
 
 class MetricsServer:
-    """HTTP/1.1 with keep-alive on one event loop thread: a scrape costs a parse of its request
-    line and headers and one write of cached bytes, with no thread per connection. TLS
-    handshakes run on the loop under CONNECTION_TIMEOUT; a client that connects and says
-    nothing, or trickles its request, holds only its own connection, and at most
-    MAX_CONNECTIONS are served at once (more are closed at once). A render (once per poll and
-    format) runs in a worker thread, so the loop goes on serving the cached bytes meanwhile."""
+    """HTTP/1.1 with keep-alive on one event loop thread: a scrape costs finding the end of its
+    request, a parse of its line and headers, and one write of cached bytes with prebuilt
+    headers; no thread and no task per connection or request (asyncio protocols, deadlines
+    swept once a second). TLS handshakes run on the loop under CONNECTION_TIMEOUT; a client
+    that connects and says nothing, trickles its request or stops reading holds only its own
+    connection until its deadline, and at most MAX_CONNECTIONS are served at once (more are
+    closed at once). A render (once per poll and format) runs in a worker thread, so the loop
+    goes on serving meanwhile; that connection's next requests wait for it, in order."""
 
     def __init__(self, app: MetricsApp, listen: str, port: int, tls: ssl.SSLContext | None = None):
         self.app = app
+        self.connections: set[_Connection] = set()
         self._loop = asyncio.new_event_loop()
         self._render = ThreadPoolExecutor(1, thread_name_prefix="rigmon-render")
-        self._connections = 0
-        self._writers: set[asyncio.StreamWriter] = set()
         ready: concurrent.futures.Future = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._run, args=(listen, port, tls, ready), name="rigmon-http",
                                         daemon=True)
@@ -213,74 +214,35 @@ class MetricsServer:
 
     def _run(self, listen: str, port: int, tls, ready) -> None:
         asyncio.set_event_loop(self._loop)
+        self._loop.set_exception_handler(_quiet)
         try:
-            server = self._loop.run_until_complete(asyncio.start_server(
-                self._connection, listen, port, ssl=tls, ssl_handshake_timeout=CONNECTION_TIMEOUT if tls else None,
-                backlog=128, limit=MAX_REQUEST_BYTES, reuse_address=True))
+            server = self._loop.run_until_complete(self._loop.create_server(
+                lambda: _Connection(self), listen, port, ssl=tls,
+                ssl_handshake_timeout=CONNECTION_TIMEOUT if tls else None, backlog=128, reuse_address=True))
         except OSError as e:
             ready.set_exception(OSError(e.errno, f"cannot listen on {listen}:{port}: {e.strerror}"))
             return
         ready.set_result(server)
+        self._loop.call_later(1.0, self._sweep)
         try:
             self._loop.run_forever()
         finally:
             server.close()
-            for writer in list(self._writers):
-                writer.close()
+            for connection in list(self.connections):
+                connection.transport.abort()
             self._loop.run_until_complete(asyncio.sleep(0))
             self._loop.close()
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._connections >= MAX_CONNECTIONS:
-            writer.close()  # over the bound: refuse fast
-            return
-        self._connections += 1
-        self._writers.add(writer)
-        try:
-            timeout = CONNECTION_TIMEOUT  # for the first request; IDLE_TIMEOUT between the next ones
-            while True:
-                try:
-                    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
-                except asyncio.LimitOverrunError:
-                    await self._send(writer, response(431, "text/plain", b"request headers too large\n"), False)
-                    return
-                keep, answer, head_only = self._answer(head)
-                if callable(answer):  # a new poll's first scrape: rendered beside the loop
-                    answer = await self._loop.run_in_executor(self._render, answer)
-                await self._send(writer, answer, keep, head_only)
-                if not keep:
-                    return
-                timeout = IDLE_TIMEOUT
-        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, OSError):
-            pass  # a client gone, silent or too slow: that connection only
-        finally:
-            self._connections -= 1
-            self._writers.discard(writer)
-            writer.close()
+    def _sweep(self) -> None:
+        """Close what is past its deadline: no request (or no whole one) in time, or a client
+        that stopped reading its answer."""
+        now = self._loop.time()
+        for connection in [c for c in self.connections if c.deadline < now]:
+            connection.transport.abort()
+        self._loop.call_later(1.0, self._sweep)
 
-    def _answer(self, head: bytes) -> tuple[bool, Response | Callable[[], Response], bool]:
-        """(keep the connection, the response, HEAD) for one request's line and headers."""
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split()
-        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-            return False, response(400, "text/plain", b"bad request\n"), False
-        method, path, version = parts
-        headers = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if sep:
-                headers[name.strip().lower()] = value.strip()
-        if method not in ("GET", "HEAD") or "content-length" in headers or "transfer-encoding" in headers:
-            return False, response(405, "text/plain", b"GET only\n", (("Allow", "GET, HEAD"),)), False
-        connection = headers.get("connection", "").lower()
-        keep = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
-        return keep, self.app.respond(path, headers), method == "HEAD"
-
-    async def _send(self, writer: asyncio.StreamWriter, answer: Response, keep: bool, head_only: bool = False):
-        writer.write(answer.head + (b"\r\n" if keep else b"Connection: close\r\n\r\n"))
-        if not head_only:
-            writer.write(answer.body)
-        await asyncio.wait_for(writer.drain(), CONNECTION_TIMEOUT)
+    def render(self, call: Callable[[], Response]) -> asyncio.Future:
+        return self._loop.run_in_executor(self._render, call)
 
     def shutdown(self) -> None:
         if self._loop.is_running():
@@ -290,6 +252,117 @@ class MetricsServer:
 
     def server_close(self) -> None:
         pass
+
+
+class _Connection(asyncio.Protocol):
+    __slots__ = ("server", "loop", "transport", "buffer", "deadline", "busy", "closing")
+
+    def __init__(self, server: MetricsServer):
+        self.server, self.loop = server, server._loop
+        self.transport: asyncio.Transport | None = None
+        self.buffer = b""
+        self.deadline = self.loop.time() + CONNECTION_TIMEOUT
+        self.busy = False  # a render for this connection is running: later requests wait, in order
+        self.closing = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        if len(self.server.connections) >= MAX_CONNECTIONS:
+            transport.abort()  # over the bound: refuse fast
+            return
+        self.server.connections.add(self)
+        transport.set_write_buffer_limits(high=1 << 20)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.discard(self)
+
+    def pause_writing(self) -> None:  # the client reads slower than we write: it gets CONNECTION_TIMEOUT
+        self.deadline = self.loop.time() + CONNECTION_TIMEOUT
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.deadline = self.loop.time() + IDLE_TIMEOUT
+        self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if not self.buffer:  # a new request begins: it has CONNECTION_TIMEOUT to arrive whole
+            self.deadline = self.loop.time() + CONNECTION_TIMEOUT
+        self.buffer += data
+        try:
+            self._serve()
+        except Exception:  # a bug answering one request: that connection only
+            log.exception("answering a request failed")
+            self.transport.abort()
+
+    def _serve(self) -> None:
+        while not self.busy and not self.closing:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self.buffer) > MAX_REQUEST_BYTES:
+                    self._write(response(431, "text/plain", b"request headers too large\n"), False, False)
+                return
+            head, self.buffer = self.buffer[:end], self.buffer[end + 4:]
+            keep, answer, head_only = _answer(self.server.app, head)
+            if callable(answer):  # a new poll's first scrape: rendered beside the loop
+                self.busy = True
+                self.transport.pause_reading()
+                self.server.render(answer).add_done_callback(
+                    lambda future, keep=keep, head_only=head_only: self._rendered(future, keep, head_only))
+                return
+            self._write(answer, keep, head_only)
+
+    def _rendered(self, future: asyncio.Future, keep: bool, head_only: bool) -> None:
+        self.busy = False
+        if self.transport.is_closing():
+            return
+        try:
+            answer = future.result()
+        except Exception:
+            log.exception("rendering /metrics failed")
+            answer, keep = response(500, "text/plain", b"rendering failed; see rigmon's log\n"), False
+        self._write(answer, keep, head_only)
+        if not self.closing:
+            self.transport.resume_reading()
+            self._serve()
+
+    def _write(self, answer: Response, keep: bool, head_only: bool) -> None:
+        transport = self.transport
+        transport.write(answer.head + (b"\r\n" if keep else b"Connection: close\r\n\r\n"))
+        if not head_only:
+            transport.write(answer.body)
+        if keep:
+            self.deadline = self.loop.time() + (CONNECTION_TIMEOUT if self.buffer else IDLE_TIMEOUT)
+        else:
+            self.closing = True
+            transport.close()  # after what is written
+
+
+def _quiet(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    """Clients that vanish mid-handshake or mid-answer are no news; anything else is logged."""
+    error = context.get("exception")
+    if isinstance(error, (ConnectionError, ssl.SSLError, TimeoutError, OSError)):
+        log.debug("HTTP client: %s", context.get("message"))
+        return
+    log.error("HTTP server: %s", context.get("message"), exc_info=error)
+
+
+def _answer(app: MetricsApp, head: bytes) -> tuple[bool, Response | Callable[[], Response], bool]:
+    """(keep the connection, the response or the render that makes it, HEAD) for one request."""
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split()
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        return False, response(400, "text/plain", b"bad request\n"), False
+    method, path, version = parts
+    headers = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    if method not in ("GET", "HEAD") or "content-length" in headers or "transfer-encoding" in headers:
+        return False, response(405, "text/plain", b"GET only\n", (("Allow", "GET, HEAD"),)), False
+    connection = headers.get("connection", "").lower()
+    keep = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
+    return keep, app.respond(path, headers), method == "HEAD"
 
 
 def serve(app: MetricsApp, config: PrometheusConfig) -> tuple[MetricsServer, threading.Thread]:

@@ -323,9 +323,8 @@ class InfluxSink:
                         one_at_a_time = True  # which segment holds the bad line: each on its own, at once
                         continue
                     with self._lock:
-                        for segment_path, _, segment_points in clean:
-                            self.spool.remove(segment_path)
-                            self.written += segment_points
+                        self.spool.remove(*(segment_path for segment_path, _, _ in clean))
+                        self.written += sum(segment_points for _, _, segment_points in clean)
                     one_at_a_time = False
             except Retry as e:
                 attempt += 1
@@ -449,6 +448,7 @@ class InfluxSink:
         for thread in (self._spooler, self._thread):
             thread.join(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
         self._spool_queued(block=0)  # anything that came in meanwhile
+        self.spool.flush(timeout=max(0.0, deadline - time.monotonic()))  # sent segments' files gone
         if not self._thread.is_alive():
             self.sender.close()
         if self.spool.points:

@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ class Spool:
         self._rejected: list[tuple[Path, int]] = []  # (path, bytes), oldest first
         self._current: tuple[int, Path] | None = None
         self._current_opened = 0.0
+        self._deleter = ThreadPoolExecutor(1, thread_name_prefix="rigmon-spool-delete")
         self._recover()
 
     # --- state ---------------------------------------------------------------------------
@@ -148,12 +150,22 @@ class Spool:
                 total += size
         return [(path, path.read_bytes(), points) for path, points in out]
 
-    def remove(self, path: Path) -> None:
+    def remove(self, *paths: Path) -> None:
+        """Done with these segments (sent): forget them now; their files are deleted beside
+        the next send (a crash before that sends them again, which InfluxDB stores once)."""
+        gone = set(paths)
         with self._lock:
-            self._segments = [s for s in self._segments if s[1] != path]
-            if self._current is not None and self._current[1] == path:
+            self._segments = [s for s in self._segments if s[1] not in gone]
+            if self._current is not None and self._current[1] in gone:
                 self._current = None
-        path.unlink(missing_ok=True)
+        self._deleter.submit(_unlink, paths)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait (up to ``timeout``) until the files of removed segments are deleted."""
+        try:
+            self._deleter.submit(lambda: None).result(timeout)
+        except TimeoutError:
+            pass
 
     def reject(self, path: Path, bad: list[bytes]) -> Path | None:
         """Done with a segment whose ``bad`` lines the server refused: keep those beside the
@@ -171,6 +183,11 @@ class Spool:
                 target = None
         self.remove(path)
         return target
+
+
+def _unlink(paths: tuple[Path, ...]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
 
 
 def _fsync_dir(directory: Path) -> None:

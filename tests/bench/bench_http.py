@@ -69,13 +69,15 @@ asyncio.run(main())
 '''
 
 
-async def _read_response(reader: asyncio.StreamReader) -> int:
+async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bool]:
+    """(status, the server closes the connection after it) of one whole response."""
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])
-    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                  if line.lower().startswith(b"content-length:"))
+    lines = [line.lower() for line in head.split(b"\r\n")]
+    length = next(int(line.split(b":", 1)[1]) for line in lines if line.startswith(b"content-length:"))
     await reader.readexactly(length)
-    return status
+    closes = b"connection: close" in lines or (head.startswith(b"HTTP/1.0") and b"connection: keep-alive" not in lines)
+    return status, closes
 
 
 async def _scraper(port: int, mode: str, until: float, latencies: list, failures: list) -> None:
@@ -86,12 +88,12 @@ async def _scraper(port: int, mode: str, until: float, latencies: list, failures
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
             started = time.perf_counter()
             writer.write(REQUEST + (b"Connection: close\r\n\r\n" if mode == "close" else b"\r\n"))
-            status = await asyncio.wait_for(_read_response(reader), 10)
+            status, closes = await asyncio.wait_for(_read_response(reader), 10)
             if status != 200:
                 failures.append(f"HTTP {status}")
             else:
                 latencies.append(time.perf_counter() - started)
-            if mode == "close":
+            if mode == "close" or closes:  # as Prometheus does with a server that closes: a new one next
                 writer.close()
                 writer = None
         except (OSError, asyncio.IncompleteReadError, TimeoutError, StopIteration) as e:
