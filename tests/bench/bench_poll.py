@@ -6,9 +6,10 @@ the daemon's own pieces, each timed in CPU seconds over the same positions:
 - bare: the NVML/psutil calls the readers made, captured and replayed without the readers;
 - readers: the GPU and host readers building the sample;
 - alerts: the alert engine evaluating every rule on the sample;
-- metrics: the Prometheus collector rendering /metrics once per poll;
+- metrics: the Prometheus collector rendering /metrics (once per poll, when scraped);
 - influx: the sample encoded as InfluxDB line protocol;
-- poll: all of it, as the daemon runs it (poll_once plus one render).
+- poll: what the daemon does at every poll, scraped or not: poll_once (readers, alerts,
+  the collector taking the sample) and the line protocol.
 
     python tests/bench/bench_poll.py [--polls N] [--json]
 """
@@ -58,8 +59,8 @@ def build(recording, capture: bool):
     return source, daemon, registry, nvml, host
 
 
-def measure(gpus: int, polls: int, repeats: int) -> dict:
-    recording = sc.rich(sc.h200(), gpus=gpus)
+def measure(gpus: int, polls: int, repeats: int, scenario: str = "rich") -> dict:
+    recording = sc.rich(sc.h200(), gpus=gpus) if scenario == "rich" else sc.h200().widened(gpus)
     at = [(i * 1.0) % recording.duration for i in range(polls)]
 
     source, daemon, _, nvml, host = build(recording, capture=True)
@@ -111,7 +112,6 @@ def measure(gpus: int, polls: int, repeats: int) -> dict:
         for t in at:
             src.clock.set(t)
             sample = d.poll_once()
-            generate_latest(registry)
             lineprotocol.encode(sample, "box")
         return time.process_time() - start
 
@@ -132,13 +132,16 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--polls", type=int, default=300)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--scenario", choices=["rich", "plain"], default="rich",
+                   help="rich: host sensors, fans, ECC (default); plain: the H200 recording widened, no sensors")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    result = measure(8, args.polls, args.repeats)
+    result = measure(8, args.polls, args.repeats, args.scenario)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"8 GPUs, {args.polls} polls, best of {args.repeats}; CPU µs per poll and ratio to the bare calls")
+    print(f"8 GPUs ({args.scenario}), {args.polls} polls, best of {args.repeats}; CPU µs per poll and ratio to "
+          f"the bare calls")
     for key, value in result["cpu_us_per_poll"].items():
         ratio = result["ratio_to_bare"].get(key)
         print(f"  {key:>8} {value:>9.1f} µs" + (f"  {ratio:>5.2f}x" if ratio is not None else ""))
