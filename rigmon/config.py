@@ -64,7 +64,11 @@ class GpuConfig(_Section):
     slow_interval: Annotated[Duration, Field(ge=0, description="Time between reads of the slow counters: energy "
                                                                "(~3 ms a GPU) and cumulative throttle times.")] = 5.0
     pcie_throughput: Annotated[bool, Field(description="Read PCIe throughput (costs ~21 ms a GPU per read).")] = False
-    processes: Annotated[bool, Field(description="Count compute processes and their memory.")] = True
+    processes: Annotated[bool, Field(description="Read the compute processes: memory, SM share, and who they are "
+                                                 "(user, command, container or job, from /proc).")] = True
+    process_series: Annotated[int, Field(ge=0, le=64, description="Export the N processes holding the most GPU "
+                                                                  "memory as Prometheus series (pid, user, job "
+                                                                  "labels); 0: none, only the counts.")] = 0
     xid_events: Annotated[bool, Field(description="Listen for XID critical errors.")] = True
     pcie_expected_generation: Annotated[dict[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1, le=6)]] | None,
                                         Field(description="PCIe generation a GPU's link is meant to run at, by GPU "
@@ -77,6 +81,9 @@ class HostConfig(_Section):
     enabled: Annotated[bool, Field(description="Read CPU temperatures, fans and load through psutil.")] = True
     sysfs: Annotated[Path, Field(description="Root of sysfs, for RAPL energy.")] = Path("/sys")
     rapl: Annotated[bool, Field(description="Read CPU package energy from RAPL (root-only on recent kernels).")] = True
+    sysfs_sensors: Annotated[bool, Field(description="Read what psutil leaves out of hwmon: fan PWM, fan minimum "
+                                                     "and alarm, voltages, power and current inputs, and which "
+                                                     "device each chip is.")] = True
 
 
 class BasicAuth(_Section):
@@ -122,6 +129,10 @@ class PsuGroupConfig(_Section):
     gpus: Annotated[list[Annotated[int, Field(ge=0)]] | None, Field(
         description="GPU indices on this PSU; all when absent.", examples=[[0, 1]])] = None
     include_cpu: Annotated[bool, Field(description="Add the CPU package power (RAPL) to this group.")] = False
+    sensor: Annotated[str | None, Field(
+        description="An hwmon power input that measures this PSU's draw (chip/sensor or chip/device/sensor, as "
+                    "rigmon status shows it, e.g. a corsair-psu's); its reading replaces the GPUs' sum while it "
+                    "answers.", examples=["corsair-psu/power total"])] = None
 
 
 class PowerBudgetConfig(_Section):
@@ -226,6 +237,21 @@ class BurninConfig(_Section):
                                                    "exports the newest one's result.")] = Path("/var/lib/rigmon-burnin")
 
 
+class JobsConfig(_Section):
+    enabled: Annotated[bool, Field(description="Keep the ledger of jobs (rigmon jobs): GPU time, energy and cost "
+                                               "of each run, in <state_dir>/jobs.sqlite.")] = True
+    price_per_kwh: Annotated[float, Field(ge=0, description="Electricity price per kWh, for each job's cost "
+                                                            "(0: no cost shown).", examples=[0.32])] = 0.0
+    currency: Annotated[str, Field(max_length=8, description="Shown after costs.", examples=["EUR"])] = ""
+    end_after: Annotated[Duration, Field(gt=0, le=3600, description="A job that holds no GPU for this long has "
+                                                                    "ended.")] = 30.0
+    starved_utilization: Annotated[float, Field(gt=0, le=1, description="A job is busy while its GPUs are at "
+                                                                        "least this busy (0-1).")] = 0.9
+    starved_power_ratio: Annotated[float, Field(gt=0, le=1, description="…and starved while busy below this share "
+                                                                        "of the power limit, for most of its "
+                                                                        "busy time.")] = 0.6
+
+
 class Config(_Section):
     daemon: Annotated[DaemonConfig, Field(description="Polling and logging.")] = DaemonConfig()
     gpu: Annotated[GpuConfig, Field(description="NVIDIA GPUs, through NVML.")] = GpuConfig()
@@ -235,6 +261,8 @@ class Config(_Section):
     notifiers: Annotated[list[NotifierConfig], Field(description="Where alerts are posted.")] = []
     influxdb: Annotated[InfluxConfig, Field(description="Pushing samples to InfluxDB.")] = InfluxConfig()
     burnin: Annotated[BurninConfig, Field(description="rigmon burnin.")] = BurninConfig()
+    jobs: Annotated[JobsConfig, Field(description="The ledger of jobs: who used the GPUs, and what it cost.")] = (
+        JobsConfig())
 
 
 class ConfigError(Exception):

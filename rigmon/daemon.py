@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from typing import Protocol
@@ -27,9 +28,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from . import config as configmod
+from . import project
 from .alerts.sink import AlertSink
 from .exporters.burnin import BurninReports
 from .exporters.prometheus import MetricsApp, RigmonCollector, serve
+from .jobs import JobLedger
 from .poller import Poller
 from .sample import Sample
 from .sinks.influxdb import InfluxSink
@@ -105,14 +108,22 @@ class Daemon:
         self.stats = PollStats(config.daemon.interval)
         self.alerts = AlertSink(config) if config.alerts.enabled else None
         self.influx = InfluxSink(config) if config.influxdb.enabled else None
+        self.jobs = JobLedger(config, socket.gethostname()) if config.jobs.enabled and config.gpu.processes else (
+            None)
         if self.alerts and self.influx:
             self.alerts.listeners.append(self.influx)
-        providers = [self.stats] + [p for p in (self.alerts, self.influx) if p is not None]
+        if self.jobs is not None:
+            if self.alerts:
+                self.alerts.listeners.append(self.jobs)
+            if self.influx:
+                self.jobs.listeners.append(self.influx)
+        project.SETTINGS["process_series"] = config.gpu.process_series
+        providers = [self.stats] + [p for p in (self.alerts, self.influx, self.jobs) if p is not None]
         providers.append(BurninReports(config.burnin.reports_dir))
         self.collector = RigmonCollector(providers)
         # Alerts first, so a scrape sees the alert state of the sample it shows.
         self.sinks: list[Sink] = ([self.alerts] if self.alerts else []) + [self.collector] + (
-            [self.influx] if self.influx else []) + list(sinks or [])
+            [self.influx] if self.influx else []) + ([self.jobs] if self.jobs else []) + list(sinks or [])
         self.latest: Sample | None = None
         self.stopped = threading.Event()
         self._stop_requested = threading.Event()

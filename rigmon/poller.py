@@ -44,11 +44,14 @@ class Poller:
             except Exception as e:  # a reader bug must not stop the daemon
                 error = self._failure("gpu", e)
             statuses.append(ReaderStatus("gpu", error is None, time.perf_counter() - started, error))
+        processes = ()
         if self.host is not None:
             started = time.perf_counter()
             error = None
             try:
                 host = self.host.read()
+                # who the GPU processes are (read from /proc when the set changes)
+                processes = self.host.process_info(sorted({p.pid for g in gpus for p in g.processes or ()}))
             except Exception as e:
                 error = self._failure("host", e)
             statuses.append(ReaderStatus("host", error is None, time.perf_counter() - started, error))
@@ -60,6 +63,7 @@ class Poller:
             system=self.gpu.system if self.gpu is not None else None,
             events=events,
             readers=tuple(statuses),
+            processes=processes,
         )
 
     def _failure(self, name: str, exc: Exception) -> str:
@@ -106,7 +110,7 @@ def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=Non
                 host_backend = ReplayHost(replay)
             else:
                 host_backend = SystemHost(Path(config.host.sysfs))
-        host = HostReader(host_backend, rapl=config.host.rapl)
+        host = HostReader(host_backend, rapl=config.host.rapl, sysfs_sensors=config.host.sysfs_sensors)
     return Poller(gpu, host, wall)
 
 

@@ -32,11 +32,11 @@ def gpu_fans(g) -> list[GpuFan]:
 
 
 def unique_temperatures(temperatures):
-    """hwmon temperatures, one per (chip, label): two sockets may repeat a label ("Core 0"),
-    and the first one stands."""
+    """hwmon temperatures, one per (chip, device, label): two sockets repeat a label ("Core 0")
+    and stay two where the device tells them apart; where it does not, the first one stands."""
     seen = set()
     for t in temperatures:
-        key = (t.chip, t.label)
+        key = (t.chip, t.device, t.label)
         if key not in seen:
             seen.add(key)
             yield t
@@ -45,7 +45,8 @@ def unique_temperatures(temperatures):
 class _Writer:
     def __init__(self):
         self.lines: list[str] = []
-        self.names: dict[str, object] = {"_gpu_fans": gpu_fans, "_unique": unique_temperatures}
+        self.names: dict[str, object] = {"_gpu_fans": gpu_fans, "_unique": unique_temperatures,
+                                         "_process_series": process_series, "_settings": SETTINGS}
         self._temps = 0
 
     def emit(self, depth: int, text: str) -> None:
@@ -81,13 +82,45 @@ class _Writer:
         return fn
 
 
-# Where each host-side entity's records are, and its label values.
+# Where each host-side entity's records are, and its label values (in Entity order; "" where
+# unknown: Prometheus reads an empty label as none, the InfluxDB point leaves the tag out).
 _HOST_LOOPS = {
     "cpu": ("h.cpu_temperatures", "[str(r.socket), r.chip, r.sensor]"),
-    "temperature": ("_unique(h.temperatures)", "[r.chip, r.label]"),
-    "fan": ("h.fans", "[r.chip, r.label]"),
+    "temperature": ("_unique(h.temperatures)", "[r.chip, r.label, r.device or '']"),
+    "fan": ("h.fans", "[r.chip, r.label, r.device or '']"),
+    "fan_control": ("h.fan_controls", "[r.chip, r.fan, r.device]"),
     "cpu_energy": ("h.cpu_energy", "[r.zone]"),
+    "voltage": ("h.voltages", "[r.chip, r.sensor, r.device]"),
+    "power_input": ("h.powers", "[r.chip, r.sensor, r.device]"),
+    "current_input": ("h.currents", "[r.chip, r.sensor, r.device]"),
 }
+SETTINGS = {"process_series": 0}  # the daemon sets gpu.process_series here
+
+
+class ProcessSeries:
+    """One of the top GPU processes, as the gpu_process readings see it."""
+
+    __slots__ = ("gpu", "uuid", "pid", "user", "job", "memory_bytes", "sm_ratio")
+
+    def __init__(self, gpu, uuid, pid, user, job, memory_bytes, sm_ratio):
+        self.gpu, self.uuid, self.pid, self.user, self.job = gpu, uuid, pid, user, job
+        self.memory_bytes, self.sm_ratio = memory_bytes, sm_ratio
+
+
+def process_series(s, count: int) -> list[ProcessSeries]:
+    """The ``count`` GPU processes holding the most device memory, across the GPUs: bounded
+    series, never one per short-lived PID."""
+    if count <= 0:
+        return []
+    who = {p.pid: p for p in s.processes}
+    held = [(p.used_memory_bytes or 0, g, p) for g in s.gpus for p in g.processes or ()]
+    held.sort(key=lambda x: -x[0])
+    out = []
+    for memory, g, p in held[:count]:
+        info = who.get(p.pid)
+        out.append(ProcessSeries(str(g.index), g.uuid, str(p.pid), (info.user if info else None) or "",
+                                 (info.job if info else None) or "", memory, p.sm_ratio))
+    return out
 
 
 def _gpu_parts(entity: str, **flags) -> tuple[list[Reading], list[Reading], list[Reading]]:
@@ -140,6 +173,11 @@ def _prometheus() -> Callable:
     for r in READINGS:
         if r.entity == "host" and r.family and FAMILIES[r.family].group == "gpu":
             add(1, r, "")
+    rs = [r for r in READINGS if r.entity == "gpu_process" and r.family]
+    w.emit(1, "for r in _process_series(s, _settings['process_series']):")
+    w.emit(2, "labels = [r.gpu, r.uuid, r.pid, r.user, r.job]")
+    for r in rs:
+        add(2, r, "*labels")
     w.emit(1, "if h is None: return")
     for entity, (records, labels) in _HOST_LOOPS.items():
         rs = [r for r in READINGS if r.entity == entity and r.family]
@@ -232,7 +270,7 @@ def _entities() -> tuple[Callable, Callable]:
     w.emit(1, "out = {}")
     w.emit(1, "h = s.host")
     w.emit(1, "if h is not None:")
-    keys = {"cpu": "('cpu', r.socket)", "fan": "('fan', r.chip, r.label)"}
+    keys = {"cpu": "('cpu', r.socket)", "fan": "('fan', r.chip, r.device, r.label)"}
     for entity, key in keys.items():
         rs = [r for r in READINGS if r.entity == entity and r.rule]
         records, labels = _HOST_LOOPS[entity]

@@ -35,7 +35,7 @@ class Family(NamedTuple):
     type: str  # gauge | counter
     help: str
     labels: tuple[str, ...] = ()
-    group: str = "gpu"  # gpu: emitted with every sample; host: only when the host reader ran
+    group: str = "gpu"  # gpu: with every sample; host: when the host reader ran; processes: when asked for
 
 
 class Entity(NamedTuple):
@@ -69,8 +69,16 @@ ENTITIES = {
     "gpu": Entity("gpu", ("gpu", "uuid"), ("gpu", "uuid", "name"), "gpu", "gpu"),
     "gpu_fan": Entity("gpu_fan", ("gpu", "uuid", "fan"), ("gpu", "uuid", "name"), "gpu", "gpu_fan"),
     "cpu": Entity("cpu", ("socket", "chip", "sensor"), ("socket", "chip", "sensor"), "cpu_temp", "cpu"),
-    "temperature": Entity("temperature", ("chip", "sensor"), ("chip", "sensor"), "temperature", None),
-    "fan": Entity("fan", ("chip", "fan"), ("chip", "fan"), "fan", "fan"),
+    "temperature": Entity("temperature", ("chip", "sensor", "device"), ("chip", "sensor", "device"), "temperature",
+                          None),
+    "fan": Entity("fan", ("chip", "fan", "device"), ("chip", "fan", "device"), "fan", "fan"),
+    "fan_control": Entity("fan_control", ("chip", "fan", "device"), ("chip", "fan", "device"), "fan_control", None),
+    "voltage": Entity("voltage", ("chip", "sensor", "device"), ("chip", "sensor", "device"), "voltage", None),
+    "power_input": Entity("power_input", ("chip", "sensor", "device"), ("chip", "sensor", "device"), "power_input",
+                          None),
+    "current_input": Entity("current_input", ("chip", "sensor", "device"), ("chip", "sensor", "device"),
+                            "current_input", None),
+    "gpu_process": Entity("gpu_process", ("gpu", "uuid", "pid", "user", "job"), (), None, None),
     "cpu_energy": Entity("cpu_energy", ("zone",), ("zone",), "cpu_energy", None),
     "host": Entity("host", (), (), "host", "host"),
     "psu": Entity("psu", ("psu",), ("psu",), None, "psu"),
@@ -122,6 +130,10 @@ FAMILIES = {f.name: f for f in (
     Family("rigmon_gpu_processes", "gauge", "Compute processes on the GPU."),
     Family("rigmon_gpu_processes_memory_bytes", "gauge", "Device memory held by compute processes."),
     Family("rigmon_gpu_xid_errors", "counter", "XID critical errors seen since rigmon started, by code.", ("xid",)),
+    Family("rigmon_gpu_process_memory_bytes", "gauge", "Device memory held by one of the top gpu.process_series "
+                                                       "processes.", group="processes"),
+    Family("rigmon_gpu_process_sm_utilization_ratio", "gauge", "That process's share of the SMs' time, where the "
+                                                               "GPU gives it.", group="processes"),
     Family("rigmon_gpus", "gauge", "GPUs answering now (state=answering) and found at start (state=at_start).",
            ("state",)),
     Family("rigmon_cpu_temperature_celsius", "gauge", "One temperature per CPU socket; sensor says which was used "
@@ -133,6 +145,12 @@ FAMILIES = {f.name: f for f in (
            group="host"),
     Family("rigmon_fan_turned", "gauge", "1 if the fan read above 0 rpm since rigmon started (0: stopped, or an "
                                          "empty header).", group="host"),
+    Family("rigmon_fan_pwm_ratio", "gauge", "Fan header PWM duty (0-1) from hwmon.", group="host"),
+    Family("rigmon_fan_control_mode", "gauge", "hwmon pwmN_enable: 0 full speed (or off), 1 manual, 2 and up "
+                                               "automatic (driver-specific).", group="host"),
+    Family("rigmon_fan_min_rpm", "gauge", "The fan's minimum speed in the chip: below it the chip raises its alarm.",
+           group="host"),
+    Family("rigmon_fan_alarm", "gauge", "1 while the chip's alarm for the fan is raised.", group="host"),
     Family("rigmon_cpu_utilization_ratio", "gauge", "CPU busy share across all cores since the previous poll.",
            group="host"),
     Family("rigmon_cpu_cores", "gauge", "Logical CPUs.", group="host"),
@@ -143,6 +161,9 @@ FAMILIES = {f.name: f for f in (
            group="host"),
     Family("rigmon_host_sensors_visible", "gauge", "1 if any hwmon temperature or fan sensor is visible.",
            group="host"),
+    Family("rigmon_hwmon_voltage_volts", "gauge", "hwmon voltage inputs (rails, a PSU's outputs).", group="host"),
+    Family("rigmon_hwmon_power_watts", "gauge", "hwmon power inputs (a PSU's draw: corsair-psu, …).", group="host"),
+    Family("rigmon_hwmon_current_amperes", "gauge", "hwmon current inputs.", group="host"),
 )}
 
 
@@ -371,6 +392,20 @@ READINGS: tuple[Reading, ...] = (
       rule=False),
     R("rpm", "fan", "r.rpm", "rpm", "fan speed", "rigmon_fan_speed_rpm"),
     R("turned", "fan", "r.turned", "bool", "read above 0 rpm since rigmon started", "rigmon_fan_turned"),
+    R("pwm_ratio", "fan_control", "r.pwm_ratio", "ratio", "PWM duty (0-1)", "rigmon_fan_pwm_ratio", rule=False),
+    R("pwm_mode", "fan_control", "r.pwm_mode", "count", "pwmN_enable: 0 full/off, 1 manual, 2+ automatic",
+      "rigmon_fan_control_mode", rule=False),
+    R("min_rpm", "fan_control", "r.min_rpm", "rpm", "the chip's minimum speed for the fan", "rigmon_fan_min_rpm",
+      rule=False),
+    R("alarm", "fan_control", "r.alarm", "bool", "the chip's alarm for the fan", "rigmon_fan_alarm", rule=False),
+    R("volts", "voltage", "r.value", "volts", "an hwmon voltage input", "rigmon_hwmon_voltage_volts", rule=False),
+    R("watts", "power_input", "r.value", "watts", "an hwmon power input", "rigmon_hwmon_power_watts", rule=False),
+    R("amperes", "current_input", "r.value", "amperes", "an hwmon current input", "rigmon_hwmon_current_amperes",
+      rule=False),
+    R("memory_bytes", "gpu_process", "r.memory_bytes", "bytes", "device memory the process holds",
+      "rigmon_gpu_process_memory_bytes", influx=False, rule=False),
+    R("sm_ratio", "gpu_process", "r.sm_ratio", "ratio", "the process's SM share",
+      "rigmon_gpu_process_sm_utilization_ratio", influx=False, rule=False),
     R("joules", "cpu_energy", "r.joules", "joules", "RAPL energy, made monotonic across wraps",
       "rigmon_cpu_energy_joules", rule=False),
     R("cpu_utilization_ratio", "host", "h.cpu_utilization_ratio", "ratio", "CPU busy share (0-1)",

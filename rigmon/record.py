@@ -156,7 +156,7 @@ class RecordingNVML:
 
 class RecordingHost:
     _CALLS = ("sensors_temperatures", "sensors_fans", "cpu_percent", "cpu_count", "getloadavg", "virtual_memory",
-              "powercap")
+              "powercap", "hwmon")
 
     def __init__(self, real: Any, recorder: Recorder):
         self._real = real
@@ -172,6 +172,12 @@ class RecordingHost:
             self._rec.store_host(name, _host_value(name, value))
             return value
         return call
+
+    def processes(self, pids: list[int]) -> dict:
+        """Asked when the set of GPU processes changes, for all of them: stored as answered."""
+        value = self._real.processes(pids)
+        self._rec.store_host("processes", value)
+        return value
 
 
 def _host_value(name: str, value: Any) -> Any:

@@ -372,6 +372,13 @@ class ReplayHost:
     def powercap(self) -> dict:
         return self._get("powercap", {})
 
+    def hwmon(self) -> dict:
+        return self._get("hwmon", {})
+
+    def processes(self, pids: list[int]) -> dict:
+        wanted = {str(pid) for pid in pids}
+        return {pid: info for pid, info in self._get("processes", {}).items() if pid in wanted}
+
 
 def replay_backend(source: ReplaySource) -> ReplayNVML:
     """A pynvml stand-in answering from a replay source, raising pynvml's own exceptions."""

@@ -97,6 +97,20 @@ class RetiredPages(NamedTuple):
 class GpuProcess(NamedTuple):
     pid: int
     used_memory_bytes: int | None
+    sm_ratio: float | None = None  # its share of the SMs' time (nvmlDeviceGetProcessUtilization), where given
+
+
+class ProcessInfo(NamedTuple):
+    """Who a GPU process is, from /proc: read once while it holds a GPU."""
+
+    pid: int
+    user: str | None = None
+    command: str | None = None  # its command line, shortened
+    unit: str | None = None  # docker:ID, podman:ID, k8s:ID, slurm:JOB, systemd:NAME.service; None in a session
+    job: str = ""  # what its GPU time and energy are booked to: the unit, else pgid:PGID
+    start_time: float | None = None  # unix seconds
+    ppid: int | None = None
+    pgid: int | None = None
 
 
 class GpuInfo(NamedTuple):
@@ -175,6 +189,7 @@ class SensorTemperature(NamedTuple):
     celsius: float
     high_celsius: float | None = None
     critical_celsius: float | None = None
+    device: str | None = None  # which chip of that name (coretemp.1, nvme1, 0000:00:18.3), where known
 
 
 class CpuTemperature(NamedTuple):
@@ -193,6 +208,28 @@ class FanReading(NamedTuple):
     label: str
     rpm: float
     turned: bool = False  # read above 0 rpm since rigmon started: a header with a fan on it
+    device: str | None = None  # which chip of that name, where known
+
+
+class FanControl(NamedTuple):
+    """What hwmon says of a fan header beyond its speed (psutil gives only the rpm)."""
+
+    chip: str
+    device: str
+    fan: str  # fan1… (its label where the driver gives one)
+    pwm_ratio: float | None  # duty 0..1 (pwmN / 255)
+    pwm_mode: int | None  # pwmN_enable: 0 full speed/off, 1 manual, 2 and up automatic (driver-specific)
+    min_rpm: float | None  # fanN_min: below it the chip raises its alarm
+    alarm: bool | None  # fanN_alarm
+
+
+class Electrical(NamedTuple):
+    """A chip's voltage (volts), power (watts) or current (amperes) input: a PSU's draw, a rail."""
+
+    chip: str
+    device: str
+    sensor: str  # its label, else in0, power1, curr1…
+    value: float
 
 
 class CpuEnergy(NamedTuple):
@@ -214,6 +251,10 @@ class HostReading(NamedTuple):
     memory_total_bytes: int | None = None
     memory_available_bytes: int | None = None
     cpu_energy: tuple[CpuEnergy, ...] = ()
+    fan_controls: tuple[FanControl, ...] = ()
+    voltages: tuple[Electrical, ...] = ()
+    powers: tuple[Electrical, ...] = ()
+    currents: tuple[Electrical, ...] = ()
     notes: tuple[str, ...] = ()
 
 
@@ -240,6 +281,7 @@ class Sample(NamedTuple):
     system: SystemInfo
     events: tuple[XidEvent, ...] = ()
     readers: tuple[ReaderStatus, ...] = ()
+    processes: tuple[ProcessInfo, ...] = ()  # who the GPU processes are (where /proc tells)
 
     def gpu(self, index: int) -> GpuReading | None:
         return next((g for g in self.gpus if g.index == index), None)

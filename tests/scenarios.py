@@ -96,6 +96,29 @@ CORETEMP_TWO_PACKAGES = {"coretemp": [
 ]}
 K10TEMP_TDIE = {"k10temp": [["Tctl", 80.5, None, None], ["Tdie", 70.5, None, None], ["Tccd1", 68.0, None, None]]}
 FAN_STOPPED = {"nct6798": [["", 1150], ["", 0], ["", 870]]}
+# What rigmon's own sysfs walk finds on the rich box (the host key "hwmon"): the same chips as
+# psutil's answers above, each with its device, and what psutil leaves out: PWM, fan minimum
+# and alarm, voltages, and a Corsair PSU's power and current inputs.
+HWMON_RICH = {
+    "hwmon0": {"name": "nvme", "device": "nvme0", "files": {"temp1_input": "38850", "temp1_label": "Composite"}},
+    "hwmon1": {"name": "coretemp", "device": "coretemp.0", "files": {
+        "temp1_input": "58000", "temp1_label": "Package id 0", "temp2_input": "55000", "temp2_label": "Core 0",
+        "temp3_input": "57000", "temp3_label": "Core 1"}},
+    "hwmon2": {"name": "coretemp", "device": "coretemp.1", "files": {
+        "temp1_input": "64000", "temp1_label": "Package id 1", "temp2_input": "61000", "temp2_label": "Core 0",
+        "temp3_input": "63000", "temp3_label": "Core 1"}},
+    "hwmon3": {"name": "nct6798", "device": "nct6775.656", "files": {
+        "fan1_input": "1150", "fan2_input": "0", "fan3_input": "870", "pwm1": "128", "pwm1_enable": "5",
+        "pwm2": "255", "pwm2_enable": "1", "pwm3": "102", "pwm3_enable": "5", "fan1_min": "300", "fan2_min": "300",
+        "fan2_alarm": "1", "fan1_alarm": "0", "in0_input": "1056", "in0_label": "Vcore", "in1_input": "12096"}},
+    "hwmon4": {"name": "corsair-psu", "device": "0003:1B1C:1C05.0001", "files": {
+        "power1_input": "412000000", "power1_label": "power total", "curr1_input": "34500", "curr1_label": "curr +12v",
+        "in0_input": "12040", "in0_label": "v_out +12v"}},
+}
+# /proc's answer for the rich box's GPU processes (the host key "processes")
+PROCESSES_RICH = {"4242": {"user": "alice", "uid": 1000, "cmdline": "python train.py --config gpt.yaml",
+                           "cgroup": "0::/user.slice/user-1000.slice/session-3.scope\n", "ppid": 4200,
+                           "pgid": 4242, "start": 1796170000.0}}
 
 
 def write(recording: Recording, path: Path) -> Path:
@@ -140,7 +163,7 @@ def rich(recording: Recording, gpus: int = 8) -> Recording:
                                                                     "nvme": [["Composite", 38.85, 84.85, 84.85]]},
                     sensors_fans=FAN_STOPPED, cpu_percent=42.0, getloadavg=[3.5, 2.5, 1.5],
                     virtual_memory={"total": 128 * 2**30, "available": 100 * 2**30},
-                    powercap={"package-0": [123456789, 262143328850]})
+                    powercap={"package-0": [123456789, 262143328850]}, hwmon=HWMON_RICH, processes=PROCESSES_RICH)
     rec = copy.deepcopy(rec)
     for g in rec.header["gpus"]:
         g["nvmlDeviceGetFieldValues:82"] = {"nvmlReturn": 0, "valueType": 1, "value": 43}
@@ -153,6 +176,8 @@ def rich(recording: Recording, gpus: int = 8) -> Recording:
         g["nvmlDeviceGetTargetFanSpeed:0"] = 55
         g["nvmlDeviceGetFanSpeedRPM:0"] = 1650
         g["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": 4242, "usedGpuMemory": 1 << 30}]
+        g["nvmlDeviceGetProcessUtilization:0"] = [{"pid": 4242, "timeStamp": 1796170761000000, "smUtil": 97,
+                                                   "memUtil": 40, "encUtil": 0, "decUtil": 0}]
     return with_xid(rec, at_second=1.0, xid=79, gpu=3)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -44,14 +45,25 @@ def http_get(url: str, headers: dict | None = None, timeout: float = 10.0, conte
         return e.code, e.read()
 
 
+def _with_state_dir(config: str, state: Path) -> str:
+    """The config, with its state (spool, jobs ledger) in the test's own folder unless it says where."""
+    if re.search(r"^\s*state_dir\s*=", config, re.M):
+        return config
+    line = f'state_dir = "{state}"'
+    if re.search(r"^\[daemon\]\s*$", config, re.M):
+        return re.sub(r"^\[daemon\]\s*$", lambda m: f"[daemon]\n{line}", config, count=1, flags=re.M)
+    return f"[daemon]\n{line}\n{config}"
+
+
 class Rigmon:
-    """``rigmon run`` as a subprocess with its own config file."""
+    """``rigmon run`` as a subprocess with its own config file (its state in ``tmp/state`` unless
+    the config says where)."""
 
     def __init__(self, tmp: Path, replay: Path | None = None, config: str = "", extra_args: list[str] | None = None,
                  env: dict | None = None, port: int | None = None):
         self.port = port or free_port()
         self.config = tmp / "rigmon.toml"
-        self.config.write_text(config)
+        self.config.write_text(_with_state_dir(config, tmp / "state"))
         self.log = open(tmp / "rigmon.log", "w+")
         args = [sys.executable, "-m", "rigmon", "run", "--config", str(self.config), "--listen", "127.0.0.1",
                 "--port", str(self.port)]

@@ -83,7 +83,11 @@ def test_promtool_check_metrics_finds_no_problem(tmp_path, recording):
         assert done.returncode == 0 and done.stdout == b"" and done.stderr == b"", done.stdout + done.stderr
         text = body.decode()
         if recording == "rich":
-            for line in ('rigmon_fan_speed_rpm{chip="nct6798",fan="fan2"} 0.0',
+            for line in ('rigmon_fan_speed_rpm{chip="nct6798",device="nct6775.656",fan="fan2"} 0.0',
+                         'rigmon_sensor_temperature_celsius{chip="coretemp",device="coretemp.1",sensor="Core 0"} 61.0',
+                         'rigmon_hwmon_power_watts{chip="corsair-psu",device="0003:1B1C:1C05.0001",'
+                         'sensor="power total"} 412.0',
+                         'rigmon_fan_alarm{chip="nct6798",device="nct6775.656",fan="fan2"} 1.0',
                          'rigmon_cpu_temperature_celsius{chip="coretemp",sensor="Package id 1",socket="1"} 64.0',
                          'rigmon_gpu_xid_errors_total{gpu="3",',
                          'rigmon_gpu_temperature_celsius{gpu="7",sensor="memory"',
@@ -149,8 +153,9 @@ class SlowPoller:
         self._inner.close()
 
 
-def test_overrunning_polls_are_skipped_and_counted_not_stacked():
-    config = Config.model_validate({"daemon": {"interval": 0.1}, "prometheus": {"enabled": False}})
+def test_overrunning_polls_are_skipped_and_counted_not_stacked(tmp_path):
+    config = Config.model_validate({"daemon": {"interval": 0.1, "state_dir": str(tmp_path)},
+                                    "prometheus": {"enabled": False}})
     source = sc.source(sc.h200(), loop=True)
     daemon = Daemon(config, SlowPoller(build_poller(config, source), 0.35))
     daemon.start(serve_http=False)

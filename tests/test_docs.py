@@ -70,6 +70,7 @@ def test_example_config_commented_settings_are_valid_when_uncommented():
 def test_readme_metrics_table_matches_the_exporter(tmp_path):
     documented = set(re.findall(r"^\| `(rigmon_[a-z0-9_]+)`", (ROOT / "README.md").read_text(), re.M))
     config = (f"[daemon]\ninterval = 0.3\nstate_dir = \"{tmp_path / 'state'}\"\n"
+              "[gpu]\nprocess_series = 2\n"
               "[influxdb]\nenabled = true\napi = \"v1\"\nurl = \"http://127.0.0.1:9\"\n")
     rigmon = Rigmon(tmp_path, sc.write(sc.rich(sc.h200()), tmp_path / "rich.rec.jsonl"), config)
     try:

@@ -32,7 +32,9 @@ def one_poll(recording, at=sc.LOAD_AT, start=None):
     """One sample of a replay through the daemon's sinks: (sample, exposition, points, entities);
     with ``start``, the readers open there and the replay moves on to ``at``."""
     config = configmod.parse({"influxdb": {"enabled": False}, "prometheus": {"enabled": False},
-                              "gpu": {"pcie_throughput": True, "pcie_expected_generation": {"0": 5}}}, "test")
+                              "jobs": {"enabled": False},
+                              "gpu": {"pcie_throughput": True, "pcie_expected_generation": {"0": 5},
+                                      "process_series": 4}}, "test")
     source = sc.source(recording, at=at if start is None else start)
     poller = build_poller(config, source, event_thread=False)
     daemon = Daemon(config, poller)

@@ -29,7 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.exposition import choose_encoder
 
 from .. import __version__
-from ..project import fill_prometheus
+from ..project import SETTINGS, fill_prometheus
 from ..readings import FAMILIES, LAST, family_labels
 from ..sample import Sample
 
@@ -87,8 +87,9 @@ def _families(sample: Sample, xids: dict):
     xid = families["rigmon_gpu_xid_errors"]
     for labels, count in sorted(xids.items()):
         xid.add_metric(list(labels), count)
-    host = sample.host is not None
-    return [f for name, f in families.items() if host or FAMILIES[name].group != "host"]
+    groups = {"gpu", *(["host"] if sample.host is not None else []),
+              *(["processes"] if SETTINGS["process_series"] else [])}
+    return [f for name, f in families.items() if FAMILIES[name].group in groups]
 
 
 # --- HTTP -------------------------------------------------------------------------------

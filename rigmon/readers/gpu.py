@@ -160,6 +160,8 @@ class _Device:
             return True
         if isinstance(exc, pynvml.NVMLError_GpuIsLost):
             raise GpuLost from None
+        if isinstance(exc, pynvml.NVMLError_NotFound):
+            return False  # nothing to report now (no process samples yet): no answer, no error
         name = f"{key}: {_error_name(exc)}"
         if name not in self.errors:
             log.warning("GPU %d: %s failed: %s", self.index, key, exc)
@@ -447,6 +449,9 @@ class GpuReader:
         if self._processes:
             plan.append(("processes", [call("nvmlDeviceGetComputeRunningProcesses",
                                             nv.nvmlDeviceGetComputeRunningProcesses)]))
+            # each process's SM share over the driver's recent samples (0: all it keeps)
+            plan.append(("process_util", [call("nvmlDeviceGetProcessUtilization:0",
+                                               nv.nvmlDeviceGetProcessUtilization, 0)]))
         fans = d.info.fan_count
         if fans is None:  # an old driver without a fan count: one fan, the old call
             plan.append(("fan0", [call("nvmlDeviceGetFanSpeed", nv.nvmlDeviceGetFanSpeed)]))
@@ -531,8 +536,7 @@ class GpuReader:
             ecc_errors=EccCounts(*ecc) if any(c is not None for c in ecc) else None,
             remapped_rows=RemappedRows(rows[0], rows[1], bool(rows[2]), bool(rows[3])) if _numbers(rows, 4) else None,
             retired_pages=d.retired_pages,
-            processes=tuple(GpuProcess(_attr(p, "pid"), _attr(p, "usedGpuMemory")) for p in procs)
-            if isinstance(procs, list) else None,
+            processes=_processes(procs, get("process_util")),
         )
 
     def _read_slow(self, d: _Device) -> None:
@@ -603,6 +607,20 @@ class GpuReader:
             except pynvml.NVMLError:
                 pass
             self._opened = False
+
+
+def _processes(procs: Any, samples: Any) -> tuple[GpuProcess, ...] | None:
+    """The compute processes with their SM share: the latest of the driver's samples per PID."""
+    if not isinstance(procs, list):
+        return None
+    latest: dict[Any, tuple[Any, Any]] = {}
+    for sample in samples if isinstance(samples, list) else ():
+        pid, stamp = _attr(sample, "pid"), _num(_attr(sample, "timeStamp")) or 0
+        if pid not in latest or stamp >= latest[pid][0]:
+            latest[pid] = (stamp, _attr(sample, "smUtil"))
+    return tuple(GpuProcess(_attr(p, "pid"), _attr(p, "usedGpuMemory"),
+                            _ratio(latest[_attr(p, "pid")][1]) if _attr(p, "pid") in latest else None)
+                 for p in procs)
 
 
 def _per_fan(raw: dict[str, Any], fans: tuple[tuple[str, str, str], ...], which: int,

@@ -14,7 +14,8 @@ from typing import Any
 
 import psutil
 
-from ..sample import CpuEnergy, CpuTemperature, FanReading, HostReading, SensorTemperature
+from ..sample import CpuEnergy, CpuTemperature, FanReading, HostReading, ProcessInfo, SensorTemperature
+from . import hwmon, procs
 
 log = logging.getLogger(__name__)
 
@@ -25,10 +26,19 @@ _OTHER_CPU_CHIPS = ("cpu_thermal", "cpu-thermal", "soc_thermal")
 
 
 class SystemHost:
-    """The real backend: psutil's calls as they are, plus RAPL zones read from sysfs."""
+    """The real backend: psutil's calls as they are, plus RAPL zones and what psutil leaves out
+    of hwmon read from sysfs, and the GPU processes' /proc entries."""
 
-    def __init__(self, sysfs: str | Path = "/sys"):
-        self._powercap = Path(sysfs) / "class" / "powercap"
+    def __init__(self, sysfs: str | Path = "/sys", proc: str | Path = "/proc"):
+        self._sysfs = Path(sysfs)
+        self._powercap = self._sysfs / "class" / "powercap"
+        self._proc = Path(proc)
+
+    def hwmon(self) -> dict:
+        return hwmon.raw(self._sysfs)
+
+    def processes(self, pids: list[int]) -> dict:
+        return procs.raw(pids, self._proc)
 
     def sensors_temperatures(self) -> dict:
         return psutil.sensors_temperatures() if hasattr(psutil, "sensors_temperatures") else {}
@@ -65,9 +75,11 @@ class SystemHost:
 class HostReader:
     name = "host"
 
-    def __init__(self, backend: Any = None, *, rapl: bool = True):
+    def __init__(self, backend: Any = None, *, rapl: bool = True, sysfs_sensors: bool = True):
         self._backend = backend if backend is not None else SystemHost()
         self._rapl = rapl
+        self._sysfs_sensors = sysfs_sensors
+        self._processes: dict[int, ProcessInfo] = {}  # the GPU processes, read once each
         self._rapl_state: dict[str, tuple[int, float]] = {}  # zone -> (last raw µJ, joules counted so far)
         self._said: set[str] = set()
         self._cpu_count: int | None = None
@@ -86,19 +98,30 @@ class HostReader:
         cpu = self._section("cpu", self._backend.cpu_percent, notes)
         load = self._section("load", self._backend.getloadavg, notes)
         memory = self._section("memory", self._backend.virtual_memory, notes)
-        fan_readings = tuple(FanReading(chip, _label(entry[0], "fan", i), float(entry[1]))
+        extra, temp_devices, fan_devices = hwmon.Hwmon(), {}, {}
+        if self._sysfs_sensors:
+            answer = self._section("hwmon", self._backend.hwmon, notes) or {}
+            extra = hwmon.parse(answer)
+            temp_devices, fan_devices = hwmon.devices_for(answer, "temp"), hwmon.devices_for(answer, "fan")
+        fan_readings = tuple(FanReading(chip, _label(entry[0], "fan", i), float(entry[1]),
+                                        device=_device(fan_devices, chip, i, len(entries)))
                              for chip, entries in fans.items() for i, entry in enumerate(entries))
-        self._turned |= {(f.chip, f.label) for f in fan_readings if f.rpm > 0}
+        self._turned |= {(f.chip, f.device, f.label) for f in fan_readings if f.rpm > 0}
         cpu_temps = cpu_temperatures(temps)
         if temps and not cpu_temps:
             notes.append(f"no CPU temperature sensor among {', '.join(sorted(temps))}")
         return HostReading(
             temperatures=tuple(
-                SensorTemperature(chip, _label(entry[0], "temp", i), float(entry[1]), _opt(entry[2]), _opt(entry[3]))
+                SensorTemperature(chip, _label(entry[0], "temp", i), float(entry[1]), _opt(entry[2]), _opt(entry[3]),
+                                  _device(temp_devices, chip, i, len(entries)))
                 for chip, entries in temps.items() for i, entry in enumerate(entries) if entry[1] is not None
             ),
             cpu_temperatures=cpu_temps,
-            fans=tuple(f._replace(turned=(f.chip, f.label) in self._turned) for f in fan_readings),
+            fans=tuple(f._replace(turned=(f.chip, f.device, f.label) in self._turned) for f in fan_readings),
+            fan_controls=extra.fans,
+            voltages=extra.voltages,
+            powers=extra.powers,
+            currents=extra.currents,
             cpu_utilization_ratio=cpu / 100 if cpu is not None else None,
             cpu_count=self._cpu_count,
             load1=load[0] if load else None,
@@ -109,6 +132,17 @@ class HostReader:
             cpu_energy=self._energy(notes) if self._rapl else (),
             notes=tuple(notes),
         )
+
+    def process_info(self, pids: list[int]) -> tuple[ProcessInfo, ...]:
+        """Who these GPU processes are. /proc is read when the set of PIDs changes (for all of
+        them: a recording then holds every current process at each change); a PID that is
+        gone or hidden (another PID namespace) is a bare PID."""
+        wanted = set(pids)
+        if wanted != set(self._processes):
+            answer = self._section("processes", lambda: self._backend.processes(sorted(wanted))) or {}
+            found = procs.parse(answer)
+            self._processes = {pid: found.get(pid) or ProcessInfo(pid, job=f"pid:{pid}") for pid in wanted}
+        return tuple(self._processes[pid] for pid in sorted(wanted))
 
     def _section(self, what: str, fn, notes: list[str] | None = None) -> Any:
         try:
@@ -197,6 +231,12 @@ def _matches(label: str, prefixes: tuple[str, ...]) -> bool:
 def _socket_number(label: str, fallback: int) -> int:
     match = re.match(r"Package id (\d+)", label)
     return int(match.group(1)) if match else fallback
+
+
+def _device(devices: dict[str, list[str]], chip: str, position: int, count: int) -> str | None:
+    """The device of psutil's ``position``-th entry of ``chip``, where the sysfs walk saw as many."""
+    found = devices.get(chip)
+    return found[position] if found is not None and len(found) == count else None
 
 
 def _label(label: str, kind: str, position: int) -> str:

@@ -63,7 +63,8 @@ def encode(sample: Sample, host: str, with_info: bool = False) -> list[str]:
                         {"code": e.xid}, int(round(e.time * 1e9))))
     if sample.host is not None:
         def point(measurement: str, names: tuple[str, ...], values: list[str], fields: dict) -> None:
-            out.append(line(measurement, {"host": host, **dict(zip(names, values, strict=True))}, fields, ns))
+            tags = {name: value for name, value in zip(names, values, strict=True) if value != ""}  # unknown: none
+            out.append(line(measurement, {"host": host, **tags}, fields, ns))
 
         influx_host_points(sample, sample.host, point)
     return [x for x in out if x is not None]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,9 +38,12 @@ from rigmon.sinks import lineprotocol  # noqa: E402
 EPOCH = 1_780_000_000.0
 
 
-def build(recording, capture: bool):
+STATE = tempfile.mkdtemp(prefix="rigmon-bench-")  # the jobs ledger, where there is one
+
+
+def build(recording, capture: bool, **gpu):
     config = configmod.parse({"influxdb": {"enabled": False}, "prometheus": {"enabled": False},
-                              "gpu": {"xid_events": False}}, "bench")
+                              "daemon": {"state_dir": STATE}, "gpu": {"xid_events": False, **gpu}}, "bench")
     source = sc.source(recording, loop=True)
     try:
         from rigmon.replay import ReplayHost, replay_backend

@@ -1,0 +1,419 @@
+"""The ledger of jobs: who used the GPUs, for how long, and what each run cost.
+
+A job is what a GPU process belongs to (``ProcessInfo.job``): its container, systemd
+service or Slurm job, else its process group (a training script and the workers it
+started). The ledger follows every job that holds a GPU, poll by poll:
+
+- time: GPU-seconds, each GPU it held counted for the time between two polls;
+- energy: each GPU's energy counter rise between two polls (its power times the time where
+  the GPU has no counter) goes to the jobs on it, split by their SM share where NVML gives
+  it, else evenly;
+- how it ran: mean power against the limit, mean utilisation, peak temperature, time
+  throttled (thermal, power brake, HW slowdown), the alerts that fired on its GPUs;
+- starved: busy (utilisation ≥ ``jobs.starved_utilization``) but below
+  ``jobs.starved_power_ratio`` of the power limit for most of its busy time: the GPU waited
+  on something else (data loading, a slow PCIe link, the CPU).
+
+A job ends when it has held no GPU for ``jobs.end_after``. The ledger lives in
+``<state_dir>/jobs.sqlite`` (WAL, committed every few seconds and at every start and end),
+with each GPU's last energy reading: a daemon restarted mid-job finds its jobs and goes on
+(the energy used while it was down goes to the jobs still running). Each finished job is
+one InfluxDB point (``job``), and the energy of all jobs is a Prometheus counter by user.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from .sample import Sample
+from .sinks.lineprotocol import line
+
+if TYPE_CHECKING:
+    from .config import Config, JobsConfig
+
+log = logging.getLogger(__name__)
+
+COMMIT_SECONDS = 10.0  # sample time between commits of the running jobs
+MAX_GAP_SECONDS = 7 * 24 * 3600.0  # a longer gap between two readings of a GPU is not booked
+THROTTLE_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL,
+    user TEXT,
+    command TEXT,
+    unit TEXT,
+    started REAL NOT NULL,
+    last_seen REAL NOT NULL,
+    ended REAL,
+    process_start REAL,
+    gpus TEXT NOT NULL DEFAULT '[]',
+    gpu_seconds REAL NOT NULL DEFAULT 0,
+    energy_joules REAL NOT NULL DEFAULT 0,
+    power_seconds REAL NOT NULL DEFAULT 0,
+    limit_seconds REAL NOT NULL DEFAULT 0,
+    utilization_seconds REAL NOT NULL DEFAULT 0,
+    busy_seconds REAL NOT NULL DEFAULT 0,
+    starved_seconds REAL NOT NULL DEFAULT 0,
+    throttle_seconds REAL NOT NULL DEFAULT 0,
+    peak_temperature REAL,
+    alerts TEXT NOT NULL DEFAULT '[]'
+);
+CREATE INDEX IF NOT EXISTS jobs_open ON jobs (ended);
+CREATE TABLE IF NOT EXISTS gpu_energy (
+    uuid TEXT PRIMARY KEY,
+    time REAL NOT NULL,
+    joules REAL NOT NULL,
+    jobs TEXT NOT NULL DEFAULT '[]'
+);
+"""
+
+
+@dataclass
+class Job:
+    id: int
+    key: str
+    user: str | None
+    command: str | None
+    unit: str | None
+    started: float
+    last_seen: float
+    ended: float | None = None
+    process_start: float | None = None
+    gpus: set[int] = field(default_factory=set)
+    gpu_seconds: float = 0.0
+    energy_joules: float = 0.0
+    power_seconds: float = 0.0  # ∫ power dt over its GPUs (W·s), for the mean power
+    limit_seconds: float = 0.0  # ∫ limit dt, for the mean power against the limit
+    utilization_seconds: float = 0.0
+    busy_seconds: float = 0.0
+    starved_seconds: float = 0.0
+    throttle_seconds: float = 0.0
+    peak_temperature: float | None = None
+    alerts: set[str] = field(default_factory=set)
+
+    @property
+    def starved(self) -> bool:
+        return self.busy_seconds >= 60 and self.starved_seconds > 0.5 * self.busy_seconds
+
+    def as_dict(self, price_per_kwh: float = 0.0, currency: str = "") -> dict:
+        kwh = self.energy_joules / 3.6e6
+        return {
+            "id": self.id, "job": self.key, "user": self.user, "command": self.command, "unit": self.unit,
+            "started": self.started, "ended": self.ended, "running": self.ended is None,
+            "seconds": (self.ended if self.ended is not None else self.last_seen) - self.started,
+            "gpus": sorted(self.gpus), "gpu_hours": self.gpu_seconds / 3600, "energy_joules": self.energy_joules,
+            "energy_kwh": kwh, "cost": kwh * price_per_kwh if price_per_kwh else None, "currency": currency or None,
+            "mean_power_watts": self.power_seconds / self.gpu_seconds if self.gpu_seconds else None,
+            "mean_power_ratio": self.power_seconds / self.limit_seconds if self.limit_seconds else None,
+            "mean_utilization_ratio": self.utilization_seconds / self.gpu_seconds if self.gpu_seconds else None,
+            "busy_seconds": self.busy_seconds, "starved_seconds": self.starved_seconds, "starved": self.starved,
+            "throttle_seconds": self.throttle_seconds, "peak_temperature_celsius": self.peak_temperature,
+            "alerts": sorted(self.alerts),
+        }
+
+
+_COLUMNS = ("key", "user", "command", "unit", "started", "last_seen", "ended", "process_start", "gpus",
+            "gpu_seconds", "energy_joules", "power_seconds", "limit_seconds", "utilization_seconds", "busy_seconds",
+            "starved_seconds", "throttle_seconds", "peak_temperature", "alerts")
+
+
+def _row(job: Job) -> tuple:
+    return tuple(json.dumps(sorted(getattr(job, c))) if c in ("gpus", "alerts") else getattr(job, c)
+                 for c in _COLUMNS)
+
+
+def _job(row: sqlite3.Row) -> Job:
+    values = {c: row[c] for c in _COLUMNS}
+    values["gpus"] = set(json.loads(values["gpus"]))
+    values["alerts"] = set(json.loads(values["alerts"]))
+    return Job(id=row["id"], **values)
+
+
+def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
+    if readonly:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(path, timeout=5.0, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.executescript(SCHEMA)
+    db.row_factory = sqlite3.Row
+    return db
+
+
+def load(path: Path, job_id: int | None = None) -> list[Job]:
+    """The ledger's jobs, newest first (``rigmon jobs``), read-only."""
+    if not path.exists():
+        return []
+    db = connect(path, readonly=True)
+    try:
+        if job_id is not None:
+            rows = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchall()
+        else:
+            rows = db.execute("SELECT * FROM jobs ORDER BY started DESC, id DESC").fetchall()
+        return [_job(r) for r in rows]
+    finally:
+        db.close()
+
+
+def ledger_path(config: Config) -> Path:
+    return Path(config.daemon.state_dir) / "jobs.sqlite"
+
+
+class JobLedger:
+    """A sink: each sample books GPU time and energy to the jobs on the GPUs."""
+
+    def __init__(self, config: Config, host: str = ""):
+        self.config: JobsConfig = config.jobs
+        self.host = host
+        self.path = ledger_path(config)
+        self.listeners: list = []  # sinks that take the finished jobs' points (InfluxDB)
+        self._db: sqlite3.Connection | None = None  # opened with the first job (a box without any writes nothing)
+        self._unwritable = False
+        self._lock = threading.Lock()  # the poll thread writes; scrapes read the totals
+        self.running: dict[str, Job] = {}
+        # each GPU's last energy reading and the jobs then on it: (time, joules, {job keys})
+        self._gpus: dict[str, tuple[float, float | None, set[str]]] = {}
+        self._energy_by_user: dict[str, float] = {}
+        self._next_id = 1  # while the ledger cannot be written: ids in memory
+        if self.path.exists() and self._connect():
+            for row in self._db.execute("SELECT * FROM jobs WHERE ended IS NULL"):
+                job = _job(row)
+                self.running[job.key] = job
+            self._gpus = {r["uuid"]: (r["time"], r["joules"], set(json.loads(r["jobs"])))
+                          for r in self._db.execute("SELECT * FROM gpu_energy")}
+            for r in self._db.execute("SELECT user, SUM(energy_joules) AS e FROM jobs WHERE ended IS NOT NULL "
+                                      "GROUP BY user"):
+                self._energy_by_user[r["user"] or ""] = r["e"] or 0.0
+        self._last_commit = 0.0
+        self._previous: Sample | None = None
+        if self.running:
+            log.info("jobs: %d job(s) running when rigmon stopped: %s", len(self.running),
+                     ", ".join(f"#{j.id} {j.key}" for j in self.running.values()))
+
+    def _connect(self) -> bool:
+        if self._db is None and not self._unwritable:
+            try:
+                self._db = connect(self.path)
+            except (OSError, sqlite3.Error) as e:  # the jobs are kept in memory; nothing else suffers
+                self._unwritable = True
+                log.error("jobs: cannot open the ledger %s (%s); jobs are kept in memory only", self.path, e)
+        return self._db is not None
+
+    # --- the sink ---------------------------------------------------------------------------
+    def consume(self, sample: Sample) -> None:
+        now = sample.time
+        who = {p.pid: p for p in sample.processes}
+        on_gpu: dict[int, dict[str, float]] = {}  # gpu index -> {job key: share}
+        seen: dict[str, tuple] = {}  # job key -> (info, gpus)
+        for g in sample.gpus:
+            if g.lost or not g.processes:
+                continue
+            weights: dict[str, float] = {}
+            sm = [p.sm_ratio for p in g.processes]
+            by_sm = all(s is not None for s in sm) and sum(sm) > 0
+            for p in g.processes:
+                info = who.get(p.pid)
+                key = info.job if info is not None and info.job else f"pid:{p.pid}"
+                weights[key] = weights.get(key, 0.0) + (p.sm_ratio if by_sm else 0.0)
+                entry = seen.setdefault(key, [info, set()])
+                if entry[0] is None or (info is not None and info.start_time is not None and (
+                        entry[0].start_time is None or info.start_time < entry[0].start_time)):
+                    entry[0] = info  # the earliest process names the job
+                entry[1].add(g.index)
+            total = sum(weights.values())
+            on_gpu[g.index] = ({k: w / total for k, w in weights.items()} if by_sm and total > 0
+                               else {k: 1 / len(weights) for k in weights})
+        with self._lock:
+            started, ended = self._open_and_close(seen, now)
+            self._book(sample, on_gpu, now)
+            self._previous = sample
+        if started or ended or now - self._last_commit >= COMMIT_SECONDS:
+            self._commit(sample)
+        for job in ended:
+            self._finished(job)
+
+    def _open_and_close(self, seen: dict, now: float) -> tuple[list[Job], list[Job]]:
+        started, ended = [], []
+        for key, (info, gpus) in seen.items():
+            job = self.running.get(key)
+            start = info.start_time if info is not None else None
+            if job is not None and start is not None and job.process_start is not None and start > job.last_seen:
+                self._end(job)  # the same PGID again, but a new process group since: a new job
+                ended.append(job)
+                job = None
+            if job is None:
+                job = Job(0, key, info.user if info else None, info.command if info else None,
+                          info.unit if info else None, now, now, process_start=start)
+                job.id = self._insert(job)
+                self.running[key] = job
+                started.append(job)
+                log.info("job #%d started: %s (%s) on GPU %s: %s", job.id, key, job.user or "?",
+                         ",".join(map(str, sorted(gpus))), job.command or "?")
+            job.gpus |= gpus
+            job.last_seen = now
+        for key, job in list(self.running.items()):
+            if key not in seen and now - job.last_seen >= self.config.end_after:
+                self._end(job)
+                ended.append(job)
+        return started, ended
+
+    def _insert(self, job: Job) -> int:
+        if self._connect():
+            try:
+                with self._db:
+                    return self._db.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES "
+                                            f"({', '.join('?' * len(_COLUMNS))})", _row(job)).lastrowid
+            except sqlite3.Error as e:
+                log.error("jobs: cannot write %s: %s", self.path, e)
+        self._next_id += 1
+        return -self._next_id  # in memory only
+
+    def _end(self, job: Job) -> None:
+        job.ended = job.last_seen
+        del self.running[job.key]
+        self._energy_by_user[job.user or ""] = self._energy_by_user.get(job.user or "", 0.0) + job.energy_joules
+        log.info("job #%d ended: %s, %.2f GPU-hours, %.3f kWh%s", job.id, job.key, job.gpu_seconds / 3600,
+                 job.energy_joules / 3.6e6, " (starved)" if job.starved else "")
+
+    def _book(self, sample: Sample, on_gpu: dict[int, dict[str, float]], now: float) -> None:
+        """The time since each GPU's last reading, and the energy it used, to its jobs."""
+        busy_at, starved_below = self.config.starved_utilization, self.config.starved_power_ratio
+        for g in sample.gpus:
+            if g.lost:
+                continue
+            last = self._gpus.get(g.uuid)
+            jobs_now = on_gpu.get(g.index, {})
+            energy = g.energy_joules
+            self._gpus[g.uuid] = (now, energy, set(jobs_now))
+            if last is None or not jobs_now:
+                continue
+            then, energy_then, jobs_then = last
+            dt = now - then
+            if dt <= 0 or dt > MAX_GAP_SECONDS:
+                continue
+            # the interval belongs to the jobs on the GPU at both ends (a job that just
+            # started gets its first interval at its next reading; after a restart, the time
+            # rigmon was down goes to the jobs that were on the GPU and still are)
+            shares = {k: s for k, s in jobs_now.items() if k in jobs_then}
+            if not shares:
+                continue
+            norm = sum(shares.values())
+            if energy is not None and energy_then is not None and energy >= energy_then:
+                used = energy - energy_then
+            else:  # no counter (or it was reset): the power now for the whole interval
+                used = (g.power_watts or 0.0) * dt
+            power, limit, util = g.power_watts, g.power_limit_watts, g.utilization_gpu_ratio
+            ce = g.clock_events
+            throttled = ce is not None and any(getattr(ce, r) for r in THROTTLE_REASONS)
+            busy = util is not None and util >= busy_at
+            starved = busy and power is not None and bool(limit) and power / limit < starved_below
+            for key, share in shares.items():
+                job = self.running.get(key)
+                if job is None:
+                    continue
+                part = share / norm
+                job.gpu_seconds += dt * part
+                job.energy_joules += used * part
+                if power is not None:
+                    job.power_seconds += power * dt * part
+                if limit:
+                    job.limit_seconds += limit * dt * part
+                if util is not None:
+                    job.utilization_seconds += util * dt * part
+                if busy:
+                    job.busy_seconds += dt * part
+                if starved:
+                    job.starved_seconds += dt * part
+                if throttled:
+                    job.throttle_seconds += dt * part
+                if g.temperature_celsius is not None:
+                    job.peak_temperature = max(job.peak_temperature or g.temperature_celsius, g.temperature_celsius)
+
+    def consume_transitions(self, transitions) -> None:
+        """Alerts that fire on a job's GPU (or on the host) are kept with the job."""
+        with self._lock:
+            for t in transitions:
+                if t.status != "firing" or t.severity == "info":
+                    continue
+                gpu = t.labels.get("gpu")
+                for job in self.running.values():
+                    if gpu is None or int(gpu) in job.gpus:
+                        job.alerts.add(t.alertname)
+
+    def _commit(self, sample: Sample) -> None:
+        if self._db is None:
+            return
+        with self._lock:
+            jobs = list(self.running.values())
+            gpus = [(uuid, t, e, json.dumps(sorted(keys))) for uuid, (t, e, keys) in self._gpus.items()
+                    if e is not None]
+        try:
+            with self._db:
+                for job in jobs:
+                    self._db.execute(f"UPDATE jobs SET {', '.join(f'{c} = ?' for c in _COLUMNS)} WHERE id = ?",
+                                     (*_row(job), job.id))
+                self._db.executemany("INSERT OR REPLACE INTO gpu_energy (uuid, time, joules, jobs) "
+                                     "VALUES (?, ?, ?, ?)", gpus)
+        except sqlite3.Error as e:  # a full disk: the jobs stay in memory, the next commit tries again
+            log.error("jobs: cannot write %s: %s", self.path, e)
+            return
+        self._last_commit = sample.time
+
+    def _finished(self, job: Job) -> None:
+        try:
+            if self._db is not None:
+                with self._db:
+                    self._db.execute(f"UPDATE jobs SET {', '.join(f'{c} = ?' for c in _COLUMNS)} WHERE id = ?",
+                                     (*_row(job), job.id))
+        except sqlite3.Error as e:
+            log.error("jobs: cannot write %s: %s", self.path, e)
+        point = job_point(job, self.host, self.config.price_per_kwh)
+        for listener in self.listeners:
+            listener.consume_lines([point])
+
+    # --- exported state -------------------------------------------------------------------------
+    def families(self):
+        with self._lock:
+            by_user = dict(self._energy_by_user)
+            for job in self.running.values():
+                by_user[job.user or ""] = by_user.get(job.user or "", 0.0) + job.energy_joules
+            running = len(self.running)
+        energy = CounterMetricFamily("rigmon_job_energy_joules", "GPU energy booked to jobs, by user (finished and "
+                                                                 "running jobs; the ledger keeps it across restarts).",
+                                     labels=["user"])
+        for user, joules in sorted(by_user.items()):
+            energy.add_metric([user], joules)
+        yield energy
+        yield GaugeMetricFamily("rigmon_jobs_running", "Jobs holding a GPU now.", value=running)
+
+    def close(self) -> None:
+        if self._previous is not None:
+            self._commit(self._previous)
+        if self._db is not None:
+            self._db.close()
+
+
+def job_point(job: Job, host: str, price_per_kwh: float = 0.0) -> str:
+    d = job.as_dict(price_per_kwh)
+    tags = {"host": host, "job": job.key, "user": job.user or ""}
+    if job.unit:
+        tags["unit"] = job.unit
+    fields = {"id": job.id, "command": job.command, "started": job.started, "seconds": d["seconds"],
+              "gpus": ",".join(map(str, sorted(job.gpus))), "gpu_seconds": job.gpu_seconds,
+              "energy_joules": job.energy_joules, "cost": d["cost"], "mean_power_watts": d["mean_power_watts"],
+              "mean_power_ratio": d["mean_power_ratio"], "mean_utilization_ratio": d["mean_utilization_ratio"],
+              "peak_temperature_celsius": job.peak_temperature, "throttle_seconds": job.throttle_seconds,
+              "starved": job.starved, "alerts": ",".join(sorted(job.alerts))}
+    return line("job", tags, fields, int(round((job.ended or job.last_seen) * 1e9)))

@@ -1,0 +1,118 @@
+"""Who the GPU processes are: user, command line, and the job they belong to, from /proc.
+
+NVML names the processes that hold a GPU by PID only. For each, this reads /proc/PID once
+(while it keeps holding a GPU): the user, the command line (shortened), the start time, the
+parent and process group, and the cgroup, which says whether it runs in a container, a
+systemd service or a Slurm job. A job is that unit; a process in a login session is grouped
+by its process group (a training script and the workers it started, as the shell's job
+control sees them), named after the group's leader and start time.
+
+``raw(pids, proc)`` is what a recording stores; ``parse`` turns it into ``ProcessInfo``.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+from pathlib import Path
+from typing import Any
+
+from ..sample import ProcessInfo
+
+MAX_COMMAND = 160  # characters of a command line shown
+
+
+def raw(pids: list[int], proc: str | Path = "/proc") -> dict[str, dict[str, Any]]:
+    """``{pid: {"user", "uid", "cmdline", "cgroup", "ppid", "pgid", "start"}}``; a PID that is gone
+    (or hidden: another PID namespace) is left out."""
+    base = Path(proc)
+    boot = _boot_time(base)
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in pids:
+        d = base / str(pid)
+        try:
+            stat = (d / "stat").read_text()
+            uid = d.stat().st_uid
+            cmdline = (d / "cmdline").read_bytes()
+            cgroup = (d / "cgroup").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()  # after the command name, which may hold spaces
+        try:
+            ppid, pgid, start_ticks = int(fields[1]), int(fields[2]), int(fields[19])
+        except (IndexError, ValueError):
+            continue
+        try:
+            user = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            user = str(uid)
+        out[str(pid)] = {"user": user, "uid": uid, "cmdline": cmdline.replace(b"\0", b" ").decode(
+            "utf-8", "replace").strip(), "cgroup": cgroup, "ppid": ppid, "pgid": pgid,
+            "start": round(boot + start_ticks / ticks, 2) if boot is not None else None}
+    return out
+
+
+def _boot_time(base: Path) -> float | None:
+    try:
+        for line in (base / "stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def parse(answer: dict[str, dict[str, Any]]) -> dict[int, ProcessInfo]:
+    out = {}
+    for key, p in answer.items():
+        try:
+            pid = int(key)
+        except ValueError:
+            continue
+        command = str(p.get("cmdline") or "") or None
+        if command and len(command) > MAX_COMMAND:
+            command = command[:MAX_COMMAND - 1] + "…"
+        unit = unit_of(str(p.get("cgroup") or ""))
+        pgid, start = _int(p.get("pgid")), _float(p.get("start"))
+        job = unit or f"pgid:{pgid if pgid is not None else pid}"
+        out[pid] = ProcessInfo(pid, p.get("user"), command, unit, job, start, _int(p.get("ppid")), pgid)
+    return out
+
+
+_UNITS = (
+    (re.compile(r"docker[-/]([0-9a-f]{12})[0-9a-f]*"), "docker"),
+    (re.compile(r"libpod-([0-9a-f]{12})[0-9a-f]*"), "podman"),
+    (re.compile(r"(?:cri-containerd|crio)-([0-9a-f]{12})[0-9a-f]*"), "k8s"),
+    (re.compile(r"kubepods.*?pod([0-9a-f_-]{8,})"), "k8s"),
+    (re.compile(r"/job_(\d+)"), "slurm"),
+    (re.compile(r"/([^/]+\.service)(?:/|$)"), "systemd"),
+)
+
+
+def unit_of(cgroup: str) -> str | None:
+    """The container, Slurm job or systemd service a process runs in, from /proc/PID/cgroup
+    (v2's single line or v1's controllers); None for a login session's scope."""
+    paths = [line.split(":", 2)[2] for line in cgroup.splitlines() if line.count(":") >= 2]
+    for pattern, kind in _UNITS:
+        for path in paths:
+            # a user's own manager (user@1000.service) is no job; the service under it is
+            candidates = [m.group(1) for m in pattern.finditer(path) if not m.group(1).startswith("user@")]
+            if candidates:
+                return f"{kind}:{candidates[-1]}"
+    return None
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
