@@ -431,6 +431,8 @@ READINGS: tuple[Reading, ...] = (
     R("draw_watts", "psu", None, "watts", "power of the group's GPUs (plus the CPU package where counted)",
       influx=False, old="power_watts"),
     R("budget_watts", "psu", None, "watts", "the group's budget", influx=False),
+    R("measured", "psu", None, "bool", "the draw is the PSU's own reading (its hwmon power input), not a sum",
+      influx=False),
     R("present", "sensor", None, "bool", "the sensor answers now", influx=False),
 )
 

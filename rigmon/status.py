@@ -58,6 +58,10 @@ def render(sample: Sample, source: str = "", alerts: list[dict] | None = None, a
         when = time.strftime("%H:%M:%S", time.localtime(event.time))
         lines.append(f"XID {event.xid} on GPU {event.gpu_index} at {when}")
     lines.append("")
+    processes = _processes(sample)
+    if processes:
+        lines += processes
+        lines.append("")
     lines += _host(sample)
     lines.append("")
     lines += _alerts(alerts, alerts_note, show_info, sample.time if now is None else now)
@@ -67,6 +71,24 @@ def render(sample: Sample, source: str = "", alerts: list[dict] | None = None, a
         lines.append("")
     lines.append(f"{NS} = not supported by this hardware or not readable here")
     return "\n".join(lines)
+
+
+def _processes(sample: Sample) -> list[str]:
+    """Who holds each GPU, like nvitop's process list: PID, user, GPU memory, SM share, job."""
+    who = {p.pid: p for p in sample.processes}
+    rows = []
+    for g in sample.gpus:
+        for p in g.processes or ():
+            info = who.get(p.pid)
+            rows.append([str(g.index), str(p.pid), (info.user if info else None) or "?", _gb(p.used_memory_bytes),
+                         f"{p.sm_ratio:.0%}" if p.sm_ratio is not None else NS,
+                         ((info.unit or info.job) if info else None) or "?", (info.command if info else None) or "?"])
+    if not rows:
+        return []
+    head = ["GPU", "PID", "USER", "MEM GB", "SM", "JOB", "COMMAND"]
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - 1)]
+    return ["PROCESSES"] + [_cut("  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)), r[-1]]))
+                            for r in [head, *rows]]
 
 
 def short_name(name: str) -> str:
@@ -150,12 +172,22 @@ def _host(sample: Sample) -> list[str]:
         lines.append(f"  CPU temperature  {NS}")
     chosen = {(c.chip, c.sensor) for c in host.cpu_temperatures}
     other = [t for t in host.temperatures if (t.chip, t.label) not in chosen]
+    twins = _twins([(t.chip, t.device) for t in host.temperatures] + [(f.chip, f.device) for f in host.fans])
     for t in other:
-        lines.append(f"  {t.chip} {t.label}  {t.celsius:.1f} °C")
+        lines.append(f"  {_chip(t.chip, t.device, twins)} {t.label}  {t.celsius:.1f} °C")
     if host.fans:
-        lines.append("  fans  " + ", ".join(f"{f.chip}/{f.label} {f.rpm:.0f} rpm" for f in host.fans))
+        control = {(c.chip, c.device, c.fan): c for c in host.fan_controls}
+        lines.append("  fans  " + ", ".join(f"{_chip(f.chip, f.device, twins)}/{f.label} {f.rpm:.0f} rpm"
+                                            + _fan_control(control.get((f.chip, f.device, f.label)))
+                                            for f in host.fans))
     else:
         lines.append(f"  fans  {NS}")
+    for title, values, unit in (("power", host.powers, "W"), ("current", host.currents, "A"),
+                                ("voltage", host.voltages, "V")):
+        if values:
+            digits = 1 if unit == "W" else 2
+            lines.append(_cut(f"  {title}  " + ", ".join(f"{v.chip} {v.sensor} {v.value:.{digits}f} {unit}"
+                                                         for v in values)))
     cpu = _fmt(host.cpu_utilization_ratio * 100 if host.cpu_utilization_ratio is not None else None, unit=" %")
     load = " ".join(_fmt(v, "{:.2f}") for v in (host.load1, host.load5, host.load15))
     lines.append(f"  CPU  {cpu} of {_fmt(host.cpu_count)} cores, load {load}")
@@ -166,6 +198,25 @@ def _host(sample: Sample) -> list[str]:
     for note in host.notes:
         lines.append(f"  note: {note}")
     return lines
+
+
+def _twins(chips: list[tuple[str, str | None]]) -> set[str]:
+    """Chip names that more than one device carries (two sockets' coretemp, two NVMe drives)."""
+    devices: dict[str, set] = {}
+    for chip, device in chips:
+        devices.setdefault(chip, set()).add(device)
+    return {chip for chip, found in devices.items() if len(found) > 1}
+
+
+def _chip(chip: str, device: str | None, twins: set[str]) -> str:
+    return f"{chip}@{device}" if device and chip in twins else chip
+
+
+def _fan_control(c) -> str:
+    if c is None:
+        return ""
+    parts = ([f"PWM {c.pwm_ratio:.0%}"] if c.pwm_ratio is not None else []) + (["ALARM"] if c.alarm else [])
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def age(seconds: float) -> str:

@@ -139,3 +139,85 @@ def test_real_psutil_on_a_fake_hwmon_tree(tmp_path):
     seen = json.loads(done.stdout)
     assert seen["cpu"] == [["k10temp", "Tccd1", 65.0]]
     assert seen["fans"] == [["nct6798", "fan1", 1150.0], ["nct6798", "fan2", 0.0]]
+
+
+HWMON_DEVICES_SCRIPT = textwrap.dedent("""
+    import json, subprocess, sys
+    subprocess.run(["mount", "--bind", sys.argv[1], "/sys/class"], check=True)
+    from rigmon.readers.host import HostReader, SystemHost
+    r = HostReader(SystemHost("/sys"), rapl=False).read()
+    print(json.dumps({"temps": [[t.chip, t.device, t.label, t.celsius] for t in r.temperatures],
+                      "fans": [[f.chip, f.device, f.label, f.rpm] for f in r.fans],
+                      "controls": [list(c) for c in r.fan_controls], "powers": [list(p) for p in r.powers],
+                      "currents": [list(c) for c in r.currents], "voltages": [list(v) for v in r.voltages]}))
+""")
+
+
+def _chip(hwmon, n: int, name: str, device, files: dict) -> None:
+    d = hwmon / f"hwmon{n}"
+    d.mkdir(parents=True)
+    (d / "name").write_text(name + "\n")
+    device.mkdir(parents=True)
+    (d / "device").symlink_to(device)
+    for file, text in files.items():
+        (d / file).write_text(f"{text}\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
+def test_chips_of_one_name_stay_apart_and_sysfs_adds_what_psutil_lacks(tmp_path):
+    """Two coretemp packages, two NVMe drives, a Corsair PSU and a Nuvoton fan controller with a
+    stopped fan in alarm, read by the real psutil and rigmon's sysfs walk over a fake hwmon
+    tree mounted over /sys/class in a private mount namespace."""
+    hwmon, devices = tmp_path / "class" / "hwmon", tmp_path / "devices"
+    _chip(hwmon, 0, "nvme", devices / "pci0000:00" / "0000:00:1d.0" / "nvme" / "nvme0",
+          {"temp1_input": 41850, "temp1_label": "Composite"})
+    _chip(hwmon, 1, "coretemp", devices / "platform" / "coretemp.0",
+          {"temp1_input": 58000, "temp1_label": "Package id 0", "temp2_input": 55000, "temp2_label": "Core 0"})
+    _chip(hwmon, 2, "coretemp", devices / "platform" / "coretemp.1",
+          {"temp1_input": 64000, "temp1_label": "Package id 1", "temp2_input": 61000, "temp2_label": "Core 0"})
+    _chip(hwmon, 3, "nvme", devices / "pci0000:40" / "0000:41:00.0" / "nvme" / "nvme1",
+          {"temp1_input": 52850, "temp1_label": "Composite"})
+    _chip(hwmon, 4, "nct6798", devices / "platform" / "nct6775.656",
+          {"fan1_input": 1150, "fan2_input": 0, "fan2_min": 300, "fan2_alarm": 1, "fan1_alarm": 0, "pwm1": 128,
+           "pwm1_enable": 5, "pwm2": 255, "pwm2_enable": 1, "in0_input": 1056, "in0_label": "Vcore"})
+    _chip(hwmon, 5, "corsair-psu", devices / "usb1" / "1-4" / "0003:1B1C:1C05.0001",
+          {"power1_input": 412000000, "power1_label": "power total", "curr1_input": 34500,
+           "curr1_label": "curr +12v", "in0_input": 12040, "in0_label": "v_out +12v", "temp1_input": 36250,
+           "temp1_label": "vrm temp"})
+    done = subprocess.run(["unshare", "-m", sys.executable, "-c", HWMON_DEVICES_SCRIPT, str(tmp_path / "class")],
+                          capture_output=True, text=True)
+    if done.returncode != 0 and "mount" in done.stderr:
+        pytest.skip(f"cannot bind-mount here: {done.stderr.strip()[-200:]}")
+    assert done.returncode == 0, done.stderr
+    import json
+
+    seen = json.loads(done.stdout)
+    temps = {(chip, device, label): c for chip, device, label, c in seen["temps"]}
+    assert temps[("coretemp", "coretemp.0", "Core 0")] == 55.0 and temps[("coretemp", "coretemp.1", "Core 0")] == 61.0
+    assert temps[("nvme", "nvme0", "Composite")] == 41.85 and temps[("nvme", "nvme1", "Composite")] == 52.85
+    assert temps[("corsair-psu", "0003:1B1C:1C05.0001", "vrm temp")] == 36.25
+    assert len(seen["temps"]) == 7  # none dropped: psutil's one "coretemp" and one "nvme" are two each
+    assert seen["fans"] == [["nct6798", "nct6775.656", "fan1", 1150.0], ["nct6798", "nct6775.656", "fan2", 0.0]]
+    assert ["nct6798", "nct6775.656", "fan2", 1.0, 1, 300.0, True] in seen["controls"]
+    assert ["nct6798", "nct6775.656", "fan1", 128 / 255, 5, None, False] in seen["controls"]
+    assert seen["powers"] == [["corsair-psu", "0003:1B1C:1C05.0001", "power total", 412.0]]
+    assert seen["currents"] == [["corsair-psu", "0003:1B1C:1C05.0001", "curr +12v", 34.5]]
+    assert ["nct6798", "nct6775.656", "Vcore", 1.056] in seen["voltages"]
+    assert ["corsair-psu", "0003:1B1C:1C05.0001", "v_out +12v", 12.04] in seen["voltages"]
+
+
+def test_a_psu_that_reports_its_power_feeds_its_budget():
+    """A budget group measured by the Corsair PSU's own power input: 412 W against 450."""
+    from rigmon.alerts.offline import replay_rules
+    from rigmon.config import parse
+
+    rec = sc.rich(sc.h200(), gpus=8)
+    for sensor, fires in (("corsair-psu/power total", True), ("corsair-psu/0003:1B1C:1C05.0001/power total", True),
+                          ("corsair-psu/no such input", False)):
+        config = parse({"alerts": {"power_budget": {"groups": [
+            {"name": "psu-a", "watts": 450, "sensor": sensor, "gpus": [0]}]}}})
+        fired = [t for t in replay_rules(rec, config) if t.alertname == "PowerBudgetHigh" and t.status == "firing"]
+        if fires:
+            assert fired and "psu-a: 412 W of a 450 W budget" in fired[0].summary, sensor
+        else:  # the input is not there: the GPU's own draw (692 W of 450) stands in
+            assert not fired and any(t.alertname == "PowerBudgetExceeded" for t in replay_rules(rec, config))

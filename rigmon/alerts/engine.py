@@ -34,6 +34,7 @@ class PsuGroup:
     watts: float
     gpus: tuple[int, ...] | None = None  # None: every GPU
     include_cpu: bool = False
+    sensor: str | None = None  # an hwmon power input measuring the group (chip/sensor or chip/device/sensor)
 
 
 def subject_of(labels: dict[str, str], sep: str = ", ") -> str:
@@ -121,6 +122,16 @@ def render(template: str, values: dict[str, Any]) -> str:
         return template
 
 
+def _measured(sample: Sample, sensor: str) -> float | None:
+    """The hwmon power input named chip/sensor or chip/device/sensor, where it answers."""
+    if sample.host is None:
+        return None
+    for p in sample.host.powers:
+        if sensor in (f"{p.chip}/{p.sensor}", f"{p.chip}/{p.device}/{p.sensor}"):
+            return p.value
+    return None
+
+
 class _History:
     """One entity's history at one evaluation: what increase(), rate(), avg_over()… read."""
 
@@ -197,11 +208,16 @@ class AlertEngine:
         entities = gpu_entities(sample, self._xid_totals, self._last_xid)
         entities.update(host_entities(sample))
         for group in self.psu_groups:
-            gpus = [g for g in sample.gpus if not g.lost and (group.gpus is None or g.index in group.gpus)]
-            watts = sum(g.power_watts or 0 for g in gpus)
-            if group.include_cpu:
-                watts += self._cpu_watts(sample)
-            entities[("psu", group.name)] = {"psu": group.name, "draw_watts": watts, "budget_watts": group.watts}
+            measured = _measured(sample, group.sensor) if group.sensor else None
+            if measured is not None:  # the PSU's own reading: everything on it, not the GPUs alone
+                watts = measured
+            else:
+                gpus = [g for g in sample.gpus if not g.lost and (group.gpus is None or g.index in group.gpus)]
+                watts = sum(g.power_watts or 0 for g in gpus)
+                if group.include_cpu:
+                    watts += self._cpu_watts(sample)
+            entities[("psu", group.name)] = {"psu": group.name, "draw_watts": watts, "budget_watts": group.watts,
+                                             "measured": measured is not None}
         present = sensor_keys(sample)
         for kind, name in self._seen_sensors | present:
             entities[("sensor", kind, name)] = {"sensor_kind": kind, "sensor": name,

@@ -75,7 +75,7 @@ def build_engine(config: Config) -> AlertEngine:
     if budget.watts is not None:
         groups.append(PsuGroup("all GPUs" + (" + CPU" if budget.include_cpu else ""), budget.watts, None,
                                budget.include_cpu))
-    groups += [PsuGroup(g.name, g.watts, tuple(g.gpus) if g.gpus is not None else None, g.include_cpu)
+    groups += [PsuGroup(g.name, g.watts, tuple(g.gpus) if g.gpus is not None else None, g.include_cpu, g.sensor)
                for g in budget.groups]
     rules = [Rule(spec) for spec in config.alerts.effective_rules()]
     return AlertEngine(rules, groups, config.alerts.expected_sensors, config.alerts.unknown_timeout)

@@ -10,7 +10,7 @@ import sys
 from .. import __version__
 from .. import config as configmod
 from ..recording import RecordingError
-from . import burnin, record, rules, run, status
+from . import burnin, jobs, record, rules, run, status
 from . import config as config_command
 from .common import UsageError
 
@@ -20,7 +20,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"rigmon {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (status, record, config_command, run, rules, burnin):
+    for module in (status, record, config_command, run, rules, jobs, burnin):
         module.add_parser(sub)
     return p
 

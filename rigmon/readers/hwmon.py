@@ -83,12 +83,12 @@ def parse(answer: dict[str, dict[str, Any]]) -> Hwmon:
             fans.append(FanControl(name, device, label, min(pwm / 255, 1.0) if pwm is not None else None,
                                    _int(files.get(f"pwm{n}_enable")), _number(files.get(f"fan{n}_min")),
                                    _flag(files.get(f"fan{n}_alarm"))))
-        for prefix, scale, out in (("in", 1e-3, voltages), ("power", 1e-6, powers), ("curr", 1e-3, currents)):
+        for prefix, divisor, out in (("in", 1000, voltages), ("power", 1_000_000, powers), ("curr", 1000, currents)):
             for n in sorted(_indices(files, prefix, "_input")):
                 value = _number(files.get(f"{prefix}{n}_input"))
                 if value is not None:
                     label = files.get(f"{prefix}{n}_label") or f"{prefix}{n}"
-                    out.append(Electrical(name, device, label, value * scale))
+                    out.append(Electrical(name, device, label, value / divisor))  # mV, µW, mA in sysfs
     return Hwmon(tuple(chips), tuple(fans), tuple(voltages), tuple(powers), tuple(currents))
 
 

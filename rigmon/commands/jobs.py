@@ -1,0 +1,116 @@
+"""``rigmon jobs``: the ledger of jobs the daemon keeps, newest first; ``rigmon jobs show ID``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from .. import jobs as ledger
+from .common import UsageError, add_config, load_config
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("jobs", help="the jobs that used the GPUs: GPU-hours, energy, cost, starved or not")
+    add_config(p)
+    p.add_argument("--json", action="store_true", help="print the jobs as JSON")
+    p.add_argument("--limit", type=int, default=50, metavar="N", help="the newest N jobs (50; 0: all)")
+    actions = p.add_subparsers(dest="jobs_command", metavar="ACTION")
+    show = actions.add_parser("show", help="one job in full")
+    show.add_argument("id", type=int)
+    # given before or after "show": the sub-parser must not reset what the parent parsed
+    show.add_argument("--config", "-c", metavar="FILE", default=argparse.SUPPRESS, help="config file")
+    show.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print it as JSON")
+    p.set_defaults(func=cmd_jobs)
+    show.set_defaults(func=cmd_jobs)
+
+
+def cmd_jobs(args) -> int:
+    config = load_config(args)
+    path = ledger.ledger_path(config)
+    price, currency = config.jobs.price_per_kwh, config.jobs.currency
+    if getattr(args, "jobs_command", None) == "show":
+        found = ledger.load(path, args.id)
+        if not found:
+            raise UsageError(f"no job #{args.id} in {path}")
+        job = found[0].as_dict(price, currency)
+        if args.json:
+            print(json.dumps(job, indent=2, allow_nan=False))
+        else:
+            print(show(job))
+        return 0
+    jobs = ledger.load(path)
+    if args.limit > 0:
+        jobs = jobs[:args.limit]
+    rows = [j.as_dict(price, currency) for j in jobs]
+    if args.json:
+        print(json.dumps({"ledger": str(path), "jobs": rows}, indent=2, allow_nan=False))
+        return 0
+    if not rows:
+        print(f"no jobs in {path} yet (the daemon books them while it runs: rigmon run)")
+        return 0
+    print(table(rows, bool(price)))
+    return 0
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds >= 86400:
+        return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "—"
+
+
+def _flags(job: dict) -> str:
+    flags = (["running"] if job["running"] else []) + (["STARVED"] if job["starved"] else [])
+    if job["alerts"]:
+        flags.append("alerts: " + ",".join(job["alerts"]))
+    return " ".join(flags)
+
+
+def table(rows: list[dict], with_cost: bool) -> str:
+    head = ["ID", "USER", "JOB", "GPUS", "STARTED", "TOOK", "GPU-H", "kWh", *(["COST"] if with_cost else []),
+            "W/LIMIT", "UTIL", "PEAK°C", "FLAGS", "COMMAND"]
+    out = [head]
+    for j in rows:
+        ratio, util = j["mean_power_ratio"], j["mean_utilization_ratio"]
+        cost = [f"{j['cost']:.2f}{(' ' + j['currency']) if j['currency'] else ''}" if j["cost"] is not None else "—"]
+        out.append([
+            str(j["id"]), j["user"] or "?", j["job"][:24], ",".join(map(str, j["gpus"])) or "—", _when(j["started"]),
+            _duration(j["seconds"]), f"{j['gpu_hours']:.2f}", f"{j['energy_kwh']:.3f}", *(cost if with_cost else []),
+            f"{j['mean_power_watts']:.0f} W/{ratio:.0%}" if ratio is not None and j["mean_power_watts"] else "—",
+            f"{util:.0%}" if util is not None else "—",
+            f"{j['peak_temperature_celsius']:.0f}" if j["peak_temperature_celsius"] is not None else "—",
+            _flags(j), (j["command"] or "?")[:40],
+        ])
+    widths = [max(len(r[i]) for r in out) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in out)
+
+
+def show(j: dict) -> str:
+    lines = [f"job #{j['id']}: {j['job']}" + (" (running)" if j["running"] else "")]
+    fields = [
+        ("user", j["user"] or "?"), ("command", j["command"] or "?"), ("unit", j["unit"] or "— (a login session)"),
+        ("started", _when(j["started"])), ("ended", _when(j["ended"]) if j["ended"] else "— (running)"),
+        ("took", _duration(j["seconds"])), ("GPUs", ",".join(map(str, j["gpus"])) or "—"),
+        ("GPU-hours", f"{j['gpu_hours']:.3f}"), ("energy", f"{j['energy_kwh']:.4f} kWh ({j['energy_joules']:.0f} J)"),
+        ("cost", f"{j['cost']:.2f} {j['currency'] or ''}".rstrip() if j["cost"] is not None
+         else "— (no jobs.price_per_kwh)"),
+        ("mean power", f"{j['mean_power_watts']:.1f} W" if j["mean_power_watts"] is not None else "—"),
+        ("of the limit", f"{j['mean_power_ratio']:.0%}" if j["mean_power_ratio"] is not None else "—"),
+        ("utilisation", f"{j['mean_utilization_ratio']:.0%}" if j["mean_utilization_ratio"] is not None else "—"),
+        ("busy", _duration(j["busy_seconds"])),
+        ("starved", f"yes: {_duration(j['starved_seconds'])} of its busy time below the power limit share"
+         if j["starved"] else f"no ({_duration(j['starved_seconds'])} of {_duration(j['busy_seconds'])} busy)"),
+        ("throttled", _duration(j["throttle_seconds"])),
+        ("peak temperature", f"{j['peak_temperature_celsius']:.0f} °C"
+         if j["peak_temperature_celsius"] is not None else "—"),
+        ("alerts", ", ".join(j["alerts"]) or "none"),
+    ]
+    width = max(len(k) for k, _ in fields)
+    return "\n".join(lines + [f"  {k:<{width}}  {v}" for k, v in fields])

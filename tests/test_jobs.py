@@ -1,0 +1,163 @@
+"""The jobs ledger on a replayed day: two jobs' GPU time and energy against the integral of the
+recorded power, a starved one flagged, a daemon restart mid-job, and ``rigmon jobs``."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import scenarios as sc
+
+from rigmon import config as configmod
+from rigmon.daemon import Daemon
+from rigmon.poller import build_poller
+
+STEP = 10.0  # seconds between the recording's ticks
+DAY = 8 * 3600.0
+A = {"gpu": 0, "pid": 1111, "start": 600.0, "seconds": 2 * 3600.0, "watts": 350.0, "limit": 350.0}
+B = {"gpu": 1, "pid": 2222, "start": 1800.0, "seconds": 6 * 3600.0, "watts": 67.0, "limit": 125.0}
+IDLE_WATTS = 20.0
+PROCESSES = {
+    "1111": {"user": "alice", "uid": 1000, "cmdline": "python train.py --model gpt2", "pgid": 1111, "ppid": 1000,
+             "cgroup": "0::/user.slice/user-1000.slice/session-4.scope\n", "start": 0.0},
+    "2222": {"user": "bob", "uid": 1001, "cmdline": "python finetune.py", "pgid": 2222, "ppid": 1,
+             "cgroup": "0::/system.slice/docker-4f3c2a1b0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b"
+                       ".scope\n", "start": 0.0},
+}
+
+
+def two_job_day():
+    """Two GPUs for 8 hours, a tick every 10 s: job A on GPU 0 for 2 h at 350 W (its limit), job
+    B on GPU 1 for 6 h at 67 of 125 W while 100 % busy (a starved GTX 1660); idle otherwise.
+    Each GPU's energy counter is the running sum of its recorded power."""
+    energy = [0.0, 0.0]
+
+    def modify(t, tick):
+        running = [j for j in (A, B) if j["start"] <= t < j["start"] + j["seconds"]]
+        for n, g in enumerate(tick["gpus"]):
+            job = next((j for j in running if j["gpu"] == n), None)
+            limit = (A, B)[n]["limit"]
+            watts = job["watts"] if job else IDLE_WATTS
+            g["nvmlDeviceGetPowerUsage"] = int(watts * 1000)
+            g["nvmlDeviceGetEnforcedPowerLimit"] = int(limit * 1000)
+            g["nvmlDeviceGetUtilizationRates"] = {"gpu": 100 if job else 0, "memory": 30 if job else 0}
+            g["nvmlDeviceGetTotalEnergyConsumption"] = int(energy[n] * 1000)
+            g["nvmlDeviceGetComputeRunningProcesses"] = (
+                [{"pid": job["pid"], "usedGpuMemory": 6 << 30}] if job else [])
+            g["nvmlDeviceGetProcessUtilization:0"] = {"nvml_error": "NotSupported"}
+            energy[n] += watts * STEP
+        tick["host"] = {"processes": {str(j["pid"]): dict(PROCESSES[str(j["pid"])], start=tick["t"] - 5)
+                                      for j in running}} if running else {"processes": {}}
+
+    rec = sc.timeline(DAY, step=STEP, gpus=2, modify=modify)
+    for j in (A, B):  # a process started just before rigmon first saw it
+        info = PROCESSES[str(j["pid"])]
+        first = next(t for t in rec.ticks if str(j["pid"]) in t["host"]["processes"])
+        for t in rec.ticks:
+            if str(j["pid"]) in t["host"]["processes"]:
+                t["host"]["processes"][str(j["pid"])] = dict(info, start=first["t"] - 5)
+    return rec
+
+
+def recorded_joules(rec, job) -> float:
+    """The integral of the recorded power over the intervals the job held its GPU at both ends."""
+    ticks = [t for t in rec.ticks if t["gpus"][job["gpu"]]["nvmlDeviceGetComputeRunningProcesses"]]
+    total = 0.0
+    for a, b in zip(ticks, ticks[1:], strict=False):
+        total += a["gpus"][job["gpu"]]["nvmlDeviceGetPowerUsage"] / 1000 * (b["t"] - a["t"])
+    return total
+
+
+def replay(rec, config, ticks: range) -> dict:
+    """The daemon's sinks over the recording's ticks ``ticks``, at the recording's times."""
+    source = sc.source(rec)
+    t0 = rec.ticks[0]["t"]
+    poller = build_poller(config, source, wall=lambda: t0 + source.clock(), event_thread=False)
+    daemon = Daemon(config, poller)
+    poller.open()
+    offsets = rec.offsets()
+    try:
+        for i in ticks:
+            source.clock.set(offsets[i])
+            daemon.poll_once()
+        return {j.key: j.id for j in daemon.jobs.running.values()}
+    finally:
+        daemon.jobs.close()
+        poller.close()
+
+
+@pytest.fixture(scope="module")
+def day(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("day")
+    rec = two_job_day()
+    (tmp / "rigmon.toml").write_text(f'[daemon]\nstate_dir = "{tmp / "state"}"\n'
+                                     '[prometheus]\nenabled = false\n[jobs]\nprice_per_kwh = 0.30\ncurrency = "EUR"\n')
+    config = configmod.load(str(tmp / "rigmon.toml"))
+    n = len(rec.ticks)
+    # the daemon runs 4 hours, is stopped for 10 minutes mid-job (B), and runs on to the end
+    restart_at = int(4 * 3600 / STEP)
+    before = replay(rec, config, range(0, restart_at))
+    after_restart = replay(rec, config, range(restart_at + 60, n))
+    return tmp, rec, before, after_restart
+
+
+def jobs_cli(tmp, *args):
+    return subprocess.run([sys.executable, "-m", "rigmon", "jobs", "--config", str(tmp / "rigmon.toml"), *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_two_jobs_energy_within_one_percent_of_the_recorded_power(day):
+    tmp, rec, before, _ = day
+    done = jobs_cli(tmp, "--json")
+    assert done.returncode == 0, done.stderr
+    jobs = {j["user"]: j for j in json.loads(done.stdout)["jobs"]}
+    assert set(jobs) == {"alice", "bob"}
+    a, b = jobs["alice"], jobs["bob"]
+    assert a["job"] == "pgid:1111" and a["gpus"] == [0] and not a["running"]
+    assert b["job"] == "docker:4f3c2a1b0e9d" and b["unit"] == "docker:4f3c2a1b0e9d" and b["gpus"] == [1]
+    for job, spec in ((a, A), (b, B)):
+        expected = recorded_joules(rec, spec)
+        assert job["energy_joules"] == pytest.approx(expected, rel=0.01), (job, expected)
+        assert job["gpu_hours"] == pytest.approx(spec["seconds"] / 3600, rel=0.01)
+        assert job["seconds"] == pytest.approx(spec["seconds"], abs=2 * STEP)
+        assert job["cost"] == pytest.approx(job["energy_kwh"] * 0.30) and job["currency"] == "EUR"
+    assert a["energy_kwh"] == pytest.approx(0.70, rel=0.01) and b["energy_kwh"] == pytest.approx(0.402, rel=0.01)
+    assert b["starved"] is True and a["starved"] is False
+    assert b["mean_power_ratio"] == pytest.approx(67 / 125, rel=0.01)
+    assert a["mean_power_ratio"] == pytest.approx(1.0, rel=0.01) and a["mean_utilization_ratio"] == pytest.approx(1.0)
+
+
+def test_the_ledger_survives_a_restart_mid_job(day):
+    tmp, rec, before, after = day
+    # B ran across the restart: the same job, not a second one, its downtime booked
+    assert "docker:4f3c2a1b0e9d" in before
+    jobs = json.loads(jobs_cli(tmp, "--json").stdout)["jobs"]
+    assert len(jobs) == 2
+    b = next(j for j in jobs if j["user"] == "bob")
+    assert b["id"] == before["docker:4f3c2a1b0e9d"]
+    assert b["gpu_hours"] == pytest.approx(6.0, rel=0.01)  # the 10 minutes rigmon was down included
+
+
+def test_rigmon_jobs_table_and_show(day):
+    tmp, _, _, _ = day
+    done = jobs_cli(tmp)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[:8] == ["ID", "USER", "JOB", "GPUS", "STARTED", "TOOK", "GPU-H", "kWh"]
+    bob = next(line for line in lines if " bob " in line)
+    assert "STARVED" in bob and "docker:4f3c2a1b0e9d" in bob and "0.402" in bob and "67 W/54%" in bob
+    assert "alerts: GpuStarved" in bob and ("5h59m" in bob or "6h00m" in bob)  # first to last seen
+    alice = next(line for line in lines if " alice " in line)
+    assert "STARVED" not in alice and ("1h59m" in alice or "2h00m" in alice) and "python train.py" in alice
+    job_id = json.loads(jobs_cli(tmp, "--json").stdout)["jobs"][0]["id"]
+    shown = jobs_cli(tmp, "show", str(job_id))
+    assert shown.returncode == 0, shown.stderr
+    assert f"job #{job_id}" in shown.stdout and "energy" in shown.stdout and "kWh" in shown.stdout
+    missing = jobs_cli(tmp, "show", "999")
+    assert missing.returncode == 2 and "no job #999" in missing.stderr
+
+
+def test_no_ledger_yet_says_so(tmp_path):
+    (tmp_path / "rigmon.toml").write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
+    done = jobs_cli(tmp_path)
+    assert done.returncode == 0 and "no jobs" in done.stdout
