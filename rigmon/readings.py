@@ -494,6 +494,10 @@ OTHER_MEASUREMENTS = (
     ("xid", ("gpu", "uuid", "xid"), "code (one point per XID event, at its time)"),
     ("alert", ("alertname", "severity", "subject"), "status, firing, summary (one point per transition)"),
     ("power_budget", ("psu",), "budget_watts, draw_watts (each poll, where a budget is configured)"),
+    ("job", ("job", "user", "unit"), "id, command, started, seconds, gpus, gpu_seconds, energy_joules, cost, "
+                                     "mean_power_watts, mean_power_ratio, mean_utilization_ratio, "
+                                     "peak_temperature_celsius, throttle_seconds, starved, alerts (one point per "
+                                     "finished job, at its end)"),
 )
 
 

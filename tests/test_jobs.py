@@ -83,6 +83,8 @@ def replay(rec, config, ticks: range) -> dict:
         return {j.key: j.id for j in daemon.jobs.running.values()}
     finally:
         daemon.jobs.close()
+        if daemon.influx is not None:
+            daemon.influx.close(timeout=20)  # everything spooled is sent
         poller.close()
 
 
@@ -161,3 +163,52 @@ def test_no_ledger_yet_says_so(tmp_path):
     (tmp_path / "rigmon.toml").write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
     done = jobs_cli(tmp_path)
     assert done.returncode == 0 and "no jobs" in done.stdout
+
+
+def test_each_finished_job_is_one_influxdb_point(influx, tmp_path):
+    rec = two_job_day()
+    config = configmod.parse({"daemon": {"state_dir": str(tmp_path / "state")}, "prometheus": {"enabled": False},
+                              "influxdb": {"enabled": True, "api": "v1", "url": influx.url, "flush_interval": 0.2},
+                              "jobs": {"price_per_kwh": 0.30}})
+    replay(rec, config, range(len(rec.ticks)))
+    points = influx.query('SELECT * FROM "job" GROUP BY "user"', epoch="s")
+    by_user = {p["tags"]["user"]: dict(zip(p["columns"], p["values"][0], strict=True)) for p in points}
+    assert set(by_user) == {"alice", "bob"} and all(len(p["values"]) == 1 for p in points)
+    bob = by_user["bob"]
+    assert bob["starved"] is True and bob["energy_joules"] == pytest.approx(recorded_joules(rec, B), rel=0.01)
+    assert bob["cost"] == pytest.approx(bob["energy_joules"] / 3.6e6 * 0.30) and bob["gpus"] == "1"
+    assert by_user["alice"]["starved"] is False and by_user["alice"]["mean_power_ratio"] == pytest.approx(1.0, rel=0.01)
+
+
+def test_a_real_daemon_restarted_mid_job_keeps_the_job(tmp_path):
+    """``rigmon run`` books the rich box's training run, is stopped and started again: the same
+    job goes on (one job in the ledger, its GPU time growing across the restart)."""
+    from servers import Rigmon, http_get, wait_for
+
+    path = sc.write(sc.rich(sc.h200(), gpus=4), tmp_path / "rich.rec.jsonl")
+    config = "[daemon]\ninterval = 0.5\n"
+
+    def ledger():
+        done = jobs_cli(tmp_path, "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["jobs"]
+
+    def running(daemon):
+        body = http_get(daemon.url)[1].decode()
+        return "rigmon_jobs_running 1.0" in body
+
+    for round_ in range(2):
+        daemon = Rigmon(tmp_path, path, config)
+        try:
+            daemon.wait_ready()
+            wait_for(lambda d=daemon: running(d), 20, what="the job")
+            import time
+
+            time.sleep(2.0)
+        finally:
+            assert daemon.stop() == 0
+        jobs = ledger()
+        assert len(jobs) == 1 and jobs[0]["running"] and jobs[0]["user"] == "alice", jobs
+        if round_ == 0:
+            first = jobs[0]
+    assert jobs[0]["id"] == first["id"] and jobs[0]["gpu_hours"] > first["gpu_hours"]
