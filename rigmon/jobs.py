@@ -249,7 +249,7 @@ class JobLedger:
         for key, (info, gpus) in seen.items():
             job = self.running.get(key)
             start = info.start_time if info is not None else None
-            if job is not None and start is not None and job.process_start is not None and start > job.last_seen:
+            if job is not None and start is not None and job.process_start is not None and job.last_seen < start <= now:
                 self._end(job)  # the same PGID again, but a new process group since: a new job
                 ended.append(job)
                 job = None

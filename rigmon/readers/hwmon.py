@@ -72,45 +72,64 @@ def _device(d: Path) -> str:
     return os.path.basename(target)
 
 
+_ATTRIBUTE = re.compile(r"^(fan|pwm|in|power|curr|temp)(\d+)(?:_(\w+))?$")
+
+
+def _by_index(files: dict[str, str]) -> dict[str, dict[int, dict[str, str]]]:
+    """{"fan": {1: {"input": "1150", "min": "300"}, …}, "pwm": {1: {"": "128", "enable": "5"}}, …}"""
+    out: dict[str, dict[int, dict[str, str]]] = {}
+    for name, text in files.items():
+        m = _ATTRIBUTE.match(name)
+        if m:
+            out.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[m.group(3) or ""] = text
+    return out
+
+
 def parse(answer: dict[str, dict[str, Any]]) -> Hwmon:
     chips, fans, voltages, powers, currents = [], [], [], [], []
     for dir_name, chip in answer.items():
-        name, device, files = str(chip.get("name", dir_name)), str(chip.get("device", dir_name)), chip.get("files", {})
+        name, device = str(chip.get("name", dir_name)), str(chip.get("device", dir_name))
         chips.append(Chip(dir_name, name, device))
-        for n in _indices(files, "fan", "_input") | _indices(files, "pwm", ""):
-            label = files.get(f"fan{n}_label") or f"fan{n}"
-            pwm = _number(files.get(f"pwm{n}"))
-            fans.append(FanControl(name, device, label, min(pwm / 255, 1.0) if pwm is not None else None,
-                                   _int(files.get(f"pwm{n}_enable")), _number(files.get(f"fan{n}_min")),
-                                   _flag(files.get(f"fan{n}_alarm"))))
+        attributes = _by_index(chip.get("files", {}))
+        fan, pwm = attributes.get("fan", {}), attributes.get("pwm", {})
+        for n in sorted({i for i, f in fan.items() if "input" in f} | set(pwm)):
+            f, p = fan.get(n, {}), pwm.get(n, {})
+            duty = _number(p.get(""))
+            fans.append(FanControl(name, device, f.get("label") or f"fan{n}",
+                                   min(duty / 255, 1.0) if duty is not None else None, _int(p.get("enable")),
+                                   _number(f.get("min")), _flag(f.get("alarm"))))
         for prefix, divisor, out in (("in", 1000, voltages), ("power", 1_000_000, powers), ("curr", 1000, currents)):
-            for n in sorted(_indices(files, prefix, "_input")):
-                value = _number(files.get(f"{prefix}{n}_input"))
-                if value is not None:
-                    label = files.get(f"{prefix}{n}_label") or f"{prefix}{n}"
-                    out.append(Electrical(name, device, label, value / divisor))  # mV, µW, mA in sysfs
+            for n, a in sorted(attributes.get(prefix, {}).items()):
+                value = _number(a.get("input"))
+                if value is not None:  # mV, µW, mA in sysfs
+                    out.append(Electrical(name, device, a.get("label") or f"{prefix}{n}", value / divisor))
     return Hwmon(tuple(chips), tuple(fans), tuple(voltages), tuple(powers), tuple(currents))
+
+
+_DEVICES_CACHE: dict[tuple, dict[str, list[str]]] = {}
 
 
 def devices_for(answer: dict[str, dict[str, Any]], kind: str) -> dict[str, list[str]]:
     """For each chip name, the device of each of psutil's entries of ``kind`` ("temp" or
     "fan"), in psutil's order: it sorts the attribute paths as text and skips what it cannot
-    read, so the same walk pairs each entry with its chip."""
-    paths = []
-    for dir_name, chip in answer.items():
-        files = chip.get("files", {})
-        for attribute in files:
-            if attribute.startswith(kind) and attribute.endswith("_input") and _number(files[attribute]) is not None:
-                paths.append((f"/sys/class/hwmon/{dir_name}/{attribute.removesuffix('_input')}", chip))
-    out: dict[str, list[str]] = {}
-    for _, chip in sorted(paths, key=lambda p: p[0]):
-        out.setdefault(str(chip.get("name")), []).append(str(chip.get("device")))
-    return out
-
-
-def _indices(files: dict[str, str], prefix: str, suffix: str) -> set[int]:
-    pattern = re.compile(rf"^{prefix}(\d+){re.escape(suffix)}$")
-    return {int(m.group(1)) for f in files if (m := pattern.match(f))}
+    read, so the same walk pairs each entry with its chip. The same layout gives the same
+    answer: worked out once."""
+    inputs = tuple((dir_name, str(chip.get("name")), str(chip.get("device")),
+                    tuple(a for a, text in chip.get("files", {}).items()
+                          if a.startswith(kind) and a.endswith("_input") and _number(text) is not None))
+                   for dir_name, chip in answer.items())
+    key = (kind, inputs)
+    found = _DEVICES_CACHE.get(key)
+    if found is None:
+        paths = sorted((f"/sys/class/hwmon/{dir_name}/{a.removesuffix('_input')}", name, device)
+                       for dir_name, name, device, attributes in inputs for a in attributes)
+        found = {}
+        for _, name, device in paths:
+            found.setdefault(name, []).append(device)
+        if len(_DEVICES_CACHE) > 64:
+            _DEVICES_CACHE.clear()
+        _DEVICES_CACHE[key] = found
+    return found
 
 
 def _number(text: str | None) -> float | None:
