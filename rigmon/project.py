@@ -73,6 +73,11 @@ class _Writer:
             nullable = True
         return expr
 
+    def assign(self, depth: int, target: str, readings) -> None:
+        """target["name"] = value, one line a reading."""
+        for r in readings:
+            self.emit(depth, f"{target}[{r.name!r}] = {self.value(r)}")
+
     def compile(self, name: str) -> Callable:
         source = "\n".join(self.lines)
         namespace = dict(self.names)
@@ -202,11 +207,9 @@ def _influx() -> tuple[Callable, Callable, Callable]:
     w.emit(0, "def gpu_fields(g, i, s):")
     w.emit(1, "d = {" + ", ".join(f"{r.name!r}: {w.value(r)}" for r in always) + "}")
     w.emit(1, "if g.lost: return d")
-    for r in polled:
-        w.emit(1, f"d[{r.name!r}] = {w.value(r)}")
+    w.assign(1, "d", polled)
     w.emit(1, "if i is not None:")
-    for r in in_gpu:
-        w.emit(2, f"d[{r.name!r}] = {w.value(r)}")
+    w.assign(2, "d", in_gpu)
     w.emit(1, "fans = _gpu_fans(g)")
     for r in READINGS:
         if r.entity == "gpu_fan" and r.influx and r.get is not None:
@@ -252,11 +255,9 @@ def _entities() -> tuple[Callable, Callable]:
     w.emit(2, f"v = {{**labels, {values}, 'xid_total': xid_totals.get(g.index, 0), "
               f"'last_xid': last_xids.get(g.index, 0)}}")
     w.emit(2, "if not g.lost:")
-    for r in polled:
-        w.emit(3, f"v[{r.name!r}] = {w.value(r)}")
+    w.assign(3, "v", polled)
     w.emit(2, "if i is not None:")
-    for r in static:
-        w.emit(3, f"v[{r.name!r}] = {w.value(r)}")
+    w.assign(3, "v", static)
     w.emit(2, "out[('gpu', g.index)] = v")
     w.emit(2, "if g.lost: continue")
     w.emit(2, "for n, f in enumerate(_gpu_fans(g)):")
@@ -294,11 +295,9 @@ def _burnin() -> Callable:
     w.emit(0, "def burnin_gpu(g, i, s):")
     w.emit(1, "d = {'lost': g.lost}")
     w.emit(1, "if not g.lost:")
-    for r in polled:
-        w.emit(2, f"d[{r.name!r}] = {w.value(r)}")
+    w.assign(2, "d", polled)
     w.emit(1, "if i is not None:")
-    for r in static:
-        w.emit(2, f"d[{r.name!r}] = {w.value(r)}")
+    w.assign(2, "d", static)
     w.emit(1, "return d")
     return w.compile("burnin_gpu")
 

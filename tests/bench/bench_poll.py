@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parents[1])]
 
 import scenarios as sc  # noqa: E402
-from bench_reader import Capture  # noqa: E402
+from bench_reader import Capture, replay_calls  # noqa: E402
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
 
 from rigmon import config as configmod  # noqa: E402
@@ -76,15 +76,7 @@ def measure(gpus: int, polls: int, repeats: int, scenario: str = "rich") -> dict
         per_poll.append(nvml.calls[n0:] + host.calls[h0:])
 
     def bare() -> float:
-        start = time.process_time()
-        for t, calls in zip(at, per_poll, strict=True):
-            source.clock.set(t)
-            for fn, args in calls:
-                try:
-                    fn(*args)
-                except Exception:
-                    pass
-        return time.process_time() - start
+        return replay_calls(source, at, per_poll)
 
     def parts() -> dict[str, float]:
         src, d, registry, _, _ = build(recording, capture=False)

@@ -49,6 +49,19 @@ class Capture:
         return call
 
 
+def replay_calls(source, at: list[float], per_poll: list[list]) -> float:
+    """CPU seconds of the captured calls alone, each poll's at its position in the replay."""
+    start = time.process_time()
+    for t, calls in zip(at, per_poll, strict=True):
+        source.clock.set(t)
+        for fn, args in calls:
+            try:
+                fn(*args)
+            except Exception:
+                pass
+    return time.process_time() - start
+
+
 def positions(polls: int, duration: float) -> list[float]:
     return [(i * 1.0) % duration for i in range(polls)]  # 1 s poll interval through the recording
 
@@ -94,15 +107,7 @@ def measure(gpus: int, polls: int, repeats: int = 9) -> dict:
 
     # 3. the same calls, bare, on the captured backend's functions at the same positions
     def run_bare() -> float:
-        start = time.process_time()
-        for t, calls in zip(at, per_poll, strict=True):
-            cap_source.clock.set(t)
-            for fn, args in calls:
-                try:
-                    fn(*args)
-                except Exception:
-                    pass
-        return time.process_time() - start
+        return replay_calls(cap_source, at, per_poll)
 
     # Interleaved, best of each: the least disturbed run of both.
     reader_runs, bare_runs = [], []
