@@ -212,3 +212,34 @@ def test_a_real_daemon_restarted_mid_job_keeps_the_job(tmp_path):
         if round_ == 0:
             first = jobs[0]
     assert jobs[0]["id"] == first["id"] and jobs[0]["gpu_hours"] > first["gpu_hours"]
+
+
+def test_a_shared_gpu_splits_its_energy_by_sm_share(tmp_path):
+    """Two jobs on one GPU, one with 75 % of the SMs' time and one with 25 %: its energy (from
+    the counter) goes 3:1; without SM shares it goes evenly."""
+    def modify(t, tick):
+        g = tick["gpus"][0]
+        g["nvmlDeviceGetPowerUsage"] = 400_000
+        g["nvmlDeviceGetTotalEnergyConsumption"] = int(400 * t * 1000)
+        g["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": 1111, "usedGpuMemory": 1 << 30},
+                                                    {"pid": 2222, "usedGpuMemory": 1 << 30}]
+        g["nvmlDeviceGetProcessUtilization:0"] = [
+            {"pid": 1111, "timeStamp": int(t * 1e6), "smUtil": 75, "memUtil": 0, "encUtil": 0, "decUtil": 0},
+            {"pid": 2222, "timeStamp": int(t * 1e6), "smUtil": 25, "memUtil": 0, "encUtil": 0, "decUtil": 0}]
+        tick["host"] = {"processes": {k: dict(v, start=0.0) for k, v in PROCESSES.items()}}
+
+    for by_sm in (True, False):
+        rec = sc.timeline(600, step=STEP, modify=modify)
+        if not by_sm:
+            for tick in rec.ticks:
+                tick["gpus"][0]["nvmlDeviceGetProcessUtilization:0"] = {"nvml_error": "NotSupported"}
+        config = configmod.parse({"daemon": {"state_dir": str(tmp_path / str(by_sm))},
+                                  "prometheus": {"enabled": False}})
+        replay(rec, config, range(len(rec.ticks)))
+        from rigmon import jobs as ledger
+
+        energy = {j.user: j.energy_joules for j in ledger.load(tmp_path / str(by_sm) / "jobs.sqlite")}
+        total = 400 * 600  # the counter's rise over the 10 minutes both jobs held the GPU
+        want = (0.75, 0.25) if by_sm else (0.5, 0.5)
+        assert energy["alice"] == pytest.approx(want[0] * total, rel=0.01), energy
+        assert energy["bob"] == pytest.approx(want[1] * total, rel=0.01), energy
