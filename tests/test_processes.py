@@ -16,15 +16,16 @@ from rigmon.poller import build_poller
 from rigmon.readers import procs
 from rigmon.readers.host import SystemHost
 
-CHILD = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); " \
-        "time.sleep(120)"
-
 
 @pytest.fixture
-def training_run():
-    """A real process group: a parent that started a worker (a launcher and its rank), in a
-    session of its own as a shell's job would be."""
-    parent = subprocess.Popen([sys.executable, "-c", CHILD, "--epochs", "3"], start_new_session=True)
+def training_run(tmp_path):
+    """A real process group: a launcher that started a worker (a training run and its rank),
+    in a session of its own as a shell's job would be."""
+    (tmp_path / "worker.py").write_text("import time\ntime.sleep(120)\n")
+    (tmp_path / "train.py").write_text("import subprocess, sys, time\n"
+                                       "subprocess.Popen([sys.executable, 'worker.py', '--rank', '0'])\n"
+                                       "time.sleep(120)\n")
+    parent = subprocess.Popen([sys.executable, "train.py", "--epochs", "3"], cwd=tmp_path, start_new_session=True)
     deadline = time.monotonic() + 10
     children = []
     while not children and time.monotonic() < deadline:
@@ -41,7 +42,7 @@ def test_real_processes_have_user_command_and_one_job(training_run):
     assert set(info) == {parent, child}  # a PID that is gone is left out
     p, c = info[parent], info[child]
     assert p.user == "root" and c.user == "root"
-    assert "--epochs 3" in p.command and "time.sleep(120)" in c.command
+    assert p.command.endswith("train.py --epochs 3") and c.command.endswith("worker.py --rank 0")
     assert p.pgid == parent and c.pgid == parent and c.ppid == parent
     assert p.job == c.job  # the worker's GPU time goes to the run it belongs to
     assert p.job == (p.unit or f"pgid:{parent}")
@@ -104,7 +105,7 @@ def test_nvml_process_answers_joined_with_real_proc(training_run, tmp_path):
     assert memory == {parent: 3 << 30, child: 5 << 30}
     assert {p.pid: p.sm_ratio for p in gpu.processes} == {parent: None, child: 0.71}  # the newest sample
     who = {p.pid: p for p in sample.processes}
-    assert who[child].user == "root" and "time.sleep(120)" in who[child].command
+    assert who[child].user == "root" and who[child].command.endswith("worker.py --rank 0")
     assert who[child].job == who[parent].job
 
 
@@ -121,7 +122,7 @@ def test_status_shows_who_holds_the_gpus(training_run, tmp_path):
     head = lines.index("PROCESSES")
     assert lines[head + 1].split() == ["GPU", "PID", "USER", "MEM", "GB", "SM", "JOB", "COMMAND"]
     rows = lines[head + 2:head + 4]
-    assert all(f"{parent}  root" in r and f"pgid:{parent}" in r and "python -c import" in r for r in rows), rows
+    assert all(f"{parent}  root" in r and f"pgid:{parent}" in r and r.endswith("train.py --epochs 3") for r in rows)
     assert max(len(line) for line in lines) <= 120
     as_json = json.loads(subprocess.run([sys.executable, "-m", "rigmon", "status", "--replay", str(path), "--at",
                                          "10", "--json"], capture_output=True, text=True, timeout=60).stdout)
