@@ -223,6 +223,25 @@ def test_rejected_files_count_against_the_spool_bound(tmp_path):
     assert sum(p.stat().st_size for p in (tmp_path / "spool").glob("*.rejected")) <= 65536
 
 
+def test_a_new_segment_never_takes_a_sent_ones_name(tmp_path, monkeypatch):
+    """Sent segments' files are deleted beside the next send: a segment opened within the same
+    millisecond must not be given the name of one whose deletion is still to come."""
+    from rigmon.sinks import spool as spoolmod
+
+    monkeypatch.setattr(spoolmod.time, "time", lambda: 1_800_000_000.0)  # every segment in one millisecond
+    spool = spoolmod.Spool(tmp_path / "spool", max_bytes=1 << 20)
+    names = set()
+    for i in range(50):
+        spool.append([f"m v={i}i"])
+        path, data, _ = spool.oldest()
+        assert path.name not in names and data == f"m v={i}i\n".encode()
+        names.add(path.name)
+        spool.remove(path)
+    spool.append(["m v=50i"])
+    spool.flush()
+    assert spool.oldest()[1] == b"m v=50i\n" and spool.points == 1
+
+
 # 5. Retry-After is capped by retry_max -----------------------------------------------------------
 def test_retry_after_is_capped():
     assert backoff(1, 1.0, 60.0, after=3600.0) == 60.0

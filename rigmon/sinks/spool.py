@@ -39,6 +39,7 @@ class Spool:
         self._rejected: list[tuple[Path, int]] = []  # (path, bytes), oldest first
         self._current: tuple[int, Path] | None = None
         self._current_opened = 0.0
+        self._last_seq = 0
         self._deleter = ThreadPoolExecutor(1, thread_name_prefix="rigmon-spool-delete")
         self._recover()
 
@@ -57,6 +58,7 @@ class Spool:
                 path.unlink()
                 continue
             self._segments.append((seq, path, len(data), data.count(b"\n")))
+            self._last_seq = max(self._last_seq, seq)
         for path in sorted(self.dir.glob(f"*{REJECTED}")):
             self._rejected.append((path, path.stat().st_size))
         if self._segments:
@@ -103,7 +105,10 @@ class Spool:
             self._enforce_bound()
 
     def _rotate(self) -> None:
-        seq = (self._segments[-1][0] + 1) if self._segments else int(time.time() * 1000)
+        # never a number used before in this run: a sent segment's file may still wait for its
+        # deletion, and must not be the new one's
+        seq = max(self._segments[-1][0] + 1 if self._segments else 0, self._last_seq + 1, int(time.time() * 1000))
+        self._last_seq = seq
         path = self.dir / f"{seq:016d}{SUFFIX}"
         path.touch()
         _fsync_dir(self.dir)
