@@ -114,6 +114,18 @@ HWMON_SCRIPT = textwrap.dedent("""
 """)
 
 
+def in_mount_namespace(script: str, fake_class) -> dict:
+    """Run ``script`` in a private mount namespace with ``fake_class`` over /sys/class; its JSON."""
+    import json
+
+    done = subprocess.run(["unshare", "-m", sys.executable, "-c", script, str(fake_class)],
+                          capture_output=True, text=True)
+    if done.returncode != 0 and "mount" in done.stderr:
+        pytest.skip(f"cannot bind-mount here: {done.stderr.strip()[-200:]}")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
 def test_real_psutil_on_a_fake_hwmon_tree(tmp_path):
     hwmon = tmp_path / "class" / "hwmon"
@@ -129,14 +141,7 @@ def test_real_psutil_on_a_fake_hwmon_tree(tmp_path):
     (fan / "name").write_text("nct6798\n")
     (fan / "fan1_input").write_text("1150\n")
     (fan / "fan2_input").write_text("0\n")
-    done = subprocess.run(["unshare", "-m", sys.executable, "-c", HWMON_SCRIPT, str(tmp_path / "class")],
-                          capture_output=True, text=True)
-    if done.returncode != 0 and "mount" in done.stderr:
-        pytest.skip(f"cannot bind-mount here: {done.stderr.strip()[-200:]}")
-    assert done.returncode == 0, done.stderr
-    import json
-
-    seen = json.loads(done.stdout)
+    seen = in_mount_namespace(HWMON_SCRIPT, tmp_path / "class")
     assert seen["cpu"] == [["k10temp", "Tccd1", 65.0]]
     assert seen["fans"] == [["nct6798", "fan1", 1150.0], ["nct6798", "fan2", 0.0]]
 
@@ -184,14 +189,7 @@ def test_chips_of_one_name_stay_apart_and_sysfs_adds_what_psutil_lacks(tmp_path)
           {"power1_input": 412000000, "power1_label": "power total", "curr1_input": 34500,
            "curr1_label": "curr +12v", "in0_input": 12040, "in0_label": "v_out +12v", "temp1_input": 36250,
            "temp1_label": "vrm temp"})
-    done = subprocess.run(["unshare", "-m", sys.executable, "-c", HWMON_DEVICES_SCRIPT, str(tmp_path / "class")],
-                          capture_output=True, text=True)
-    if done.returncode != 0 and "mount" in done.stderr:
-        pytest.skip(f"cannot bind-mount here: {done.stderr.strip()[-200:]}")
-    assert done.returncode == 0, done.stderr
-    import json
-
-    seen = json.loads(done.stdout)
+    seen = in_mount_namespace(HWMON_DEVICES_SCRIPT, tmp_path / "class")
     temps = {(chip, device, label): c for chip, device, label, c in seen["temps"]}
     assert temps[("coretemp", "coretemp.0", "Core 0")] == 55.0 and temps[("coretemp", "coretemp.1", "Core 0")] == 61.0
     assert temps[("nvme", "nvme0", "Composite")] == 41.85 and temps[("nvme", "nvme1", "Composite")] == 52.85
