@@ -483,11 +483,6 @@ def family_labels(name: str) -> tuple[str, ...]:
     return entity.prometheus_labels + family.labels
 
 
-def readings(entity: str, **flags) -> tuple[Reading, ...]:
-    """The entity's readings with the given flags (``rule=True``, ``burnin=True``…)."""
-    return tuple(r for r in READINGS if r.entity == entity and all(getattr(r, k) == v for k, v in flags.items()))
-
-
 # --- README tables ---------------------------------------------------------------------------
 # Measurements that are no reading's: events, alert transitions, budgets (written by their sinks).
 OTHER_MEASUREMENTS = (

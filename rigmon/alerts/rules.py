@@ -221,54 +221,25 @@ class Expression:
         return visit(ast.parse(self.text.strip(), mode="eval").body)[0]
 
 
-def _truth(value: Any) -> bool | None:
-    return None if value is None else bool(value)
-
-
-def _and(*values: Any) -> bool | None:
-    truths = [_truth(v) for v in values]
-    return False if False in truths else None if None in truths else True
-
-
-def _or(*values: Any) -> bool | None:
-    truths = [_truth(v) for v in values]
-    return True if True in truths else None if None in truths else False
-
-
-def _not(value: Any) -> bool | None:
-    return None if value is None else not value
-
-
+# What the compiled expressions call (the logic and comparisons are inline, see _Inline):
+# arithmetic that is unknown for an unknown term, never builds a huge string, and is unknown
+# rather than an error on a division by zero or an overflow.
 _OPERATORS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-              ast.Div: lambda a, b: a / b, ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b,
-              ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b,
-              ast.GtE: lambda a, b: a >= b}
+              ast.Div: lambda a, b: a / b}
 _OPERATOR_NAMES = {op: f"_op_{op.__name__}" for op in _OPERATORS}
 
 
-def _binary(fn, arithmetic: bool):
+def _arithmetic(fn):
     def apply(a, b):
         if a is None or b is None:
             return None
-        if arithmetic and (isinstance(a, str) or isinstance(b, str)):
+        if isinstance(a, str) or isinstance(b, str):
             return None  # 'a' * 10**11 would build a 100 GB string: text only compares
         try:
             return fn(a, b)
         except (ZeroDivisionError, OverflowError):
             return None
     return apply
-
-
-def _compare(first: Any, *pairs: Any) -> bool | None:
-    """a < b <= c: pairs alternate operator name and operand; unknown if any operand is."""
-    left, result = first, True
-    for name, right in zip(pairs[::2], pairs[1::2], strict=True):
-        value = _KLEENE[name](left, right)
-        if value is None:
-            return None
-        result = result and value
-        left = right
-    return result
 
 
 def _plain(fn):
@@ -278,14 +249,9 @@ def _plain(fn):
 
 
 _KLEENE: dict[str, Any] = {
-    "_and": _and, "_or": _or, "_not": _not, "_compare": _compare,
-    "_neg": lambda x: None if x is None else -x, "_pos": lambda x: None if x is None else +x,
-    "_if": lambda cond, yes, no: None if cond is None else (yes if cond else no),
-    **{name: _binary(_OPERATORS[op], op in (ast.Add, ast.Sub, ast.Mult, ast.Div))
-       for op, name in _OPERATOR_NAMES.items()},
-    "_abs": _plain(abs), "_min": _plain(min), "_max": _plain(max), "_known": lambda x: x is not None,
+    **{name: _arithmetic(_OPERATORS[op]) for op, name in _OPERATOR_NAMES.items()},
+    "_abs": _plain(abs), "_min": _plain(min), "_max": _plain(max),
 }
-
 
 
 def _history(name: str):

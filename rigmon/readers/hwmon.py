@@ -24,14 +24,7 @@ _WANTED = re.compile(r"^(name|(temp|fan|pwm|in|power|curr)\d+(_(input|label|min|
 MAX_FILES = 512  # per chip: a driver that exposes thousands of attributes is read in part
 
 
-class Chip(NamedTuple):
-    dir: str  # hwmonN
-    name: str  # the driver's name: coretemp, nct6798, corsair-psu
-    device: str  # which one: the device path's last part (coretemp.1, nvme1, 0000:00:18.3), else hwmonN
-
-
 class Hwmon(NamedTuple):
-    chips: tuple[Chip, ...] = ()
     fans: tuple[FanControl, ...] = ()
     voltages: tuple[Electrical, ...] = ()
     powers: tuple[Electrical, ...] = ()
@@ -86,10 +79,9 @@ def _by_index(files: dict[str, str]) -> dict[str, dict[int, dict[str, str]]]:
 
 
 def parse(answer: dict[str, dict[str, Any]]) -> Hwmon:
-    chips, fans, voltages, powers, currents = [], [], [], [], []
+    fans, voltages, powers, currents = [], [], [], []
     for dir_name, chip in answer.items():
         name, device = str(chip.get("name", dir_name)), str(chip.get("device", dir_name))
-        chips.append(Chip(dir_name, name, device))
         attributes = _by_index(chip.get("files", {}))
         fan, pwm = attributes.get("fan", {}), attributes.get("pwm", {})
         for n in sorted({i for i, f in fan.items() if "input" in f} | set(pwm)):
@@ -103,7 +95,7 @@ def parse(answer: dict[str, dict[str, Any]]) -> Hwmon:
                 value = _number(a.get("input"))
                 if value is not None:  # mV, µW, mA in sysfs
                     out.append(Electrical(name, device, a.get("label") or f"{prefix}{n}", value / divisor))
-    return Hwmon(tuple(chips), tuple(fans), tuple(voltages), tuple(powers), tuple(currents))
+    return Hwmon(tuple(fans), tuple(voltages), tuple(powers), tuple(currents))
 
 
 _DEVICES_CACHE: dict[tuple, dict[str, list[str]]] = {}
