@@ -242,6 +242,25 @@ def test_a_new_segment_never_takes_a_sent_ones_name(tmp_path, monkeypatch):
     assert spool.oldest()[1] == b"m v=50i\n" and spool.points == 1
 
 
+def test_a_segment_dropped_while_it_is_sent_is_counted_once(tmp_path):
+    """The bound may drop the oldest segments while the sender has them in flight: they count
+    as dropped, and removing them after the send counts only what was still spooled."""
+    from rigmon.sinks.spool import Spool
+
+    spool = Spool(tmp_path / "spool", max_bytes=65536)  # segments of 16 KB
+    for i in range(3):
+        spool.append([f"m v={i}i,pad=\"{'x' * 17000}\""])  # one line a segment
+    in_flight = spool.ready(max_bytes=1 << 20)
+    assert [points for _, _, points in in_flight] == [1, 1, 1]
+    for i in range(3):  # the outage goes on: the bound drops the oldest, those in flight included
+        spool.append([f"m v={10 + i}i,pad=\"{'x' * 17000}\""])
+    dropped = spool.dropped_points
+    assert dropped >= 1
+    written = spool.remove(*(path for path, _, _ in in_flight))
+    assert written + dropped == 3  # each in-flight point counted once: written or dropped
+    assert spool.points == 6 - written - dropped
+
+
 # 5. Retry-After is capped by retry_max -----------------------------------------------------------
 def test_retry_after_is_capped():
     assert backoff(1, 1.0, 60.0, after=3600.0) == 60.0

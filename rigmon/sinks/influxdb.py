@@ -323,8 +323,7 @@ class InfluxSink:
                         one_at_a_time = True  # which segment holds the bad line: each on its own, at once
                         continue
                     with self._lock:
-                        self.spool.remove(*(segment_path for segment_path, _, _ in clean))
-                        self.written += sum(segment_points for _, _, segment_points in clean)
+                        self.written += self.spool.remove(*(segment_path for segment_path, _, _ in clean))
                     one_at_a_time = False
             except Retry as e:
                 attempt += 1

@@ -155,15 +155,19 @@ class Spool:
                 total += size
         return [(path, path.read_bytes(), points) for path, points in out]
 
-    def remove(self, *paths: Path) -> None:
+    def remove(self, *paths: Path) -> int:
         """Done with these segments (sent): forget them now; their files are deleted beside
-        the next send (a crash before that sends them again, which InfluxDB stores once)."""
+        the next send (a crash before that sends them again, which InfluxDB stores once).
+        The points of those still here: one the bound dropped while it was being sent is
+        counted as dropped already, and only so."""
         gone = set(paths)
         with self._lock:
+            points = sum(s[3] for s in self._segments if s[1] in gone)
             self._segments = [s for s in self._segments if s[1] not in gone]
             if self._current is not None and self._current[1] in gone:
                 self._current = None
         self._deleter.submit(_unlink, paths)
+        return points
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait (up to ``timeout``) until the files of removed segments are deleted."""
