@@ -32,6 +32,7 @@ from .. import __version__
 from ..project import SETTINGS, fill_prometheus
 from ..readings import FAMILIES, LAST, family_labels
 from ..sample import Sample
+from .exposition import Exposition
 
 if TYPE_CHECKING:
     from ..config import PrometheusConfig
@@ -139,6 +140,7 @@ class MetricsApp:
         self._auth = auth  # (username, sha256 hex of the password)
         self._cache: dict[tuple, Response] = {}
         self._cache_generation = None
+        self._exposition = Exposition()  # each series' escaped name and labels, kept between renders
         self._lock = threading.Lock()
 
     def respond(self, path: str, headers: dict[str, str]) -> Response | Callable[[], Response]:
@@ -171,7 +173,7 @@ class MetricsApp:
                 self._cache_generation = generation
             cached = self._cache.get(key)
             if cached is None:
-                body = encoder(self._registry)
+                body = self._exposition.encoder(encoder)(self._registry)
                 if zipped:
                     body = gzip.compress(body, compresslevel=5)
                 cached = self._cache[key] = response(200, content_type, body,

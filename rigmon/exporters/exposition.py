@@ -1,0 +1,127 @@
+"""The exposition formats, written with each series' name and labels escaped once.
+
+prometheus_client writes every sample afresh: it sorts, validates and escapes the labels and
+the name of each of the ~1,200 samples of an 8-GPU box on every render (7 ms of CPU a poll for
+OpenMetrics, the format Prometheus asks for). The series of a box hardly change from poll to
+poll, so here the text before each value (``name{labels} ``) and each family's HELP and TYPE
+lines are made once, by prometheus_client's own escaping functions, and kept; a render joins
+them with the values. The bytes are prometheus_client's (tests compare them, format by
+format). What this writer does not know (timestamps, exemplars, native histograms, a name
+outside the legacy character set, an escaping scheme other than the identity ones, a format
+it does not recognise) is handed to prometheus_client whole.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from prometheus_client import exposition as text_format
+from prometheus_client.openmetrics import exposition as om_format
+from prometheus_client.utils import floatToGoString
+
+_INF = float("inf")
+# escaping schemes that leave a legacy name as it is (DOTS doubles its underscores)
+_IDENTITY = {getattr(om_format, name) for name in ("UNDERSCORES", "ALLOWUTF8", "VALUES") if hasattr(om_format, name)}
+_LEGACY = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789")
+_TEXT_TYPES = {"counter": "counter", "gauge": "gauge", "info": "gauge"}  # what the text format calls them
+_MAX_SERIES = 100_000  # prefixes kept; past it the cache starts again (series churn, not a leak)
+
+
+class _Unhandled(Exception):
+    """Something this writer does not write: prometheus_client writes the whole exposition."""
+
+
+def _legacy(name: str) -> bool:
+    return bool(name) and not name[0].isdigit() and set(name) <= _LEGACY
+
+
+def _escape_value(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def _value(v) -> str:
+    f = float(v)
+    if -_INF < f < 1e6:  # finite, and short enough that Go's formatting is Python's repr
+        return repr(f)
+    return floatToGoString(f)
+
+
+class Exposition:
+    """Renders a registry in the format an encoder of prometheus_client's would, keeping the
+    escaped prefix of every series between renders. One per registry; not thread-safe (the
+    caller renders under its own lock)."""
+
+    def __init__(self):
+        self._prefixes: dict[tuple, str] = {}
+        self._heads: dict[tuple, str] = {}
+
+    def encoder(self, encoder: Callable) -> Callable[[object], bytes]:
+        """A render like ``encoder``'s (one from ``choose_encoder``), written here where it can be."""
+        func, keywords = encoder, {}
+        if isinstance(encoder, functools.partial):
+            func, keywords = encoder.func, dict(encoder.keywords)
+        escaping = keywords.pop("escaping", getattr(om_format, "UNDERSCORES", None))
+        version = keywords.pop("version", "1.0.0")
+        if keywords or escaping not in _IDENTITY | {None}:
+            return encoder
+        if func is om_format.generate_latest and version == "1.0.0":
+            return functools.partial(self._render, encoder, True)
+        if func is text_format.generate_latest:
+            return functools.partial(self._render, encoder, False)
+        return encoder
+
+    def _render(self, fallback: Callable, om: bool, registry) -> bytes:
+        try:
+            return self._write(registry, om)
+        except _Unhandled:
+            return fallback(registry)
+
+    def _write(self, registry, om: bool) -> bytes:
+        prefixes, heads = self._prefixes, self._heads
+        if len(prefixes) > _MAX_SERIES:
+            prefixes.clear()
+        out: list[str] = []
+        append = out.append
+        for metric in registry.collect():
+            key = (om, metric.name, metric.type, metric.documentation, metric.unit)
+            head = heads.get(key)
+            if head is None:
+                head = heads[key] = self._head(metric, om)
+            append(head)
+            for s in metric.samples:
+                if s.timestamp is not None or s.exemplar is not None or getattr(s, "native_histogram", None):
+                    raise _Unhandled
+                series = (om, s.name, tuple(s.labels.items()))
+                prefix = prefixes.get(series)
+                if prefix is None:
+                    prefix = prefixes[series] = self._prefix(metric, s.name, s.labels, om)
+                v = s.value
+                append(f"{prefix}{_value(v)}\n" if v is not None or not om else f"{prefix}\n")
+        if om:
+            append("# EOF\n")
+        return "".join(out).encode("utf-8")
+
+    @staticmethod
+    def _head(metric, om: bool) -> str:
+        if not _legacy(metric.name):
+            raise _Unhandled
+        if om:
+            unit = f"# UNIT {metric.name} {metric.unit}\n" if metric.unit else ""
+            doc = _escape_value(metric.documentation)
+            return f"# HELP {metric.name} {doc}\n# TYPE {metric.name} {metric.type}\n{unit}"
+        if metric.type not in _TEXT_TYPES:
+            raise _Unhandled  # histograms, summaries, statesets: their own munging
+        name = metric.name + {"counter": "_total", "info": "_info"}.get(metric.type, "")
+        doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        return f"# HELP {name} {doc}\n# TYPE {name} {_TEXT_TYPES[metric.type]}\n"
+
+    @staticmethod
+    def _prefix(metric, name: str, labels: dict, om: bool) -> str:
+        if not _legacy(name) or not all(_legacy(k) for k in labels):
+            raise _Unhandled
+        if not om and name in (metric.name + "_created", metric.name + "_gsum", metric.name + "_gcount"):
+            raise _Unhandled  # the text format moves these to families of their own
+        text = ",".join(f'{k}="{_escape_value(v)}"' for k, v in sorted(labels.items()))
+        return f"{name}{{{text}}} " if text else f"{name} "
+

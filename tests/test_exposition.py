@@ -1,0 +1,108 @@
+"""rigmon's exposition writer writes prometheus_client's bytes, format by format, for the
+daemon's own families over many boards and ticks, and hands prometheus_client whatever it does
+not write itself."""
+
+import functools
+
+import pytest
+import scenarios as sc
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.openmetrics import exposition as om_format
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
+
+from rigmon import config as configmod
+from rigmon.daemon import Daemon
+from rigmon.exporters.exposition import Exposition
+from rigmon.poller import build_poller
+
+# what Prometheus 2 and 3 send, a bare text scraper (curl), and text with an escaping
+ACCEPTS = {
+    "prometheus2": ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+                    "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"),
+    "prometheus3": ("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+                    "application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;"
+                    "escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"),
+    "curl": "*/*",
+    "text-utf8": "text/plain;version=1.0.0;escaping=allow-utf-8",
+}
+BOARDS = {
+    "h200": lambda: sc.h200(),
+    "rich8": lambda: sc.rich(sc.h200(), gpus=8),
+    "fans-pre-ampere": lambda: sc.pre_ampere(sc.gpu_fans(sc.rich(sc.h200(), gpus=4))),
+    "lost": lambda: sc.gpu_lost(sc.h200(), gpus=2, lost=1, from_second=20.0),
+    "xid": lambda: sc.with_xid(sc.h200(), at_second=12.0, xid=79),
+    "old-driver": lambda: sc.old_driver(sc.h200()),
+}
+
+
+def daemon_registry(recording):
+    config = configmod.parse({"influxdb": {"enabled": False}, "prometheus": {"enabled": False},
+                              "jobs": {"enabled": False}, "gpu": {"process_series": 4}}, "test")
+    source = sc.source(recording, loop=True)
+    poller = build_poller(config, source, event_thread=False)
+    daemon = Daemon(config, poller)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(daemon.collector)
+    poller.open()
+    return source, daemon, registry
+
+
+@pytest.mark.parametrize("board", sorted(BOARDS))
+def test_the_same_bytes_as_prometheus_client(board):
+    """Each format, tick by tick (GPUs lost, XIDs counted, values moving): byte for byte what
+    prometheus_client writes, while the kept prefixes carry over from render to render."""
+    source, daemon, registry = daemon_registry(BOARDS[board]())
+    writer = Exposition()
+    encoders = {name: choose_encoder(accept)[0] for name, accept in ACCEPTS.items()}
+    renders = 0
+    try:
+        for second in range(0, 40, 2):
+            source.clock.set(float(second))
+            daemon.poll_once()
+            for name, encoder in encoders.items():
+                fast = writer.encoder(encoder)
+                assert fast is not encoder, f"{name}: written by prometheus_client, not here"
+                assert fast(registry) == encoder(registry), f"{name} at {second} s"
+                renders += 1
+    finally:
+        daemon.poller.close()
+    assert renders == 20 * len(ACCEPTS)
+
+
+def test_what_it_does_not_write_prometheus_client_does():
+    """A histogram, a counter's _created sample, a name outside the legacy characters and the
+    'dots' escaping scheme: the whole exposition is prometheus_client's, and still parses."""
+    registry = CollectorRegistry()
+    Counter("jobs", "Jobs done.", ["user"], registry=registry).labels("alice").inc()
+    Histogram("step_seconds", "Step time.", registry=registry).observe(0.2)
+    Gauge("odd_name", "A label value with \"quotes\", a \\ and a\nnewline.", ["path"],
+          registry=registry).labels('a"b\\c\nd').set(1e21)
+    writer = Exposition()
+    for accept in ACCEPTS.values():
+        encoder = choose_encoder(accept)[0]
+        assert writer.encoder(encoder)(registry) == encoder(registry)
+    body = writer.encoder(choose_encoder(ACCEPTS["prometheus2"])[0])(registry).decode()
+    families = {f.name: f for f in parse_om(body)}
+    assert families["odd_name"].samples[0].labels == {"path": 'a"b\\c\nd'}
+    assert families["odd_name"].samples[0].value == 1e21
+    assert "step_seconds" in families
+    dots = functools.partial(om_format.generate_latest, escaping="dots", version="1.0.0")
+    assert Exposition().encoder(dots) is dots  # names change under it: prometheus_client's
+    future = functools.partial(om_format.generate_latest, version="2.0.0")
+    assert Exposition().encoder(future) is future
+
+
+def test_values_as_go_writes_them():
+    """Every value the formats treat apart: whole and tiny numbers, past 1e6 (Go's exponents),
+    negative, infinite, NaN, booleans and ints."""
+    registry = CollectorRegistry()
+    gauge = Gauge("v", "Values.", ["n"], registry=registry)
+    values = [0, -0.0, 1, True, 7.5, 1e-7, 999_999.9, 1e6, 1_980_000_000, 143_771_090_944, 2.5e21, -3e12,
+              float("inf"), float("-inf"), float("nan")]
+    for n, v in enumerate(values):
+        gauge.labels(str(n)).set(v)
+    writer = Exposition()
+    for accept in ACCEPTS.values():
+        encoder = choose_encoder(accept)[0]
+        assert writer.encoder(encoder)(registry) == encoder(registry)
