@@ -8,6 +8,7 @@ one attribute access per value. ``python -m rigmon.project`` prints the generate
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from .readings import ENTITIES, FAMILIES, READINGS, Reading
@@ -198,25 +199,93 @@ def _prometheus() -> Callable:
 
 
 # --- InfluxDB -------------------------------------------------------------------------------------
+def influx_tag(value) -> str:
+    """A measurement, tag key, tag value or field key, escaped for line protocol ("_" for empty)."""
+    return str(value).replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=").replace(" ", "\\ ") or "_"
+
+
+def influx_value(value) -> str | None:
+    """A field value in line protocol, by its type; None for no value and for NaN and the
+    infinities (InfluxDB rejects the whole point for one)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"{value}i"
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else None
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{text}"'
+
+
+def influx_head(measurement: str, tags: dict) -> str:
+    """The measurement and its tags, sorted by key, as they begin a point."""
+    return influx_tag(measurement) + "".join(f",{influx_tag(k)}={influx_tag(v)}" for k, v in sorted(tags.items()))
+
+
+def _append_value(append, key: str, value) -> None:
+    text = influx_value(value)
+    if text is not None:
+        append(key + text)
+
+
+_HEADS: dict[tuple, str] = {}  # each point's measurement and tags, escaped once: they hardly change
+
+
+def _point_head(key: tuple, measurement: str, tags: dict) -> str:
+    if len(_HEADS) > 10_000:
+        _HEADS.clear()
+    head = _HEADS[key] = influx_head(measurement, tags)
+    return head
+
+
+def _fields(w: _Writer, depth: int, key: str, r: Reading) -> None:
+    """a(key=value) for one reading, with its unit's usual type written inline (any other type,
+    and None, NaN and the infinities, as influx_value says). ``key`` is a Python expression."""
+    w.emit(depth, f"v = {w.value(r)}")
+    if r.unit == "bool":
+        w.emit(depth, f"if v is True: a({key} + 'true')")
+        w.emit(depth, f"elif v is False: a({key} + 'false')")
+    elif r.unit in ("count", "bytes"):
+        w.emit(depth, f"if v.__class__ is int: a({key} + str(v) + 'i')")
+    elif r.unit != "text":
+        w.emit(depth, f"if v.__class__ is float and v - v == 0.0: a({key} + repr(v))")  # finite
+    else:
+        w.emit(depth, f"if v is not None: _append(a, {key}, v)")
+        return
+    w.emit(depth, f"elif v is not None: _append(a, {key}, v)")
+
+
 def _influx() -> tuple[Callable, Callable, Callable]:
-    """gpu_fields(g, i, s) → dict; gpu_info_fields(i, s) → dict; host_points(s, h, point) → None
-    (point(measurement, tag values, fields) for each host-side point)."""
+    """gpu_line(g, i, s, host, ns) → the GPU's point or None; gpu_info_fields(i, s) → dict;
+    host_lines(s, h, host, ns, out) appends each host-side point."""
     w = _Writer()
+    w.names.update(_append=_append_value, _HEADS=_HEADS, _head=_point_head)
     always, polled, static = _gpu_parts("gpu", influx=True)
     in_gpu = [r for r in static if (r.measurement or "gpu") == "gpu"]
-    w.emit(0, "def gpu_fields(g, i, s):")
-    w.emit(1, "d = {" + ", ".join(f"{r.name!r}: {w.value(r)}" for r in always) + "}")
-    w.emit(1, "if g.lost: return d")
-    w.assign(1, "d", polled)
-    w.emit(1, "if i is not None:")
-    w.assign(2, "d", in_gpu)
-    w.emit(1, "fans = _gpu_fans(g)")
+    w.emit(0, "def gpu_line(g, i, s, host, ns):")
+    w.emit(1, "name = i.name if i is not None else ''")
+    w.emit(1, "key = ('gpu', host, g.index, g.uuid, name)")
+    w.emit(1, "head = _HEADS.get(key)")
+    w.emit(1, "if head is None:")
+    w.emit(2, "head = _head(key, 'gpu', {'host': host, 'gpu': str(g.index), 'uuid': g.uuid, 'name': name})")
+    w.emit(1, "fields = []; a = fields.append")
+    for r in always:
+        _fields(w, 1, repr(influx_tag(r.name) + "="), r)
+    w.emit(1, "if not g.lost:")
+    for r in polled:
+        _fields(w, 2, repr(influx_tag(r.name) + "="), r)
+    w.emit(2, "if i is not None:")
+    for r in in_gpu:
+        _fields(w, 3, repr(influx_tag(r.name) + "="), r)
+    w.emit(2, "fans = _gpu_fans(g)")
     for r in READINGS:
         if r.entity == "gpu_fan" and r.influx and r.get is not None:
-            w.emit(1, "for n, f in enumerate(fans):")
-            w.emit(2, f"d[f'fan{{n}}_{r.name}'] = {w.value(r)}")
-    w.emit(1, "return d")
-    gpu_fields = w.compile("gpu_fields")
+            w.emit(2, "for n, f in enumerate(fans):")
+            _fields(w, 3, f"f'fan{{n}}_{r.name}='", r)
+    w.emit(1, "return f\"{head} {','.join(fields)} {ns}\" if fields else None")
+    gpu_line = w.compile("gpu_line")
 
     w = _Writer()
     w.emit(0, "def gpu_info_fields(i, s):")
@@ -225,18 +294,31 @@ def _influx() -> tuple[Callable, Callable, Callable]:
     info_fields = w.compile("gpu_info_fields")
 
     w = _Writer()
-    w.emit(0, "def host_points(s, h, point):")
+    w.names.update(_append=_append_value, _HEADS=_HEADS, _head=_point_head)
+    w.emit(0, "def host_lines(s, h, host, ns, out):")
     for entity, (records, labels) in _HOST_LOOPS.items():
         rs = [r for r in READINGS if r.entity == entity and r.influx]
-        if rs:
-            w.emit(1, f"for r in {records}:")
-            fields = ", ".join(f"{r.name!r}: {w.value(r)}" for r in rs)
-            w.emit(2, f"point({ENTITIES[entity].measurement!r}, {ENTITIES[entity].influx_tags!r}, {labels}, "
-                      f"{{{fields}}})")
-    rs = [r for r in READINGS if r.entity == "host" and r.influx]
-    fields = ", ".join(f"{r.name!r}: {w.value(r)}" for r in rs)
-    w.emit(1, f"point('host', (), [], {{{fields}}})")
-    return gpu_fields, info_fields, w.compile("host_points")
+        if not rs:
+            continue
+        measurement, names = ENTITIES[entity].measurement, ENTITIES[entity].influx_tags
+        w.emit(1, f"for r in {records}:")
+        w.emit(2, f"labels = {labels}")
+        w.emit(2, f"key = ({measurement!r}, host, *labels)")
+        w.emit(2, "head = _HEADS.get(key)")
+        w.emit(2, "if head is None:")  # an unknown label ("") is no tag
+        w.emit(3, f"head = _head(key, {measurement!r}, {{'host': host, **{{k: x for k, x in zip({names!r}, labels) "
+                  f"if x != ''}}}})")
+        w.emit(2, "fields = []; a = fields.append")
+        for r in rs:
+            _fields(w, 2, repr(influx_tag(r.name) + "="), r)
+        w.emit(2, "if fields: out.append(f\"{head} {','.join(fields)} {ns}\")")
+    w.emit(1, "head = _HEADS.get(('host', host)) or _head(('host', host), 'host', {'host': host})")
+    w.emit(1, "fields = []; a = fields.append")
+    for r in READINGS:
+        if r.entity == "host" and r.influx:
+            _fields(w, 1, repr(influx_tag(r.name) + "="), r)
+    w.emit(1, "if fields: out.append(f\"{head} {','.join(fields)} {ns}\")")
+    return gpu_line, info_fields, w.compile("host_lines")
 
 
 # --- alert entities -------------------------------------------------------------------------------
@@ -303,13 +385,13 @@ def _burnin() -> Callable:
 
 
 fill_prometheus = _prometheus()
-influx_gpu_fields, influx_gpu_info_fields, influx_host_points = _influx()
+influx_gpu_line, influx_gpu_info_fields, influx_host_lines = _influx()
 gpu_entities, host_entities = _entities()
 burnin_gpu = _burnin()
 
 
 def main() -> None:
-    for fn in (fill_prometheus, influx_gpu_fields, influx_gpu_info_fields, influx_host_points, gpu_entities,
+    for fn in (fill_prometheus, influx_gpu_line, influx_gpu_info_fields, influx_host_lines, gpu_entities,
                host_entities, burnin_gpu):
         print(fn.source, end="\n\n")
 

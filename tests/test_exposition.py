@@ -106,3 +106,31 @@ def test_values_as_go_writes_them():
     for accept in ACCEPTS.values():
         encoder = choose_encoder(accept)[0]
         assert writer.encoder(encoder)(registry) == encoder(registry)
+
+
+def test_line_protocol_writes_each_value_by_its_type():
+    """The generated point writer against line(): a reading of the usual type is written inline,
+    any other (an int where a float is usual, a float where a count is, a string, NaN and the
+    infinities) as the line protocol's typing says; tag values escaped; a point with no field
+    is no point."""
+    from rigmon.sample import GpuInfo, GpuReading, Sample, SystemInfo
+    from rigmon.sinks.lineprotocol import encode, line
+
+    info = GpuInfo(index=0, uuid="GPU-a b", name="NVIDIA H200, 141GB=big")
+    nan, inf = float("nan"), float("inf")
+    odd = GpuReading(index=0, uuid="GPU-a b", power_watts=nan, power_limit_watts=inf, energy_joules=-inf,
+                     temperature_celsius=70, utilization_gpu_ratio=0.5, memory_used_bytes=2.5,
+                     memory_total_bytes=143_771_090_944, performance_state=True, pcie_generation="5",
+                     fan_speed_ratios=(0.3, None), fan_speed_rpm=(1800, nan))
+    sample = Sample(time=1_780_000_000.25, host=None, gpus=(odd,), gpu_info=(info,),
+                    system=SystemInfo())
+    [point] = encode(sample, "rig 1")
+    assert point == line("gpu", {"host": "rig 1", "gpu": "0", "uuid": "GPU-a b", "name": info.name}, {
+        "lost": False, "temperature_celsius": 70, "utilization_gpu_ratio": 0.5, "memory_used_bytes": 2.5,
+        "memory_total_bytes": 143_771_090_944, "performance_state": True, "pcie_generation": "5",
+        "fan0_speed_ratio": 0.3, "fan0_speed_rpm": 1800}, int(round(sample.time * 1e9)))
+    assert point.startswith("gpu,gpu=0,host=rig\\ 1,name=NVIDIA\\ H200\\,\\ 141GB\\=big,uuid=GPU-a\\ b lost=false,")
+    assert "temperature_celsius=70i" in point and "memory_used_bytes=2.5," in point
+    assert "performance_state=true" in point and 'pcie_generation="5"' in point
+    assert "power" not in point and "energy" not in point
+    assert encode(sample._replace(gpus=(GpuReading(index=0, uuid="u", lost=None),)), "h") == []

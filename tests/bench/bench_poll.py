@@ -6,7 +6,8 @@ the daemon's own pieces, each timed in CPU seconds over the same positions:
 - bare: the NVML/psutil calls the readers made, captured and replayed without the readers;
 - readers: the GPU and host readers building the sample;
 - alerts: the alert engine evaluating every rule on the sample;
-- metrics: the Prometheus collector rendering /metrics (once per poll, when scraped);
+- metrics: the Prometheus collector rendering /metrics as the daemon does for Prometheus
+  (OpenMetrics; once per poll, when scraped);
 - influx: the sample encoded as InfluxDB line protocol;
 - poll: what the daemon does at every poll, scraped or not: poll_once (readers, alerts,
   the collector taking the sample) and the line protocol.
@@ -28,7 +29,8 @@ sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parents[1])]
 
 import scenarios as sc  # noqa: E402
 from bench_reader import Capture, replay_calls  # noqa: E402
-from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
+from prometheus_client import CollectorRegistry  # noqa: E402
+from prometheus_client.exposition import choose_encoder  # noqa: E402
 
 from rigmon import config as configmod  # noqa: E402
 from rigmon.daemon import Daemon  # noqa: E402
@@ -36,6 +38,17 @@ from rigmon.poller import build_poller  # noqa: E402
 from rigmon.sinks import lineprotocol  # noqa: E402
 
 EPOCH = 1_780_000_000.0
+PROMETHEUS_ACCEPT = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+
+
+def renderer():
+    """What the daemon's /metrics renders for Prometheus with."""
+    encoder = choose_encoder(PROMETHEUS_ACCEPT)[0]
+    try:
+        from rigmon.exporters.exposition import Exposition
+    except ImportError:  # before the exposition writer: prometheus_client's
+        return encoder
+    return Exposition().encoder(encoder)
 
 
 STATE = tempfile.mkdtemp(prefix="rigmon-bench-")  # the jobs ledger, where there is one
@@ -80,6 +93,7 @@ def measure(gpus: int, polls: int, repeats: int, scenario: str = "rich") -> dict
 
     def parts() -> dict[str, float]:
         src, d, registry, _, _ = build(recording, capture=False)
+        render = renderer()
         spent = dict.fromkeys(("readers", "alerts", "metrics", "influx"), 0.0)
         samples = []
         for t in at:
@@ -91,7 +105,7 @@ def measure(gpus: int, polls: int, repeats: int, scenario: str = "rich") -> dict
                 d.alerts.consume(sample)
             s2 = time.process_time()
             d.collector.consume(sample)
-            generate_latest(registry)
+            render(registry)
             s3 = time.process_time()
             lineprotocol.encode(sample, "box")
             s4 = time.process_time()
