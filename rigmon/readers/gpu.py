@@ -503,8 +503,10 @@ class GpuReader:
         ecc = [get(key) for key in _ECC_KEYS]
         rows = get("remapped_rows")
         procs = get("processes")
-        speeds, targets, rpms = (_per_fan(raw, d.fans, 0, 100), _per_fan(raw, d.fans, 1, 100),
-                                 _per_fan(raw, d.fans, 2, 1))
+        speeds = targets = rpms = None
+        if d.fans:  # none on passive boards
+            speeds, targets, rpms = (_per_fan(raw, d.fans, 0, 100), _per_fan(raw, d.fans, 1, 100),
+                                     _per_fan(raw, d.fans, 2, 1))
         fields = self._fields(d, _POLL_FIELDS) if d.poll_fields else _NO_FIELDS
         return GpuReading(
             index=d.index,
@@ -641,6 +643,11 @@ def _text(value: Any) -> str | None:
 # NVML answers numbers where these read; a replayed recording may hold anything, and a
 # value of the wrong kind is "not read" (None), never an exception that takes the GPU down.
 def _num(value: Any) -> Any:
+    cls = value.__class__
+    if cls is int:  # what NVML answers nearly always: one check
+        return value
+    if cls is float:
+        return value if value - value == 0.0 else None  # NaN and the infinities are not readings
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return value if isinstance(value, int) or math.isfinite(value) else None
