@@ -283,3 +283,65 @@ def test_defaults_need_no_config_file():
     from rigmon import config
 
     assert config.load(None).prometheus.port == 9963 or config.DEFAULT_PATH.exists()
+
+
+def _responses(sock: socket.socket, count: int) -> list[tuple[bytes, dict, bytes]]:
+    """``count`` whole responses read off one connection: (status line, headers, body)."""
+    data, out = b"", []
+    while len(out) < count:
+        end = data.find(b"\r\n\r\n")
+        if end >= 0:
+            status, *lines = data[:end].split(b"\r\n")
+            headers = {k.strip().lower(): v.strip() for k, _, v in (line.decode().partition(":") for line in lines)}
+            length = int(headers.get("content-length", 0))
+            if len(data) >= end + 4 + length:
+                out.append((status, headers, data[end + 4:end + 4 + length]))
+                data = data[end + 4 + length:]
+                continue
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return out
+
+
+def test_keep_alive_pipelining_head_and_close(tmp_path):
+    """HTTP/1.1 as Prometheus and curl use it: several scrapes on one connection, two requests
+    sent at once answered in order, HEAD with the length and no body, ``Connection: close`` and
+    HTTP/1.0 answered and then closed."""
+    rigmon = Rigmon(tmp_path, sc.demo_path(), "[daemon]\ninterval = 5\n")
+    get = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+    try:
+        rigmon.wait_ready()
+        with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
+            bodies = []
+            for _ in range(3):
+                s.sendall(get)
+                [(status, headers, body)] = _responses(s, 1)
+                assert status == b"HTTP/1.1 200 OK" and "connection" not in headers
+                bodies.append(body)
+            assert bodies[0] == bodies[1] == bodies[2] and b"rigmon_gpu_power_watts" in bodies[0]
+            s.sendall(get + b"GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n")  # pipelined
+            [(first, _, body), (second, _, _)] = _responses(s, 2)
+            assert first == b"HTTP/1.1 200 OK" and body == bodies[0] and second == b"HTTP/1.1 404 Not Found"
+        with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
+            s.sendall(b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n" + get)
+            data = b""
+            while len(data) < len(bodies[0]):
+                chunk = s.recv(65536)
+                assert chunk
+                data += chunk
+            end = data.find(b"\r\n\r\n")
+            assert data.startswith(b"HTTP/1.1 200 OK") and f"Content-Length: {len(bodies[0])}".encode() in data[:end]
+            assert data[end + 4:].startswith(b"HTTP/1.1 200 OK")  # no body after HEAD: the next answer
+        for request in (b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                        b"GET /metrics HTTP/1.0\r\n\r\n"):
+            with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
+                s.sendall(request)
+                data = b""
+                while chunk := s.recv(65536):  # the server closes after its answer
+                    data += chunk
+                head, _, body = data.partition(b"\r\n\r\n")
+                assert b"Connection: close" in head and body == bodies[0]
+    finally:
+        rigmon.stop()

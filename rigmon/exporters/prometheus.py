@@ -106,12 +106,14 @@ _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"
 class Response(NamedTuple):
     head: bytes  # status line and headers, without Connection and the blank line
     body: bytes
+    kept: bytes  # the whole answer on a kept-alive connection: one write, one send
 
 
 def response(status: int, content_type: str, body: bytes, extra: tuple[tuple[str, str], ...] = ()) -> Response:
     headers = [("Content-Type", content_type), ("Content-Length", str(len(body))), *extra]
     head = f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
-    return Response(head.encode("latin-1"), body)
+    head = head.encode("latin-1")
+    return Response(head, body, head + b"\r\n" + body)
 
 
 _ROOT = response(200, "text/html; charset=utf-8", b"<html><head><title>rigmon</title></head><body><h1>rigmon</h1>"
@@ -330,9 +332,12 @@ class _Connection(asyncio.Protocol):
 
     def _write(self, answer: Response, keep: bool, head_only: bool) -> None:
         transport = self.transport
-        transport.write(answer.head + (b"\r\n" if keep else b"Connection: close\r\n\r\n"))
-        if not head_only:
-            transport.write(answer.body)
+        if keep and not head_only:
+            transport.write(answer.kept)
+        else:
+            transport.write(answer.head + (b"\r\n" if keep else b"Connection: close\r\n\r\n"))
+            if not head_only:
+                transport.write(answer.body)
         if keep:
             self.deadline = self.loop.time() + (CONNECTION_TIMEOUT if self.buffer else IDLE_TIMEOUT)
         else:

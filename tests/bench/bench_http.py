@@ -13,7 +13,7 @@ Prometheus's own headers (OpenMetrics, gzip) and reads whole responses; ``keepal
 reuses the connection like Prometheus, ``close`` opens one per scrape. For each: scrapes/s,
 p50 and p99 latency (request written to body read), failures.
 
-    python tests/bench/bench_http.py [--seconds 5] [--today DIR] [--json]
+    python tests/bench/bench_http.py [--seconds 5] [--rounds 3] [--today DIR] [--json]
 """
 
 from __future__ import annotations
@@ -132,6 +132,18 @@ def load(port: int, mode: str, scrapers: int, seconds: float) -> dict:
     return result
 
 
+def _median(runs: list[dict]) -> dict:
+    """Each figure's median over the rounds (failures summed: one failure anywhere counts)."""
+    def median(key):
+        values = sorted(r[key] for r in runs if r[key] is not None)
+        return values[len(values) // 2] if values else None
+
+    return {"scrapes": sum(r["scrapes"] for r in runs), "failed": sum(r["failed"] for r in runs),
+            "first_failure": next((r["first_failure"] for r in runs if r["first_failure"]), []),
+            "per_second": median("per_second"), "p50_ms": median("p50_ms"), "p99_ms": median("p99_ms"),
+            "rounds": len(runs)}
+
+
 def fetch(port: int) -> bytes:
     """One whole response (head and body) as the scrapers ask for it."""
     with socket.create_connection(("127.0.0.1", port)) as s:
@@ -158,6 +170,8 @@ def wait_port(port: int, timeout: float = 30.0) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--rounds", type=int, default=1, help="repeat every load this many times, interleaved; "
+                                                            "report the median of each figure")
     p.add_argument("--today", metavar="DIR", help="a checkout of an earlier rigmon to measure too")
     p.add_argument("--scrapers", default="1,10,50")
     p.add_argument("--json", action="store_true")
@@ -191,10 +205,14 @@ def main(argv=None) -> int:
                     procs.append(daemon)
                 servers[name] = port
             time.sleep(1.0)
-            for mode in ("keepalive", "close"):
-                for n in levels:
-                    for name, port in servers.items():  # the servers side by side at each level
-                        results.setdefault(name, {}).setdefault(mode, {})[n] = load(port, mode, n, args.seconds)
+            rounds: dict[tuple, list[dict]] = {}
+            for _ in range(args.rounds):  # rounds interleaved: a disturbance hits every server alike
+                for mode in ("keepalive", "close"):
+                    for n in levels:
+                        for name, port in servers.items():  # the servers side by side at each level
+                            rounds.setdefault((name, mode, n), []).append(load(port, mode, n, args.seconds))
+            for (name, mode, n), runs in rounds.items():
+                results.setdefault(name, {}).setdefault(mode, {})[n] = _median(runs)
         finally:
             for proc in procs:
                 if isinstance(proc, Rigmon):
