@@ -341,3 +341,40 @@ def test_ampere_boards_do_not_ask_for_retired_pages(tmp_path):
 def test_without_ecc_the_retirement_rule_is_quiet(tmp_path):
     board = lambda r: sc.on_every_gpu(sc.pre_ampere(r, pending=1), nvmlDeviceGetEccMode=[0, 0])  # noqa: E731
     assert statuses(run(timeline(60, 5, board=board), tmp_path), "GpuPageRetirement") == []
+
+
+def test_max_and_min_over_carried_between_polls_equal_a_full_scan():
+    """max_over() and min_over() carry the window's extreme from poll to poll; over 2,000 polls
+    of values that jump, hold still (constant runs keep only their ends) and go missing, every
+    answer equals a scan of the readings in the window."""
+    import random
+
+    spec = {"name": "T", "kind": "cpu", "when": "celsius > -1000", "severity": "info", "summary": "{hi} {lo}",
+            "values": {"hi": "max_over(celsius, '30s')", "lo": "min_over(celsius, '30s')",
+                       "hi2": "max_over(celsius, '2m')"}}
+    engine = AlertEngine([Rule(RuleSpec.model_validate(spec))])
+    rng = random.Random(7)
+    values = {"socket": "0", "sensor": "Tctl", "celsius": 50.0}
+    engine.entities = lambda sample: {("cpu", "0"): dict(values)}
+    seen: list[tuple[float, float]] = []
+    checked = 0
+    for step in range(2000):
+        t = step * 1.0
+        roll = rng.random()
+        if roll < 0.05:
+            values["celsius"] = None  # not read this poll: no point
+        elif roll < 0.6:
+            values["celsius"] = seen[-1][1] if seen else 50.0  # holds still
+        else:
+            values["celsius"] = float(rng.choice([rng.uniform(20, 100), 100.0, 20.0]))
+        if values["celsius"] is not None:
+            seen.append((t, values["celsius"]))
+        engine.evaluate(at(t), t)
+        alert = engine.alerts.get(("T", ("cpu", "0")))
+        if alert is None or values["celsius"] is None:
+            continue
+        for name, seconds, pick in (("hi", 30, max), ("lo", 30, min), ("hi2", 120, max)):
+            window = [v for when, v in seen if when >= t - seconds]
+            assert alert.values[name] == pick(window), (step, name)
+            checked += 1
+    assert checked > 5000

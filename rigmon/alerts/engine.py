@@ -24,7 +24,7 @@ from typing import Any
 
 from ..sample import Sample
 from .entities import DEPRECATED, KINDS, LABELS, gpu_entities, host_entities, sensor_keys
-from .rules import SEVERITY_RANK, Rule
+from .rules import SEVERITY_RANK, Rule, rule_scope
 from .xid import xid_meaning
 
 
@@ -135,11 +135,12 @@ def _measured(sample: Sample, sensor: str) -> float | None:
 class _History:
     """One entity's history at one evaluation: what increase(), rate(), avg_over()… read."""
 
-    __slots__ = ("_series", "_ever", "_key", "_now")
+    __slots__ = ("_series", "_ever", "_key", "_now", "_extremes")
     _EMPTY = ((), (), ())
 
-    def __init__(self, series: dict, ever: dict | None, key: tuple, now: float):
+    def __init__(self, series: dict, ever: dict | None, key: tuple, now: float, extremes: dict | None = None):
         self._series, self._ever, self._key, self._now = series, ever, key, now
+        self._extremes = extremes if extremes is not None else {}
 
     def _window(self, var: str, seconds: float):
         times, vals, _ = self._series.get((self._key, var), self._EMPTY)
@@ -159,12 +160,39 @@ class _History:
         return sum(series) / len(series) if series else None
 
     def max_over(self, var: str, seconds: float) -> float | None:
-        series = self._window(var, seconds)
-        return max(series) if series else None
+        return self._extreme(var, seconds, max)
 
     def min_over(self, var: str, seconds: float) -> float | None:
-        series = self._window(var, seconds)
-        return min(series) if series else None
+        return self._extreme(var, seconds, min)
+
+    def _extreme(self, var: str, seconds: float, pick) -> float | None:
+        """The window's max (or min), carried from the last evaluation: while the point that
+        held it is still in the window, only the points added since are compared (a 15-minute
+        window at 1 s is 900 points; one is new). A point's time only moves forward (a constant
+        run's last point moves on), so the carried one is in the window while its time is."""
+        times, vals, _ = self._series.get((self._key, var), self._EMPTY)
+        if not times:
+            return None
+        start = self._now - seconds
+        memo_key = (self._key, var, seconds, pick)
+        memo = self._extremes.get(memo_key)
+        if memo is not None and memo[1] >= start:
+            best, at, upto = memo
+            higher = pick is max
+            for i in range(bisect.bisect_right(times, upto), len(vals)):  # the points since: usually one
+                v = vals[i]
+                if (v >= best) if higher else (v <= best):  # as good: the later holder stays longer
+                    best, at = v, times[i]
+        else:
+            first = bisect.bisect_left(times, start)
+            if first >= len(vals):
+                self._extremes.pop(memo_key, None)
+                return None
+            window = vals[first:]
+            best = pick(window)
+            at = times[first + len(window) - 1 - window[::-1].index(best)]  # the latest point that holds it
+        self._extremes[memo_key] = (best, at, times[-1])
+        return best
 
     def ever_max(self, var: str) -> float | None:
         return self._ever.get(var) if self._ever else None
@@ -196,6 +224,8 @@ class AlertEngine:
         for name in expected_sensors:
             self._seen_sensors.add(_expected_key(name))
         self._unknown = {kind: dict.fromkeys(names) for kind, names in KINDS.items()}
+        self._scope = rule_scope()  # this engine's own: it sets the entity's history in it
+        self._extremes: dict[tuple, tuple[float, float, float]] = {}  # max_over/min_over carried between polls
         self._tracked_by_kind: dict[str, tuple[str, ...]] = {}
         for kind, var in sorted(self._tracked):
             self._tracked_by_kind[kind] = (*self._tracked_by_kind.get(kind, ()), var)
@@ -247,19 +277,23 @@ class AlertEngine:
             self._previous_sample = sample
             self._seen_sensors |= {(e["sensor_kind"], e["sensor"]) for k, e in entities.items()
                                    if k[0] == "sensor" and e["present"]}
-        by_kind: dict[str, list[tuple[tuple, dict, dict]]] = {}
+        by_kind: dict[str, list[tuple[tuple, dict, _History]]] = {}
+        series, ever_max, kinds = self._series, self._ever_max, self._kinds
         for key, values in entities.items():
-            if key[0] in self._kinds:
-                by_kind.setdefault(key[0], []).append((key, values, self._names(key, values, now)))
+            if key[0] in kinds:
+                by_kind.setdefault(key[0], []).append(
+                    (key, values, _History(series, ever_max.get(key), key, now, self._extremes)))
         transitions: list[Transition] = []
-        alerts = self.alerts
+        alerts, scope = self.alerts, self._scope
         for rule in self.rules:  # each rule's compiled code over its kind's entities, in one pass
             name, when = rule.name, rule.when
-            for key, values, names in by_kind.get(rule.kind, ()):
-                condition = when.evaluate(names)
+            for key, values, history in by_kind.get(rule.kind, ()):
+                scope["_h"] = history  # the entity's values are the names; what they lack is unknown
+                condition = when.evaluate(values, scope)
                 if not condition and (name, key) not in alerts:
                     continue  # the common case: nothing fires, nothing to resolve
-                transitions += self._step(rule, key, values, names, now, condition)
+                transitions += self._step(rule, key, values, self._names(key, values, history), now, condition)
+        scope["_h"] = None
         return transitions
 
     def _track(self, entities: dict[tuple, dict], time: float) -> None:
@@ -304,12 +338,13 @@ class AlertEngine:
             self._xid_totals[event.gpu_index] = self._xid_totals.get(event.gpu_index, 0) + 1
             self._last_xid[event.gpu_index] = event.xid
 
-    def _names(self, key: tuple, values: dict, now: float) -> dict[str, Any]:
-        """What an expression sees for one entity: its variables (None where the entity lacks
-        one: unknown) and its history, ``_h``, for increase(), rate()…"""
+    def _names(self, key: tuple, values: dict, history: _History) -> dict[str, Any]:
+        """Everything an expression sees for one entity, in one dict (for an alert's step and
+        its texts): its variables (None where the entity lacks one: unknown) and its history,
+        ``_h``, for increase(), rate()…"""
         names = self._unknown[key[0]].copy()
         names.update(values)
-        names["_h"] = _History(self._series, self._ever_max.get(key), key, now)
+        names["_h"] = history
         return names
 
     def _step(self, rule: Rule, key: tuple, values: dict, names: dict, now: float,

@@ -163,11 +163,12 @@ class Expression:
             else:
                 raise ValueError(f"the window of {node.func.id}() must be seconds, a duration or a param")
 
-    def evaluate(self, names: dict[str, Any]) -> Any:
+    def evaluate(self, names: dict[str, Any], scope: dict[str, Any] | None = None) -> Any:
         """The value: True, False, a number, or None (unknown) where a value it needs is missing
-        or the evaluation failed: a failure is unknown for this rule only, counted, logged once."""
+        or the evaluation failed: a failure is unknown for this rule only, counted, logged once.
+        ``scope`` is what a name not in ``names`` reads (``rule_scope()``: every variable unknown)."""
         try:
-            return eval(self._code, _GLOBALS, names)  # checked AST: no attribute access
+            return eval(self._code, _GLOBALS if scope is None else scope, names)  # checked AST: no attributes
         except (TypeError, ZeroDivisionError):
             return None
         except Exception as e:  # MemoryError, OverflowError...: never the other rules
@@ -264,6 +265,13 @@ def _history(name: str):
 # (an expression evaluated on values alone) they are unknown
 _KLEENE.update({f"_{name}": _history(name) for name in HISTORY_FUNCTIONS})
 _GLOBALS = {"__builtins__": {}, "_h": None, **_KLEENE}
+
+
+def rule_scope() -> dict[str, Any]:
+    """A scope where every rule variable is unknown (None) unless an entity's values say
+    otherwise, and ``_h`` is the history the caller sets: an entity's values are then all an
+    evaluation needs, with no copy of them."""
+    return {**{name: None for names in KINDS.values() for name in names}, **_GLOBALS}
 
 
 class _Inline:
