@@ -257,6 +257,15 @@ def _fields(w: _Writer, depth: int, key: str, r: Reading) -> None:
     w.emit(depth, f"elif v is not None: _append(a, {key}, v)")
 
 
+def _emit_head(w: _Writer, depth: int, key: str, measurement: str, tags: str) -> None:
+    """head = the point's escaped measurement and tags, made once per ``key`` (expressions)."""
+    w.emit(depth, f"key = {key}")
+    w.emit(depth, "head = _HEADS.get(key)")
+    w.emit(depth, "if head is None:")
+    w.emit(depth + 1, f"head = _head(key, {measurement!r}, {tags})")
+    w.emit(depth, "fields = []; a = fields.append")
+
+
 def _influx() -> tuple[Callable, Callable, Callable]:
     """gpu_line(g, i, s, host, ns) → the GPU's point or None; gpu_info_fields(i, s) → dict;
     host_lines(s, h, host, ns, out) appends each host-side point."""
@@ -266,11 +275,8 @@ def _influx() -> tuple[Callable, Callable, Callable]:
     in_gpu = [r for r in static if (r.measurement or "gpu") == "gpu"]
     w.emit(0, "def gpu_line(g, i, s, host, ns):")
     w.emit(1, "name = i.name if i is not None else ''")
-    w.emit(1, "key = ('gpu', host, g.index, g.uuid, name)")
-    w.emit(1, "head = _HEADS.get(key)")
-    w.emit(1, "if head is None:")
-    w.emit(2, "head = _head(key, 'gpu', {'host': host, 'gpu': str(g.index), 'uuid': g.uuid, 'name': name})")
-    w.emit(1, "fields = []; a = fields.append")
+    _emit_head(w, 1, "('gpu', host, g.index, g.uuid, name)", "gpu",
+               "{'host': host, 'gpu': str(g.index), 'uuid': g.uuid, 'name': name}")
     for r in always:
         _fields(w, 1, repr(influx_tag(r.name) + "="), r)
     w.emit(1, "if not g.lost:")
@@ -303,17 +309,12 @@ def _influx() -> tuple[Callable, Callable, Callable]:
         measurement, names = ENTITIES[entity].measurement, ENTITIES[entity].influx_tags
         w.emit(1, f"for r in {records}:")
         w.emit(2, f"labels = {labels}")
-        w.emit(2, f"key = ({measurement!r}, host, *labels)")
-        w.emit(2, "head = _HEADS.get(key)")
-        w.emit(2, "if head is None:")  # an unknown label ("") is no tag
-        w.emit(3, f"head = _head(key, {measurement!r}, {{'host': host, **{{k: x for k, x in zip({names!r}, labels) "
-                  f"if x != ''}}}})")
-        w.emit(2, "fields = []; a = fields.append")
+        _emit_head(w, 2, f"({measurement!r}, host, *labels)", measurement,  # an unknown label ("") is no tag
+                   f"{{'host': host, **{{k: x for k, x in zip({names!r}, labels) if x != ''}}}}")
         for r in rs:
             _fields(w, 2, repr(influx_tag(r.name) + "="), r)
         w.emit(2, "if fields: out.append(f\"{head} {','.join(fields)} {ns}\")")
-    w.emit(1, "head = _HEADS.get(('host', host)) or _head(('host', host), 'host', {'host': host})")
-    w.emit(1, "fields = []; a = fields.append")
+    _emit_head(w, 1, "('host', host)", "host", "{'host': host}")
     for r in READINGS:
         if r.entity == "host" and r.influx:
             _fields(w, 1, repr(influx_tag(r.name) + "="), r)
