@@ -9,7 +9,7 @@ Every point carries the ``host`` tag. Fields are in base units, integers as inte
 from __future__ import annotations
 
 from ..alerts.engine import subject_of
-from ..project import influx_gpu_info_fields, influx_gpu_line, influx_head, influx_host_lines, influx_value
+from ..project import influx_gpu_info_fields, influx_gpu_line, influx_head, influx_host_lines, influx_tag, influx_value
 from ..sample import Sample
 
 
@@ -19,7 +19,7 @@ def line(measurement: str, tags: dict[str, str], fields: dict, ns: int) -> str |
     for key, value in fields.items():
         text = influx_value(value)
         if text is not None:
-            encoded.append(f"{influx_head(key, {})}={text}")
+            encoded.append(f"{influx_tag(key)}={text}")
     if not encoded:
         return None
     return f"{influx_head(measurement, tags)} {','.join(encoded)} {ns}"
