@@ -425,7 +425,10 @@ def test_a_rule_that_fails_at_evaluation_is_unknown_for_itself_only():
                                              "summary": "x"}))
     assert Expression("'a' * 100000000000 == 'b'", "cpu", {}).evaluate({}) is None  # no 100 GB string
     engine = AlertEngine([rule("Boom", "celsius > 1"), rule("Hot", "celsius >= 90")])
-    engine.rules[0].when._code = compile("no_such_name", "<boom>", "eval")  # raises when evaluated
+    def boom(values, history):
+        raise NameError("no_such_name")
+
+    engine.rules[0].when._fn = boom  # raises when evaluated
     engine.entities = lambda sample: {("cpu", "0"): {"socket": "0", "chip": "k", "sensor": "Tctl", "celsius": 95.0}}
     sample = type("S", (), {"events": (), "time": 0.0})()
     fired = [t.alertname for t in engine.evaluate(sample, 0.0)]

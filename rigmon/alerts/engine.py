@@ -24,7 +24,7 @@ from typing import Any
 
 from ..sample import Sample
 from .entities import DEPRECATED, KINDS, LABELS, gpu_entities, host_entities, sensor_keys
-from .rules import SEVERITY_RANK, Rule, rule_scope
+from .rules import SEVERITY_RANK, Rule
 from .xid import xid_meaning
 
 
@@ -224,7 +224,6 @@ class AlertEngine:
         for name in expected_sensors:
             self._seen_sensors.add(_expected_key(name))
         self._unknown = {kind: dict.fromkeys(names) for kind, names in KINDS.items()}
-        self._scope = rule_scope()  # this engine's own: it sets the entity's history in it
         self._extremes: dict[tuple, tuple[float, float, float]] = {}  # max_over/min_over carried between polls
         self._tracked_by_kind: dict[str, tuple[str, ...]] = {}
         for kind, var in sorted(self._tracked):
@@ -284,16 +283,14 @@ class AlertEngine:
                 by_kind.setdefault(key[0], []).append(
                     (key, values, _History(series, ever_max.get(key), key, now, self._extremes)))
         transitions: list[Transition] = []
-        alerts, scope = self.alerts, self._scope
+        alerts = self.alerts
         for rule in self.rules:  # each rule's compiled code over its kind's entities, in one pass
             name, when = rule.name, rule.when
             for key, values, history in by_kind.get(rule.kind, ()):
-                scope["_h"] = history  # the entity's values are the names; what they lack is unknown
-                condition = when.evaluate(values, scope)
+                condition = when.evaluate(values, history)  # what the values lack is unknown
                 if not condition and (name, key) not in alerts:
                     continue  # the common case: nothing fires, nothing to resolve
                 transitions += self._step(rule, key, values, self._names(key, values, history), now, condition)
-        scope["_h"] = None
         return transitions
 
     def _track(self, entities: dict[tuple, dict], time: float) -> None:
@@ -389,7 +386,7 @@ class AlertEngine:
         return []
 
     def _describe(self, alert: Alert, names: dict) -> None:
-        context = {k: v for k, v in names.items() if not k.startswith("_")}  # not _h, not the _v temporaries
+        context = {k: v for k, v in names.items() if not k.startswith("_")}  # not _h
         context.update(alert.rule.params)
         ever = self._ever_max.get(alert.key, {})
         context.update({f"ever_max_{k}": v for k, v in ever.items()})

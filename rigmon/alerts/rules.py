@@ -141,10 +141,17 @@ class Expression:
         args = _HistoryArgs(params)
         tree = _Params(params).visit(args.visit(tree))
         self.windows: list[float] = args.windows  # seconds each history function looks back
-        # compiled once, to straight-line Python with the three-valued logic inline; the rule's
-        # params are constants in the code, so an entity's variables are all an evaluation needs
-        self.source = _Inline().expression(tree.body)
-        self._code = compile(self.source, f"<rule {text!r}>", "eval")
+        # compiled once, to a function of straight-line Python with the three-valued logic
+        # inline: the rule's params are constants in its code, each variable it reads is a local
+        # taken from the entity's values (None, unknown, where they lack it), and its
+        # temporaries are locals too, so an evaluation reads the values and writes nothing
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        read = sorted(names & (set(KINDS[kind]) | set(LABELS[kind])))
+        self.source = "def _rule(_d, _h):\n" + "".join(f"    {name} = _d.get({name!r})\n" for name in read) + \
+            f"    return {_Inline().expression(tree.body)}\n"
+        namespace = dict(_GLOBALS)
+        exec(compile(self.source, f"<rule {text!r}>", "exec"), namespace)  # checked AST: no attributes
+        self._fn = namespace["_rule"]
 
     @staticmethod
     def _check_history_call(node: ast.Call, kind: str, params: dict[str, Any]) -> None:
@@ -163,12 +170,12 @@ class Expression:
             else:
                 raise ValueError(f"the window of {node.func.id}() must be seconds, a duration or a param")
 
-    def evaluate(self, names: dict[str, Any], scope: dict[str, Any] | None = None) -> Any:
+    def evaluate(self, names: dict[str, Any], history: Any = None) -> Any:
         """The value: True, False, a number, or None (unknown) where a value it needs is missing
         or the evaluation failed: a failure is unknown for this rule only, counted, logged once.
-        ``scope`` is what a name not in ``names`` reads (``rule_scope()``: every variable unknown)."""
+        ``history`` is what increase(), rate()… ask (else ``names["_h"]``; none: unknown)."""
         try:
-            return eval(self._code, _GLOBALS if scope is None else scope, names)  # checked AST: no attributes
+            return self._fn(names, names.get("_h") if history is None else history)
         except (TypeError, ZeroDivisionError):
             return None
         except Exception as e:  # MemoryError, OverflowError...: never the other rules
@@ -264,20 +271,13 @@ def _history(name: str):
 # history functions ask the entity's history (the engine's, handed in as ``_h``); without one
 # (an expression evaluated on values alone) they are unknown
 _KLEENE.update({f"_{name}": _history(name) for name in HISTORY_FUNCTIONS})
-_GLOBALS = {"__builtins__": {}, "_h": None, **_KLEENE}
-
-
-def rule_scope() -> dict[str, Any]:
-    """A scope where every rule variable is unknown (None) unless an entity's values say
-    otherwise, and ``_h`` is the history the caller sets: an entity's values are then all an
-    evaluation needs, with no copy of them."""
-    return {**{name: None for names in KINDS.values() for name in names}, **_GLOBALS}
+_GLOBALS = {"__builtins__": {}, **_KLEENE}
 
 
 class _Inline:
     """A checked expression as Python source with Kleene logic inline: an unknown (None) value
     makes only its own term unknown, ``True or unknown`` is true, ``False and unknown`` is false.
-    Intermediate values live in ``_v1``, ``_v2``… of the evaluation's namespace."""
+    Intermediate values live in ``_v1``, ``_v2``…, locals of the rule's function."""
 
     def __init__(self):
         self._n = 0
