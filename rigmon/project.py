@@ -323,29 +323,44 @@ def _influx() -> tuple[Callable, Callable, Callable]:
 
 
 # --- alert entities -------------------------------------------------------------------------------
-def _entities() -> tuple[Callable, Callable]:
-    """gpu_entities(s, xid_totals, last_xids) and host_entities(s): {(kind, ...): {variable: value}}."""
+def _entities(wanted: dict[str, frozenset[str]] | None = None) -> tuple[Callable, Callable]:
+    """gpu_entities(s, xid_totals, last_xids) and host_entities(s): {(kind, ...): {variable: value}}.
+
+    ``wanted``: only these kinds, each with only these variables (and its labels), for code that
+    reads no more: the alert engine's conditions. None: every kind, every variable."""
+    def keep(kind: str, readings) -> list[Reading]:
+        return [r for r in readings if wanted is None or r.name in wanted.get(kind, ())]
+
+    def wants(kind: str) -> bool:
+        return wanted is None or kind in wanted
+
     w = _Writer()
-    always, polled, static = _gpu_parts("gpu", rule=True)
-    fan = [r for r in READINGS if r.entity == "gpu_fan" and r.rule and r.get is not None]
+    always, polled, static = (keep("gpu", part) for part in _gpu_parts("gpu", rule=True))
+    fan = keep("gpu_fan", [r for r in READINGS if r.entity == "gpu_fan" and r.rule and r.get is not None])
     w.emit(0, "def gpu_entities(s, xid_totals, last_xids):")
-    w.emit(1, "info = {x.index: x for x in s.gpu_info}")
     w.emit(1, "out = {}")
-    w.emit(1, "for g in s.gpus:")
-    w.emit(2, "i = info.get(g.index)")
-    w.emit(2, "labels = {'gpu': str(g.index), 'uuid': g.uuid, 'name': i.name if i else ''}")
-    values = ", ".join(f"{r.name!r}: {w.value(r)}" for r in always)
-    w.emit(2, f"v = {{**labels, {values}, 'xid_total': xid_totals.get(g.index, 0), "
-              f"'last_xid': last_xids.get(g.index, 0)}}")
-    w.emit(2, "if not g.lost:")
-    w.assign(3, "v", polled)
-    w.emit(2, "if i is not None:")
-    w.assign(3, "v", static)
-    w.emit(2, "out[('gpu', g.index)] = v")
-    w.emit(2, "if g.lost: continue")
-    w.emit(2, "for n, f in enumerate(_gpu_fans(g)):")
-    values = ", ".join(f"{r.name!r}: {w.value(r)}" for r in fan)
-    w.emit(3, f"out[('gpu_fan', g.index, n)] = {{**labels, 'fan': str(n), {values}}}")
+    if wants("gpu") or wants("gpu_fan"):
+        w.emit(1, "info = {x.index: x for x in s.gpu_info}")
+        w.emit(1, "for g in s.gpus:")
+        w.emit(2, "i = info.get(g.index)")
+        w.emit(2, "labels = {'gpu': str(g.index), 'uuid': g.uuid, 'name': i.name if i else ''}")
+    if wants("gpu"):
+        counts = {"xid_total": "xid_totals.get(g.index, 0)", "last_xid": "last_xids.get(g.index, 0)"}
+        values = [f"{r.name!r}: {w.value(r)}" for r in always] + [
+            f"{name!r}: {value}" for name, value in counts.items() if wanted is None or name in wanted["gpu"]]
+        w.emit(2, f"v = {{**labels, {', '.join(values)}}}")
+        if polled:
+            w.emit(2, "if not g.lost:")
+            w.assign(3, "v", polled)
+        if static:
+            w.emit(2, "if i is not None:")
+            w.assign(3, "v", static)
+        w.emit(2, "out[('gpu', g.index)] = v")
+    if wants("gpu_fan"):
+        w.emit(2, "if g.lost: continue")
+        w.emit(2, "for n, f in enumerate(_gpu_fans(g)):")
+        values = "".join(f", {r.name!r}: {w.value(r)}" for r in fan)
+        w.emit(3, f"out[('gpu_fan', g.index, n)] = {{**labels, 'fan': str(n){values}}}")
     w.emit(1, "return out")
     gpu = w.compile("gpu_entities")
 
@@ -353,10 +368,13 @@ def _entities() -> tuple[Callable, Callable]:
     w.emit(0, "def host_entities(s):")
     w.emit(1, "out = {}")
     w.emit(1, "h = s.host")
-    w.emit(1, "if h is not None:")
     keys = {"cpu": "('cpu', r.socket)", "fan": "('fan', r.chip, r.device, r.label)"}
+    if any(wants(entity) for entity in keys):
+        w.emit(1, "if h is not None:")
     for entity, key in keys.items():
-        rs = [r for r in READINGS if r.entity == entity and r.rule]
+        if not wants(entity):
+            continue
+        rs = keep(entity, [r for r in READINGS if r.entity == entity and r.rule])
         records, labels = _HOST_LOOPS[entity]
         names = ENTITIES[entity].prometheus_labels
         w.emit(2, f"for r in {records}:")
@@ -364,10 +382,23 @@ def _entities() -> tuple[Callable, Callable]:
         values = ", ".join([f"{n!r}: labels[{k}]" for k, n in enumerate(names)] +
                            [f"{r.name!r}: {w.value(r)}" for r in rs])
         w.emit(3, f"out[{key}] = {{{values}}}")
-    rs = [r for r in READINGS if r.entity == "host" and r.rule]
-    w.emit(1, "out[('host',)] = {" + ", ".join(f"{r.name!r}: {w.value(r)}" for r in rs) + "}")
+    if wants("host"):
+        rs = keep("host", [r for r in READINGS if r.entity == "host" and r.rule])
+        w.emit(1, "out[('host',)] = {" + ", ".join(f"{r.name!r}: {w.value(r)}" for r in rs) + "}")
     w.emit(1, "return out")
     return gpu, w.compile("host_entities")
+
+
+_ENTITY_CODE: dict[frozenset, tuple[Callable, Callable]] = {}
+
+
+def entities_for(wanted: dict[str, set[str]]) -> tuple[Callable, Callable]:
+    """gpu_entities and host_entities that build only the ``wanted`` kinds and variables
+    (generated once for each distinct ``wanted``)."""
+    key = frozenset((kind, frozenset(names)) for kind, names in wanted.items())
+    if key not in _ENTITY_CODE:
+        _ENTITY_CODE[key] = _entities({kind: frozenset(names) for kind, names in wanted.items()})
+    return _ENTITY_CODE[key]
 
 
 # --- the burn-in's ticks --------------------------------------------------------------------------

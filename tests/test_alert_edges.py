@@ -56,7 +56,7 @@ def at(t: float):
 def test_an_alert_whose_condition_stays_unknown_resolves_with_the_reason():
     engine = AlertEngine([rule("celsius >= 90 or critical_celsius - celsius < 5", for_="10s")], unknown_timeout=60)
     values = {"socket": "0", "sensor": "Tctl", "celsius": 95.0, "critical_celsius": None}
-    engine.entities = lambda sample: {("cpu", "0"): dict(values)}  # the values a sample would give
+    engine.entities = lambda sample, complete=True: {("cpu", "0"): dict(values)}  # the values a sample would give
     steps = []
     for t in range(0, 200, 5):
         values["celsius"] = 95.0 if t < 30 else None  # the sensor stops answering at 30 s
@@ -67,7 +67,7 @@ def test_an_alert_whose_condition_stays_unknown_resolves_with_the_reason():
 def test_an_unknown_clear_does_not_resolve_an_alert_whose_condition_holds():
     engine = AlertEngine([rule("celsius >= 90", clear="critical_celsius - celsius > 10")], unknown_timeout=10)
     values = {"socket": "0", "sensor": "Tctl", "celsius": 95.0, "critical_celsius": None}
-    engine.entities = lambda sample: {("cpu", "0"): dict(values)}
+    engine.entities = lambda sample, complete=True: {("cpu", "0"): dict(values)}
     out = []
     for t in range(0, 100, 5):
         out += [x.status for x in engine.evaluate(at(t), float(t))]
@@ -355,7 +355,7 @@ def test_max_and_min_over_carried_between_polls_equal_a_full_scan():
     engine = AlertEngine([Rule(RuleSpec.model_validate(spec))])
     rng = random.Random(7)
     values = {"socket": "0", "sensor": "Tctl", "celsius": 50.0}
-    engine.entities = lambda sample: {("cpu", "0"): dict(values)}
+    engine.entities = lambda sample, complete=True: {("cpu", "0"): dict(values)}
     seen: list[tuple[float, float]] = []
     checked = 0
     for step in range(2000):

@@ -424,12 +424,11 @@ def test_a_rule_that_fails_at_evaluation_is_unknown_for_itself_only():
         return Rule(RuleSpec.model_validate({"name": name, "kind": "cpu", "when": when, "severity": "warning",
                                              "summary": "x"}))
     assert Expression("'a' * 100000000000 == 'b'", "cpu", {}).evaluate({}) is None  # no 100 GB string
-    engine = AlertEngine([rule("Boom", "celsius > 1"), rule("Hot", "celsius >= 90")])
-    def boom(values, history):
-        raise NameError("no_such_name")
-
-    engine.rules[0].when._fn = boom  # raises when evaluated
-    engine.entities = lambda sample: {("cpu", "0"): {"socket": "0", "chip": "k", "sensor": "Tctl", "celsius": 95.0}}
+    broken = rule("Boom", "celsius > 1")
+    broken.when.body = "no_such_name"  # its compiled code raises NameError when evaluated
+    engine = AlertEngine([broken, rule("Hot", "celsius >= 90")])
+    cpu = {"socket": "0", "chip": "k", "sensor": "Tctl", "celsius": 95.0}
+    engine.entities = lambda sample, complete=True: {("cpu", "0"): cpu}
     sample = type("S", (), {"events": (), "time": 0.0})()
     fired = [t.alertname for t in engine.evaluate(sample, 0.0)]
     assert fired == ["Hot"] and engine.rules[0].when.errors == 1

@@ -22,9 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..project import entities_for
 from ..sample import Sample
 from .entities import DEPRECATED, KINDS, LABELS, gpu_entities, host_entities, sensor_keys
-from .rules import SEVERITY_RANK, Rule
+from .rules import SEVERITY_RANK, Rule, batch
 from .xid import xid_meaning
 
 
@@ -198,6 +199,30 @@ class _History:
         return self._ever.get(var) if self._ever else None
 
 
+class _Complete:
+    """An entity's every variable, and the names its expressions see, worked out when first
+    asked: an alert's step reads them only to start, clear or describe it."""
+
+    __slots__ = ("_engine", "_sample", "_key", "_read", "_history", "_values", "_names")
+
+    def __init__(self, engine: AlertEngine, sample: Sample, key: tuple, read: dict, history: _History):
+        self._engine, self._sample, self._key, self._read, self._history = engine, sample, key, read, history
+        self._values: dict | None = None
+        self._names: dict | None = None
+
+    @property
+    def values(self) -> dict:
+        if self._values is None:  # the sample's complete entities: built once, whichever alert asks
+            self._values = self._engine.entities(self._sample).get(self._key) or self._read
+        return self._values
+
+    @property
+    def names(self) -> dict:
+        if self._names is None:
+            self._names = self._engine.names(self._key, self.values, self._history)
+        return self._names
+
+
 class AlertEngine:
     def __init__(self, rules: Sequence[Rule], psu_groups: Sequence[PsuGroup] = (),
                  expected_sensors: Sequence[str] = (), unknown_timeout: float = 120.0):
@@ -205,7 +230,9 @@ class AlertEngine:
         self.unknown_timeout = unknown_timeout
         self.psu_groups = tuple(psu_groups)
         self.alerts: dict[tuple, Alert] = {}
-        self._latest: tuple[Sample, dict[tuple, dict]] | None = None  # the newest sample and its entities
+        # the newest sample and its entities: what the conditions read, and complete (for texts)
+        self._latest: tuple[Sample, dict[tuple, dict]] | None = None
+        self._complete: tuple[Sample, dict[tuple, dict]] | None = None
         self._xid_totals: dict[int, int] = {}
         self._last_xid: dict[int, int] = {}
         self._ever_max: dict[tuple, dict[str, float]] = {}
@@ -228,14 +255,32 @@ class AlertEngine:
         self._tracked_by_kind: dict[str, tuple[str, ...]] = {}
         for kind, var in sorted(self._tracked):
             self._tracked_by_kind[kind] = (*self._tracked_by_kind.get(kind, ()), var)
+        # each kind's conditions as one compiled function over an entity: (kind, function,
+        # [(the rule's place in self.rules, rule)]); and the entities built with only what they read
+        by_kind: dict[str, list[tuple[int, Rule]]] = {}
+        for order, rule in enumerate(self.rules):
+            by_kind.setdefault(rule.kind, []).append((order, rule))
+        self._batches = [(kind, batch([rule.when for _, rule in rules]), rules) for kind, rules in by_kind.items()]
+        wanted: dict[str, set[str]] = {}
+        for rule in self.rules:
+            wanted.setdefault(rule.kind, set()).update(rule.when.reads, rule.history_variables)
+        self._read_entities = entities_for(wanted)
 
     # --- entities ------------------------------------------------------------------------
-    def entities(self, sample: Sample) -> dict[tuple, dict]:
-        """What the rules see in ``sample``: {(kind, ...): {variable: value}}."""
-        if self._latest is not None and self._latest[0] is sample:
-            return self._latest[1]
-        entities = gpu_entities(sample, self._xid_totals, self._last_xid)
-        entities.update(host_entities(sample))
+    def entities(self, sample: Sample, complete: bool = True) -> dict[tuple, dict]:
+        """What the rules see in ``sample``: {(kind, ...): {variable: value}}; every variable of
+        every kind, or (``complete=False``) the kinds the rules are about with the variables
+        their conditions read (with the labels, the PSU groups and the sensors)."""
+        cached = self._complete if complete else self._latest
+        if cached is not None and cached[0] is sample:
+            return cached[1]
+        if complete:
+            entities = gpu_entities(sample, self._xid_totals, self._last_xid)
+            entities.update(host_entities(sample))
+        else:
+            gpu, host = self._read_entities
+            entities = gpu(sample, self._xid_totals, self._last_xid)
+            entities.update(host(sample))
         for group in self.psu_groups:
             measured = _measured(sample, group.sensor) if group.sensor else None
             if measured is not None:  # the PSU's own reading: everything on it, not the GPUs alone
@@ -251,6 +296,8 @@ class AlertEngine:
         for kind, name in self._seen_sensors | present:
             entities[("sensor", kind, name)] = {"sensor_kind": kind, "sensor": name,
                                                 "present": (kind, name) in present}
+        if complete:
+            self._complete = (sample, entities)
         return entities
 
     def _cpu_watts(self, sample: Sample) -> float:
@@ -270,7 +317,7 @@ class AlertEngine:
             entities = self._latest[1]  # the same sample again, at a later time
         else:
             self._count_events(sample)
-            entities = self.entities(sample)
+            entities = self.entities(sample, complete=False)
             self._track(entities, sample.time)
             self._latest = (sample, entities)
             self._previous_sample = sample
@@ -282,15 +329,22 @@ class AlertEngine:
             if key[0] in kinds:
                 by_kind.setdefault(key[0], []).append(
                     (key, values, _History(series, ever_max.get(key), key, now, self._extremes)))
-        transitions: list[Transition] = []
         alerts = self.alerts
-        for rule in self.rules:  # each rule's compiled code over its kind's entities, in one pass
-            name, when = rule.name, rule.when
-            for key, values, history in by_kind.get(rule.kind, ()):
-                condition = when.evaluate(values, history)  # what the values lack is unknown
-                if not condition and (name, key) not in alerts:
+        alerted = {key for _, key in alerts}
+        steps = []
+        for kind, conditions, rules in self._batches:  # each kind's conditions, compiled together, per entity
+            for key, values, history in by_kind.get(kind, ()):
+                held = conditions(values, history)  # what the values lack is unknown
+                if key not in alerted and not any(held):
                     continue  # the common case: nothing fires, nothing to resolve
-                transitions += self._step(rule, key, values, self._names(key, values, history), now, condition)
+                for (order, rule), condition in zip(rules, held, strict=True):
+                    if condition or (rule.name, key) in alerts:
+                        steps.append((order, rule, key, history, condition))
+        transitions: list[Transition] = []
+        steps.sort(key=lambda step: step[0])  # in rule order, each rule's entities in order
+        for _, rule, key, history, condition in steps:
+            transitions += self._step(rule, key, _Complete(self, sample, key, entities[key], history), now,
+                                      condition)
         return transitions
 
     def _track(self, entities: dict[tuple, dict], time: float) -> None:
@@ -335,7 +389,7 @@ class AlertEngine:
             self._xid_totals[event.gpu_index] = self._xid_totals.get(event.gpu_index, 0) + 1
             self._last_xid[event.gpu_index] = event.xid
 
-    def _names(self, key: tuple, values: dict, history: _History) -> dict[str, Any]:
+    def names(self, key: tuple, values: dict, history: _History) -> dict[str, Any]:
         """Everything an expression sees for one entity, in one dict (for an alert's step and
         its texts): its variables (None where the entity lacks one: unknown) and its history,
         ``_h``, for increase(), rate()…"""
@@ -344,17 +398,16 @@ class AlertEngine:
         names["_h"] = history
         return names
 
-    def _step(self, rule: Rule, key: tuple, values: dict, names: dict, now: float,
-              condition: Any) -> list[Transition]:
+    def _step(self, rule: Rule, key: tuple, entity: _Complete, now: float, condition: Any) -> list[Transition]:
         alert_key = (rule.name, key)
         alert = self.alerts.get(alert_key)
         if alert is None:
             if not condition:
                 return []
-            labels = {label: str(values.get(label, "")) for label in LABELS[rule.kind]}
+            labels = {label: str(entity.values.get(label, "")) for label in LABELS[rule.kind]}
             alert = self.alerts[alert_key] = Alert(rule, key, labels, active_since=now)
         if rule.clear is not None and alert.state == "firing":
-            cleared = rule.clear.evaluate(names)
+            cleared = rule.clear.evaluate(entity.names)
             if cleared is None and condition:
                 cleared = False  # the clear condition cannot tell, but the alert's condition still holds
         else:
@@ -375,14 +428,14 @@ class AlertEngine:
                 return []
             if now - alert.active_since >= rule.for_seconds:
                 alert.state, alert.fired_at = "firing", now
-                self._describe(alert, names)
+                self._describe(alert, entity.names)
                 return [self._transition(alert, "firing", now)]
             return []
         if cleared:
             del self.alerts[alert_key]
             return [self._transition(alert, "resolved", now)]
         if condition:
-            self._describe(alert, names)  # keep the values current for status and reminders
+            self._describe(alert, entity.names)  # keep the values current for status and reminders
         return []
 
     def _describe(self, alert: Alert, names: dict) -> None:

@@ -28,6 +28,7 @@ import math
 import re
 import string
 import tomllib
+from collections.abc import Callable
 from importlib import resources
 from typing import Annotated, Any, Literal
 
@@ -146,9 +147,10 @@ class Expression:
         # taken from the entity's values (None, unknown, where they lack it), and its
         # temporaries are locals too, so an evaluation reads the values and writes nothing
         names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-        read = sorted(names & (set(KINDS[kind]) | set(LABELS[kind])))
-        self.source = "def _rule(_d, _h):\n" + "".join(f"    {name} = _d.get({name!r})\n" for name in read) + \
-            f"    return {_Inline().expression(tree.body)}\n"
+        self.reads: tuple[str, ...] = tuple(sorted(names & (set(KINDS[kind]) | set(LABELS[kind]))))
+        self.body = _Inline().expression(tree.body)  # Python source, reading the variables as locals
+        self.source = "def _rule(_d, _h):\n" + "".join(f"    {name} = _d.get({name!r})\n" for name in self.reads) + \
+            f"    return {self.body}\n"
         namespace = dict(_GLOBALS)
         exec(compile(self.source, f"<rule {text!r}>", "exec"), namespace)  # checked AST: no attributes
         self._fn = namespace["_rule"]
@@ -179,10 +181,13 @@ class Expression:
         except (TypeError, ZeroDivisionError):
             return None
         except Exception as e:  # MemoryError, OverflowError...: never the other rules
-            self.errors += 1
-            if self.errors == 1:
-                log.error("rule expression %r failed (%s); it counts as unknown", self.text[:80], type(e).__name__)
-            return None
+            return self.failed(e)
+
+    def failed(self, error: Exception) -> None:
+        """An evaluation raised what an unknown term does not: counted, logged once, unknown."""
+        self.errors += 1
+        if self.errors == 1:
+            log.error("rule expression %r failed (%s); it counts as unknown", self.text[:80], type(error).__name__)
 
     def terms(self) -> list[tuple[str, set[str]]]:
         """The comparisons, calls and bare variables the condition joins with and/or/not, each
@@ -229,6 +234,24 @@ class Expression:
         return visit(ast.parse(self.text.strip(), mode="eval").body)[0]
 
 
+def batch(expressions: list[Expression]) -> Callable[[dict, Any], tuple]:
+    """Expressions of one kind compiled into one function of an entity's values and history,
+    answering a tuple of their values in order: each variable any of them reads is taken from
+    the values once, and each expression fails alone (unknown, counted by its own
+    ``failed``), as in ``Expression.evaluate``. A temporary (``_v1``…) is assigned before it
+    is read within its own expression, so the expressions share those names safely."""
+    reads = sorted(set().union(*(e.reads for e in expressions)))
+    lines = ["def _batch(_d, _h):", *(f"    {name} = _d.get({name!r})" for name in reads)]
+    for k, e in enumerate(expressions):
+        lines += ["    try:", f"        _r{k} = {e.body}", "    except _unknown:", f"        _r{k} = None",
+                  "    except _Exception as _e:", f"        _r{k} = _failed[{k}](_e)"]
+    lines.append("    return (" + "".join(f"_r{k}, " for k in range(len(expressions))) + ")")
+    namespace = dict(_GLOBALS, _failed=[e.failed for e in expressions], _unknown=(TypeError, ZeroDivisionError),
+                     _Exception=Exception)
+    exec(compile("\n".join(lines) + "\n", "<rules>", "exec"), namespace)  # checked expressions only
+    return namespace["_batch"]
+
+
 # What the compiled expressions call (the logic and comparisons are inline, see _Inline):
 # arithmetic that is unknown for an unknown term, never builds a huge string, and is unknown
 # rather than an error on a division by zero or an overflow.
@@ -262,15 +285,6 @@ _KLEENE: dict[str, Any] = {
 }
 
 
-def _history(name: str):
-    def call(history, *args):
-        return getattr(history, name)(*args) if history is not None else None
-    return call
-
-
-# history functions ask the entity's history (the engine's, handed in as ``_h``); without one
-# (an expression evaluated on values alone) they are unknown
-_KLEENE.update({f"_{name}": _history(name) for name in HISTORY_FUNCTIONS})
 _GLOBALS = {"__builtins__": {}, **_KLEENE}
 
 
@@ -336,6 +350,11 @@ class _Inline:
         name = node.func.id
         if name == "known":
             return f"(({self.expression(node.args[0])}) is not None)"
+        if name.startswith("_") and name[1:] in HISTORY_FUNCTIONS:
+            # a history function asks the entity's history (the engine's, ``_h``, the first
+            # argument); without one (an expression evaluated on values alone) it is unknown
+            args = ", ".join(self.expression(a) for a in node.args[1:])
+            return f"(None if _h is None else _h.{name[1:]}({args}))"
         if name in PLAIN_FUNCTIONS:
             name = f"_{name}"
         return f"{name}({', '.join(self.expression(a) for a in node.args)})"

@@ -123,7 +123,7 @@ class AlertSink:
 
     def _snapshot(self, sample: Sample) -> AlertState:
         budgets = tuple(Budget(v["psu"], v["budget_watts"], v["draw_watts"])
-                        for key, v in self.engine.entities(sample).items() if key[0] == "psu")
+                        for key, v in self.engine.entities(sample, complete=False).items() if key[0] == "psu")
         return AlertState(sample.time, tuple(firing_alert(a) for a in self.engine.firing()),
                           tuple(sorted(self.transitions.items())), budgets)
 
