@@ -19,10 +19,26 @@ from .recording import VALUE_FIELDS, Recording, call_key
 NVML_ERROR_NOT_SUPPORTED = 3
 
 
-class Struct(dict):
-    """A recorded ctypes struct: attribute access like the real one."""
+_DICT_NAMES = frozenset(dir(dict))
 
-    __slots__ = ()
+
+class Struct(dict):
+    """A recorded ctypes struct: attribute access like the real one, and as quick (a ctypes
+    field is a descriptor on its class; here each field is also an instance attribute, set
+    when the struct is made: an answer is never changed after). A field named like one of
+    dict's own attributes (``items``…) is read through ``__getattr__``, never shadowing it."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        fields = self.__dict__
+        fields.update(self)
+        if not _DICT_NAMES.isdisjoint(self):
+            for name in _DICT_NAMES.intersection(self):
+                del fields[name]
+
+    @classmethod
+    def fromkeys(cls, keys: Any, value: Any = None) -> Struct:
+        return cls(dict.fromkeys(keys, value))
 
     def __getattr__(self, name: str) -> Any:
         try:
