@@ -240,6 +240,19 @@ def _point_head(key: tuple, measurement: str, tags: dict) -> str:
     return head
 
 
+_FLOATS: dict[float, str] = {}  # repr of the floats that recur (limits, clocks, whole degrees): 0.1-0.5 µs each
+
+
+def _float_text(value: float) -> str:
+    """repr(value), kept for the next time it comes (not for ±0.0: equal, written apart)."""
+    text = repr(value)
+    if value:
+        if len(_FLOATS) >= 4096:
+            _FLOATS.clear()
+        _FLOATS[value] = text
+    return text
+
+
 def _fields(w: _Writer, depth: int, key: str, r: Reading) -> None:
     """a(key=value) for one reading, with its unit's usual type written inline (any other type,
     and None, NaN and the infinities, as influx_value says). ``key`` is a Python expression."""
@@ -250,7 +263,7 @@ def _fields(w: _Writer, depth: int, key: str, r: Reading) -> None:
     elif r.unit in ("count", "bytes"):
         w.emit(depth, f"if v.__class__ is int: a({key} + str(v) + 'i')")
     elif r.unit != "text":
-        w.emit(depth, f"if v.__class__ is float and v - v == 0.0: a({key} + repr(v))")  # finite
+        w.emit(depth, f"if v.__class__ is float and v - v == 0.0: a({key} + (_floats(v) or _float(v)))")  # finite
     else:
         w.emit(depth, f"if v is not None: _append(a, {key}, v)")
         return
@@ -270,7 +283,8 @@ def _influx() -> tuple[Callable, Callable, Callable]:
     """gpu_line(g, i, s, host, ns) → the GPU's point or None; gpu_info_fields(i, s) → dict;
     host_lines(s, h, host, ns, out) appends each host-side point."""
     w = _Writer()
-    w.names.update(_append=_append_value, _HEADS=_HEADS, _head=_point_head)
+    w.names.update(_append=_append_value, _HEADS=_HEADS, _head=_point_head, _floats=_FLOATS.get,
+                   _float=_float_text)
     always, polled, static = _gpu_parts("gpu", influx=True)
     in_gpu = [r for r in static if (r.measurement or "gpu") == "gpu"]
     w.emit(0, "def gpu_line(g, i, s, host, ns):")
@@ -300,7 +314,8 @@ def _influx() -> tuple[Callable, Callable, Callable]:
     info_fields = w.compile("gpu_info_fields")
 
     w = _Writer()
-    w.names.update(_append=_append_value, _HEADS=_HEADS, _head=_point_head)
+    w.names.update(_append=_append_value, _HEADS=_HEADS, _head=_point_head, _floats=_FLOATS.get,
+                   _float=_float_text)
     w.emit(0, "def host_lines(s, h, host, ns, out):")
     for entity, (records, labels) in _HOST_LOOPS.items():
         rs = [r for r in READINGS if r.entity == entity and r.influx]

@@ -134,3 +134,8 @@ def test_line_protocol_writes_each_value_by_its_type():
     assert "performance_state=true" in point and 'pcie_generation="5"' in point
     assert "power" not in point and "energy" not in point
     assert encode(sample._replace(gpus=(GpuReading(index=0, uuid="u", lost=None),)), "h") == []
+    # a float's text is kept for the next time it comes: 0.0 and -0.0 are equal but written apart
+    for _ in range(2):
+        for v in (0.0, -0.0, 1e-7, 0.1 + 0.2, 700.0, -0.0, 0.0):
+            [point] = encode(sample._replace(gpus=(GpuReading(index=0, uuid="u", power_watts=v),)), "h")
+            assert f" lost=false,power_watts={v!r} " in point, (v, point)
