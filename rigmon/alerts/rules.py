@@ -149,11 +149,7 @@ class Expression:
         names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
         self.reads: tuple[str, ...] = tuple(sorted(names & (set(KINDS[kind]) | set(LABELS[kind]))))
         self.body = _Inline().expression(tree.body)  # Python source, reading the variables as locals
-        self.source = "def _rule(_d, _h):\n" + "".join(f"    {name} = _d.get({name!r})\n" for name in self.reads) + \
-            f"    return {self.body}\n"
-        namespace = dict(_GLOBALS)
-        exec(compile(self.source, f"<rule {text!r}>", "exec"), namespace)  # checked AST: no attributes
-        self._fn = namespace["_rule"]
+        self._fn = batch([self])  # alone here; the engine compiles a kind's conditions together
 
     @staticmethod
     def _check_history_call(node: ast.Call, kind: str, params: dict[str, Any]) -> None:
@@ -176,15 +172,11 @@ class Expression:
         """The value: True, False, a number, or None (unknown) where a value it needs is missing
         or the evaluation failed: a failure is unknown for this rule only, counted, logged once.
         ``history`` is what increase(), rate()… ask (else ``names["_h"]``; none: unknown)."""
-        try:
-            return self._fn(names, names.get("_h") if history is None else history)
-        except (TypeError, ZeroDivisionError):
-            return None
-        except Exception as e:  # MemoryError, OverflowError...: never the other rules
-            return self.failed(e)
+        return self._fn(names, names.get("_h") if history is None else history)[0]
 
     def failed(self, error: Exception) -> None:
-        """An evaluation raised what an unknown term does not: counted, logged once, unknown."""
+        """An evaluation raised what an unknown term does not (MemoryError, OverflowError…):
+        counted, logged once, unknown; never the other rules'."""
         self.errors += 1
         if self.errors == 1:
             log.error("rule expression %r failed (%s); it counts as unknown", self.text[:80], type(error).__name__)
@@ -237,9 +229,10 @@ class Expression:
 def batch(expressions: list[Expression]) -> Callable[[dict, Any], tuple]:
     """Expressions of one kind compiled into one function of an entity's values and history,
     answering a tuple of their values in order: each variable any of them reads is taken from
-    the values once, and each expression fails alone (unknown, counted by its own
-    ``failed``), as in ``Expression.evaluate``. A temporary (``_v1``…) is assigned before it
-    is read within its own expression, so the expressions share those names safely."""
+    the values once (None, unknown, where they lack it), and each expression fails alone: a
+    TypeError or ZeroDivisionError is unknown, anything else unknown and counted by its own
+    ``failed``. A temporary (``_v1``…) is assigned before it is read within its own
+    expression, so the expressions share those names safely; the function writes nothing."""
     reads = sorted(set().union(*(e.reads for e in expressions)))
     lines = ["def _batch(_d, _h):", *(f"    {name} = _d.get({name!r})" for name in reads)]
     for k, e in enumerate(expressions):
