@@ -74,6 +74,30 @@ def test_an_unknown_clear_does_not_resolve_an_alert_whose_condition_holds():
     assert out == ["firing"]  # still 95 °C: the unknown clear waits for the condition itself
 
 
+def test_a_firing_alerts_texts_follow_every_change_of_the_values_they_read():
+    """A text is written again only when a value it reads changed; "changed" includes its type
+    (70 and 70.0 are equal and written apart) and the sign of zero."""
+    from rigmon.alerts.engine import render
+
+    summary = "CPU {socket} at {celsius} ({celsius:.0f}) of {critical_celsius}"
+    spec = {"name": "T", "kind": "cpu", "when": "celsius > -1000", "severity": "warning", "summary": summary,
+            "description": "{sensor}: {celsius:+}"}
+    engine = AlertEngine([Rule(RuleSpec.model_validate(spec))])
+    values = {"socket": "0", "chip": "k10temp", "sensor": "Tctl", "critical_celsius": None}
+    engine.entities = lambda sample, complete=True: {("cpu", "0"): dict(values)}
+    seen = []
+    for t, celsius in enumerate([70, 70, 70.0, 70.0, True, 1, 1.0, 0.0, -0.0, -0.0, 0.0, 0, 70, 70.0]):
+        values["celsius"] = celsius
+        values["critical_celsius"] = (100, 100.0)[t % 2] if t > 10 else None
+        engine.evaluate(at(t), float(t))
+        [alert] = engine.firing()
+        context = dict(values, for_seconds=0.0)
+        assert alert.summary == render(summary, context), (t, celsius)
+        assert alert.description == render(spec["description"], context), (t, celsius)
+        seen.append(alert.summary)
+    assert "CPU 0 at -0.0 (-0) of n/a" in seen and "CPU 0 at True (1) of n/a" in seen and len(set(seen)) == 10
+
+
 def run(recording: Recording, tmp_path, config: dict | None = None) -> list:
     path = sc.write(recording, tmp_path / "edge.rec.jsonl")
     return replay_rules(Recording.load(path), parse(config) if config else Config())

@@ -15,6 +15,7 @@ the hardware stopped giving.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import string
 from array import array
@@ -43,6 +44,11 @@ def subject_of(labels: dict[str, str], sep: str = ", ") -> str:
     return sep.join(f"{k}={v}" for k, v in labels.items() if k not in ("uuid", "name")) or "host"
 
 
+def notification_key(alertname: str, labels: dict[str, str]) -> str:
+    """One alert's notifications, the first and the reminders, under one key."""
+    return alertname + "".join(f",{k}={v}" for k, v in sorted(labels.items()))
+
+
 @dataclass
 class Alert:
     rule: Rule
@@ -51,10 +57,18 @@ class Alert:
     active_since: float
     state: str = "pending"  # pending | firing
     fired_at: float | None = None
-    values: dict[str, Any] = field(default_factory=dict)
+    context: dict[str, Any] = field(default_factory=dict)  # what its texts were last written from
     summary: str = ""
     description: str = ""
     unknown_since: float | None = None  # when its condition became unknown, while it stays so
+    # each text's template -> (the values it read, the text): a text is written again only
+    # when one of the values it reads changed
+    written: dict[str, tuple[tuple, str]] = field(default_factory=dict)
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """The plain values it was last described with (for notifications)."""
+        return {k: v for k, v in self.context.items() if isinstance(v, (int, float, str, bool)) or v is None}
 
     @property
     def name(self) -> str:
@@ -67,6 +81,10 @@ class Alert:
     @property
     def subject(self) -> str:
         return subject_of(self.labels)
+
+    @property
+    def notification_key(self) -> str:
+        return notification_key(self.rule.name, self.labels)
 
 
 @dataclass(frozen=True)
@@ -90,7 +108,7 @@ class Transition:
 
     @property
     def key(self) -> str:
-        return self.alertname + "".join(f",{k}={v}" for k, v in sorted(self.labels.items()))
+        return notification_key(self.alertname, self.labels)
 
     def line(self) -> str:
         state = "FIRING" if self.status == "firing" else "resolved"
@@ -121,6 +139,33 @@ def render(template: str, values: dict[str, Any]) -> str:
         return _FORMAT.vformat(template, (), values)
     except (IndexError, KeyError, ValueError, AttributeError):
         return template
+
+
+@functools.lru_cache(maxsize=1024)
+def _template_names(template: str) -> tuple[str, ...]:
+    """The names a (checked) template reads: ``{name}`` and ``{name:spec}`` only, nothing nested."""
+    return tuple(name for _, name, _, _ in string.Formatter().parse(template) if name)
+
+
+_PLAIN = frozenset((type(None), bool, int, float, str))
+
+
+def _render_again(alert: Alert, template: str, values: dict[str, Any]) -> str:
+    """render(template, values), or the alert's last text from it where every value it reads is
+    the same (same type, same value, same sign: -0.0 is written apart from 0.0)."""
+    read = []
+    for name in _template_names(template):
+        v = values.get(name)
+        cls = v.__class__
+        if cls not in _PLAIN:  # a tuple of 1 and one of 1.0 are equal but written apart: no shortcut
+            return render(template, values)
+        read.append((cls, v, cls is float and math.copysign(1.0, v) < 0))
+    key = tuple(read)
+    last = alert.written.get(template)
+    if last is not None and last[0] == key:
+        return last[1]
+    text = alert.written[template] = (key, render(template, values))
+    return text[1]
 
 
 def _measured(sample: Sample, sensor: str) -> float | None:
@@ -439,7 +484,8 @@ class AlertEngine:
         return []
 
     def _describe(self, alert: Alert, names: dict) -> None:
-        context = {k: v for k, v in names.items() if not k.startswith("_")}  # not _h
+        context = names.copy()
+        del context["_h"]  # the one name of names() that is no variable
         context.update(alert.rule.params)
         ever = self._ever_max.get(alert.key, {})
         context.update({f"ever_max_{k}": v for k, v in ever.items()})
@@ -451,9 +497,9 @@ class AlertEngine:
         context["xid_meaning"] = xid_meaning(names.get("last_xid"))
         context["remap_state"] = ("failed" if names.get("remap_failure") else
                                   "pending: a GPU reset is needed" if names.get("remap_pending") else "")
-        alert.values = {k: v for k, v in context.items() if isinstance(v, (int, float, str, bool)) or v is None}
-        alert.summary = render(alert.rule.spec.summary, context)
-        alert.description = render(alert.rule.spec.description, context)
+        alert.context = context
+        alert.summary = _render_again(alert, alert.rule.spec.summary, context)
+        alert.description = _render_again(alert, alert.rule.spec.description, context)
 
     def _transition(self, alert: Alert, status: str, now: float, reason: str = "") -> Transition:
         description = f"{alert.description} (resolved: {reason})".lstrip() if reason else alert.description

@@ -110,10 +110,10 @@ class AlertSink:
                 listener.consume_transitions(transitions)
         if self.repeat_interval > 0:
             for alert in self.engine.firing():
-                reminder = self.engine.transition_of(alert, now)
-                if now - self._last_sent.get(reminder.key, now) >= self.repeat_interval:
-                    self._send(reminder, reminder=True)
-                    self._last_sent[reminder.key] = now
+                key = alert.notification_key
+                if now - self._last_sent.get(key, now) >= self.repeat_interval:
+                    self._send(self.engine.transition_of(alert, now), reminder=True)
+                    self._last_sent[key] = now
         self.state = self._snapshot(sample)
         for listener in self.listeners:
             consume_state = getattr(listener, "consume_alert_state", None)
