@@ -12,7 +12,7 @@ the daemon's own pieces, each timed in CPU seconds over the same positions:
 - poll: what the daemon does at every poll, scraped or not: poll_once (readers, alerts,
   the collector taking the sample) and the line protocol.
 
-    python tests/bench/bench_poll.py [--polls N] [--json]
+    python tests/bench/bench_poll.py [--polls N] [--scenario plain] [--firing] [--json]
 """
 
 from __future__ import annotations
@@ -54,9 +54,16 @@ def renderer():
 STATE = tempfile.mkdtemp(prefix="rigmon-bench-")  # the jobs ledger, where there is one
 
 
-def build(recording, capture: bool, **gpu):
+# --firing: GpuPowerCapped fires at once (on the H200 recording, which runs at its power cap,
+# on every GPU): the state of a busy datacenter GPU all training long, each alert described
+# every poll
+FIRING = {"builtin": {"GpuPowerCapped": {"for": 0}}}
+
+
+def build(recording, capture: bool, firing: bool = False, **gpu):
     config = configmod.parse({"influxdb": {"enabled": False}, "prometheus": {"enabled": False},
-                              "daemon": {"state_dir": STATE}, "gpu": {"xid_events": False, **gpu}}, "bench")
+                              "daemon": {"state_dir": STATE}, "gpu": {"xid_events": False, **gpu},
+                              "alerts": FIRING if firing else {}}, "bench")
     source = sc.source(recording, loop=True)
     try:
         from rigmon.replay import ReplayHost, replay_backend
@@ -76,11 +83,11 @@ def build(recording, capture: bool, **gpu):
     return source, daemon, registry, nvml, host
 
 
-def measure(gpus: int, polls: int, repeats: int, scenario: str = "rich") -> dict:
+def measure(gpus: int, polls: int, repeats: int, scenario: str = "rich", firing: bool = False) -> dict:
     recording = sc.rich(sc.h200(), gpus=gpus) if scenario == "rich" else sc.h200().widened(gpus)
     at = [(i * 1.0) % recording.duration for i in range(polls)]
 
-    source, daemon, _, nvml, host = build(recording, capture=True)
+    source, daemon, _, nvml, host = build(recording, capture=True, firing=firing)
     per_poll = []
     for t in at:
         source.clock.set(t)
@@ -91,8 +98,10 @@ def measure(gpus: int, polls: int, repeats: int, scenario: str = "rich") -> dict
     def bare() -> float:
         return replay_calls(source, at, per_poll)
 
+    firing_seen: list[int] = []
+
     def parts() -> dict[str, float]:
-        src, d, registry, _, _ = build(recording, capture=False)
+        src, d, registry, _, _ = build(recording, capture=False, firing=firing)
         render = renderer()
         spent = dict.fromkeys(("readers", "alerts", "metrics", "influx"), 0.0)
         samples = []
@@ -114,10 +123,11 @@ def measure(gpus: int, polls: int, repeats: int, scenario: str = "rich") -> dict
             spent["metrics"] += s3 - s2
             spent["influx"] += s4 - s3
             samples.append(sample)
+        firing_seen.append(len(d.alerts.engine.firing()) if d.alerts is not None else 0)
         return spent
 
     def whole() -> float:
-        src, d, registry, _, _ = build(recording, capture=False)
+        src, d, registry, _, _ = build(recording, capture=False, firing=firing)
         start = time.process_time()
         for t in at:
             src.clock.set(t)
@@ -134,7 +144,7 @@ def measure(gpus: int, polls: int, repeats: int, scenario: str = "rich") -> dict
     best = {k: min(v) for k, v in runs.items()}
     best.update({k: min(p[k] for p in part_runs) for k in part_runs[0]})
     us = {k: round(v / polls * 1e6, 1) for k, v in best.items()}
-    return {"gpus": gpus, "polls": polls, "cpu_us_per_poll": us,
+    return {"gpus": gpus, "polls": polls, "alerts_firing": firing_seen[-1], "cpu_us_per_poll": us,
             "ratio_to_bare": {k: round(v / best["bare"], 2) for k, v in best.items() if k != "bare"}}
 
 
@@ -144,14 +154,16 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--scenario", choices=["rich", "plain"], default="rich",
                    help="rich: host sensors, fans, ECC (default); plain: the H200 recording widened, no sensors")
+    p.add_argument("--firing", action="store_true",
+                   help="GpuPowerCapped fires at once: an alert firing on every GPU, described every poll")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    result = measure(8, args.polls, args.repeats, args.scenario)
+    result = measure(8, args.polls, args.repeats, args.scenario, args.firing)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"8 GPUs ({args.scenario}), {args.polls} polls, best of {args.repeats}; CPU µs per poll and ratio to "
-          f"the bare calls")
+    print(f"8 GPUs ({args.scenario}), {args.polls} polls, best of {args.repeats}, {result['alerts_firing']} alerts "
+          f"firing at the end; CPU µs per poll and ratio to the bare calls")
     for key, value in result["cpu_us_per_poll"].items():
         ratio = result["ratio_to_bare"].get(key)
         print(f"  {key:>8} {value:>9.1f} µs" + (f"  {ratio:>5.2f}x" if ratio is not None else ""))
