@@ -339,7 +339,9 @@ def _influx() -> tuple[Callable, Callable, Callable]:
 
 # --- alert entities -------------------------------------------------------------------------------
 def _entities(wanted: dict[str, frozenset[str]] | None = None) -> tuple[Callable, Callable]:
-    """gpu_entities(s, xid_totals, last_xids) and host_entities(s): {(kind, ...): {variable: value}}.
+    """gpu_entities(s, xid_totals, last_xids, gpu=None) and host_entities(s, kind=None):
+    {(kind, ...): {variable: value}}; with ``gpu`` (an index) only that GPU's, with ``kind``
+    only that kind's ("cpu", "fan", "host").
 
     ``wanted``: only these kinds, each with only these variables (and its labels), for code that
     reads no more: the alert engine's conditions. None: every kind, every variable."""
@@ -352,11 +354,12 @@ def _entities(wanted: dict[str, frozenset[str]] | None = None) -> tuple[Callable
     w = _Writer()
     always, polled, static = (keep("gpu", part) for part in _gpu_parts("gpu", rule=True))
     fan = keep("gpu_fan", [r for r in READINGS if r.entity == "gpu_fan" and r.rule and r.get is not None])
-    w.emit(0, "def gpu_entities(s, xid_totals, last_xids):")
+    w.emit(0, "def gpu_entities(s, xid_totals, last_xids, gpu=None):")
     w.emit(1, "out = {}")
     if wants("gpu") or wants("gpu_fan"):
         w.emit(1, "info = {x.index: x for x in s.gpu_info}")
         w.emit(1, "for g in s.gpus:")
+        w.emit(2, "if gpu is not None and g.index != gpu: continue")
         w.emit(2, "i = info.get(g.index)")
         w.emit(2, "labels = {'gpu': str(g.index), 'uuid': g.uuid, 'name': i.name if i else ''}")
     if wants("gpu"):
@@ -380,18 +383,17 @@ def _entities(wanted: dict[str, frozenset[str]] | None = None) -> tuple[Callable
     gpu = w.compile("gpu_entities")
 
     w = _Writer()
-    w.emit(0, "def host_entities(s):")
+    w.emit(0, "def host_entities(s, kind=None):")
     w.emit(1, "out = {}")
     w.emit(1, "h = s.host")
     keys = {"cpu": "('cpu', r.socket)", "fan": "('fan', r.chip, r.device, r.label)"}
-    if any(wants(entity) for entity in keys):
-        w.emit(1, "if h is not None:")
     for entity, key in keys.items():
         if not wants(entity):
             continue
         rs = keep(entity, [r for r in READINGS if r.entity == entity and r.rule])
         records, labels = _HOST_LOOPS[entity]
         names = ENTITIES[entity].prometheus_labels
+        w.emit(1, f"if h is not None and kind in (None, {entity!r}):")
         w.emit(2, f"for r in {records}:")
         w.emit(3, f"labels = {labels}")
         values = ", ".join([f"{n!r}: labels[{k}]" for k, n in enumerate(names)] +
@@ -399,7 +401,8 @@ def _entities(wanted: dict[str, frozenset[str]] | None = None) -> tuple[Callable
         w.emit(3, f"out[{key}] = {{{values}}}")
     if wants("host"):
         rs = keep("host", [r for r in READINGS if r.entity == "host" and r.rule])
-        w.emit(1, "out[('host',)] = {" + ", ".join(f"{r.name!r}: {w.value(r)}" for r in rs) + "}")
+        w.emit(1, "if kind in (None, 'host'):")
+        w.emit(2, "out[('host',)] = {" + ", ".join(f"{r.name!r}: {w.value(r)}" for r in rs) + "}")
     w.emit(1, "return out")
     return gpu, w.compile("host_entities")
 

@@ -50,7 +50,7 @@ def rule(when, for_="0s", clear=None):
 
 def at(t: float):
     """Just enough of a Sample for AlertEngine.evaluate when entities() is set by hand."""
-    return type("S", (), {"events": (), "time": float(t)})()
+    return type("S", (), {"events": (), "time": float(t), "host": None, "gpus": (), "gpu_info": ()})()
 
 
 def test_an_alert_whose_condition_stays_unknown_resolves_with_the_reason():

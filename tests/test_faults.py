@@ -429,7 +429,7 @@ def test_a_rule_that_fails_at_evaluation_is_unknown_for_itself_only():
     engine = AlertEngine([broken, rule("Hot", "celsius >= 90")])
     cpu = {"socket": "0", "chip": "k", "sensor": "Tctl", "celsius": 95.0}
     engine.entities = lambda sample, complete=True: {("cpu", "0"): cpu}
-    sample = type("S", (), {"events": (), "time": 0.0})()
+    sample = type("S", (), {"events": (), "time": 0.0, "host": None})()
     fired = [t.alertname for t in engine.evaluate(sample, 0.0)]
     assert fired == ["Hot"] and engine.rules[0].when.errors == 1
 

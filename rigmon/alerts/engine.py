@@ -257,8 +257,8 @@ class _Complete:
 
     @property
     def values(self) -> dict:
-        if self._values is None:  # the sample's complete entities: built once, whichever alert asks
-            self._values = self._engine.entities(self._sample).get(self._key) or self._read
+        if self._values is None:
+            self._values = self._engine.entity(self._sample, self._key) or self._read
         return self._values
 
     @property
@@ -344,6 +344,19 @@ class AlertEngine:
         if complete:
             self._complete = (sample, entities)
         return entities
+
+    def entity(self, sample: Sample, key: tuple) -> dict | None:
+        """One entity of ``sample`` with every variable (what an alert's texts read), without
+        building the others: an alert firing on one GPU of eight all day describes that one."""
+        cached = self._complete
+        if cached is not None and cached[0] is sample:
+            return cached[1].get(key)
+        kind = key[0]
+        if kind in ("gpu", "gpu_fan"):
+            return gpu_entities(sample, self._xid_totals, self._last_xid, key[1]).get(key)
+        if kind in ("cpu", "fan", "host"):
+            return host_entities(sample, kind).get(key)
+        return None  # PSU groups and sensors: the rules' entities hold every variable
 
     def _cpu_watts(self, sample: Sample) -> float:
         """CPU package power from the RAPL energy counter's rise since the previous sample."""
