@@ -225,6 +225,8 @@ class MetricsServer:
                 lambda: _Connection(self), listen, port, ssl=tls,
                 ssl_handshake_timeout=CONNECTION_TIMEOUT if tls else None, backlog=128, reuse_address=True))
         except OSError as e:
+            self._loop.close()  # now, in its thread: left to the garbage collector at exit, it can raise there
+            self._render.shutdown(wait=False)
             ready.set_exception(OSError(e.errno, f"cannot listen on {listen}:{port}: {e.strerror}"))
             return
         ready.set_result(server)
