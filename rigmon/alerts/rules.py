@@ -343,11 +343,11 @@ class _Inline:
         name = node.func.id
         if name == "known":
             return f"(({self.expression(node.args[0])}) is not None)"
-        if name.startswith("_") and name[1:] in HISTORY_FUNCTIONS:
-            # a history function asks the entity's history (the engine's, ``_h``, the first
-            # argument); without one (an expression evaluated on values alone) it is unknown
-            args = ", ".join(self.expression(a) for a in node.args[1:])
-            return f"(None if _h is None else _h.{name[1:]}({args}))"
+        if name in HISTORY_FUNCTIONS:
+            # a history function asks the entity's history (the engine's, ``_h``); without one
+            # (an expression evaluated on values alone) it is unknown
+            args = ", ".join(self.expression(a) for a in node.args)
+            return f"(None if _h is None else _h.{name}({args}))"
         if name in PLAIN_FUNCTIONS:
             name = f"_{name}"
         return f"{name}({', '.join(self.expression(a) for a in node.args)})"
@@ -376,14 +376,12 @@ class _HistoryArgs(ast.NodeTransformer):
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
         if isinstance(node.func, ast.Name) and node.func.id in HISTORY_FUNCTIONS:
-            # the entity's history is ``_h`` in the namespace: increase(v, w) → _increase(_h, "v", w)
-            args = [ast.Name("_h", ast.Load()), ast.Constant(node.args[0].id)]
+            args = [ast.Constant(node.args[0].id)]
             if len(node.args) > 1:
                 window = node.args[1]
                 value = self._params[window.id] if isinstance(window, ast.Name) else window.value
                 args.append(ast.Constant(parse_duration(value)))
                 self.windows.append(parse_duration(value))
-            node.func = ast.Name(f"_{node.func.id}", ast.Load())
             node.args = args
         return node
 
