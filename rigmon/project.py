@@ -253,6 +253,11 @@ def _float_text(value: float) -> str:
     return text
 
 
+# what the generated line-protocol code calls
+_LINE_NAMES = {"_append": _append_value, "_HEADS": _HEADS, "_head": _point_head, "_floats": _FLOATS.get,
+               "_float": _float_text}
+
+
 def _fields(w: _Writer, depth: int, key: str, r: Reading) -> None:
     """a(key=value) for one reading, with its unit's usual type written inline (any other type,
     and None, NaN and the infinities, as influx_value says). ``key`` is a Python expression."""
@@ -283,8 +288,7 @@ def _influx() -> tuple[Callable, Callable, Callable]:
     """gpu_line(g, i, s, host, ns) → the GPU's point or None; gpu_info_fields(i, s) → dict;
     host_lines(s, h, host, ns, out) appends each host-side point."""
     w = _Writer()
-    w.names.update(_append=_append_value, _HEADS=_HEADS, _head=_point_head, _floats=_FLOATS.get,
-                   _float=_float_text)
+    w.names.update(_LINE_NAMES)
     always, polled, static = _gpu_parts("gpu", influx=True)
     in_gpu = [r for r in static if (r.measurement or "gpu") == "gpu"]
     w.emit(0, "def gpu_line(g, i, s, host, ns):")
@@ -314,8 +318,7 @@ def _influx() -> tuple[Callable, Callable, Callable]:
     info_fields = w.compile("gpu_info_fields")
 
     w = _Writer()
-    w.names.update(_append=_append_value, _HEADS=_HEADS, _head=_point_head, _floats=_FLOATS.get,
-                   _float=_float_text)
+    w.names.update(_LINE_NAMES)
     w.emit(0, "def host_lines(s, h, host, ns, out):")
     for entity, (records, labels) in _HOST_LOOPS.items():
         rs = [r for r in READINGS if r.entity == entity and r.influx]
