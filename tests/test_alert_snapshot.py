@@ -11,7 +11,7 @@ import urllib.request
 from collections import Counter
 
 import scenarios as sc
-from servers import Rigmon
+from servers import Rigmon, http_get, wait_for
 
 from rigmon.recording import Recording
 
@@ -83,6 +83,10 @@ def test_scrapes_see_whole_polls_while_alerts_flip_every_poll(tmp_path):
 
     try:
         rigmon.wait_ready()
+        # The replay's clock starts before the daemon's first poll, which may land on a 60 °C
+        # tick: until a poll at 95 °C, no Flip transition exists to be seen, whole or not.
+        wait_for(lambda: b'rigmon_alert_transitions_total{alertname="Flip"' in http_get(rigmon.url)[1], 10,
+                 what="the first Flip transition")
         threads = [threading.Thread(target=scrape, args=(w,)) for w in ("metrics", "metrics", "state", "state")]
         for t in threads:
             t.start()
