@@ -4,6 +4,7 @@ within one deadline, and SIGHUP's validated restart."""
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import sys
@@ -50,6 +51,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     except OSError as e:
         daemon.poller.close()
         raise UsageError(str(e)) from None
+    # What start-up built (modules, config, readers, a replayed recording) lives as long as the
+    # process (SIGHUP execs a new one): kept out of the collector's sight, so the full collections
+    # that short-lived objects (a connection per scrape) set off stay short, ~1 ms, not ~20 ms
+    # of the HTTP thread's time for every scrape waiting behind them.
+    gc.collect()
+    gc.freeze()
     started = time.monotonic()
     while True:
         daemon.wait()
