@@ -97,6 +97,7 @@ def _families(sample: Sample, xids: dict):
 CONNECTION_TIMEOUT = 10.0  # seconds a client has for the TLS handshake, its request, each write
 IDLE_TIMEOUT = 60.0  # seconds a kept-alive connection may wait for its next request
 MAX_CONNECTIONS = 64  # connections served at once; more are closed at once, not queued behind
+HEADS_KEPT, HEAD_KEPT_BYTES = 64, 2048  # distinct request heads kept parsed, and the longest kept
 MAX_REQUEST_BYTES = 16384  # request line and headers
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
@@ -129,6 +130,40 @@ def _encoder(accept: str):
     return choose_encoder(accept)
 
 
+class _Request(NamedTuple):
+    """What a request asks for, from its line and headers: the same for every request with
+    the same head."""
+    keep: bool  # the connection stays open after the answer
+    path: str  # without the query
+    head_only: bool
+    refused: Response | None  # the answer when the request is not one we serve (400, 405)
+    authorization: str = ""
+    accept: str = ""
+    zipped: bool = False
+    format: str = ""  # the exposition's content type for ``accept``
+
+
+def _parse(head: bytes) -> _Request:
+    """One request's line and headers (``head``, without the blank line)."""
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split()
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        return _Request(False, "", False, response(400, "text/plain", b"bad request\n"))
+    method, path, version = parts
+    headers = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    if method not in ("GET", "HEAD") or "content-length" in headers or "transfer-encoding" in headers:
+        return _Request(False, path, False, response(405, "text/plain", b"GET only\n", (("Allow", "GET, HEAD"),)))
+    connection = headers.get("connection", "").lower()
+    keep = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
+    accept = headers.get("accept", "")
+    return _Request(keep, path.split("?", 1)[0], method == "HEAD", None, headers.get("authorization", ""), accept,
+                    "gzip" in headers.get("accept-encoding", ""), _encoder(accept)[1])
+
+
 class MetricsApp:
     """What /metrics and the other paths answer: the exposition rendered once per poll, format
     and encoding, then the same bytes (and their prebuilt headers) for every scrape until the
@@ -145,25 +180,24 @@ class MetricsApp:
         self._exposition = Exposition()  # each series' escaped name and labels, kept between renders
         self._lock = threading.Lock()
 
-    def respond(self, path: str, headers: dict[str, str]) -> Response | Callable[[], Response]:
-        """The answer to a GET of ``path`` with these (lower-cased) request headers, or, where
-        this poll's exposition is not rendered yet, the call that renders it."""
-        if self._auth is not None and not self._authorised(headers.get("authorization", "")):
+    def respond(self, request: _Request) -> Response | Callable[[], Response]:
+        """The answer to a GET, or, where this poll's exposition is not rendered yet, the call
+        that renders it."""
+        if self._auth is not None and not self._authorised(request.authorization):
             return _UNAUTHORISED
-        path = path.split("?", 1)[0]
+        path = request.path
+        if path == "/metrics":
+            generation = self._cache_generation  # read before the cache: a render clears it, then moves this on
+            cached = self._cache.get((request.format, request.zipped))
+            if cached is not None and generation == self._generation():
+                return cached
+            return functools.partial(self.metrics, request.accept, request.zipped)
         if path in ("/", ""):
             return _ROOT
         if path in self._routes:
             content_type, body = self._routes[path]()
             return response(200, content_type, body)
-        if path != "/metrics":
-            return _NOT_FOUND
-        accept, zipped = headers.get("accept", ""), "gzip" in headers.get("accept-encoding", "")
-        generation = self._cache_generation  # read before the cache: a render clears it, then moves this on
-        cached = self._cache.get((_encoder(accept)[1], zipped))
-        if cached is not None and generation == self._generation():
-            return cached
-        return functools.partial(self.metrics, accept, zipped)
+        return _NOT_FOUND
 
     def metrics(self, accept: str, zipped: bool) -> Response:
         encoder, content_type = _encoder(accept)
@@ -197,8 +231,8 @@ class MetricsApp:
 
 class MetricsServer:
     """HTTP/1.1 with keep-alive on one event loop thread: a scrape costs finding the end of its
-    request, a parse of its line and headers, and one write of cached bytes with prebuilt
-    headers; no thread and no task per connection or request (asyncio protocols, deadlines
+    request, a look-up of its head (parsed the first time it is seen), and one write of cached
+    bytes with prebuilt headers; no thread and no task per connection or request (asyncio protocols, deadlines
     swept once a second). TLS handshakes run on the loop under CONNECTION_TIMEOUT; a client
     that connects and says nothing, trickles its request or stops reading holds only its own
     connection until its deadline, and at most MAX_CONNECTIONS are served at once (more are
@@ -208,6 +242,7 @@ class MetricsServer:
     def __init__(self, app: MetricsApp, listen: str, port: int, tls: ssl.SSLContext | None = None):
         self.app = app
         self.connections: set[_Connection] = set()
+        self._heads: dict[bytes, _Request] = {}  # used on the loop's thread only
         self._loop = asyncio.new_event_loop()
         self._render = ThreadPoolExecutor(1, thread_name_prefix="rigmon-render")
         ready: concurrent.futures.Future = concurrent.futures.Future()
@@ -247,6 +282,18 @@ class MetricsServer:
         for connection in [c for c in self.connections if c.deadline < now]:
             connection.transport.abort()
         self._loop.call_later(1.0, self._sweep)
+
+    def request(self, head: bytes) -> _Request:
+        """``head`` parsed. A scraper sends the very same bytes every scrape, so each distinct
+        head is parsed once; at most HEADS_KEPT are kept (all forgotten when more come)."""
+        request = self._heads.get(head)
+        if request is None:
+            request = _parse(head)
+            if len(head) <= HEAD_KEPT_BYTES:
+                if len(self._heads) >= HEADS_KEPT:
+                    self._heads.clear()
+                self._heads[head] = request
+        return request
 
     def render(self, call: Callable[[], Response]) -> asyncio.Future:
         return self._loop.run_in_executor(self._render, call)
@@ -309,7 +356,9 @@ class _Connection(asyncio.Protocol):
                     self._write(response(431, "text/plain", b"request headers too large\n"), False, False)
                 return
             head, self.buffer = self.buffer[:end], self.buffer[end + 4:]
-            keep, answer, head_only = _answer(self.server.app, head)
+            request = self.server.request(head)
+            keep, head_only = request.keep, request.head_only
+            answer = request.refused or self.server.app.respond(request)
             if callable(answer):  # a new poll's first scrape: rendered beside the loop
                 self.busy = True
                 self.transport.pause_reading()
@@ -354,25 +403,6 @@ def _quiet(loop: asyncio.AbstractEventLoop, context: dict) -> None:
         log.debug("HTTP client: %s", context.get("message"))
         return
     log.error("HTTP server: %s", context.get("message"), exc_info=error)
-
-
-def _answer(app: MetricsApp, head: bytes) -> tuple[bool, Response | Callable[[], Response], bool]:
-    """(keep the connection, the response or the render that makes it, HEAD) for one request."""
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split()
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        return False, response(400, "text/plain", b"bad request\n"), False
-    method, path, version = parts
-    headers = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if sep:
-            headers[name.strip().lower()] = value.strip()
-    if method not in ("GET", "HEAD") or "content-length" in headers or "transfer-encoding" in headers:
-        return False, response(405, "text/plain", b"GET only\n", (("Allow", "GET, HEAD"),)), False
-    connection = headers.get("connection", "").lower()
-    keep = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
-    return keep, app.respond(path, headers), method == "HEAD"
 
 
 def serve(app: MetricsApp, config: PrometheusConfig) -> tuple[MetricsServer, threading.Thread]:
