@@ -1,8 +1,10 @@
 """/metrics under concurrent scrapers: rigmon's server against the floor, and against an
 earlier rigmon.
 
-Three servers answer the same 8-GPU exposition, each in its own process:
+The servers answer the same 8-GPU exposition, each in its own process:
 - rigmon: ``rigmon run`` replaying the H200 recording widened to 8 GPUs (1 s polls);
+- quiet: the same, polling once an hour: rigmon's HTTP stack without the polls and renders
+  that share its process (and its GIL) once a second;
 - floor: a minimal keep-alive HTTP/1.1 server (asyncio protocol) writing the very bytes
   rigmon answered, with the same headers: no parsing beyond finding the blank line;
 - today (with ``--today DIR``, a checkout of an earlier rigmon, e.g. ``git worktree add
@@ -11,9 +13,13 @@ Three servers answer the same 8-GPU exposition, each in its own process:
 The load comes from another process: N scrapers (1, 10, 50), each a connection that sends
 Prometheus's own headers (OpenMetrics, gzip) and reads whole responses; ``keepalive``
 reuses the connection like Prometheus, ``close`` opens one per scrape. For each: scrapes/s,
-p50 and p99 latency (request written to body read), failures.
+p50, p99 and p99.9 latency (request written to body read), failures.
 
-    python tests/bench/bench_http.py [--seconds 5] [--rounds 3] [--today DIR] [--json]
+The client is ``wrk`` where it is installed (Debian's ``wrk``: C, one thread, epoll), so the
+servers, not the client, are what is measured; otherwise (or with ``--client asyncio``) an
+asyncio client, which on two cores saturates first when a connection is opened per scrape.
+
+    python tests/bench/bench_http.py [--seconds 5] [--rounds 3] [--today DIR] [--client wrk|asyncio] [--json]
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import asyncio
 import json
 import multiprocessing
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -67,6 +74,25 @@ async def main():
 
 asyncio.run(main())
 '''
+
+
+# wrk's script: the same request as REQUEST; "close" (its argument) adds Connection: close, and
+# wrk opens a new connection for every scrape; done() prints the figures as one JSON line
+WRK_SCRIPT = r'''
+wrk.headers["User-Agent"] = "Prometheus/2.53.0"
+wrk.headers["Accept"] = "<ACCEPT>"
+wrk.headers["Accept-Encoding"] = "gzip"
+wrk.headers["X-Prometheus-Scrape-Timeout-Seconds"] = "10"
+function init(args)
+  if args[1] == "close" then wrk.headers["Connection"] = "close" end
+end
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('{"requests": %d, "us": %d, "connect": %d, "read": %d, "write": %d, "status": %d, ' ..
+    '"timeout": %d, "p50": %d, "p99": %d, "p999": %d}\n', summary.requests, summary.duration, e.connect,
+    e.read, e.write, e.status, e.timeout, latency:percentile(50), latency:percentile(99), latency:percentile(99.9)))
+end
+'''.replace("<ACCEPT>", ACCEPT)
 
 
 async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bool]:
@@ -115,15 +141,34 @@ def _load(port: int, mode: str, scrapers: int, seconds: float, out) -> None:
 
     latencies, failures, elapsed = asyncio.run(run())
     latencies.sort()
+
+    def quantile(q):
+        return round(latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3, 3) if latencies else None
+
     out.send({"scrapes": len(latencies), "failed": len(failures), "first_failure": failures[:1],
               "per_second": round(len(latencies) / elapsed, 1),
-              "p50_ms": round(latencies[len(latencies) // 2] * 1e3, 3) if latencies else None,
-              "p99_ms": round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] * 1e3, 3)
-              if latencies else None})
+              "p50_ms": quantile(0.5), "p99_ms": quantile(0.99), "p999_ms": quantile(0.999)})
 
 
-def load(port: int, mode: str, scrapers: int, seconds: float) -> dict:
-    """The load from its own process (the server's process keeps its core)."""
+def _wrk(port: int, mode: str, scrapers: int, seconds: float, script: Path) -> dict:
+    run = subprocess.run(["wrk", "-t1", f"-c{scrapers}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(script),
+                          f"http://127.0.0.1:{port}/metrics", "--", mode], capture_output=True, text=True)
+    try:
+        figures = json.loads(run.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise RuntimeError(f"wrk said: {run.stdout}{run.stderr}") from None
+    failed = sum(figures[k] for k in ("connect", "read", "write", "status", "timeout"))
+    first = [f"{k} errors: {figures[k]}" for k in ("connect", "read", "write", "status", "timeout") if figures[k]]
+    return {"scrapes": figures["requests"] - figures["status"], "failed": failed, "first_failure": first[:1],
+            "per_second": round((figures["requests"] - figures["status"]) / figures["us"] * 1e6, 1),
+            **{f"{q}_ms": figures[q] / 1e3 for q in ("p50", "p99", "p999")}}
+
+
+def load(port: int, mode: str, scrapers: int, seconds: float, wrk_script: Path | None = None) -> dict:
+    """The load from its own process (the server's process keeps its core): wrk's, or the
+    asyncio client's."""
+    if wrk_script is not None:
+        return _wrk(port, mode, scrapers, seconds, wrk_script)
     parent, child = multiprocessing.Pipe()
     proc = multiprocessing.Process(target=_load, args=(port, mode, scrapers, seconds, child))
     proc.start()
@@ -141,7 +186,12 @@ def _median(runs: list[dict]) -> dict:
     return {"scrapes": sum(r["scrapes"] for r in runs), "failed": sum(r["failed"] for r in runs),
             "first_failure": next((r["first_failure"] for r in runs if r["first_failure"]), []),
             "per_second": median("per_second"), "p50_ms": median("p50_ms"), "p99_ms": median("p99_ms"),
-            "rounds": len(runs)}
+            "p999_ms": median("p999_ms"), "rounds": len(runs)}
+
+
+def _over(server: dict, floor: dict) -> float | None:
+    """A server's p99 over the floor's."""
+    return round(server["p99_ms"] / floor["p99_ms"], 2) if server["p99_ms"] and floor["p99_ms"] else None
 
 
 def fetch(port: int) -> bytes:
@@ -174,14 +224,20 @@ def main(argv=None) -> int:
                                                             "report the median of each figure")
     p.add_argument("--today", metavar="DIR", help="a checkout of an earlier rigmon to measure too")
     p.add_argument("--scrapers", default="1,10,50")
+    p.add_argument("--client", choices=["wrk", "asyncio"], default="wrk" if shutil.which("wrk") else "asyncio",
+                   help="the load generator (default: wrk where it is installed)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     levels = [int(n) for n in args.scrapers.split(",")]
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+        wrk_script = None
+        if args.client == "wrk":
+            wrk_script = tmp / "scrape.lua"
+            wrk_script.write_text(WRK_SCRIPT)
         recording = sc.write(sc.h200().widened(8), tmp / "bench.rec.jsonl")
-        servers = {"rigmon": None, "floor": None}
+        servers = {"rigmon": None, "quiet": None, "floor": None}
         if args.today:
             servers["today"] = None
         procs = []
@@ -199,8 +255,9 @@ def main(argv=None) -> int:
                     folder.mkdir()
                     env = {"PYTHONPATH": str(Path(args.today).resolve())} if name == "today" else {}
                     env["PYTHONSAFEPATH"] = "1"
-                    daemon = Rigmon(folder, recording, f'[daemon]\nstate_dir = "{folder / "state"}"\n', env=env,
-                                    port=port)
+                    settings = f'[daemon]\nstate_dir = "{folder / "state"}"\n' + (
+                        "interval = 3600\n" if name == "quiet" else "")
+                    daemon = Rigmon(folder, recording, settings, env=env, port=port)
                     daemon.wait_ready()
                     procs.append(daemon)
                 servers[name] = port
@@ -210,7 +267,8 @@ def main(argv=None) -> int:
                 for mode in ("keepalive", "close"):
                     for n in levels:
                         for name, port in servers.items():  # the servers side by side at each level
-                            rounds.setdefault((name, mode, n), []).append(load(port, mode, n, args.seconds))
+                            rounds.setdefault((name, mode, n), []).append(load(port, mode, n, args.seconds,
+                                                                                     wrk_script))
             for (name, mode, n), runs in rounds.items():
                 results.setdefault(name, {}).setdefault(mode, {})[n] = _median(runs)
         finally:
@@ -223,11 +281,12 @@ def main(argv=None) -> int:
     summary = {}
     for mode in ("keepalive", "close"):
         for n in levels:
-            r, f = results["rigmon"][mode][n], results["floor"][mode][n]
+            r, q, f = (results[name][mode][n] for name in ("rigmon", "quiet", "floor"))
             row = {"rigmon_per_s": r["per_second"], "floor_per_s": f["per_second"],
-                   "rigmon_p99_ms": r["p99_ms"], "floor_p99_ms": f["p99_ms"],
-                   "p99_over_floor": round(r["p99_ms"] / f["p99_ms"], 2) if r["p99_ms"] and f["p99_ms"] else None,
-                   "failed": r["failed"] + f["failed"]}
+                   "rigmon_p99_ms": r["p99_ms"], "floor_p99_ms": f["p99_ms"], "p99_over_floor": _over(r, f),
+                   "rigmon_p999_ms": r["p999_ms"], "floor_p999_ms": f["p999_ms"],
+                   "quiet_per_s": q["per_second"], "quiet_p99_ms": q["p99_ms"], "quiet_p99_over_floor": _over(q, f),
+                   "failed": r["failed"] + q["failed"] + f["failed"]}
             if "today" in results:
                 t = results["today"][mode][n]
                 row.update(today_per_s=t["per_second"], today_p99_ms=t["p99_ms"],
@@ -235,8 +294,9 @@ def main(argv=None) -> int:
                            if t["per_second"] else None, failed=row["failed"] + t["failed"])
             summary[f"{mode} x{n}"] = row
     if args.json:
-        print(json.dumps({"summary": summary, "detail": results}, indent=2))
+        print(json.dumps({"client": args.client, "summary": summary, "detail": results}, indent=2))
     else:
+        print(f"client: {args.client}")
         for key, row in summary.items():
             print(f"{key:>14}: " + ", ".join(f"{k} {v}" for k, v in row.items()))
     return 0
