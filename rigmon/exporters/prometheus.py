@@ -140,7 +140,7 @@ class _Request(NamedTuple):
     authorization: str = ""
     accept: str = ""
     zipped: bool = False
-    format: str = ""  # the exposition's content type for ``accept``
+    cache_key: tuple = ()  # (the exposition's content type for ``accept``, zipped): its cached answer's key
 
 
 def _parse(head: bytes) -> _Request:
@@ -159,9 +159,9 @@ def _parse(head: bytes) -> _Request:
         return _Request(False, path, False, response(405, "text/plain", b"GET only\n", (("Allow", "GET, HEAD"),)))
     connection = headers.get("connection", "").lower()
     keep = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
-    accept = headers.get("accept", "")
+    accept, zipped = headers.get("accept", ""), "gzip" in headers.get("accept-encoding", "")
     return _Request(keep, path.split("?", 1)[0], method == "HEAD", None, headers.get("authorization", ""), accept,
-                    "gzip" in headers.get("accept-encoding", ""), _encoder(accept)[1])
+                    zipped, (_encoder(accept)[1], zipped))
 
 
 class MetricsApp:
@@ -188,7 +188,7 @@ class MetricsApp:
         path = request.path
         if path == "/metrics":
             generation = self._cache_generation  # read before the cache: a render clears it, then moves this on
-            cached = self._cache.get((request.format, request.zipped))
+            cached = self._cache.get(request.cache_key)
             if cached is not None and generation == self._generation():
                 return cached
             return functools.partial(self.metrics, request.accept, request.zipped)
@@ -339,10 +339,20 @@ class _Connection(asyncio.Protocol):
         self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
-        if not self.buffer:  # a new request begins: it has CONNECTION_TIMEOUT to arrive whole
-            self.deadline = self.loop.time() + CONNECTION_TIMEOUT
-        self.buffer += data
         try:
+            if not (self.buffer or self.busy or self.closing) and data.find(b"\r\n\r\n") == len(data) - 4:
+                # one whole request and nothing before it (a scraper's every scrape): the answer
+                # at once when it is cached and the connection stays; otherwise as below
+                request = self.server.request(data[:-4])
+                if request.keep and not request.head_only and request.refused is None:
+                    answer = self.server.app.respond(request)
+                    if not callable(answer):
+                        self.transport.write(answer.kept)
+                        self.deadline = self.loop.time() + IDLE_TIMEOUT
+                        return
+            if not self.buffer:  # a new request begins: it has CONNECTION_TIMEOUT to arrive whole
+                self.deadline = self.loop.time() + CONNECTION_TIMEOUT
+            self.buffer += data
             self._serve()
         except Exception:  # a bug answering one request: that connection only
             log.exception("answering a request failed")
