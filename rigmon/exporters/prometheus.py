@@ -108,13 +108,14 @@ class Response(NamedTuple):
     head: bytes  # status line and headers, without Connection and the blank line
     body: bytes
     kept: bytes  # the whole answer on a kept-alive connection: one write, one send
+    closing: bytes  # the whole answer, then the connection closes: one write too
 
 
 def response(status: int, content_type: str, body: bytes, extra: tuple[tuple[str, str], ...] = ()) -> Response:
     headers = [("Content-Type", content_type), ("Content-Length", str(len(body))), *extra]
     head = f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers)
     head = head.encode("latin-1")
-    return Response(head, body, head + b"\r\n" + body)
+    return Response(head, body, head + b"\r\n" + body, head + b"Connection: close\r\n\r\n" + body)
 
 
 _ROOT = response(200, "text/html; charset=utf-8", b"<html><head><title>rigmon</title></head><body><h1>rigmon</h1>"
@@ -341,14 +342,13 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             if not (self.buffer or self.busy or self.closing) and data.find(b"\r\n\r\n") == len(data) - 4:
-                # one whole request and nothing before it (a scraper's every scrape): the answer
-                # at once when it is cached and the connection stays; otherwise as below
+                # one whole request and nothing before it (a scraper's every scrape): answered at
+                # once when its answer is ready; otherwise as below
                 request = self.server.request(data[:-4])
-                if request.keep and not request.head_only and request.refused is None:
+                if not request.head_only and request.refused is None:
                     answer = self.server.app.respond(request)
                     if not callable(answer):
-                        self.transport.write(answer.kept)
-                        self.deadline = self.loop.time() + IDLE_TIMEOUT
+                        self._write(answer, request.keep, False)
                         return
             if not self.buffer:  # a new request begins: it has CONNECTION_TIMEOUT to arrive whole
                 self.deadline = self.loop.time() + CONNECTION_TIMEOUT
@@ -393,12 +393,10 @@ class _Connection(asyncio.Protocol):
 
     def _write(self, answer: Response, keep: bool, head_only: bool) -> None:
         transport = self.transport
-        if keep and not head_only:
-            transport.write(answer.kept)
-        else:
+        if head_only:
             transport.write(answer.head + (b"\r\n" if keep else b"Connection: close\r\n\r\n"))
-            if not head_only:
-                transport.write(answer.body)
+        else:
+            transport.write(answer.kept if keep else answer.closing)
         if keep:
             self.deadline = self.loop.time() + (CONNECTION_TIMEOUT if self.buffer else IDLE_TIMEOUT)
         else:
