@@ -233,12 +233,13 @@ class MetricsApp:
 class MetricsServer:
     """HTTP/1.1 with keep-alive on one event loop thread: a scrape costs finding the end of its
     request, a look-up of its head (parsed the first time it is seen), and one write of cached
-    bytes with prebuilt headers; no thread and no task per connection or request (asyncio protocols, deadlines
-    swept once a second). TLS handshakes run on the loop under CONNECTION_TIMEOUT; a client
-    that connects and says nothing, trickles its request or stops reading holds only its own
-    connection until its deadline, and at most MAX_CONNECTIONS are served at once (more are
-    closed at once). A render (once per poll and format) runs in a worker thread, so the loop
-    goes on serving meanwhile; that connection's next requests wait for it, in order."""
+    bytes with prebuilt headers; no thread and no task per connection or request (asyncio
+    protocols, deadlines swept once a second). TLS handshakes run on the loop under
+    CONNECTION_TIMEOUT; a client that connects and says nothing, trickles its request or stops
+    reading holds only its own connection until its deadline, and at most MAX_CONNECTIONS are
+    served at once (more are closed at once). A render (once per poll and format) runs in a
+    worker thread, so the loop goes on serving meanwhile; that connection's next requests wait
+    for it, in order."""
 
     def __init__(self, app: MetricsApp, listen: str, port: int, tls: ssl.SSLContext | None = None):
         self.app = app
