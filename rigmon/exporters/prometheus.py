@@ -343,14 +343,8 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             if not (self.buffer or self.busy or self.closing) and data.find(b"\r\n\r\n") == len(data) - 4:
-                # one whole request and nothing before it (a scraper's every scrape): answered at
-                # once when its answer is ready; otherwise as below
-                request = self.server.request(data[:-4])
-                if not request.head_only and request.refused is None:
-                    answer = self.server.app.respond(request)
-                    if not callable(answer):
-                        self._write(answer, request.keep, False)
-                        return
+                self._answer(data[:-4])  # one whole request, nothing before it (a scraper's every scrape)
+                return
             if not self.buffer:  # a new request begins: it has CONNECTION_TIMEOUT to arrive whole
                 self.deadline = self.loop.time() + CONNECTION_TIMEOUT
             self.buffer += data
@@ -360,6 +354,7 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
     def _serve(self) -> None:
+        """Answer the whole requests buffered, in order, until one waits for a render."""
         while not self.busy and not self.closing:
             end = self.buffer.find(b"\r\n\r\n")
             if end < 0:
@@ -367,16 +362,21 @@ class _Connection(asyncio.Protocol):
                     self._write(response(431, "text/plain", b"request headers too large\n"), False, False)
                 return
             head, self.buffer = self.buffer[:end], self.buffer[end + 4:]
-            request = self.server.request(head)
-            keep, head_only = request.keep, request.head_only
-            answer = request.refused or self.server.app.respond(request)
-            if callable(answer):  # a new poll's first scrape: rendered beside the loop
-                self.busy = True
-                self.transport.pause_reading()
-                self.server.render(answer).add_done_callback(
-                    lambda future, keep=keep, head_only=head_only: self._rendered(future, keep, head_only))
-                return
-            self._write(answer, keep, head_only)
+            self._answer(head)
+
+    def _answer(self, head: bytes) -> None:
+        """Answer one request (its line and headers), or start the render its answer waits for."""
+        request = self.server.request(head)
+        keep, head_only = request.keep, request.head_only
+        answer = request.refused or self.server.app.respond(request)
+        if callable(answer):  # a new poll's first scrape: rendered beside the loop
+            self.busy = True
+            self.deadline = self.loop.time() + CONNECTION_TIMEOUT
+            self.transport.pause_reading()
+            self.server.render(answer).add_done_callback(
+                lambda future, keep=keep, head_only=head_only: self._rendered(future, keep, head_only))
+            return
+        self._write(answer, keep, head_only)
 
     def _rendered(self, future: asyncio.Future, keep: bool, head_only: bool) -> None:
         self.busy = False
