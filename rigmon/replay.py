@@ -9,6 +9,7 @@ Which tick answers is chosen by a clock that says how far into the recording we 
 from __future__ import annotations
 
 import bisect
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -95,6 +96,11 @@ class ReplayClock:
 
     def set(self, seconds: float) -> None:
         self._base, self._realtime = seconds, False
+
+    @property
+    def rate(self) -> float | None:
+        """Recording seconds per real second; None once the clock is set by hand."""
+        return self._speed if self._realtime else None
 
     def __call__(self) -> float:
         if self._realtime:
@@ -185,6 +191,17 @@ class ReplaySource:
         if self.loop and self._period > 0:
             position %= self._period
         return max(bisect.bisect_right(self._offsets, position) - 1, 0)
+
+    def seconds_to(self, index: int) -> float | None:
+        """Real seconds until the clock reaches tick ``index`` (its next time round, when the
+        replay loops); None when the clock does not run by itself or will never get there."""
+        rate = getattr(self.clock, "rate", None)
+        if not rate or rate <= 0:
+            return None
+        ahead = self._offsets[index] - self.clock()
+        if self.loop and self._period > 0:
+            ahead %= self._period
+        return ahead / rate if ahead >= 0 else None
 
     def label(self) -> str | None:
         return self._current(self.tick_index())[2]
@@ -314,6 +331,7 @@ class ReplayEventSet:
         self._handles: dict[int, ReplayHandle] = {}
         self._cursor = source.tick_index()
         self._pending: list[Struct] = []
+        self._event_ticks: list[int] | None = None  # the ticks that hold events, found at the first wait
         self._lock = threading.Lock()
         self._closed = threading.Event()
 
@@ -340,8 +358,24 @@ class ReplayEventSet:
                         eventData=event.get("eventData", 0), gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF))
         self._cursor = now
 
+    def _until_next(self) -> float:
+        """How long to sleep before the next tick that holds an event can have come: like NVML
+        blocking in C, no wake-ups for nothing while the clock runs by itself; a clock set by
+        hand is looked at every 50 ms."""
+        if self._event_ticks is None:
+            self._event_ticks = [i for i in range(len(self._source)) if any(self._source.events_at(i))]
+        ticks = self._event_ticks
+        if not ticks:
+            return math.inf
+        after = bisect.bisect_right(ticks, self._cursor)
+        following = ticks[after] if after < len(ticks) else ticks[0] if self._source.loop else None
+        seconds = self._source.seconds_to(following) if following is not None else None
+        if seconds is None:
+            return 0.05 if getattr(self._source.clock, "rate", None) is None else math.inf
+        return seconds + 0.001  # just past the tick's offset, so that tick_index() has moved on
+
     def next_event(self, timeout_ms: int) -> Struct | None:
-        if not self._source.has_events:  # like NVML blocking in C: no wake-ups for nothing
+        if not self._source.has_events:
             self._closed.wait(timeout_ms / 1000)
             return None
         deadline = time.monotonic() + timeout_ms / 1000
@@ -350,8 +384,9 @@ class ReplayEventSet:
                 self._collect()
                 if self._pending:
                     return self._pending.pop(0)
+                pause = self._until_next()
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._closed.wait(min(remaining, 0.05)):
+            if remaining <= 0 or self._closed.wait(min(remaining, pause)):
                 return None
 
 
