@@ -1,12 +1,13 @@
 """The GPU reader on the real H200 recording and on scenarios built from it."""
 
+import threading
 import time
 
 import pytest
 import scenarios as sc
 
-from rigmon.readers.gpu import GpuReader
-from rigmon.replay import replay_backend
+from rigmon.readers.gpu import GpuReader, make_error
+from rigmon.replay import ReplayClock, ReplayEventSet, replay_backend
 
 
 class Counting:
@@ -165,6 +166,73 @@ def test_xid_arrives_from_the_event_thread():
         source.clock.set(14)
         time.sleep(0.1)
         assert reader.read()[1] == ()  # delivered once
+    finally:
+        reader.close()
+
+
+class BlockingWait(Counting):
+    """NVML's event wait as it is in C: it blocks until an event or its timeout, and nothing
+    else ends it (here: until the test releases it)."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.waiting, self.release = threading.Event(), threading.Event()
+
+    def nvmlEventSetWait_v2(self, event_set, timeout_ms):
+        self.calls.append(("nvmlEventSetWait_v2", (timeout_ms,)))
+        self.waiting.set()
+        self.release.wait(30)
+        raise make_error("Timeout")
+
+
+def test_close_does_not_wait_out_the_xid_threads_wait_and_nvml_is_released_after_it():
+    backend = BlockingWait(replay_backend(sc.source(sc.h200(), sc.LOAD_AT)))
+    reader = GpuReader(backend, xid_events=True)
+    reader.open()
+    assert backend.waiting.wait(5)
+    thread = reader._event_thread
+    reader.close()  # returns with the thread still inside the wait
+    assert thread.is_alive()
+    assert _calls(backend, "nvmlEventSetFree") == 0 and _calls(backend, "nvmlShutdown") == 0
+    backend.release.set()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert _calls(backend, "nvmlEventSetFree") == 1 and _calls(backend, "nvmlShutdown") == 1
+    names = [name for name, _ in backend.calls]
+    assert names.index("nvmlEventSetFree") > max(i for i, n in enumerate(names) if n == "nvmlEventSetWait_v2")
+    reader.close()  # again: nothing more to release
+    assert _calls(backend, "nvmlShutdown") == 1
+
+
+def test_close_without_an_xid_thread_releases_nvml_at_once():
+    reader, _, backend = open_reader(sc.h200(), at=sc.LOAD_AT)
+    reader.close()
+    assert _calls(backend, "nvmlShutdown") == 1
+
+
+def test_replayed_xid_arrives_when_a_running_clock_reaches_it(monkeypatch):
+    """The replay's event wait sleeps until the next tick that holds an event (like NVML
+    blocking in C: not a look every 50 ms), and delivers it when the clock gets there."""
+    looks = []
+    collect = ReplayEventSet._collect
+    monkeypatch.setattr(ReplayEventSet, "_collect", lambda self: looks.append(self) or collect(self))
+    rec = sc.with_xid(sc.h200(), at_second=12, xid=79)
+    source = sc.source(rec)
+    source.clock = ReplayClock(start_at=11.0)
+    nvml = replay_backend(source)
+    reader = GpuReader(nvml, xid_events=True)
+    reader.open()
+    try:
+        assert reader.read()[1] == ()
+        deadline = time.monotonic() + 5
+        events = ()
+        while not events and time.monotonic() < deadline:
+            time.sleep(0.05)
+            events = reader.read()[1]
+        assert [(e.gpu_index, e.xid) for e in events] == [(0, 79)]
+        assert 11.9 < source.clock() < 13.5
+        mine = [look for look in looks if look is reader._event_set]  # other tests' threads may still wait
+        assert len(mine) < 10  # about a second of waiting: a look every 50 ms would be 20 or more
     finally:
         reader.close()
 

@@ -47,9 +47,10 @@ from ..sample import (
 log = logging.getLogger(__name__)
 
 MHZ = 1e6
-# The XID thread's wait: NVML cannot interrupt it, so a stop waits out at most this (and the
-# thread wakes ten times a second, one cheap call each).
-EVENT_WAIT_MS = 100
+# The XID thread's wait. An event ends it at once; nothing else can (NVML cannot interrupt it),
+# so close() never waits it out: the thread frees the event set and shuts its NVML down
+# itself when the wait ends. Only stopping waits on this, and nothing waits on that.
+EVENT_WAIT_MS = 1000
 ALL_CLOCK_EVENTS = sum(bit for _, bit in CLOCK_EVENT_BITS)
 
 FIELD_MEMORY_TEMP = pynvml.NVML_FI_DEV_MEMORY_TEMP
@@ -229,6 +230,9 @@ class GpuReader:
         self._event_thread: threading.Thread | None = None
         self._event_stop = threading.Event()
         self._event_set: Any = None
+        self._event_lock = threading.Lock()
+        self._event_thread_done = False
+        self._release_on_exit = False  # close() came while the XID thread waited: it releases NVML
         self._opened = False
 
     # --- start-up ------------------------------------------------------------------------
@@ -370,6 +374,16 @@ class GpuReader:
         self._event_thread.start()
 
     def _watch_events(self) -> None:
+        try:
+            self._wait_events()
+        finally:
+            with self._event_lock:
+                self._event_thread_done = True
+                release = self._release_on_exit
+            if release:
+                self._release()
+
+    def _wait_events(self) -> None:
         nv = self._nvml
         failures = 0
         while not self._event_stop.is_set():
@@ -611,14 +625,23 @@ class GpuReader:
         return {d.index: tuple(sorted(d.unsupported)) for d in self.devices}
 
     def close(self) -> None:
+        """Stop reading. Returns at once: where the XID thread is inside NVML's wait, freeing
+        the event set or shutting NVML down under it is not safe, so the thread does both
+        when its wait ends (a daemon thread: a process that exits first does not wait)."""
         self._event_stop.set()
-        if self._event_thread is not None:
-            self._event_thread.join(timeout=2 * EVENT_WAIT_MS / 1000)
+        with self._event_lock:
+            if self._event_thread is not None and not self._event_thread_done:
+                self._release_on_exit = True
+                return
+        self._release()
+
+    def _release(self) -> None:
         if self._event_set is not None:
             try:
                 self._nvml.nvmlEventSetFree(self._event_set)
             except pynvml.NVMLError:
                 pass
+            self._event_set = None
         if self._opened:
             try:
                 self._nvml.nvmlShutdown()
