@@ -19,7 +19,8 @@ The client is ``wrk`` where it is installed (Debian's ``wrk``: C, one thread, ep
 servers, not the client, are what is measured; otherwise (or with ``--client asyncio``) an
 asyncio client, which on two cores saturates first when a connection is opened per scrape.
 
-    python tests/bench/bench_http.py [--seconds 5] [--rounds 3] [--today DIR] [--client wrk|asyncio] [--json]
+    python tests/bench/bench_http.py [--seconds 5] [--rounds 3] [--today DIR] [--scrapers 1,10,50]
+        [--modes keepalive,close] [--client wrk|asyncio] [--json]
 """
 
 from __future__ import annotations
@@ -224,11 +225,13 @@ def main(argv=None) -> int:
                                                             "report the median of each figure")
     p.add_argument("--today", metavar="DIR", help="a checkout of an earlier rigmon to measure too")
     p.add_argument("--scrapers", default="1,10,50")
+    p.add_argument("--modes", default="keepalive,close", help="keepalive, close or both")
     p.add_argument("--client", choices=["wrk", "asyncio"], default="wrk" if shutil.which("wrk") else "asyncio",
                    help="the load generator (default: wrk where it is installed)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     levels = [int(n) for n in args.scrapers.split(",")]
+    modes = [m for m in ("keepalive", "close") if m in args.modes.split(",")]
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -264,7 +267,7 @@ def main(argv=None) -> int:
             time.sleep(1.0)
             rounds: dict[tuple, list[dict]] = {}
             for _ in range(args.rounds):  # rounds interleaved: a disturbance hits every server alike
-                for mode in ("keepalive", "close"):
+                for mode in modes:
                     for n in levels:
                         for name, port in servers.items():  # the servers side by side at each level
                             rounds.setdefault((name, mode, n), []).append(load(port, mode, n, args.seconds,
@@ -279,7 +282,7 @@ def main(argv=None) -> int:
                     proc.terminate()
                     proc.wait()
     summary = {}
-    for mode in ("keepalive", "close"):
+    for mode in modes:
         for n in levels:
             r, q, f = (results[name][mode][n] for name in ("rigmon", "quiet", "floor"))
             row = {"rigmon_per_s": r["per_second"], "floor_per_s": f["per_second"],
