@@ -151,7 +151,8 @@ def _prometheus() -> Callable:
         w.emit(depth, f"v = {w.value(r)}")
         parts = ([labels] if labels else []) + [repr(label) for label in r.labels]
         value = "int(v)" if r.unit == "bool" else "v"
-        w.emit(depth, f"if v is not None: {fams[r.family]}([{', '.join(parts)}], {value})")
+        labels = f"({', '.join(parts)},)" if parts else "()"
+        w.emit(depth, f"if v is not None: {fams[r.family]}({labels}, {value})")
 
     always, polled, static = _gpu_parts("gpu")
     fan = [r for r in READINGS if r.entity == "gpu_fan" and r.family and r.get is not None]

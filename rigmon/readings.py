@@ -21,6 +21,7 @@ the alert engine gives (XID counts, PSU budgets).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -474,6 +475,7 @@ del _r, _kind
 GPU_INFO_LABELS = ("gpu", "uuid", "name", "pci_bus_id", "serial", "vbios", "driver", "cuda", "compute_capability")
 
 
+@functools.cache
 def family_labels(name: str) -> tuple[str, ...]:
     """Every label of a family: its entity's, then its own."""
     if name == "rigmon_gpu_info":

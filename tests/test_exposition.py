@@ -139,3 +139,27 @@ def test_line_protocol_writes_each_value_by_its_type():
         for v in (0.0, -0.0, 1e-7, 0.1 + 0.2, 700.0, -0.0, 0.0):
             [point] = encode(sample._replace(gpus=(GpuReading(index=0, uuid="u", power_watts=v),)), "h")
             assert f" lost=false,power_watts={v!r} " in point, (v, point)
+
+
+def test_a_family_reads_like_prometheus_clients_own():
+    """The daemon's families keep rows, not Samples: what prometheus_client reads of them is
+    what its own counter and gauge families hold after the same adds, and a family emptied for
+    the next render shares nothing with the one before."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from rigmon.exporters.exposition import Family
+
+    for typ, theirs in (("counter", CounterMetricFamily("x_errors", "Errors.", labels=["gpu", "kind"])),
+                        ("gauge", GaugeMetricFamily("x_errors", "Errors.", labels=["gpu", "kind"]))):
+        template = Family("x_errors", "Errors.", typ, ("gpu", "kind"))
+        ours = template.empty()
+        for labels, value in ((("0", "a"), 3), (("1", "b"), 0.5)):
+            ours.add_metric(labels, value)
+            theirs.add_metric(list(labels), value)
+        assert (ours.name, ours.type, ours.documentation, ours.samples) == (
+            theirs.name, theirs.type, theirs.documentation, theirs.samples)
+        assert template.rows == [] and template.empty().rows == []
+    with pytest.raises(ValueError):
+        Family("x_info", "Info.", "info", ())
+    with pytest.raises(ValueError):
+        Family("", "No name.", "gauge", ())  # prometheus_client's own check of the name

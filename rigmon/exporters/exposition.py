@@ -17,7 +17,9 @@ import functools
 from collections.abc import Callable
 
 from prometheus_client import exposition as text_format
+from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as om_format
+from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 _INF = float("inf")
@@ -26,6 +28,41 @@ _IDENTITY = {getattr(om_format, name) for name in ("UNDERSCORES", "ALLOWUTF8", "
 _LEGACY = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789")
 _TEXT_TYPES = {"counter": "counter", "gauge": "gauge", "info": "gauge"}  # what the text format calls them
 _MAX_SERIES = 100_000  # prefixes kept; past it the cache starts again (series churn, not a leak)
+
+
+class Family(Metric):
+    """A counter or gauge family that keeps each sample as a row, (label values, value), until
+    it is written: the writer here joins the row's kept prefix with its value, with no dict of
+    labels and no Sample made per sample and render. prometheus_client (the fallback, and
+    anything else that reads ``samples``) gets the usual Samples, made when it asks."""
+
+    def __init__(self, name: str, documentation: str, typ: str, labelnames: tuple[str, ...]):
+        if typ not in ("counter", "gauge"):
+            raise ValueError(f"{name}: a Family is a counter or a gauge, not {typ}")
+        super().__init__(name, documentation, typ)  # checks the name, once
+        self.labelnames = tuple(labelnames)
+        self.sample_name = name + "_total" if typ == "counter" else name
+        self.rows: list[tuple[tuple[str, ...], float]] = []
+
+    def empty(self) -> Family:
+        """A new family like this one with no samples (its name not checked again)."""
+        family = object.__new__(Family)
+        family.__dict__.update(self.__dict__)
+        family.rows = []
+        return family
+
+    def add_metric(self, labels: tuple[str, ...], value: float) -> None:
+        self.rows.append((labels, value))
+
+    @property
+    def samples(self) -> list[Sample]:
+        names, name = self.labelnames, self.sample_name
+        return [Sample(name, dict(zip(names, labels, strict=True)), value) for labels, value in self.rows]
+
+    @samples.setter
+    def samples(self, value: list) -> None:  # Metric.__init__ sets it empty
+        if value:
+            raise TypeError("a Family's samples are added with add_metric")
 
 
 class _Unhandled(Exception):
@@ -89,6 +126,16 @@ class Exposition:
             if head is None:
                 head = heads[key] = self._head(metric, om)
             append(head)
+            if type(metric) is Family:
+                name, labelnames = metric.sample_name, metric.labelnames
+                for labels, v in metric.rows:
+                    series = (om, name, labels)
+                    prefix = prefixes.get(series)
+                    if prefix is None:
+                        labelled = dict(zip(labelnames, labels, strict=True))
+                        prefix = prefixes[series] = self._prefix(metric, name, labelled, om)
+                    append(f"{prefix}{_value(v)}\n" if v is not None or not om else f"{prefix}\n")
+                continue
             for s in metric.samples:
                 if s.timestamp is not None or s.exemplar is not None or getattr(s, "native_histogram", None):
                     raise _Unhandled

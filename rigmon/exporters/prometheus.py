@@ -25,14 +25,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, NamedTuple
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.core import InfoMetricFamily
 from prometheus_client.exposition import choose_encoder
 
 from .. import __version__
 from ..project import SETTINGS, fill_prometheus
 from ..readings import FAMILIES, LAST, family_labels
 from ..sample import Sample
-from .exposition import Exposition
+from .exposition import Exposition, Family
 
 if TYPE_CHECKING:
     from ..config import PrometheusConfig
@@ -72,22 +72,24 @@ class RigmonCollector:
         yield from _families(sample, xids)
 
 
+# Every reading's family, empty: each render fills copies of these.
+_FAMILIES = {name: Family(name, family.help + LAST, family.type, family_labels(name))
+             for name, family in FAMILIES.items()}
+
+
 def _families(sample: Sample, xids: dict):
     """Every reading's family (README's metrics table), filled by the code the table generates."""
-    families = {}
-    for name, family in FAMILIES.items():
-        cls = CounterMetricFamily if family.type == "counter" else GaugeMetricFamily
-        families[name] = cls(name, family.help + LAST, labels=list(family_labels(name)))
+    families = {name: family.empty() for name, family in _FAMILIES.items()}
     system = sample.system
     info = families["rigmon_gpu_info"]
     for i in sample.gpu_info:
-        info.add_metric([str(i.index), i.uuid, i.name, i.pci_bus_id or "", i.serial or "", i.vbios_version or "",
+        info.add_metric((str(i.index), i.uuid, i.name, i.pci_bus_id or "", i.serial or "", i.vbios_version or "",
                          (system.driver_version if system else None) or "",
-                         (system.cuda_driver_version if system else None) or "", i.compute_capability or ""], 1)
+                         (system.cuda_driver_version if system else None) or "", i.compute_capability or ""), 1)
     fill_prometheus(sample, families)
     xid = families["rigmon_gpu_xid_errors"]
     for labels, count in sorted(xids.items()):
-        xid.add_metric(list(labels), count)
+        xid.add_metric(labels, count)
     groups = {"gpu", *(["host"] if sample.host is not None else []),
               *(["processes"] if SETTINGS["process_series"] else [])}
     return [f for name, f in families.items() if FAMILIES[name].group in groups]
