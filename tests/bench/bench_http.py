@@ -7,13 +7,19 @@ The servers answer the same 8-GPU exposition, each in its own process:
   that share its process (and its GIL) once a second;
 - floor: a minimal keep-alive HTTP/1.1 server (asyncio protocol) writing the very bytes
   rigmon answered, with the same headers: no parsing beyond finding the blank line;
+- control: a second floor, the same code and bytes: what two identical servers differ by
+  here is the noise of the measurement itself (a p99 on a shared 2-core machine moves a lot
+  from one run to the next), the margin any "within 1.2x" has to be read against;
 - today (with ``--today DIR``, a checkout of an earlier rigmon, e.g. ``git worktree add
   /tmp/today 0e02687``): that rigmon, run the same way.
 
 The load comes from another process: N scrapers (1, 10, 50), each a connection that sends
 Prometheus's own headers (OpenMetrics, gzip) and reads whole responses; ``keepalive``
 reuses the connection like Prometheus, ``close`` opens one per scrape. For each: scrapes/s,
-p50, p99 and p99.9 latency (request written to body read), failures.
+p50, p99 and p99.9 latency (request written to body read), failures. Rounds are interleaved,
+every server measured at each level before the next; figures are medians over the rounds,
+and a p99 "over the floor" is the median of each round's ratio (the server's p99 over the
+floor's in the same round, seconds apart).
 
 The client is ``wrk`` where it is installed (Debian's ``wrk``: C, one thread, epoll), so the
 servers, not the client, are what is measured; otherwise (or with ``--client asyncio``) an
@@ -32,6 +38,7 @@ import multiprocessing
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -190,9 +197,13 @@ def _median(runs: list[dict]) -> dict:
             "p999_ms": median("p999_ms"), "rounds": len(runs)}
 
 
-def _over(server: dict, floor: dict) -> float | None:
-    """A server's p99 over the floor's."""
-    return round(server["p99_ms"] / floor["p99_ms"], 2) if server["p99_ms"] and floor["p99_ms"] else None
+def _over(server: list[dict], floor: list[dict]) -> dict:
+    """A server's p99 over the floor's, round by round: the median and the range."""
+    pairs = zip(server, floor, strict=True)
+    ratios = sorted(s["p99_ms"] / f["p99_ms"] for s, f in pairs if s["p99_ms"] and f["p99_ms"])
+    if not ratios:
+        return {"median": None, "low": None, "high": None}
+    return {"median": round(statistics.median(ratios), 2), "low": round(ratios[0], 2), "high": round(ratios[-1], 2)}
 
 
 def fetch(port: int) -> bytes:
@@ -240,16 +251,17 @@ def main(argv=None) -> int:
             wrk_script = tmp / "scrape.lua"
             wrk_script.write_text(WRK_SCRIPT)
         recording = sc.write(sc.h200().widened(8), tmp / "bench.rec.jsonl")
-        servers = {"rigmon": None, "quiet": None, "floor": None}
+        servers = {"rigmon": None, "quiet": None, "floor": None, "control": None}
         if args.today:
             servers["today"] = None
         procs = []
         try:
             for name in servers:
                 port = free_port()
-                if name == "floor":
+                if name in ("floor", "control"):
                     body = tmp / "floor.http"
-                    body.write_bytes(fetch(servers["rigmon"]))
+                    if name == "floor":
+                        body.write_bytes(fetch(servers["rigmon"]))
                     procs.append(subprocess.Popen([sys.executable, "-c", FLOOR, str(port), str(body)],
                                                   stdout=subprocess.DEVNULL))
                     wait_port(port)
@@ -284,12 +296,17 @@ def main(argv=None) -> int:
     summary = {}
     for mode in modes:
         for n in levels:
-            r, q, f = (results[name][mode][n] for name in ("rigmon", "quiet", "floor"))
+            r, q, f, c = (results[name][mode][n] for name in ("rigmon", "quiet", "floor", "control"))
+            over = {name: _over(rounds[(name, mode, n)], rounds[("floor", mode, n)])
+                    for name in ("rigmon", "quiet", "control")}
             row = {"rigmon_per_s": r["per_second"], "floor_per_s": f["per_second"],
-                   "rigmon_p99_ms": r["p99_ms"], "floor_p99_ms": f["p99_ms"], "p99_over_floor": _over(r, f),
+                   "rigmon_p99_ms": r["p99_ms"], "floor_p99_ms": f["p99_ms"],
+                   "p99_over_floor": over["rigmon"]["median"], "p99_over_floor_range": over["rigmon"],
                    "rigmon_p999_ms": r["p999_ms"], "floor_p999_ms": f["p999_ms"],
-                   "quiet_per_s": q["per_second"], "quiet_p99_ms": q["p99_ms"], "quiet_p99_over_floor": _over(q, f),
-                   "failed": r["failed"] + q["failed"] + f["failed"]}
+                   "quiet_per_s": q["per_second"], "quiet_p99_ms": q["p99_ms"],
+                   "quiet_p99_over_floor": over["quiet"]["median"],
+                   "control_p99_over_floor": over["control"]["median"], "control_p99_over_floor_range": over["control"],
+                   "failed": r["failed"] + q["failed"] + f["failed"] + c["failed"]}
             if "today" in results:
                 t = results["today"][mode][n]
                 row.update(today_per_s=t["per_second"], today_p99_ms=t["p99_ms"],
