@@ -196,7 +196,7 @@ class ReplaySource:
         """Real seconds until the clock reaches tick ``index`` (its next time round, when the
         replay loops); None when the clock does not run by itself or will never get there."""
         rate = getattr(self.clock, "rate", None)
-        if not rate or rate <= 0:
+        if not rate or rate < 0:
             return None
         ahead = self._offsets[index] - self.clock()
         if self.loop and self._period > 0:
@@ -362,17 +362,15 @@ class ReplayEventSet:
         """How long to sleep before the next tick that holds an event can have come: like NVML
         blocking in C, no wake-ups for nothing while the clock runs by itself; a clock set by
         hand is looked at every 50 ms."""
+        if not getattr(self._source.clock, "rate", None):
+            return 0.05
         if self._event_ticks is None:
             self._event_ticks = [i for i in range(len(self._source)) if any(self._source.events_at(i))]
         ticks = self._event_ticks
-        if not ticks:
-            return math.inf
         after = bisect.bisect_right(ticks, self._cursor)
-        following = ticks[after] if after < len(ticks) else ticks[0] if self._source.loop else None
+        following = ticks[after] if after < len(ticks) else ticks[0] if ticks and self._source.loop else None
         seconds = self._source.seconds_to(following) if following is not None else None
-        if seconds is None:
-            return 0.05 if getattr(self._source.clock, "rate", None) is None else math.inf
-        return seconds + 0.001  # just past the tick's offset, so that tick_index() has moved on
+        return math.inf if seconds is None else seconds + 0.001  # just past the tick, so tick_index() has moved
 
     def next_event(self, timeout_ms: int) -> Struct | None:
         if not self._source.has_events:

@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 MHZ = 1e6
 # The XID thread's wait. An event ends it at once; nothing else can (NVML cannot interrupt it),
 # so close() never waits it out: the thread frees the event set and shuts its NVML down
-# itself when the wait ends. Only stopping waits on this, and nothing waits on that.
+# itself when the wait ends. This bounds only how long the thread outlives close().
 EVENT_WAIT_MS = 1000
 ALL_CLOCK_EVENTS = sum(bit for _, bit in CLOCK_EVENT_BITS)
 
