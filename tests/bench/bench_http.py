@@ -21,22 +21,29 @@ every server measured at each level before the next; figures are medians over th
 and a p99 "over the floor" is the median of each round's ratio (the server's p99 over the
 floor's in the same round, seconds apart).
 
+Where there are two CPUs or more the load runs on the first and every server on the rest
+(``--no-pin``: anywhere), as Prometheus runs on another core or machine than the exporter;
+and while one server is measured the others are stopped (SIGSTOP), so that the polls of
+the rigmons not measured do not land on it (each measured after 1.5 s to catch up).
+
 The client is ``wrk`` where it is installed (Debian's ``wrk``: C, one thread, epoll), so the
 servers, not the client, are what is measured; otherwise (or with ``--client asyncio``) an
 asyncio client, which on two cores saturates first when a connection is opened per scrape.
 
     python tests/bench/bench_http.py [--seconds 5] [--rounds 3] [--today DIR] [--scrapers 1,10,50]
-        [--modes keepalive,close] [--client wrk|asyncio] [--json]
+        [--modes keepalive,close] [--client wrk|asyncio] [--no-pin] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -158,9 +165,10 @@ def _load(port: int, mode: str, scrapers: int, seconds: float, out) -> None:
               "p50_ms": quantile(0.5), "p99_ms": quantile(0.99), "p999_ms": quantile(0.999)})
 
 
-def _wrk(port: int, mode: str, scrapers: int, seconds: float, script: Path) -> dict:
-    run = subprocess.run(["wrk", "-t1", f"-c{scrapers}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(script),
-                          f"http://127.0.0.1:{port}/metrics", "--", mode], capture_output=True, text=True)
+def _wrk(port: int, mode: str, scrapers: int, seconds: float, script: Path, pin) -> dict:
+    pinned = ["taskset", "-c", ",".join(map(str, sorted(pin[0])))] if pin else []
+    run = subprocess.run([*pinned, "wrk", "-t1", f"-c{scrapers}", f"-d{seconds:g}s", "--timeout", "10s", "-s",
+                          str(script), f"http://127.0.0.1:{port}/metrics", "--", mode], capture_output=True, text=True)
     try:
         figures = json.loads(run.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
@@ -172,17 +180,46 @@ def _wrk(port: int, mode: str, scrapers: int, seconds: float, script: Path) -> d
             **{f"{q}_ms": figures[q] / 1e3 for q in ("p50", "p99", "p999")}}
 
 
-def load(port: int, mode: str, scrapers: int, seconds: float, wrk_script: Path | None = None) -> dict:
-    """The load from its own process (the server's process keeps its core): wrk's, or the
+def load(port: int, mode: str, scrapers: int, seconds: float, wrk_script: Path | None = None,
+         pin: tuple[set, set] | None = None) -> dict:
+    """The load from its own process (on the load's CPUs where ``pin`` says): wrk's, or the
     asyncio client's."""
     if wrk_script is not None:
-        return _wrk(port, mode, scrapers, seconds, wrk_script)
+        return _wrk(port, mode, scrapers, seconds, wrk_script, pin)
     parent, child = multiprocessing.Pipe()
     proc = multiprocessing.Process(target=_load, args=(port, mode, scrapers, seconds, child))
     proc.start()
+    if pin:
+        os.sched_setaffinity(proc.pid, pin[0])
     result = parent.recv()
     proc.join()
     return result
+
+
+def cpus(pin: bool) -> tuple[set, set] | None:
+    """(the load's CPUs, the servers') where pinned: the first CPU for the load, the rest for
+    the servers, so that neither takes the other's core and every server gets the same ones
+    (with one CPU, nothing is pinned)."""
+    available = sorted(os.sched_getaffinity(0))
+    if not pin or len(available) < 2:
+        return None
+    return {available[0]}, set(available[1:])
+
+
+@contextlib.contextmanager
+def only(pids: dict[str, int], name: str, settle: float = 1.5):
+    """Only ``name``'s server runs meanwhile: the others are stopped (SIGSTOP), so that their
+    polls do not land on the one measured. ``name``'s own has just been continued: the
+    ``settle`` seconds before the load let it catch up (the poll it missed, its render)."""
+    others = [pid for other, pid in pids.items() if other != name]
+    for pid in others:
+        os.kill(pid, signal.SIGSTOP)
+    time.sleep(settle)
+    try:
+        yield
+    finally:
+        for pid in others:
+            os.kill(pid, signal.SIGCONT)
 
 
 def _median(runs: list[dict]) -> dict:
@@ -239,8 +276,12 @@ def main(argv=None) -> int:
     p.add_argument("--modes", default="keepalive,close", help="keepalive, close or both")
     p.add_argument("--client", choices=["wrk", "asyncio"], default="wrk" if shutil.which("wrk") else "asyncio",
                    help="the load generator (default: wrk where it is installed)")
+    p.add_argument("--no-pin", dest="pin", action="store_false",
+                   help="let the load and the servers share every CPU (default: the load on the first, the "
+                        "servers on the rest)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    pin = cpus(args.pin)
     levels = [int(n) for n in args.scrapers.split(",")]
     modes = [m for m in ("keepalive", "close") if m in args.modes.split(",")]
     results: dict[str, dict] = {}
@@ -276,14 +317,20 @@ def main(argv=None) -> int:
                     daemon.wait_ready()
                     procs.append(daemon)
                 servers[name] = port
+            pids = {name: (proc.proc if isinstance(proc, Rigmon) else proc).pid
+                    for name, proc in zip(servers, procs, strict=True)}
+            if pin:
+                for pid in pids.values():
+                    os.sched_setaffinity(pid, pin[1])
             time.sleep(1.0)
             rounds: dict[tuple, list[dict]] = {}
             for _ in range(args.rounds):  # rounds interleaved: a disturbance hits every server alike
                 for mode in modes:
                     for n in levels:
                         for name, port in servers.items():  # the servers side by side at each level
-                            rounds.setdefault((name, mode, n), []).append(load(port, mode, n, args.seconds,
-                                                                                     wrk_script))
+                            with only(pids, name):
+                                rounds.setdefault((name, mode, n), []).append(load(port, mode, n, args.seconds,
+                                                                                         wrk_script, pin))
             for (name, mode, n), runs in rounds.items():
                 results.setdefault(name, {}).setdefault(mode, {})[n] = _median(runs)
         finally:
@@ -314,9 +361,11 @@ def main(argv=None) -> int:
                            if t["per_second"] else None, failed=row["failed"] + t["failed"])
             summary[f"{mode} x{n}"] = row
     if args.json:
-        print(json.dumps({"client": args.client, "summary": summary, "detail": results}, indent=2))
+        print(json.dumps({"client": args.client, "cpus": {"load": sorted(pin[0]), "servers": sorted(pin[1])}
+                          if pin else None, "summary": summary, "detail": results}, indent=2))
     else:
-        print(f"client: {args.client}")
+        where = f"; load on CPU {sorted(pin[0])}, servers on {sorted(pin[1])}" if pin else ""
+        print(f"client: {args.client}{where}")
         for key, row in summary.items():
             print(f"{key:>14}: " + ", ".join(f"{k} {v}" for k, v in row.items()))
     return 0
