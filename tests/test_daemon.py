@@ -239,6 +239,36 @@ def test_gzip_and_one_render_per_poll(tmp_path):
         rigmon.stop()
 
 
+def test_a_render_that_fails_answers_500_and_the_server_goes_on(caplog):
+    """A collector that raises: its scrape gets 500 and its connection closes, the failure
+    is logged, and the next connection is served (the render runs on the server's loop)."""
+    from prometheus_client import CollectorRegistry
+
+    from rigmon.exporters.prometheus import MetricsApp, MetricsServer
+
+    class Broken:
+        def collect(self):
+            raise RuntimeError("a broken collector")
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Broken())
+    server = MetricsServer(MetricsApp(registry, lambda: 1), "127.0.0.1", 0)
+    try:
+        port = server.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            data = b""
+            while chunk := s.recv(65536):  # to the end: the server closes after the 500
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 500") and data.endswith(b"rendering failed; see rigmon's log\n")
+        assert data.count(b"HTTP/1.1") == 1  # the request after it is not answered on that connection
+        assert "rendering /metrics failed" in caplog.text and "a broken collector" in caplog.text
+        assert http_get(f"http://127.0.0.1:{port}/")[0] == 200
+        assert http_get(f"http://127.0.0.1:{port}/metrics")[0] == 500
+    finally:
+        server.shutdown()
+
+
 def test_repeated_log_messages_are_said_once_with_a_count():
     import logging
 
