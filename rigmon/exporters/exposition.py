@@ -86,8 +86,8 @@ def _value(v) -> str:
 
 class Exposition:
     """Renders a registry in the format an encoder of prometheus_client's would, keeping the
-    escaped prefix of every series between renders. One per registry; not thread-safe (the
-    caller renders under its own lock)."""
+    escaped prefix of every series between renders. One per registry; not thread-safe (its
+    caller renders one at a time: the /metrics server on its loop)."""
 
     def __init__(self):
         self._prefixes: dict[tuple, str] = {}
