@@ -154,7 +154,14 @@ def test_spool_bound_drops_the_oldest_and_counts(tmp_path, influx, eight_gpus):
         time.sleep(6)
         influx.start()
         recovered = time.time()  # a 64 KB spool holds about 5 samples of 8 GPUs (~1.2 KB a GPU line)
-        wait_for(lambda: metric(rigmon, "rigmon_influxdb_spool_points") == 0, 60, what="the spool to drain")
+
+        def caught_up():  # the spool drained, and a poll made since the server came back is stored
+            if metric(rigmon, "rigmon_influxdb_spool_points") != 0:
+                return False
+            last = influx.query("SELECT last(power_watts) FROM gpu WHERE gpu = '0'", epoch="ns")
+            return bool(last) and last[0]["values"][0][0] / 1e9 >= recovered
+
+        wait_for(caught_up, 60, what="the spool to drain and a poll after the recovery to be stored")
         body = http_get(rigmon.url, {"Accept": "text/plain"})[1].decode()  # one scrape: one consistent snapshot
     finally:
         rigmon.stop()
