@@ -89,16 +89,33 @@ class HostConfig(_Section):
 class BasicAuth(_Section):
     username: Annotated[str, Field(min_length=1, description="User name Prometheus sends.",
                                    examples=["prometheus"])]
-    password_sha256: Annotated[SecretStr, Field(description="Hex SHA-256 of the password: "
-                                                            "printf %s 'password' | sha256sum",
-                                                examples=["${RIGMON_METRICS_PASSWORD_SHA256}"])]
+    password_bcrypt: Annotated[SecretStr | None, Field(
+        description="bcrypt hash of the password, as Prometheus's web config takes: htpasswd -nBC 10 \"\" | "
+                    "tr -d ':\\n'", examples=["${RIGMON_METRICS_PASSWORD_BCRYPT}"])] = None
+    password_sha256: Annotated[SecretStr | None, Field(
+        description="Hex SHA-256 of the password (older configs; unsalted and fast to guess: prefer "
+                    "password_bcrypt): printf %s 'password' | sha256sum",
+        examples=["${RIGMON_METRICS_PASSWORD_SHA256}"])] = None
 
     @field_validator("password_sha256")
     @classmethod
-    def _hex(cls, v: SecretStr) -> SecretStr:
-        if not re.fullmatch(r"[0-9a-fA-F]{64}", v.get_secret_value()):
+    def _hex(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", v.get_secret_value()):
             raise ValueError("must be 64 hex digits (sha256sum of the password)")
         return v
+
+    @field_validator("password_bcrypt")
+    @classmethod
+    def _bcrypt(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and not re.fullmatch(r"\$2[abyx]?\$\d\d\$[./A-Za-z0-9]{53}", v.get_secret_value()):
+            raise ValueError("must be a bcrypt hash ($2y$10$… from htpasswd -B, or bcrypt.hashpw)")
+        return v
+
+    @model_validator(mode="after")
+    def _one_password(self) -> BasicAuth:
+        if (self.password_bcrypt is None) == (self.password_sha256 is None):
+            raise ValueError("set one of password_bcrypt (preferred) or password_sha256")
+        return self
 
 
 class PrometheusConfig(_Section):
@@ -250,6 +267,12 @@ class JobsConfig(_Section):
     starved_power_ratio: Annotated[float, Field(gt=0, le=1, description="…and starved while busy below this share "
                                                                         "of the power limit, for most of its "
                                                                         "busy time.")] = 0.6
+    store_command_lines: Annotated[bool, Field(
+        description="Keep each job's whole command line in the ledger and its InfluxDB point; by default only "
+                    "the program (and the script an interpreter runs): arguments can hold tokens and "
+                    "passwords, and the other users of the box may read what is exported.")] = False
+    keep: Annotated[Duration, Field(ge=3600, description="Finished jobs older than this leave the ledger.",
+                                    examples=["365d"])] = 365 * 86400.0
 
 
 class Config(_Section):
@@ -575,4 +598,4 @@ def _message(err: dict) -> str:
     return err["msg"].removeprefix("Value error, ") + shown
 
 
-_SECRET_FIELDS = {"token", "headers", "password_sha256", "password"}
+_SECRET_FIELDS = {"token", "headers", "password_sha256", "password_bcrypt", "password"}

@@ -31,7 +31,7 @@ from . import config as configmod
 from . import project
 from .alerts.sink import AlertSink
 from .exporters.burnin import BurninReports
-from .exporters.prometheus import MetricsApp, RigmonCollector, serve
+from .exporters.prometheus import MetricsApp, RigmonCollector, basic_auth, serve
 from .jobs import JobLedger
 from .poller import Poller
 from .sample import Sample
@@ -177,9 +177,7 @@ class Daemon:
         if serve_http and self.config.prometheus.enabled:
             registry = CollectorRegistry(auto_describe=False)
             registry.register(self.collector)
-            auth = self.config.prometheus.basic_auth
-            app = MetricsApp(registry, lambda: self.stats.generation,
-                             (auth.username, auth.password_sha256.get_secret_value()) if auth else None,
+            app = MetricsApp(registry, lambda: self.stats.generation, basic_auth(self.config.prometheus),
                              routes={"/state": self._state_json})
             self._server, _ = serve(app, self.config.prometheus)
             scheme = "https" if self.config.prometheus.tls_cert else "http"
@@ -240,7 +238,6 @@ class Daemon:
             log.warning("stop: %s still closing at the deadline; abandoned", ", ".join(late))
         if self._server is not None:
             self._server.shutdown()
-            self._server.server_close()
         self.poller.close()
         self.stopped.set()
 

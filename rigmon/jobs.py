@@ -25,16 +25,22 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from .alerts.rules import format_duration
+from .readers.procs import executable
 from .sample import Sample
 from .sinks.lineprotocol import line
+from .text import printable
 
 if TYPE_CHECKING:
     from .config import Config, JobsConfig
@@ -42,6 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COMMIT_SECONDS = 10.0  # sample time between commits of the running jobs
+PRUNE_SECONDS = 3600.0  # sample time between prunings of jobs older than jobs.keep
 MAX_GAP_SECONDS = 7 * 24 * 3600.0  # a longer gap between two readings of a GPU is not booked
 THROTTLE_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 
@@ -69,6 +76,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     alerts TEXT NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS jobs_open ON jobs (ended);
+CREATE TABLE IF NOT EXISTS pruned_energy (
+    user TEXT PRIMARY KEY,
+    joules REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS gpu_energy (
     uuid TEXT PRIMARY KEY,
     time REAL NOT NULL,
@@ -133,10 +144,31 @@ def _row(job: Job) -> tuple:
 
 
 def _job(row: sqlite3.Row) -> Job:
+    """A row as a Job; a damaged row (not JSON, wrong types) reads as what can be read of it."""
     values = {c: row[c] for c in _COLUMNS}
-    values["gpus"] = set(json.loads(values["gpus"]))
-    values["alerts"] = set(json.loads(values["alerts"]))
-    return Job(id=row["id"], **values)
+    for name in ("key", "user", "command", "unit"):
+        v = values[name]
+        values[name] = printable(v) if v is not None else (None if name != "key" else "?")
+    for name in ("started", "last_seen", "ended", "process_start", "peak_temperature", *_TOTALS):
+        v = values[name]
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v != v:
+            values[name] = 0.0 if name in _TOTALS or name in ("started", "last_seen") else None
+    values["gpus"] = {g for g in _json_list(values["gpus"]) if isinstance(g, int) and not isinstance(g, bool)}
+    values["alerts"] = {printable(a) for a in _json_list(values["alerts"]) if isinstance(a, str)}
+    job_id = row["id"]
+    return Job(id=job_id if isinstance(job_id, int) else 0, **values)
+
+
+_TOTALS = ("gpu_seconds", "energy_joules", "power_seconds", "limit_seconds", "utilization_seconds", "busy_seconds",
+           "starved_seconds", "throttle_seconds")
+
+
+def _json_list(text) -> list:
+    try:
+        value = json.loads(text) if isinstance(text, (str, bytes)) else None
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []
 
 
 def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
@@ -144,6 +176,9 @@ def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
+        # the ledger says who ran what: its owner's alone (SQLite gives its WAL the same mode)
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        os.chmod(path, 0o600)
         db = sqlite3.connect(path, timeout=5.0, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
@@ -152,17 +187,29 @@ def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
     return db
 
 
-def load(path: Path, job_id: int | None = None) -> list[Job]:
-    """The ledger's jobs, newest first (``rigmon jobs``), read-only."""
+class LedgerError(Exception):
+    """The ledger file cannot be read (damaged, not a database)."""
+
+
+def load(path: Path, job_id: int | None = None, limit: int = 0) -> Iterator[Job]:
+    """The ledger's jobs, newest first (``rigmon jobs``), read-only, one row at a time: only
+    the ``limit`` newest (0: all) are read. Raises LedgerError when the file is damaged."""
     if not path.exists():
-        return []
-    db = connect(path, readonly=True)
+        return
+    try:
+        db = connect(path, readonly=True)
+    except sqlite3.Error as e:
+        raise LedgerError(f"{path}: {e}") from None
     try:
         if job_id is not None:
-            rows = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchall()
+            rows = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,))
         else:
-            rows = db.execute("SELECT * FROM jobs ORDER BY started DESC, id DESC").fetchall()
-        return [_job(r) for r in rows]
+            rows = db.execute("SELECT * FROM jobs ORDER BY started DESC, id DESC"
+                              + (" LIMIT ?" if limit > 0 else ""), (limit,) if limit > 0 else ())
+        for row in rows:
+            yield _job(row)
+    except sqlite3.Error as e:
+        raise LedgerError(f"{path}: {e}") from None
     finally:
         db.close()
 
@@ -187,20 +234,65 @@ class JobLedger:
         self._gpus: dict[str, tuple[float, float | None, set[str]]] = {}
         self._energy_by_user: dict[str, float] = {}
         self._next_id = 1  # while the ledger cannot be written: ids in memory
-        if self.path.exists() and self._connect():
-            for row in self._db.execute("SELECT * FROM jobs WHERE ended IS NULL"):
-                job = _job(row)
-                self.running[job.key] = job
-            self._gpus = {r["uuid"]: (r["time"], r["joules"], set(json.loads(r["jobs"])))
-                          for r in self._db.execute("SELECT * FROM gpu_energy")}
-            for r in self._db.execute("SELECT user, SUM(energy_joules) AS e FROM jobs WHERE ended IS NOT NULL "
-                                      "GROUP BY user"):
-                self._energy_by_user[r["user"] or ""] = r["e"] or 0.0
+        self._last_prune = float("-inf")
+        if self.path.exists():
+            try:
+                self._db = connect(self.path)
+                self._load()
+            except sqlite3.OperationalError as e:  # cannot open or lock it: kept as it is, jobs in memory
+                self._unwritable = True
+                self._db = None
+                log.error("jobs: cannot open the ledger %s (%s); jobs are kept in memory only", self.path, e)
+            except (sqlite3.DatabaseError, ValueError, TypeError) as e:  # damaged: set aside
+                self._set_aside(e)
+            except OSError as e:
+                self._unwritable = True
+                log.error("jobs: cannot open the ledger %s (%s); jobs are kept in memory only", self.path, e)
         self._last_commit = 0.0
         self._previous: Sample | None = None
         if self.running:
             log.info("jobs: %d job(s) running when rigmon stopped: %s", len(self.running),
                      ", ".join(f"#{j.id} {j.key}" for j in self.running.values()))
+
+    def _load(self) -> None:
+        check = self._db.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise sqlite3.DatabaseError(f"quick_check: {check}")
+        for row in self._db.execute("SELECT * FROM jobs WHERE ended IS NULL"):
+            job = _job(row)
+            self.running[job.key] = job
+        self._gpus = {}
+        for r in self._db.execute("SELECT * FROM gpu_energy"):
+            keys = {k for k in _json_list(r["jobs"]) if isinstance(k, str)}
+            if isinstance(r["time"], (int, float)) and isinstance(r["joules"], (int, float)):
+                self._gpus[r["uuid"]] = (float(r["time"]), float(r["joules"]), keys)
+        for r in self._db.execute("SELECT user, SUM(e) AS e FROM (SELECT user, energy_joules AS e FROM jobs WHERE "
+                                  "ended IS NOT NULL UNION ALL SELECT user, joules FROM pruned_energy) GROUP BY user"):
+            if isinstance(r["e"], (int, float)):
+                self._energy_by_user[printable(r["user"] or "")] = float(r["e"])
+
+    def _set_aside(self, error: Exception) -> None:
+        """A ledger that cannot be read is renamed out of the way (kept for whoever wants to look)
+        and a new one started: a damaged file never stops the daemon."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        self.running, self._gpus, self._energy_by_user = {}, {}, {}
+        aside = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}")
+        try:
+            self.path.rename(aside)
+            for suffix in ("-wal", "-shm"):
+                extra = self.path.with_name(self.path.name + suffix)
+                if extra.exists():
+                    extra.rename(aside.with_name(aside.name + suffix))
+        except OSError as e:
+            self._unwritable = True
+            log.error("jobs: the ledger %s cannot be read (%s) nor set aside (%s); jobs are kept in memory only",
+                      self.path, error, e)
+            return
+        log.error("jobs: the ledger %s cannot be read (%s); it is kept as %s and a new one is started", self.path,
+                  error, aside.name)
+        self._connect()
 
     def _connect(self) -> bool:
         if self._db is None and not self._unwritable:
@@ -254,8 +346,11 @@ class JobLedger:
                 ended.append(job)
                 job = None
             if job is None:
-                job = Job(0, key, info.user if info else None, info.command if info else None,
-                          info.unit if info else None, now, now, process_start=start)
+                command = info.command if info else None
+                if not self.config.store_command_lines:
+                    command = executable(command)  # its arguments may hold a token or a password
+                job = Job(0, key, info.user if info else None, command, info.unit if info else None, now, now,
+                          process_start=start)
                 job.id = self._insert(job)
                 self.running[key] = job
                 started.append(job)
@@ -370,6 +465,27 @@ class JobLedger:
             log.error("jobs: cannot write %s: %s", self.path, e)
             return
         self._last_commit = sample.time
+        if sample.time - self._last_prune >= PRUNE_SECONDS:
+            self._prune(sample.time)
+
+    def _prune(self, now: float) -> None:
+        """Finished jobs older than ``jobs.keep`` leave the ledger; their energy stays in the
+        per-user totals (rigmon_job_energy_joules does not go back)."""
+        self._last_prune = now
+        before = now - self.config.keep
+        try:
+            with self._db:
+                self._db.execute("INSERT INTO pruned_energy (user, joules) SELECT COALESCE(user, ''), "
+                                 "SUM(energy_joules) FROM jobs WHERE ended IS NOT NULL AND ended < ? GROUP BY "
+                                 "COALESCE(user, '') ON CONFLICT(user) DO UPDATE SET joules = joules + "
+                                 "excluded.joules", (before,))
+                gone = self._db.execute("DELETE FROM jobs WHERE ended IS NOT NULL AND ended < ?", (before,)).rowcount
+        except sqlite3.Error as e:
+            log.error("jobs: cannot prune %s: %s", self.path, e)
+            return
+        if gone:
+            log.info("jobs: %d finished job(s) older than %s left the ledger (jobs.keep)", gone,
+                     format_duration(self.config.keep))
 
     def _finished(self, job: Job) -> None:
         try:

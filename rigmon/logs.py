@@ -6,6 +6,26 @@ import logging
 import sys
 import time
 
+from .text import printable, printable_lines
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class SafeFormatter(logging.Formatter):
+    """A record is one line, whatever its arguments hold: a process's command line or a GPU's
+    name with a newline cannot forge a log line, nor an escape sequence reach the terminal or
+    the journal's reader. A traceback keeps its lines, each made printable."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = printable(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei) -> str:
+        return printable_lines(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return printable_lines(stack_info)
+
 
 class RepeatFilter(logging.Filter):
     """Lets a message through once; identical repeats are counted, and reported as
@@ -44,7 +64,7 @@ class RepeatFilter(logging.Filter):
 def setup(level: str = "info", verbose: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
     # journald adds its own timestamps; keep lines short and greppable
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(SafeFormatter(FORMAT))
     handler.addFilter(RepeatFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

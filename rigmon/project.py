@@ -9,9 +9,11 @@ one attribute access per value. ``python -m rigmon.project`` prints the generate
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 from .readings import ENTITIES, FAMILIES, READINGS, Reading
+from .text import printable
 
 _NEVER_NONE = {"g", "s", "r", "f"}  # roots that are always there; everything else may be None
 
@@ -201,8 +203,20 @@ def _prometheus() -> Callable:
 
 # --- InfluxDB -------------------------------------------------------------------------------------
 def influx_tag(value) -> str:
-    """A measurement, tag key, tag value or field key, escaped for line protocol ("_" for empty)."""
-    return str(value).replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=").replace(" ", "\\ ") or "_"
+    """A measurement, tag key, tag value or field key, escaped for line protocol ("_" for empty).
+
+    InfluxDB keeps a backslash in a tag as it is (``\\\\`` would be stored doubled) and knows
+    no escape for a newline, nor for a backslash before ``,``, ``=``, a space or the end: the
+    text is made printable first (a newline is ``\\n``), and such a backslash is written
+    ``\\x5c``. What InfluxDB stores is then the printable text, character for character, but
+    for such a backslash."""
+    text = printable(value)
+    if "\\" in text:
+        text = _LONE_BACKSLASH.sub(r"\\x5c", text)
+    return text.replace(",", "\\,").replace("=", "\\=").replace(" ", "\\ ") or "_"
+
+
+_LONE_BACKSLASH = re.compile(r"\\(?=[,= ]|$)")
 
 
 def influx_value(value) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from .sample import GpuInfo, GpuReading, Sample, to_jsonable
+from .text import printable
 
 NS = "n/s"  # not supported by this hardware (or not readable here)
 
@@ -95,7 +96,7 @@ def short_name(name: str) -> str:
     """"NVIDIA GeForce RTX 4090" → "RTX 4090", "NVIDIA H200" → "H200"."""
     for prefix in ("NVIDIA ", "GeForce "):
         name = name.removeprefix(prefix)
-    return name[:14]
+    return printable(name)[:14]
 
 
 def _cut(line: str) -> str:
@@ -234,23 +235,28 @@ def age(seconds: float) -> str:
 def _alerts(alerts: list[dict] | None, note: str, show_info: bool, now: float) -> list[str]:
     if alerts is None:
         return [f"ALERTS  unknown: {note}" if note else "ALERTS  unknown"]
-    shown = [a for a in alerts if show_info or a["severity"] != "info"]
+    shown = [a for a in alerts if show_info or a.get("severity") != "info"]
     hidden = len(alerts) - len(shown)
     head = f"ALERTS  {len(shown) or 'none'} firing" + (f" ({note})" if note else "")
     lines = [head]
     for a in shown:
-        since = f"  (for {age(now - a['since'])})" if a.get("since") is not None else ""
-        lines.append(f"  {a['severity'].upper():<8} {a['alertname']} [{a['subject']}]  {a['summary']}{since}")
+        since = a.get("since")
+        since = f"  (for {age(now - since)})" if isinstance(since, (int, float)) and abs(since) < 1e12 else ""
+        lines.append(printable(f"  {str(a.get('severity')).upper():<8} {a.get('alertname')} [{a.get('subject')}]  "
+                               f"{a.get('summary')}{since}"))
     if hidden:
         lines.append(f"  ({hidden} info alert(s) not shown: --all shows them)")
     return lines
 
 
 def _influx(s: dict) -> list[str]:
-    last = time.strftime("%H:%M:%S", time.localtime(s["last_success"])) if s.get("last_success") else "never"
-    lines = [f"INFLUXDB ({s['api']}, {s['url']})  written {s['points_written']}, spooled {s['points_spooled']} "
-             f"({s['spool_bytes'] / 1e6:.1f} MB), dropped {s['points_dropped']}, failed {s['points_failed']}, "
-             f"last success {last}"]
+    try:
+        last = time.strftime("%H:%M:%S", time.localtime(s["last_success"])) if s.get("last_success") else "never"
+        lines = [printable(f"INFLUXDB ({s['api']}, {s['url']})  written {s['points_written']}, spooled "
+                           f"{s['points_spooled']} ({s['spool_bytes'] / 1e6:.1f} MB), dropped {s['points_dropped']}, "
+                           f"failed {s['points_failed']}, last success {last}")]
+    except (KeyError, TypeError, ValueError, OverflowError, OSError):  # not what a rigmon daemon answers
+        return ["INFLUXDB  the daemon's answer is not readable"]
     if s.get("last_error"):
-        lines.append(f"  last error: {s['last_error']}")
+        lines.append(printable(f"  last error: {s['last_error']}"))
     return lines

@@ -35,7 +35,7 @@ BAD = [
     ("bad hash", "[prometheus.basic_auth]\nusername = \"u\"\npassword_sha256 = \"secret\"\n",
      "prometheus.basic_auth.password_sha256: must be 64 hex digits"),
     ("missing field", "[prometheus.basic_auth]\nusername = \"u\"\n",
-     "prometheus.basic_auth.password_sha256: required field is missing"),
+     "prometheus.basic_auth: set one of password_bcrypt (preferred) or password_sha256"),
     ("unknown builtin rule", "[alerts.builtin.GpuStarvd]\nenabled = false\n",
      "alerts: no built-in rule named GpuStarvd (did you mean GpuStarved?)"),
     ("rule with a typo", "[alerts.builtin.GpuStarved]\nwhen = \"utilisation_gpu > 0.9\"\n",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import logging
 import math
 import string
 from array import array
@@ -28,6 +29,8 @@ from ..sample import Sample
 from .entities import DEPRECATED, KINDS, LABELS, gpu_entities, host_entities, sensor_keys
 from .rules import SEVERITY_RANK, Rule, batch
 from .xid import xid_meaning
+
+log = logging.getLogger("rigmon.alerts")
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ class _Formatter(string.Formatter):
             return "n/a"
         try:
             return super().format_field(value, format_spec)
-        except (ValueError, TypeError):
+        except Exception:  # a spec that does not fit the value ({p:c} of 10**9): the value as it is
             return str(value)
 
 
@@ -137,7 +140,7 @@ _FORMAT = _Formatter()
 def render(template: str, values: dict[str, Any]) -> str:
     try:
         return _FORMAT.vformat(template, (), values)
-    except (IndexError, KeyError, ValueError, AttributeError):
+    except Exception:  # never a reason for a rule, or the others, to stop: the template as written
         return template
 
 
@@ -401,8 +404,14 @@ class AlertEngine:
         transitions: list[Transition] = []
         steps.sort(key=lambda step: step[0])  # in rule order, each rule's entities in order
         for _, rule, key, history, condition in steps:
-            transitions += self._step(rule, key, _Complete(self, sample, key, entities[key], history), now,
-                                      condition)
+            try:
+                transitions += self._step(rule, key, _Complete(self, sample, key, entities[key], history), now,
+                                          condition)
+            except Exception as e:  # a fault in one rule stays in that rule: the others go on
+                rule.failures += 1
+                if rule.failures == 1:
+                    log.error("rule %s failed on %s and is skipped where it fails: %s: %s", rule.name, key,
+                              type(e).__name__, e)
         return transitions
 
     def _track(self, entities: dict[tuple, dict], time: float) -> None:

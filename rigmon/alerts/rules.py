@@ -48,11 +48,12 @@ MAX_EXPRESSION_DEPTH = 40
 MAX_LITERAL_CHARS = 200  # string constants (label values to compare with)
 MAX_NUMBER = 1e15
 MAX_FORMAT_WIDTH = 64  # {value:>64} at most in a summary
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$")
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)w)?\s*(?:(\d+(?:\.\d+)?)d)?\s*(?:(\d+(?:\.\d+)?)h)?\s*"
+                       r"(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$")
 
 
 def parse_duration(value: Any) -> float:
-    """Seconds from 30, 2.5, "30s", "10m", "1h30m"."""
+    """Seconds from 30, 2.5, "30s", "10m", "1h30m", "7d", "2w"."""
     if isinstance(value, bool):
         raise ValueError("a duration is a number of seconds or a string like '10m'")
     if isinstance(value, (int, float)):
@@ -64,9 +65,9 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, str):
         match = _DURATION.match(value)
         if match and any(match.groups()):
-            h, m, s = (float(g) if g else 0.0 for g in match.groups())
-            return h * 3600 + m * 60 + s
-    raise ValueError(f"not a duration: {value!r} (use seconds or e.g. '30s', '10m', '1h')")
+            w, d, h, m, s = (float(g) if g else 0.0 for g in match.groups())
+            return w * 604800 + d * 86400 + h * 3600 + m * 60 + s
+    raise ValueError(f"not a duration: {value!r} (use seconds or e.g. '30s', '10m', '1h', '7d')")
 
 
 def format_duration(seconds: float) -> str:
@@ -417,7 +418,7 @@ def _depth(tree: ast.AST) -> int:
     return deepest
 
 
-def check_template(text: str, field: str) -> None:
+def check_template(text: str, field: str, params: dict | None = None) -> None:
     """Summary and description templates: ``{name}`` and ``{name:format}`` only, with a bounded
     width; no attribute or index access, no conversions, no nested fields."""
     try:
@@ -433,6 +434,12 @@ def check_template(text: str, field: str) -> None:
             raise ValueError(f"{field}: {{{name}!{conversion}}}: conversions are not allowed")
         if spec and ("{" in spec or any(int(w) > MAX_FORMAT_WIDTH for w in re.findall(r"\d+", spec))):
             raise ValueError(f"{field}: {{{name}:{spec}}}: widths and precisions go up to {MAX_FORMAT_WIDTH}")
+        if spec and params is not None and name in params:
+            try:
+                format(params[name], spec)
+            except Exception as e:  # {p:c} of 10**9, {p:d} of 0.5: it would never render
+                raise ValueError(f"{field}: {{{name}:{spec}}} cannot format {name} = {params[name]!r}: "
+                                 f"{e}") from None
 
 
 class RuleSpec(BaseModel):
@@ -464,7 +471,7 @@ class RuleSpec(BaseModel):
     def _expressions(self) -> RuleSpec:
         old = DEPRECATED.get(self.kind, {})
         for field in ("summary", "description", "hint"):
-            check_template(getattr(self, field), field)
+            check_template(getattr(self, field), field, self.params)
             for _, name, _, _ in string.Formatter().parse(getattr(self, field)):
                 if name in old and name not in self.params and name not in self.values:
                     _warn_deprecated(self.name, field, name, old[name])
@@ -512,6 +519,7 @@ class Rule:
         self.when = Expression(spec.when, spec.kind, spec.params)
         self.clear = Expression(spec.clear, spec.kind, spec.params) if spec.clear else None
         self.values = {name: Expression(text, spec.kind, spec.params) for name, text in spec.values.items()}
+        self.failures = 0  # evaluations of this rule that raised (the engine skips it there and goes on)
 
     @property
     def _expressions(self) -> list[Expression]:

@@ -7,9 +7,10 @@ import argparse
 import logging
 import sys
 
-from .. import __version__
+from .. import __version__, logs
 from .. import config as configmod
 from ..recording import RecordingError
+from ..text import printable, printable_lines
 from . import burnin, jobs, record, rules, run, status
 from . import config as config_command
 from .common import UsageError
@@ -27,16 +28,18 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logs.SafeFormatter(logs.FORMAT))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     try:
         return args.func(args)
     except configmod.ConfigError as e:
         for path, message in e.problems:
-            print(f"{e.source}: {path}: {message}" if path else f"{e.source}: {message}", file=sys.stderr)
+            print(printable(f"{e.source}: {path}: {message}" if path else f"{e.source}: {message}"),
+                  file=sys.stderr)
         return 2
     except (RecordingError, UsageError) as e:
-        print(f"rigmon: {e}", file=sys.stderr)
+        print(printable_lines(f"rigmon: {e}"), file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (status --watch --json | head -1): not an error
         import os

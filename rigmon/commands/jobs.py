@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 from .. import jobs as ledger
+from ..text import printable_lines
 from .common import UsageError, add_config, load_config
 
 
@@ -29,28 +31,37 @@ def cmd_jobs(args) -> int:
     config = load_config(args)
     path = ledger.ledger_path(config)
     price, currency = config.jobs.price_per_kwh, config.jobs.currency
-    if getattr(args, "jobs_command", None) == "show":
-        found = ledger.load(path, args.id)
-        if not found:
-            raise UsageError(f"no job #{args.id} in {path}")
-        job = found[0].as_dict(price, currency)
+    try:
+        if getattr(args, "jobs_command", None) == "show":
+            found = list(ledger.load(path, args.id))
+            if not found:
+                raise UsageError(f"no job #{args.id} in {path}")
+            job = found[0].as_dict(price, currency)
+            print(json.dumps(job, indent=2, allow_nan=False) if args.json else printable_lines(show(job)))
+            return 0
+        jobs = ledger.load(path, limit=max(args.limit, 0))
         if args.json:
-            print(json.dumps(job, indent=2, allow_nan=False))
-        else:
-            print(show(job))
-        return 0
-    jobs = ledger.load(path)
-    if args.limit > 0:
-        jobs = jobs[:args.limit]
-    rows = [j.as_dict(price, currency) for j in jobs]
-    if args.json:
-        print(json.dumps({"ledger": str(path), "jobs": rows}, indent=2, allow_nan=False))
-        return 0
+            _stream_json(path, (j.as_dict(price, currency) for j in jobs))
+            return 0
+        rows = [j.as_dict(price, currency) for j in jobs]
+    except ledger.LedgerError as e:
+        raise UsageError(f"cannot read the jobs ledger {e} (the daemon sets a damaged one aside and starts "
+                         f"a new one)") from None
     if not rows:
         print(f"no jobs in {path} yet (the daemon books them while it runs: rigmon run)")
         return 0
-    print(table(rows, bool(price)))
+    print(printable_lines(table(rows, bool(price))))
     return 0
+
+
+def _stream_json(path, rows) -> None:
+    """``{"ledger": …, "jobs": [...]}`` written a job at a time: a year of jobs is never all in memory."""
+    write = sys.stdout.write
+    write('{\n  "ledger": ' + json.dumps(str(path)) + ',\n  "jobs": [')
+    for n, row in enumerate(rows):
+        text = json.dumps(row, indent=2, allow_nan=False).replace("\n", "\n    ")
+        write(("," if n else "") + "\n    " + text)
+    write("\n  ]\n}\n")
 
 
 def _duration(seconds: float) -> str:

@@ -37,6 +37,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         data["prometheus"].update(overrides)
         config = configmod.parse(data, "command line")
     logs.setup(config.daemon.log_level, args.verbose)
+    _lock = _lock_state_dir(config.daemon.state_dir)  # held until exit (an exec for SIGHUP takes it anew)
     source, label = replay_source(args)
     if source is not None:
         log.info("replaying %s (%d GPU(s), %.0f s, looping)", label, source.recording.gpu_count,
@@ -80,6 +81,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     log.info("stopped after %.0f s, %d polls (%d skipped)", time.monotonic() - started, daemon.stats.polls,
              daemon.stats.skipped)
     return 0
+
+
+def _lock_state_dir(state_dir) -> int | None:
+    """One daemon per state directory: two would send and delete each other's spool segments and
+    book each job twice. The lock is the kernel's (flock): a crashed daemon holds none."""
+    import errno
+    import fcntl
+
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(state_dir / "rigmon.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None  # the spool and ledger report what is wrong with the directory
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise UsageError(f"another rigmon daemon uses the state directory {state_dir}: stop it first, or give "
+                             f"this one its own daemon.state_dir") from None
+        return None
+    return fd
 
 
 def _stop_within_grace(daemon: Daemon, reloading: bool = False) -> bool:

@@ -7,6 +7,7 @@ import sys
 import time
 
 from .. import args as argtypes
+from ..text import printable_lines
 from .common import add_config, add_source, demo_path, load_config, replay_source, stop_on_signals
 
 
@@ -70,7 +71,9 @@ def cmd_status(args) -> int:
             else:
                 if clear:
                     sys.stdout.write("\x1b[H\x1b[2J")
-                print(render(sample, where, alerts, note, daemon, show_info=args.all, now=alerts_now))
+                # whatever a process, a recording or the local port put in a string stays printable
+                print(printable_lines(render(sample, where, alerts, note, daemon, show_info=args.all,
+                                             now=alerts_now)))
             if not args.watch:
                 return 0
             sys.stdout.flush()
@@ -96,7 +99,11 @@ def _daemon_state(config) -> tuple[list | None, str, dict | None]:
     context = ssl._create_unverified_context() if prom.tls_cert else None  # our own daemon on loopback
     try:
         with urllib.request.urlopen(f"{scheme}://{where}/state", timeout=1.0, context=context) as response:
-            state = json.loads(response.read())
-            return state["alerts"], f"from the daemon at {where}", state
-    except (OSError, ValueError, KeyError):
+            state = json.loads(response.read(1 << 20))
+            alerts = state["alerts"]
+            if not isinstance(alerts, list) or not all(isinstance(a, dict) for a in alerts) or not isinstance(
+                    state.get("influxdb") or {}, dict):
+                raise ValueError("not a rigmon daemon's state")
+            return alerts, f"from the daemon at {where}", state
+    except (OSError, ValueError, KeyError, TypeError):
         return None, f"no rigmon daemon answers on {where} (alerts need its history: start rigmon run)", None

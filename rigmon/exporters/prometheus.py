@@ -96,9 +96,12 @@ def _families(sample: Sample, xids: dict):
 # --- HTTP -------------------------------------------------------------------------------
 CONNECTION_TIMEOUT = 10.0  # seconds a client has for the TLS handshake, its request, each write
 IDLE_TIMEOUT = 60.0  # seconds a kept-alive connection may wait for its next request
-MAX_CONNECTIONS = 64  # connections served at once; more are closed at once, not queued behind
+MAX_CONNECTIONS = 64  # connections held at once; a new one closes the one waiting longest on its client
 HEADS_KEPT, HEAD_KEPT_BYTES = 64, 2048  # distinct request heads kept parsed, and the longest kept
 MAX_REQUEST_BYTES = 16384  # request line and headers
+WRITE_BUFFER_BYTES = 256 << 10  # answers queued for a client that does not read: then its requests wait
+AUTH_FAILURE_DELAY = 1.0  # seconds before a wrong password's 401 (then the connection closes)
+AUTH_KEPT = 64  # credentials whose bcrypt verdict is kept (a scraper sends the same header every scrape)
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
             431: "Request Header Fields Too Large", 500: "Internal Server Error"}
@@ -166,17 +169,60 @@ def _parse(head: bytes) -> _Request:
                     zipped, (_encoder(accept)[1], zipped))
 
 
+class BasicAuth:
+    """Basic auth against a bcrypt hash (as Prometheus's exporter-toolkit) or, from older
+    configs, an unsalted SHA-256. A bcrypt check takes tens of milliseconds: it runs off the
+    serving loop, and its verdict is kept per header (AUTH_KEPT of them), so a scraper pays it
+    once. What a wrong password gets is delayed (AUTH_FAILURE_DELAY) and its connection closed."""
+
+    def __init__(self, username: str, sha256_hex: str | None = None, bcrypt_hash: str | None = None):
+        self._user = username.encode()
+        self._sha256 = sha256_hex.lower().encode() if sha256_hex else None
+        self._bcrypt = bcrypt_hash.encode() if bcrypt_hash else None
+        self._verdicts: dict[str, bool] = {}
+
+    def cached(self, header: str) -> bool | None:
+        """The verdict without the slow check: None when it must be made (``verify``)."""
+        if not header.startswith("Basic "):
+            return False
+        verdict = self._verdicts.get(header)
+        if verdict is None and self._bcrypt is None:
+            return self.verify(header)
+        return verdict
+
+    def verify(self, header: str) -> bool:
+        """The whole check (bcrypt: in a worker thread; it lets the loop run meanwhile)."""
+        try:
+            user, _, password = base64.b64decode(header[6:], validate=True).partition(b":")
+        except ValueError:
+            return False
+        # bytes on both sides: a name in any script compares, never raises
+        ok = hmac.compare_digest(user, self._user)
+        if self._bcrypt is not None:
+            import bcrypt
+
+            try:
+                ok = bcrypt.checkpw(password, self._bcrypt) & ok
+            except ValueError:
+                ok = False
+            if len(self._verdicts) >= AUTH_KEPT:
+                self._verdicts.clear()
+            self._verdicts[header] = ok
+            return ok
+        return hmac.compare_digest(hashlib.sha256(password).hexdigest().encode(), self._sha256) & ok
+
+
 class MetricsApp:
     """What /metrics and the other paths answer: the exposition rendered once per poll, format
     and encoding, then the same bytes (and their prebuilt headers) for every scrape until the
     next poll; optional basic auth. Called from the server's loop thread only."""
 
-    def __init__(self, registry: CollectorRegistry, generation, auth: tuple[str, str] | None = None,
+    def __init__(self, registry: CollectorRegistry, generation, auth: BasicAuth | None = None,
                  routes: dict | None = None):
         self._registry = registry
         self._routes = routes or {}  # path -> () -> (content type, body): the daemon's /state
         self._generation = generation  # changes when a new sample arrives
-        self._auth = auth  # (username, sha256 hex of the password)
+        self.auth = auth
         self._cache: dict[tuple, Response] = {}
         self._cache_generation = None
         self._exposition = Exposition()  # each series' escaped name and labels, kept between renders
@@ -184,8 +230,6 @@ class MetricsApp:
     def respond(self, request: _Request) -> Response:
         """The answer to a GET: this poll's exposition rendered by the first scrape that asks
         for its format, the same bytes for the others."""
-        if self._auth is not None and not self._authorised(request.authorization):
-            return _UNAUTHORISED
         path = request.path
         if path == "/metrics":
             generation = self._generation()
@@ -215,27 +259,23 @@ class MetricsApp:
             body = gzip.compress(body, compresslevel=1)
         return response(200, content_type, body, (("Content-Encoding", "gzip"),) if zipped else ())
 
-    def _authorised(self, header: str) -> bool:
-        if not header.startswith("Basic "):
-            return False
-        try:
-            user, _, password = base64.b64decode(header[6:], validate=True).partition(b":")
-        except ValueError:
-            return False
-        digest = hashlib.sha256(password).hexdigest().encode()
-        # bytes on both sides: a name in any script compares, never raises
-        return hmac.compare_digest(user, self._auth[0].encode()) & hmac.compare_digest(
-            digest, self._auth[1].lower().encode())
-
 
 class MetricsServer:
     """HTTP/1.1 with keep-alive on one event loop thread: a scrape costs finding the end of its
     request, a look-up of its head (parsed the first time it is seen), and one write of cached
     bytes with prebuilt headers; no thread and no task per connection or request (asyncio
-    protocols, deadlines swept once a second). TLS handshakes run on the loop under
-    CONNECTION_TIMEOUT; a client that connects and says nothing, trickles its request or stops
-    reading holds only its own connection until its deadline, and at most MAX_CONNECTIONS are
-    served at once (more are closed at once).
+    protocols, deadlines swept once a second).
+
+    Bounded before any credential is checked: a connection holds at most one request's bytes
+    beyond what it is answered, and none while its client does not read its answers
+    (WRITE_BUFFER_BYTES queued, then its requests wait); a request head over MAX_REQUEST_BYTES
+    is answered 431 however its bytes arrive; a TLS handshake, a request, or a write has
+    CONNECTION_TIMEOUT, an idle kept-alive connection IDLE_TIMEOUT. Every accepted socket counts
+    towards MAX_CONNECTIONS, TLS handshakes included (TLS starts on the accepted connection):
+    at the bound, a new client closes the connection that has waited longest on its own client
+    (silent, idle, or trickling its request), so idle or slow clients can never keep a scraper
+    out. A client without credentials gets its 401 and its connection closed; a wrong password
+    gets it after AUTH_FAILURE_DELAY.
 
     A render (once per poll and format, ~1 ms for 8 GPUs) runs on the loop too: a worker
     thread would not let the loop serve meanwhile (the render holds the GIL), and handing
@@ -244,23 +284,24 @@ class MetricsServer:
 
     def __init__(self, app: MetricsApp, listen: str, port: int, tls: ssl.SSLContext | None = None):
         self.app = app
+        self.tls = tls
         self.connections: set[_Connection] = set()
         self._heads: dict[bytes, _Request] = {}  # used on the loop's thread only
+        self._auth_pool: concurrent.futures.ThreadPoolExecutor | None = None  # bcrypt checks, one at a time
         self._loop = asyncio.new_event_loop()
         ready: concurrent.futures.Future = concurrent.futures.Future()
-        self._thread = threading.Thread(target=self._run, args=(listen, port, tls, ready), name="rigmon-http",
+        self._thread = threading.Thread(target=self._run, args=(listen, port, ready), name="rigmon-http",
                                         daemon=True)
         self._thread.start()
         self._server = ready.result()  # raises the bind's OSError here
         self.server_address = self._server.sockets[0].getsockname()
 
-    def _run(self, listen: str, port: int, tls, ready) -> None:
+    def _run(self, listen: str, port: int, ready) -> None:
         asyncio.set_event_loop(self._loop)
         self._loop.set_exception_handler(_quiet)
         try:
             server = self._loop.run_until_complete(self._loop.create_server(
-                lambda: _Connection(self), listen, port, ssl=tls,
-                ssl_handshake_timeout=CONNECTION_TIMEOUT if tls else None, backlog=128, reuse_address=True))
+                lambda: _Connection(self), listen, port, backlog=128, reuse_address=True))
         except OSError as e:
             self._loop.close()  # now, in its thread: left to the garbage collector at exit, it can raise there
             ready.set_exception(OSError(e.errno, f"cannot listen on {listen}:{port}: {e.strerror}"))
@@ -272,17 +313,36 @@ class MetricsServer:
         finally:
             server.close()
             for connection in list(self.connections):
-                connection.transport.abort()
+                connection.abort()
             self._loop.run_until_complete(asyncio.sleep(0))
             self._loop.close()
+            if self._auth_pool is not None:
+                self._auth_pool.shutdown(wait=False, cancel_futures=True)
 
     def _sweep(self) -> None:
         """Close what is past its deadline: no request (or no whole one) in time, or a client
         that stopped reading its answer."""
         now = self._loop.time()
         for connection in [c for c in self.connections if c.deadline < now]:
-            connection.transport.abort()
+            connection.abort()
         self._loop.call_later(1.0, self._sweep)
+
+    def admit(self, connection: _Connection) -> bool:
+        """Room for a new connection: at the bound, the one waiting longest on its client goes."""
+        if len(self.connections) >= MAX_CONNECTIONS:
+            waiting = [c for c in self.connections if c.waiting_since is not None]
+            if not waiting:
+                return False  # every one is being answered: the newcomer is refused
+            min(waiting, key=lambda c: c.waiting_since).abort()
+        self.connections.add(connection)
+        return True
+
+    def check(self, header: str, done) -> None:
+        """A bcrypt check off the loop; ``done(verdict)`` on the loop afterwards."""
+        if self._auth_pool is None:
+            self._auth_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rigmon-auth")
+        future = self._loop.run_in_executor(self._auth_pool, self.app.auth.verify, header)
+        future.add_done_callback(lambda f: done(not f.cancelled() and f.exception() is None and f.result()))
 
     def request(self, head: bytes) -> _Request:
         """``head`` parsed. A scraper sends the very same bytes every scrape, so each distinct
@@ -301,41 +361,87 @@ class MetricsServer:
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=2.0)
 
-    def server_close(self) -> None:
-        pass
+
+_HEAD_TOO_LARGE = response(431, "text/plain", b"request headers too large\n")
 
 
 class _Connection(asyncio.Protocol):
-    __slots__ = ("server", "loop", "transport", "buffer", "deadline", "closing")
+    __slots__ = ("server", "loop", "transport", "raw", "buffer", "deadline", "closing", "paused", "waiting_since",
+                 "handshaking")
 
     def __init__(self, server: MetricsServer):
         self.server, self.loop = server, server._loop
         self.transport: asyncio.Transport | None = None
+        self.raw: asyncio.Transport | None = None  # the TCP connection (the TLS one runs over it)
         self.buffer = b""
         self.deadline = self.loop.time() + CONNECTION_TIMEOUT
         self.closing = False
+        self.paused = False  # its client does not read its answers, or its credentials are being checked
+        self.waiting_since: float | None = self.loop.time()  # waiting on its client since then (None: on us)
+        self.handshaking = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:
-        self.transport = transport
-        if len(self.server.connections) >= MAX_CONNECTIONS:
-            transport.abort()  # over the bound: refuse fast
+        if self.raw is not None:
+            return  # TLS's own call, once the handshake is done: handled where it was started
+        self.raw = transport
+        if not self.server.admit(self):
+            transport.abort()
             return
-        self.server.connections.add(self)
-        transport.set_write_buffer_limits(high=1 << 20)
+        if self.server.tls is not None:
+            self.handshaking = True
+            self.loop.create_task(self._start_tls())
+        else:
+            self.transport = transport
+            transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
+
+    async def _start_tls(self) -> None:
+        try:
+            transport = await self.loop.start_tls(self.raw, self, self.server.tls, server_side=True,
+                                                  ssl_handshake_timeout=CONNECTION_TIMEOUT)
+        except (OSError, ssl.SSLError, ConnectionError, TimeoutError, asyncio.CancelledError):
+            self.abort()
+            return
+        if transport is None or self.closing:
+            self.abort()
+            return
+        self.transport = transport
+        self.handshaking = False
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_BYTES)
+        if self.buffer:  # what arrived while the handshake finished
+            self._serve()
+
+    def abort(self) -> None:
+        self.closing = True
+        self.server.connections.discard(self)
+        transport = self.transport or self.raw
+        if transport is not None:
+            transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
 
     def pause_writing(self) -> None:  # the client reads slower than we write: it gets CONNECTION_TIMEOUT
         self.deadline = self.loop.time() + CONNECTION_TIMEOUT
-        self.transport.pause_reading()
+        self.paused = True
+        self.waiting_since = self.loop.time()
+        if self.transport is not None:
+            self.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        self.deadline = self.loop.time() + IDLE_TIMEOUT
-        self.transport.resume_reading()
+        self.paused = False
+        self.deadline = self.loop.time() + (CONNECTION_TIMEOUT if self.buffer else IDLE_TIMEOUT)
+        if self.transport is not None:
+            self.transport.resume_reading()
+        if self.buffer:
+            self._serve()  # the requests that waited for the client to read
 
     def data_received(self, data: bytes) -> None:
         try:
+            if self.transport is None or self.paused:  # a TLS handshake just done, or answers not yet read
+                self.buffer += data
+                if len(self.buffer) > 2 * MAX_REQUEST_BYTES and self.transport is not None:
+                    self.transport.pause_reading()
+                return
             if not (self.buffer or self.closing) and data.find(b"\r\n\r\n") == len(data) - 4:
                 self._answer(data[:-4])  # one whole request, nothing before it (a scraper's every scrape)
                 return
@@ -345,35 +451,82 @@ class _Connection(asyncio.Protocol):
             self._serve()
         except Exception:  # a bug answering one request: that connection only
             log.exception("answering a request failed")
-            self.transport.abort()
+            self.abort()
 
     def _serve(self) -> None:
-        """Answer the whole requests buffered, in order."""
-        while not self.closing:
+        """Answer the whole requests buffered, in order, while the client reads its answers."""
+        while not (self.closing or self.paused):
             end = self.buffer.find(b"\r\n\r\n")
             if end < 0:
                 if len(self.buffer) > MAX_REQUEST_BYTES:
-                    self._write(response(431, "text/plain", b"request headers too large\n"), False, False)
+                    self._write(_HEAD_TOO_LARGE, False, False)
                 return
             head, self.buffer = self.buffer[:end], self.buffer[end + 4:]
             self._answer(head)
 
     def _answer(self, head: bytes) -> None:
         """Answer one request (its line and headers)."""
+        if len(head) > MAX_REQUEST_BYTES:
+            self._write(_HEAD_TOO_LARGE, False, False)
+            return
         request = self.server.request(head)
-        answer = request.refused or self.server.app.respond(request)
+        if request.refused is not None:
+            self._write(request.refused, request.keep, request.head_only)
+            return
+        auth = self.server.app.auth
+        if auth is not None:
+            verdict = auth.cached(request.authorization)
+            if verdict is None:  # the slow check, off the loop: this connection waits for it
+                self.paused = True
+                self.waiting_since = None
+                self.transport.pause_reading()
+                self.server.check(request.authorization, lambda ok: self._checked(request, ok))
+                return
+            if not verdict:
+                self._refuse(request)
+                return
+        answer = self.server.app.respond(request)
         self._write(answer, request.keep and answer is not _RENDER_FAILED, request.head_only)
+
+    def _checked(self, request: _Request, ok: bool) -> None:
+        if self.closing:
+            return
+        self.paused = False
+        if not ok:
+            self._refuse(request)
+            return
+        self.transport.resume_reading()
+        answer = self.server.app.respond(request)
+        self._write(answer, request.keep and answer is not _RENDER_FAILED, request.head_only)
+        if self.buffer and not self.closing:
+            self._serve()
+
+    def _refuse(self, request: _Request) -> None:
+        """401, and the connection closes: at once without credentials (a browser asks for them
+        and comes back), after AUTH_FAILURE_DELAY with wrong ones (a guess a second, not thousands)."""
+        self.closing = True
+        self.buffer = b""
+        if not request.authorization:
+            self._write(_UNAUTHORISED, False, request.head_only)
+            return
+        self.transport.pause_reading()
+        self.loop.call_later(AUTH_FAILURE_DELAY, self._write, _UNAUTHORISED, False, request.head_only)
 
     def _write(self, answer: Response, keep: bool, head_only: bool) -> None:
         transport = self.transport
+        if transport is None or transport.is_closing():
+            return
         if head_only:
             transport.write(answer.head + (b"\r\n" if keep else b"Connection: close\r\n\r\n"))
         else:
             transport.write(answer.kept if keep else answer.closing)
         if keep:
             self.deadline = self.loop.time() + (CONNECTION_TIMEOUT if self.buffer else IDLE_TIMEOUT)
+            if not self.paused:
+                self.waiting_since = self.loop.time()
         else:
             self.closing = True
+            self.waiting_since = None
             transport.close()  # after what is written
 
 
@@ -395,3 +548,12 @@ def serve(app: MetricsApp, config: PrometheusConfig) -> tuple[MetricsServer, thr
         context.load_cert_chain(str(config.tls_cert), str(config.tls_key))
     server = MetricsServer(app, config.listen, config.port, context)
     return server, server._thread
+
+
+def basic_auth(config: PrometheusConfig) -> BasicAuth | None:
+    auth = config.basic_auth
+    if auth is None:
+        return None
+    secret = auth.password_bcrypt or auth.password_sha256
+    value = secret.get_secret_value()
+    return BasicAuth(auth.username, bcrypt_hash=value) if auth.password_bcrypt else BasicAuth(auth.username, value)

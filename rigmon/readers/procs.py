@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from ..sample import ProcessInfo
+from ..text import decode, printable
 
 MAX_COMMAND = 160  # characters of a command line shown
+MAX_COMMAND_BYTES = 4096  # of /proc/PID/cmdline read (a command line can be megabytes)
+MAX_CGROUP_BYTES = 8192
 
 
 def raw(pids: list[int], proc: str | Path = "/proc") -> dict[str, dict[str, Any]]:
@@ -31,27 +34,28 @@ def raw(pids: list[int], proc: str | Path = "/proc") -> dict[str, dict[str, Any]
     ticks = os.sysconf("SC_CLK_TCK")
     out = {}
     for pid in pids:
-        d = base / str(pid)
         try:
-            stat = (d / "stat").read_text()
-            uid = d.stat().st_uid
-            cmdline = (d / "cmdline").read_bytes()
-            cgroup = (d / "cgroup").read_text()
-        except OSError:
+            out[str(pid)] = _read(base / str(pid), boot, ticks)
+        except (OSError, ValueError, IndexError):  # gone, hidden, or unreadable: this process only
             continue
-        fields = stat.rsplit(")", 1)[-1].split()  # after the command name, which may hold spaces
-        try:
-            ppid, pgid, start_ticks = int(fields[1]), int(fields[2]), int(fields[19])
-        except (IndexError, ValueError):
-            continue
-        try:
-            user = pwd.getpwuid(uid).pw_name
-        except KeyError:
-            user = str(uid)
-        out[str(pid)] = {"user": user, "uid": uid, "cmdline": cmdline.replace(b"\0", b" ").decode(
-            "utf-8", "replace").strip(), "cgroup": cgroup, "ppid": ppid, "pgid": pgid,
-            "start": round(boot + start_ticks / ticks, 2) if boot is not None else None}
     return out
+
+
+def _read(d: Path, boot: float | None, ticks: int) -> dict[str, Any]:
+    """One process's entry, read as bytes: a name that is not UTF-8 is replaced in that
+    process's entry alone, never an error for the others."""
+    stat = decode((d / "stat").read_bytes())
+    uid = d.stat().st_uid
+    cmdline = (d / "cmdline").read_bytes()[:MAX_COMMAND_BYTES]
+    cgroup = decode((d / "cgroup").read_bytes()[:MAX_CGROUP_BYTES])
+    fields = stat.rsplit(")", 1)[-1].split()  # after the command name, which may hold spaces
+    ppid, pgid, start_ticks = int(fields[1]), int(fields[2]), int(fields[19])
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = str(uid)
+    return {"user": user, "uid": uid, "cmdline": decode(cmdline.replace(b"\0", b" ")).strip(), "cgroup": cgroup,
+            "ppid": ppid, "pgid": pgid, "start": round(boot + start_ticks / ticks, 2) if boot is not None else None}
 
 
 def _boot_time(base: Path) -> float | None:
@@ -65,20 +69,57 @@ def _boot_time(base: Path) -> float | None:
 
 
 def parse(answer: dict[str, dict[str, Any]]) -> dict[int, ProcessInfo]:
+    """Entries of ``raw`` (live or recorded) as ``ProcessInfo``. Every string is made printable
+    here, once: a user's command line, cgroup or name reaches terminals, logs, the ledger and
+    the line protocol only as text without control characters or line breaks."""
     out = {}
     for key, p in answer.items():
         try:
             pid = int(key)
-        except ValueError:
+        except (TypeError, ValueError):
             continue
-        command = str(p.get("cmdline") or "") or None
+        if not isinstance(p, dict):
+            continue
+        command = printable(_text(p.get("cmdline"))) or None
         if command and len(command) > MAX_COMMAND:
             command = command[:MAX_COMMAND - 1] + "…"
-        unit = unit_of(str(p.get("cgroup") or ""))
+        unit = unit_of(_text(p.get("cgroup")))
+        unit = printable(unit) if unit is not None else None
         pgid, start = _int(p.get("pgid")), _float(p.get("start"))
         job = unit or f"pgid:{pgid if pgid is not None else pid}"
-        out[pid] = ProcessInfo(pid, p.get("user"), command, unit, job, start, _int(p.get("ppid")), pgid)
+        user = p.get("user")
+        out[pid] = ProcessInfo(pid, printable(user) if user is not None else None, command, unit, job, start,
+                               _int(p.get("ppid")), pgid)
     return out
+
+
+def executable(command: str | None) -> str | None:
+    """What a command line names without its arguments (which may hold a token or a password):
+    the program's file name, and for an interpreter the script or module it runs
+    (``python train.py``, ``python -m torch.distributed.run``)."""
+    if not command:
+        return None
+    words = command.split()
+    program = words[0].rsplit("/", 1)[-1]
+    if _INTERPRETER.match(program):
+        rest = iter(words[1:])
+        for word in rest:
+            if word == "-m":
+                return f"{program} -m {next(rest, '')}".rstrip()
+            if word.startswith("-m") and len(word) > 2:
+                return f"{program} -m {word[2:]}"
+            if word == "-c":
+                return f"{program} -c"
+            if not word.startswith("-"):
+                return f"{program} {word.rsplit('/', 1)[-1]}"
+    return program
+
+
+_INTERPRETER = re.compile(r"^(python[0-9.]*|pypy[0-9.]*|perl|ruby|node|bash|sh)$")
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
 
 
 _UNITS = (

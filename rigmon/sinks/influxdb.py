@@ -62,8 +62,8 @@ class Malformed(Exception):
 def _classify(status: int, reason: str, after: str | None) -> Exception:
     if status == 429 or status >= 500:
         return Retry(f"HTTP {status} {reason}".strip(), retry_after(after))
-    if status == 400:
-        return Malformed(f"HTTP 400 {reason}".strip())
+    if status in (400, 413):  # 413: too large for the server's limit: sent in smaller parts, as a 400 is
+        return Malformed(f"HTTP {status} {reason}".strip())
     return Refused(f"HTTP {status} {reason}".strip())
 
 
@@ -165,6 +165,7 @@ class InfluxSink:
         self.written = 0
         self.failed = 0
         self.queue_dropped = 0
+        self.faults = 0  # unexpected errors the spooler and sender survived
         self.last_success: float | None = None
         self.last_error: str | None = None
         self._last_info = float("-inf")
@@ -216,9 +217,18 @@ class InfluxSink:
     # --- the spooler: queue to disk, never waits on the network -----------------------------
     def _spool_loop(self) -> None:
         while not (self._stop.is_set() and self._queue.empty()):
-            self._spool_queued(block=0.25)
+            try:
+                self._spool_queued(block=0.25)
+            except Exception as e:  # a bug on one item must not end the thread: counted, said once, go on
+                self._fault("spooler", e)
             if self._held and self._stop.is_set():
                 break  # the disk is still full: what is held stays counted as lost at exit
+
+    def _fault(self, where: str, error: Exception) -> None:
+        self.faults += 1
+        if self.faults == 1 or self.faults % 100 == 0:
+            log.exception("InfluxDB %s: unexpected %s (%d so far); it goes on", where, type(error).__name__,
+                          self.faults, exc_info=error)
 
     def spool_now(self) -> None:
         """Put what is queued on disk now (a warm stop does this before anything waits)."""
@@ -233,7 +243,10 @@ class InfluxSink:
             except queue.Empty:
                 item = None
             while item is not None:
-                lines += self._encode(item)
+                try:
+                    lines += self._encode(item)
+                except Exception as e:  # that item only
+                    self._fault("encoding", e)
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
@@ -289,6 +302,14 @@ class InfluxSink:
 
     # --- the sender --------------------------------------------------------------------------
     def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._send_loop()
+            except Exception as e:  # never the end of sending: counted, said, a pause, then on
+                self._fault("sender", e)
+                self._stop.wait(1.0)
+
+    def _send_loop(self) -> None:
         attempt = 0
         wait_until = 0.0
         refused: dict[str, tuple[float, int]] = {}  # segments answered 400: path -> (first time, times)
@@ -407,7 +428,7 @@ class InfluxSink:
     def _state(self) -> dict:
         return {"api": self.config.api, "url": self.config.url, "points_produced": self.produced,
                 "points_written": self.written, "points_failed": self.failed,
-                "points_dropped": self.spool.dropped_points + self.queue_dropped,
+                "points_dropped": self.spool.dropped_points + self.spool.vanished_points + self.queue_dropped,
                 "points_spooled": self.spool.points, "points_held": sum(len(x) for x in list(self._held)),
                 "spool_bytes": self.spool.bytes,
                 "last_success": self.last_success, "last_error": self.last_error}

@@ -30,10 +30,11 @@ REJECTED = ".rejected"
 class Spool:
     def __init__(self, directory: Path, max_bytes: int, segment_bytes: int = 1 << 20):
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.max_bytes = max_bytes
         self.segment_bytes = min(segment_bytes, max(max_bytes // 4, 4096))
         self.dropped_points = 0
+        self.vanished_points = 0  # in segments deleted by someone else before they were sent
         self._lock = threading.Lock()
         self._segments: list[tuple[int, Path, int, int]] = []  # (seq, path, bytes, points)
         self._rejected: list[tuple[Path, int]] = []  # (path, bytes), oldest first
@@ -79,12 +80,20 @@ class Spool:
     def append(self, lines: list[str]) -> None:
         if not lines:
             return
-        data = ("\n".join(lines) + "\n").encode()
+        # a lone surrogate (a damaged recording's string) is written as its escape, never an error
+        data = ("\n".join(lines) + "\n").encode("utf-8", "backslashreplace")
         with self._lock:
             if self._current is None or self._segments[-1][2] >= self.segment_bytes:
                 self._rotate()
             seq, path = self._current
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            except FileNotFoundError:  # the segment being written was deleted: a new one
+                self.vanished_points += sum(s[3] for s in self._segments if s[0] == seq)
+                self._segments = [s for s in self._segments if s[0] != seq]
+                self._rotate()
+                seq, path = self._current
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
             try:
                 before = os.fstat(fd).st_size
                 try:
@@ -110,7 +119,7 @@ class Spool:
         seq = max(self._segments[-1][0] + 1 if self._segments else 0, self._last_seq + 1, int(time.time() * 1000))
         self._last_seq = seq
         path = self.dir / f"{seq:016d}{SUFFIX}"
-        path.touch()
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))  # what the box measured: its owner's alone
         _fsync_dir(self.dir)
         self._segments.append((seq, path, 0, 0))
         self._current = (seq, path)
@@ -151,9 +160,27 @@ class Spool:
                     if size == 0 or (time.monotonic() - self._current_opened < min_age and size < self.segment_bytes):
                         break
                     self._current = None  # the next append opens a new segment
-                out.append((path, points))
+                out.append((seq, path, points))
                 total += size
-        return [(path, path.read_bytes(), points) for path, points in out]
+        batch = []
+        for seq, path, points in out:
+            try:
+                batch.append((path, path.read_bytes(), points))
+            except FileNotFoundError:  # deleted under us (an admin, another process): skip it, count it
+                self._vanished(seq, path, points)
+                break  # what follows it waits for the next call: the order holds
+        return batch
+
+    def _vanished(self, seq: int, path: Path, points: int) -> None:
+        with self._lock:
+            if not any(s[0] == seq for s in self._segments):
+                return
+            self._segments = [s for s in self._segments if s[0] != seq]
+            if self._current is not None and self._current[0] == seq:
+                self._current = None
+            self.vanished_points += points
+        log.error("spool: segment %s vanished before it was sent (deleted by hand, or another rigmon on the same "
+                  "state_dir?); %d point(s) lost, the rest goes on", path.name, points)
 
     def remove(self, *paths: Path) -> int:
         """Done with these segments (sent): forget them now; their files are deleted beside
