@@ -38,6 +38,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = configmod.parse(data, "command line")
     logs.setup(config.daemon.log_level, args.verbose)
     _lock = _lock_state_dir(config.daemon.state_dir)  # held until exit (an exec for SIGHUP takes it anew)
+    _raise_open_files()
     source, label = replay_source(args)
     if source is not None:
         log.info("replaying %s (%d GPU(s), %.0f s, looping)", label, source.recording.gpu_count,
@@ -81,6 +82,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     log.info("stopped after %.0f s, %d polls (%d skipped)", time.monotonic() - started, daemon.stats.polls,
              daemon.stats.skipped)
     return 0
+
+
+def _raise_open_files(want: int = 8192) -> None:
+    """Room for the HTTP server's connections (its own bound is far below) beside NVML, the
+    spool and the ledger: the soft limit is often 1,024 where the hard one allows far more."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            pass
 
 
 def _lock_state_dir(state_dir) -> int | None:

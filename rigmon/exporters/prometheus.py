@@ -96,10 +96,10 @@ def _families(sample: Sample, xids: dict):
 # --- HTTP -------------------------------------------------------------------------------
 CONNECTION_TIMEOUT = 10.0  # seconds a client has for the TLS handshake, its request, each write
 IDLE_TIMEOUT = 60.0  # seconds a kept-alive connection may wait for its next request
-MAX_CONNECTIONS = 64  # connections held at once; a new one closes the one waiting longest on its client
+MAX_CONNECTIONS = 512  # connections held at once; a new one closes the one waiting longest on its client
 HEADS_KEPT, HEAD_KEPT_BYTES = 64, 2048  # distinct request heads kept parsed, and the longest kept
 MAX_REQUEST_BYTES = 16384  # request line and headers
-WRITE_BUFFER_BYTES = 256 << 10  # answers queued for a client that does not read: then its requests wait
+WRITE_BUFFER_BYTES = 64 << 10  # answers queued for a client that does not read: then its requests wait
 AUTH_FAILURE_DELAY = 1.0  # seconds before a wrong password's 401 (then the connection closes)
 AUTH_KEPT = 64  # credentials whose bcrypt verdict is kept (a scraper sends the same header every scrape)
 

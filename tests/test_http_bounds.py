@@ -1,0 +1,192 @@
+"""The metrics endpoint under clients that do not play fair, before any credential is checked:
+pipelined floods, idle and silent connections that reconnect, oversized heads, guessed
+passwords. Against the real daemon on a replayed 8-GPU box."""
+
+from __future__ import annotations
+
+import base64
+import selectors
+import socket
+import ssl
+import threading
+import time
+
+import bcrypt
+import pytest
+from servers import Rigmon, http_get, wait_for
+
+GET = b"GET /metrics HTTP/1.1\r\nHost: rigmon\r\n\r\n"
+
+
+def _rss_kib(pid: int, field: str = "VmRSS") -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(field)
+
+
+def _self_signed(tmp_path):
+    import subprocess
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def test_pipelined_floods_do_not_grow_memory(tmp_path, eight_gpus):
+    """16 connections each send 10,000 GETs and read nothing: answers wait for the client to
+    read them, so the daemon holds a few answers per connection, not 10,000."""
+    rigmon = Rigmon(tmp_path, eight_gpus, "[daemon]\ninterval = 1\n")
+    try:
+        rigmon.wait_ready()
+        for _ in range(5):  # every format rendered once, the process settled
+            http_get(rigmon.url)
+        time.sleep(1)
+        idle = _rss_kib(rigmon.proc.pid)
+        flood = GET * 10_000
+        sockets = [socket.create_connection(("127.0.0.1", rigmon.port)) for _ in range(16)]
+        sent = [0] * len(sockets)
+        for s in sockets:
+            s.setblocking(False)
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and min(sent) < len(flood):
+            for n, s in enumerate(sockets):
+                if sent[n] < len(flood):
+                    try:
+                        sent[n] += s.send(flood[sent[n]:sent[n] + 65536])
+                    except BlockingIOError:
+                        pass
+            time.sleep(0.005)
+        time.sleep(2)
+        peak = _rss_kib(rigmon.proc.pid, "VmHWM")
+        assert http_get(rigmon.url)[0] == 200  # a scraper is still served meanwhile
+        for s in sockets:
+            s.close()
+    finally:
+        assert rigmon.stop() == 0
+    print(f"idle RSS {idle} KiB, peak {peak} KiB ({peak / idle:.2f}x); bytes sent per connection: {min(sent)}-"
+          f"{max(sent)} of {len(flood)}")
+    assert peak <= 2 * idle
+
+
+class _Crowd:
+    """``count`` clients that connect, say nothing, and reconnect as soon as they are closed."""
+
+    def __init__(self, port: int, count: int):
+        self.port, self.count = port, count
+        self.reconnects = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _connect(self, selector) -> None:
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", self.port))
+        selector.register(s, selectors.EVENT_READ)
+
+    def _run(self) -> None:
+        selector = selectors.DefaultSelector()
+        for _ in range(self.count):
+            self._connect(selector)
+        while not self._stop.is_set():
+            for key, _ in selector.select(0.1):
+                s = key.fileobj
+                try:
+                    data = s.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    selector.unregister(s)
+                    s.close()
+                    self.reconnects += 1
+                    self._connect(selector)
+        for key in list(selector.get_map().values()):
+            key.fileobj.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+@pytest.mark.parametrize("tls, crowd_size", [(False, 200), (True, 200), (False, 700)],
+                         ids=["plain", "tls-with-auth", "plain-over-the-bound"])
+def test_idle_reconnecting_clients_never_keep_a_scraper_out(tmp_path, eight_gpus, tls, crowd_size):
+    """200 idle clients (and 700, over the server's bound of 512: each newcomer closes the one
+    waiting longest, and they reconnect at once): every scrape is answered."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(soft, 4096), hard), hard))
+    config = "[daemon]\ninterval = 1\n"
+    headers, context = {}, None
+    if tls:
+        cert, key = _self_signed(tmp_path)
+        digest = bcrypt.hashpw(b"scrape-pass", bcrypt.gensalt(10)).decode()
+        config += (f'[prometheus]\ntls_cert = "{cert}"\ntls_key = "{key}"\n[prometheus.basic_auth]\n'
+                   f'username = "prom"\npassword_bcrypt = "{digest}"\n')
+        headers = {"Authorization": "Basic " + base64.b64encode(b"prom:scrape-pass").decode()}
+        context = ssl.create_default_context(cafile=str(cert))
+    rigmon = Rigmon(tmp_path, eight_gpus, config)
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{rigmon.port}/metrics"
+    crowd = None
+    try:
+        wait_for(lambda: http_get(url, headers, context=context, timeout=2)[0] == 200, 30, what="the endpoint")
+        crowd = _Crowd(rigmon.port, crowd_size)
+        time.sleep(1)
+        answered = 0
+        for _ in range(30):
+            try:
+                answered += http_get(url, headers, context=context, timeout=5)[0] == 200
+            except OSError:
+                pass
+            time.sleep(0.1)
+    finally:
+        if crowd is not None:
+            crowd.stop()
+        assert rigmon.stop() == 0
+    print(f"{answered} of 30 scrapes answered beside {crowd_size} idle clients ({crowd.reconnects} reconnects)")
+    if crowd_size > 512:
+        assert crowd.reconnects > 0  # the bound held, by closing the longest waiting
+    assert answered >= 29
+
+
+def test_heads_are_bounded_and_refusals_close(tmp_path, eight_gpus):
+    digest = bcrypt.hashpw(b"right", bcrypt.gensalt(10)).decode()
+    rigmon = Rigmon(tmp_path, eight_gpus, f'[daemon]\ninterval = 1\n[prometheus.basic_auth]\nusername = "prom"\n'
+                                          f'password_bcrypt = "{digest}"\n')
+    good = "Basic " + base64.b64encode(b"prom:right").decode()
+    try:
+        rigmon.wait_ready()
+        # a 17 KB head in one write: 431, whichever way it arrives
+        with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nAuthorization: " + good.encode() + b"\r\nX-Pad: " + b"a" * 17000
+                      + b"\r\n\r\n")
+            assert s.recv(100).startswith(b"HTTP/1.1 431")
+        # no credentials: 401 at once, and the connection closes
+        with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
+            s.sendall(GET + GET)
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+            assert data.count(b"HTTP/1.1 401") == 1
+        # a wrong password: its 401 comes after a delay, and the connection closes
+        for path in ("/metrics", "/", "/state"):
+            started = time.monotonic()
+            bad = "Basic " + base64.b64encode(b"prom:guess").decode()
+            with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
+                s.sendall(f"GET {path} HTTP/1.1\r\nAuthorization: {bad}\r\n\r\n".encode() + GET)
+                data = b""
+                while chunk := s.recv(65536):
+                    data += chunk
+            assert data.startswith(b"HTTP/1.1 401") and data.count(b"HTTP/1.1") == 1
+            assert time.monotonic() - started >= 0.9
+            assert http_get(f"http://127.0.0.1:{rigmon.port}{path}")[0] == 401
+        # the right one: the bcrypt check is made once, then its verdict kept
+        for _ in range(3):
+            status, body = http_get(rigmon.url, {"Authorization": good})
+            assert status == 200 and b"rigmon_gpu_power_watts" in body
+    finally:
+        assert rigmon.stop() == 0
