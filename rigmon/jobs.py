@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COMMIT_SECONDS = 10.0  # sample time between commits of the running jobs
+_UNAVAILABLE = re.compile(r"locked|unable to open|readonly|read-only|disk I/O|permission|authoriz", re.I)
 PRUNE_SECONDS = 3600.0  # sample time between prunings of jobs older than jobs.keep
 MAX_GAP_SECONDS = 7 * 24 * 3600.0  # a longer gap between two readings of a GPU is not booked
 THROTTLE_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
@@ -76,6 +78,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     alerts TEXT NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS jobs_open ON jobs (ended);
+CREATE INDEX IF NOT EXISTS jobs_newest ON jobs (started DESC, id DESC);
 CREATE TABLE IF NOT EXISTS pruned_energy (
     user TEXT PRIMARY KEY,
     joules REAL NOT NULL
@@ -145,7 +148,8 @@ def _row(job: Job) -> tuple:
 
 def _job(row: sqlite3.Row) -> Job:
     """A row as a Job; a damaged row (not JSON, wrong types) reads as what can be read of it."""
-    values = {c: row[c] for c in _COLUMNS}
+    present = set(row.keys())
+    values = {c: row[c] if c in present else None for c in _COLUMNS}
     for name in ("key", "user", "command", "unit"):
         v = values[name]
         values[name] = printable(v) if v is not None else (None if name != "key" else "?")
@@ -155,7 +159,7 @@ def _job(row: sqlite3.Row) -> Job:
             values[name] = 0.0 if name in _TOTALS or name in ("started", "last_seen") else None
     values["gpus"] = {g for g in _json_list(values["gpus"]) if isinstance(g, int) and not isinstance(g, bool)}
     values["alerts"] = {printable(a) for a in _json_list(values["alerts"]) if isinstance(a, str)}
-    job_id = row["id"]
+    job_id = row["id"] if "id" in present else 0
     return Job(id=job_id if isinstance(job_id, int) else 0, **values)
 
 
@@ -239,12 +243,13 @@ class JobLedger:
             try:
                 self._db = connect(self.path)
                 self._load()
-            except sqlite3.OperationalError as e:  # cannot open or lock it: kept as it is, jobs in memory
-                self._unwritable = True
-                self._db = None
-                log.error("jobs: cannot open the ledger %s (%s); jobs are kept in memory only", self.path, e)
-            except (sqlite3.DatabaseError, ValueError, TypeError) as e:  # damaged: set aside
-                self._set_aside(e)
+            except (sqlite3.DatabaseError, ValueError, TypeError, IndexError, KeyError) as e:
+                if isinstance(e, sqlite3.OperationalError) and _UNAVAILABLE.search(str(e)):
+                    self._unwritable = True  # locked, read-only, unreachable: kept as it is, jobs in memory
+                    self._db = None
+                    log.error("jobs: cannot open the ledger %s (%s); jobs are kept in memory only", self.path, e)
+                else:  # damaged, or not a ledger: set aside
+                    self._set_aside(e)
             except OSError as e:
                 self._unwritable = True
                 log.error("jobs: cannot open the ledger %s (%s); jobs are kept in memory only", self.path, e)
