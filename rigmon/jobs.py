@@ -421,7 +421,7 @@ class JobLedger:
             starved = busy and power is not None and bool(limit) and power / limit < starved_below
             for key, share in shares.items():
                 job = self.running.get(key)
-                if job is None:
+                if job is None or job.started >= now:  # new at this reading (a PID or group reused): not its time
                     continue
                 part = share / norm
                 job.gpu_seconds += dt * part

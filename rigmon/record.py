@@ -179,6 +179,12 @@ class RecordingHost:
         self._rec.store_host("processes", value)
         return value
 
+    def start_times(self, pids: list[int]) -> dict:
+        """Asked every poll while GPU processes run: a PID reused between two polls replays so."""
+        value = self._real.start_times(pids)
+        self._rec.store_host("start_times", value)
+        return value
+
 
 def _host_value(name: str, value: Any) -> Any:
     if value is None:

@@ -426,7 +426,17 @@ class ReplayHost:
 
     def processes(self, pids: list[int]) -> dict:
         wanted = {str(pid) for pid in pids}
-        return {pid: info for pid, info in self._get("processes", {}).items() if pid in wanted}
+        answer = self._get("processes", {})
+        if not isinstance(answer, dict):
+            return {}
+        return {pid: info for pid, info in answer.items() if pid in wanted}
+
+    def start_times(self, pids: list[int]) -> dict:
+        """As recorded, or (older recordings) the start times of the recorded /proc answers."""
+        starts = self._get("start_times", None)
+        if isinstance(starts, dict):
+            return starts
+        return {pid: info.get("start") for pid, info in self.processes(pids).items() if isinstance(info, dict)}
 
 
 def replay_backend(source: ReplaySource) -> ReplayNVML:

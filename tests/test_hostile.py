@@ -259,3 +259,95 @@ def test_a_vanished_spool_segment_and_a_second_daemon(tmp_path, influx, eight_gp
     assert lost > 0 and dropped == lost and failed == 0
     assert written + dropped + failed <= produced  # the rest is spooled or still queued
     assert influx.count("SELECT count(power_watts) FROM gpu") * 1 > 0
+
+
+# --- churn and reuse ----------------------------------------------------------------------------
+def _owner(user: str, start: float) -> dict:
+    return {"500": {"user": user, "uid": 1000, "cmdline": f"python {user}.py", "cgroup": "", "ppid": 1, "pgid": 500,
+                    "start": start}}
+
+
+def test_a_reused_pid_is_a_new_process_and_a_new_job(tmp_path):
+    """PID 500 is alice's training run, then (between two polls, the same PID set) bob's."""
+    from rigmon.jobs import JobLedger
+    from rigmon.poller import build_poller
+
+    def modify(t, tick):
+        sc.set_gpu(tick, nvmlDeviceGetComputeRunningProcesses=[{"pid": 500, "usedGpuMemory": 1 << 30}])
+        t0 = tick["t"] - t
+        tick["host"]["processes"] = _owner("alice", t0 - 30) if t < 60 else _owner("bob", t0 + 58)
+
+    rec = sc.timeline(120, 5, host={"processes": {}}, modify=modify)
+    config = configmod.parse({"daemon": {"state_dir": str(tmp_path)}, "prometheus": {"enabled": False},
+                              "gpu": {"xid_events": False, "slow_interval": 0}, "host": {"rapl": False},
+                              "jobs": {"end_after": 10}})
+    source = sc.source(rec, 0)
+    t0 = rec.ticks[0]["t"]
+    poller = build_poller(config, source, event_thread=False, wall=lambda: t0 + source.clock())  # the recording's time
+    poller.open()
+    ledger = JobLedger(config, "box")
+    users = []
+    for t in range(0, 125, 5):
+        source.clock.set(t)
+        sample = poller.poll()
+        users.append(sample.processes[0].user)
+        ledger.consume(sample)
+    ledger.close()
+    poller.close()
+    assert users[:12] == ["alice"] * 12 and users[12:] == ["bob"] * 13
+    from rigmon.jobs import load
+
+    booked = {j.user: j.gpu_seconds for j in load(tmp_path / "jobs.sqlite")}
+    assert set(booked) == {"alice", "bob"}
+    assert booked["alice"] <= 60 and booked["bob"] <= 60  # neither gets the other's time
+
+
+def test_process_series_churn_keeps_memory_flat(tmp_path):
+    """10,000 polls, each with a new process on every GPU (a new PID and job; seven users): the
+    exposition keeps only the series it renders, the ledger only the running jobs, and the
+    process's memory stays flat over the second half."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import choose_encoder
+
+    from rigmon.daemon import Daemon
+    from rigmon.exporters.exposition import Exposition
+    from rigmon.poller import build_poller
+
+    def modify(t, tick):
+        n = int(t)
+        for g in tick["gpus"]:
+            g["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": 10_000 + n, "usedGpuMemory": 1 << 30}]
+        tick["host"]["processes"] = {str(10_000 + n): {"user": f"user{n % 7}", "uid": n % 7, "cmdline": "python x.py",
+                                                       "cgroup": "", "ppid": 1, "pgid": 10_000 + n,
+                                                       "start": tick["t"] - 0.5}}
+
+    polls = 10_000
+    rec = sc.timeline(polls, 1, gpus=8, host={"processes": {}}, modify=modify)
+    config = configmod.parse({"daemon": {"state_dir": str(tmp_path)}, "prometheus": {"enabled": False},
+                              "gpu": {"xid_events": False, "process_series": 4}, "jobs": {"end_after": 2}})
+    source = sc.source(rec, 0)
+    t0 = rec.ticks[0]["t"]
+    poller = build_poller(config, source, event_thread=False, wall=lambda: t0 + source.clock())
+    daemon = Daemon(config, poller)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(daemon.collector)
+    exposition = Exposition()
+    render = exposition.encoder(choose_encoder("application/openmetrics-text; version=1.0.0")[0])
+    poller.open()
+    kept, rss = [], {}
+    for t in range(polls):
+        source.clock.set(t)
+        daemon.poll_once()
+        text = render(registry)
+        kept.append(len(exposition._prefixes[True]))
+        if t in (polls // 2, polls - 1):
+            rss[t] = int(re.search(r"VmRSS:\s+(\d+)", Path("/proc/self/status").read_text()).group(1))
+    poller.close()
+    daemon.jobs.close()
+    assert f'pid="{10_000 + polls - 1}"'.encode() in text
+    growth = (rss[polls - 1] - rss[polls // 2]) / 1024
+    print(f"prefixes kept: {kept[100]} at poll 100, at most {max(kept[polls // 2:])} over the second half; "
+          f"RSS {rss[polls // 2] / 1024:.1f} -> {rss[polls - 1] / 1024:.1f} MiB ({growth:+.2f}) over the second half; "
+          f"{len(daemon.jobs.running)} job(s) running at the end")
+    assert max(kept[polls // 2:]) <= max(kept[100:200]) + 300  # bounded by the live series, not the polls
+    assert growth <= 2.0

@@ -27,7 +27,7 @@ _INF = float("inf")
 _IDENTITY = {getattr(om_format, name) for name in ("UNDERSCORES", "ALLOWUTF8", "VALUES") if hasattr(om_format, name)}
 _LEGACY = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789")
 _TEXT_TYPES = {"counter": "counter", "gauge": "gauge", "info": "gauge"}  # what the text format calls them
-_MAX_SERIES = 100_000  # prefixes kept; past it the cache starts again (series churn, not a leak)
+_SLACK = 256  # prefixes kept beyond twice the last render's series before the unused are let go
 
 
 class Family(Metric):
@@ -90,7 +90,11 @@ class Exposition:
     caller renders one at a time: the /metrics server on its loop)."""
 
     def __init__(self):
-        self._prefixes: dict[tuple, str] = {}
+        # per format: each series' prefix, kept while the series is rendered. Series come and go
+        # (a process's, a job's): when more than twice the last render's are kept, the next
+        # render keeps only its own, so the cache follows the series and churn never grows it.
+        self._prefixes: dict[bool, dict[tuple, str]] = {True: {}, False: {}}
+        self._live: dict[bool, int] = {True: 0, False: 0}
         self._heads: dict[tuple, str] = {}
 
     def encoder(self, encoder: Callable) -> Callable[[object], bytes]:
@@ -115,9 +119,9 @@ class Exposition:
             return fallback(registry)
 
     def _write(self, registry, om: bool) -> bytes:
-        prefixes, heads = self._prefixes, self._heads
-        if len(prefixes) > _MAX_SERIES:
-            prefixes.clear()
+        prefixes, heads = self._prefixes[om], self._heads
+        keep = {} if len(prefixes) > 2 * self._live[om] + _SLACK else None  # this render's series only
+        count = 0
         out: list[str] = []
         append = out.append
         for metric in registry.collect():
@@ -129,24 +133,33 @@ class Exposition:
             if type(metric) is Family:
                 name, labelnames = metric.sample_name, metric.labelnames
                 for labels, v in metric.rows:
-                    series = (om, name, labels)
+                    series = (name, labels)
                     prefix = prefixes.get(series)
                     if prefix is None:
                         labelled = dict(zip(labelnames, labels, strict=True))
                         prefix = prefixes[series] = self._prefix(metric, name, labelled, om)
+                    if keep is not None:
+                        keep[series] = prefix
                     append(f"{prefix}{_value(v)}\n" if v is not None or not om else f"{prefix}\n")
+                count += len(metric.rows)
                 continue
             for s in metric.samples:
                 if s.timestamp is not None or s.exemplar is not None or getattr(s, "native_histogram", None):
                     raise _Unhandled
-                series = (om, s.name, tuple(s.labels.items()))
+                series = (s.name, tuple(s.labels.items()))
                 prefix = prefixes.get(series)
                 if prefix is None:
                     prefix = prefixes[series] = self._prefix(metric, s.name, s.labels, om)
+                if keep is not None:
+                    keep[series] = prefix
+                count += 1
                 v = s.value
                 append(f"{prefix}{_value(v)}\n" if v is not None or not om else f"{prefix}\n")
         if om:
             append("# EOF\n")
+        self._live[om] = count
+        if keep is not None:
+            self._prefixes[om] = keep
         return "".join(out).encode("utf-8")
 
     @staticmethod

@@ -40,6 +40,9 @@ class SystemHost:
     def processes(self, pids: list[int]) -> dict:
         return procs.raw(pids, self._proc)
 
+    def start_times(self, pids: list[int]) -> dict:
+        return procs.start_times(pids, self._proc)
+
     def sensors_temperatures(self) -> dict:
         return psutil.sensors_temperatures() if hasattr(psutil, "sensors_temperatures") else {}
 
@@ -70,6 +73,10 @@ class SystemHost:
                 int((zone / "max_energy_range_uj").read_text()),
             ]
         return zones
+
+
+def _moved(known: float | None, now: Any) -> bool:
+    return known is not None and isinstance(now, (int, float)) and abs(now - known) > 0.05
 
 
 class HostReader:
@@ -138,7 +145,12 @@ class HostReader:
         them: a recording then holds every current process at each change); a PID that is
         gone or hidden (another PID namespace) is a bare PID."""
         wanted = set(pids)
-        if wanted != set(self._processes):
+        if wanted and wanted == set(self._processes):  # the same PIDs: the same processes, unless one was reused
+            starts = self._section("process start times", lambda: self._backend.start_times(sorted(wanted))) or {}
+            reused = any(_moved(self._processes[pid].start_time, starts.get(str(pid))) for pid in wanted)
+        else:
+            reused = False
+        if wanted != set(self._processes) or reused:
             answer = self._section("processes", lambda: self._backend.processes(sorted(wanted))) or {}
             found = procs.parse(answer)
             self._processes = {pid: found.get(pid) or ProcessInfo(pid, job=f"pid:{pid}") for pid in wanted}

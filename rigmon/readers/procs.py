@@ -41,6 +41,24 @@ def raw(pids: list[int], proc: str | Path = "/proc") -> dict[str, dict[str, Any]
     return out
 
 
+def start_times(pids: list[int], proc: str | Path = "/proc") -> dict[str, float]:
+    """``{pid: start}`` from /proc/PID/stat alone (one read a process): what tells, poll by poll,
+    that a PID now names another process than the one read before."""
+    base = Path(proc)
+    boot = _boot_time(base)
+    if boot is None:
+        return {}
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in pids:
+        try:
+            fields = decode((base / str(pid) / "stat").read_bytes()).rsplit(")", 1)[-1].split()
+            out[str(pid)] = round(boot + int(fields[19]) / ticks, 2)
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
 def _read(d: Path, boot: float | None, ticks: int) -> dict[str, Any]:
     """One process's entry, read as bytes: a name that is not UTF-8 is replaced in that
     process's entry alone, never an error for the others."""
