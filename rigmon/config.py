@@ -445,7 +445,7 @@ EXAMPLE_HEAD = """\
 # rigmon configuration: copy to /etc/rigmon/rigmon.toml and change what you need.
 # Every setting is shown with its built-in default; a missing file means all defaults.
 # Commented-out settings are unset by default; the value shown is an example.
-# Durations are seconds or strings like "30s", "10m", "1h30m".
+# Durations are seconds or strings like "30s", "10m", "1h30m", "7d", "2w".
 # "${NAME}" in any string is replaced by the environment variable NAME, or by the systemd
 # credential NAME (LoadCredential=), so secrets can stay out of this file.
 # Made by: rigmon config example.  Check a file with: rigmon config check FILE

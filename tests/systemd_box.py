@@ -31,6 +31,8 @@ for dir in /etc /var/lib /var/log /opt; do
     mkdir -p "/run/box/$name.up" "/run/box/$name.work"
     mount -t overlay overlay -o "lowerdir=$dir,upperdir=/run/box/$name.up,workdir=/run/box/$name.work" "$dir"
 done
+# a fresh machine's state: what rigmon run as root left on this one is not the box's
+rm -rf /var/lib/rigmon /var/lib/private/rigmon
 echo "box: mounts ready"
 exec {systemd} --system --unit=basic.target --log-target=journal
 """

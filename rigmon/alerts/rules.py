@@ -71,14 +71,15 @@ def parse_duration(value: Any) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """The shortest duration string that parses back to ``seconds``: 14400 → "4h", 90 → "1m30s"."""
+    """The shortest duration string that parses back to ``seconds``: 14400 → "4h", 90 → "1m30s", 86400 → "1d"."""
     if seconds != int(seconds) or seconds < 60:
         text = repr(float(seconds))
         text = f"{seconds:.20f}".rstrip("0") if "e" in text else text.removesuffix(".0")
         return f"{text}s"
-    h, rest = divmod(int(seconds), 3600)
+    d, rest = divmod(int(seconds), 86400)
+    h, rest = divmod(rest, 3600)
     m, s = divmod(rest, 60)
-    return "".join(f"{n}{unit}" for n, unit in ((h, "h"), (m, "m"), (s, "s")) if n)
+    return "".join(f"{n}{unit}" for n, unit in ((d, "d"), (h, "h"), (m, "m"), (s, "s")) if n)
 
 
 # Seconds, or a string like "30s", "10m", "1h30m"; written back (JSON and TOML) as the string.
