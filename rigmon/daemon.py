@@ -171,7 +171,8 @@ class Daemon:
                         self.config.daemon.interval)
 
     # --- life cycle ----------------------------------------------------------------------
-    def start(self, serve_http: bool = True) -> None:
+    def start(self, serve_http: bool = True, sock=None) -> None:
+        """Open the readers, poll once, serve (on ``sock`` where a reload handed one over)."""
         self.poller.open()
         self.poll_once()  # the first sample exists before anyone can scrape
         if serve_http and self.config.prometheus.enabled:
@@ -179,7 +180,7 @@ class Daemon:
             registry.register(self.collector)
             app = MetricsApp(registry, lambda: self.stats.generation, basic_auth(self.config.prometheus),
                              routes={"/state": self._state_json})
-            self._server, _ = serve(app, self.config.prometheus)
+            self._server, _ = serve(app, self.config.prometheus, sock)
             scheme = "https" if self.config.prometheus.tls_cert else "http"
             log.info("serving metrics on %s://%s:%d/metrics", scheme, self.config.prometheus.listen,
                      self._server.server_address[1])
@@ -209,8 +210,11 @@ class Daemon:
     def port(self) -> int | None:
         return self._server.server_address[1] if self._server else None
 
-    def request_stop(self) -> None:
-        self._stop_requested.set()
+    def stop_polling(self) -> None:
+        """No poll after this returns (the running one finishes first)."""
+        scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.shutdown(wait=True)
 
     def stop(self, deadline: float | None = None, reloading: bool = False) -> None:
         """Warm stop: the running poll finishes, its sample reaches the spool, every sink
@@ -218,8 +222,7 @@ class Daemon:
         deadline = deadline if deadline is not None else time.monotonic() + STOP_GRACE_SECONDS
         if not reloading:
             self.notifier.stopping()
-        if self._scheduler is not None:
-            self._scheduler.shutdown(wait=True)
+        self.stop_polling()
         if self.influx is not None:
             self.influx.spool_now()  # the last poll is on disk before anything waits
         closers = []

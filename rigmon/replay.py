@@ -400,26 +400,39 @@ class ReplayHost:
             return tick[key]
         return self._source.header_host.get(key, default)
 
+    # A recording may hold anything: each answer is given in psutil's shape or not at all, as
+    # the real backend gives it (an entry of the wrong shape is left out).
     def sensors_temperatures(self) -> dict:
-        return self._get("sensors_temperatures", {})
+        return _sensors(self._get("sensors_temperatures", {}), 4)
 
     def sensors_fans(self) -> dict:
-        return self._get("sensors_fans", {})
+        return _sensors(self._get("sensors_fans", {}), 2)
 
     def cpu_percent(self) -> float | None:
-        return self._get("cpu_percent", None)
+        return _number(self._get("cpu_percent", None))
 
     def cpu_count(self) -> int | None:
-        return self._get("cpu_count", None)
+        count = self._get("cpu_count", None)
+        return count if count.__class__ is int and 0 < count <= 1 << 16 else None
 
     def getloadavg(self) -> list | None:
-        return self._get("getloadavg", None)
+        load = self._get("getloadavg", None)
+        values = [_number(v) for v in load] if isinstance(load, list) and len(load) == 3 else None
+        return values if values is not None and None not in values else None
 
     def virtual_memory(self) -> Struct | None:
-        return self._get("virtual_memory", None)
+        memory = self._get("virtual_memory", None)
+        if not isinstance(memory, dict) or _number(memory.get("total")) is None or \
+                _number(memory.get("available")) is None:
+            return None
+        return memory
 
     def powercap(self) -> dict:
-        return self._get("powercap", {})
+        zones = self._get("powercap", {})
+        if not isinstance(zones, dict):
+            return {}
+        return {str(zone): value for zone, value in zones.items()
+                if isinstance(value, list) and len(value) == 2 and all(v.__class__ is int and v >= 0 for v in value)}
 
     def hwmon(self) -> dict:
         return self._get("hwmon", {})
@@ -437,6 +450,25 @@ class ReplayHost:
         if isinstance(starts, dict):
             return starts
         return {pid: info.get("start") for pid, info in self.processes(pids).items() if isinstance(info, dict)}
+
+
+def _number(value: Any) -> float | None:
+    return value if value.__class__ in (int, float) and value == value and abs(value) < 1e300 else None
+
+
+def _sensors(answer: Any, width: int) -> dict:
+    """psutil's sensors shape: {chip: [[label, value, …], …]}, the label text, the values numbers."""
+    if not isinstance(answer, dict):
+        return {}
+    out = {}
+    for chip, entries in answer.items():
+        if not isinstance(entries, list):
+            continue
+        kept = [entry for entry in entries if isinstance(entry, list) and len(entry) == width
+                and isinstance(entry[0], str) and all(v is None or _number(v) is not None for v in entry[1:])]
+        if kept:
+            out[str(chip)] = kept
+    return out
 
 
 def replay_backend(source: ReplaySource) -> ReplayNVML:

@@ -271,3 +271,24 @@ def test_eight_gpu_report_in_chromium(tmp_path):
     subprocess.run(common + ["--hide-scrollbars", "--window-size=1600,2400", f"--screenshot={png}", page.as_uri()],
                    capture_output=True, timeout=120)
     assert png.exists()
+
+
+def test_a_hangup_is_an_interruption_with_a_report(tmp_path):
+    """The SSH session that started it drops (SIGHUP): the workers are stopped, the report is
+    written, and no verdict is claimed."""
+    import signal
+    import time
+
+    report = tmp_path / "report"
+    proc = subprocess.Popen([sys.executable, "-m", "rigmon", "burnin", "--report", str(report), "--minutes", "5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(report.glob("worker-*.log")):
+        time.sleep(0.2)
+    time.sleep(3)
+    proc.send_signal(signal.SIGHUP)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    data = json.loads((report / "burnin.json").read_text())
+    assert data["verdict"] == "could not run" and any("interrupted" in n for n in data["notes"])
+    assert "Traceback" not in err

@@ -49,17 +49,18 @@ def test_example_config_shows_every_setting_with_a_comment():
 
 def test_example_config_commented_settings_are_valid_when_uncommented():
     """Each commented-out table and setting is a working example: uncomment them all (but the
-    TLS files, which must exist) and the file is still a valid config."""
+    TLS files, which must exist, and password_sha256, the older alternative to password_bcrypt)
+    and the file is still a valid config."""
     import tomllib
 
     from rigmon import config
 
     lines = []
     for line in (ROOT / "deploy" / "rigmon.toml").read_text().splitlines():
-        if re.match(r"^# (\[|[a-z0-9_]+ = )", line) and "tls_" not in line:
+        if re.match(r"^# (\[|[a-z0-9_]+ = )", line) and "tls_" not in line and "password_sha256" not in line:
             line = line[2:]
         lines.append(line)
-    env = {"RIGMON_METRICS_PASSWORD_SHA256": "ab" * 32, "SLACK_WEBHOOK_URL": "https://hooks.slack.com/x",
+    env = {"RIGMON_METRICS_PASSWORD_BCRYPT": "$2b$10$" + "a" * 53, "SLACK_WEBHOOK_URL": "https://hooks.slack.com/x",
            "NTFY_TOKEN": "t", "INFLUX_TOKEN": "t", "INFLUX_PASSWORD": "p"}
     c = config.parse(tomllib.loads("\n".join(lines)), "uncommented", env)
     assert c.alerts.rules[0].name == "GpuHot" and c.alerts.power_budget.groups[0].watts == 1500

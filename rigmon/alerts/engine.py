@@ -530,6 +530,21 @@ class AlertEngine:
                           starts_at=alert.fired_at or alert.active_since, ends_at=now if status == "resolved" else None,
                           time=now, values=dict(alert.values), reason=reason)
 
+    def resolved(self, alert: Alert, now: float, reason: str) -> Transition:
+        """A firing alert resolved for ``reason`` (its rule changed): the caller has let it go."""
+        return self._transition(alert, "resolved", now, reason=reason)
+
+    def adopt(self, rule: Rule, key: tuple, labels: dict[str, str], active_since: float, state: str,
+              fired_at: float | None, summary: str, description: str) -> Alert:
+        """An alert carried over a reload, as it was: its next evaluation goes on from there."""
+        if state not in ("pending", "firing"):
+            raise ValueError(f"not an alert state: {state!r}")
+        alert = Alert(rule, key, labels, active_since=active_since, state=state,
+                      fired_at=float(fired_at) if fired_at is not None else None, summary=summary,
+                      description=description)
+        self.alerts[(rule.name, key)] = alert
+        return alert
+
     def transition_of(self, alert: Alert, now: float) -> Transition:
         """A firing alert as a transition, for reminders."""
         return self._transition(alert, "firing", now)

@@ -22,7 +22,9 @@ clears; the engine resolves an alert whose condition stays unknown too long.
 from __future__ import annotations
 
 import ast
+import copy
 import difflib
+import functools
 import logging
 import math
 import re
@@ -95,6 +97,19 @@ class Expression:
     def __init__(self, text: str, kind: str, params: dict[str, Any]):
         self.text = text
         self.errors = 0  # evaluations that raised (counted; the first is logged)
+        key = (text, kind, repr(sorted(params.items())))
+        known = _ANALYSED.get(key)
+        if known is None:
+            self._analyse(text, kind, params)
+            if len(_ANALYSED) >= 4096:
+                _ANALYSED.clear()
+            _ANALYSED[key] = tuple(getattr(self, name) for name in _ANALYSIS)
+        else:  # the same text, kind and params were checked before (a config is checked, then used)
+            for name, value in zip(_ANALYSIS, known, strict=True):
+                setattr(self, name, value.copy() if isinstance(value, (set, dict, list)) else value)
+        self._fn = batch([self])  # alone here; the engine compiles a kind's conditions together
+
+    def _analyse(self, text: str, kind: str, params: dict[str, Any]) -> None:
         if len(text) > MAX_EXPRESSION_CHARS:
             raise ValueError(f"too long ({len(text)} characters; at most {MAX_EXPRESSION_CHARS})")
         try:
@@ -151,7 +166,6 @@ class Expression:
         names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
         self.reads: tuple[str, ...] = tuple(sorted(names & (set(KINDS[kind]) | set(LABELS[kind]))))
         self.body = _Inline().expression(tree.body)  # Python source, reading the variables as locals
-        self._fn = batch([self])  # alone here; the engine compiles a kind's conditions together
 
     @staticmethod
     def _check_history_call(node: ast.Call, kind: str, params: dict[str, Any]) -> None:
@@ -243,8 +257,22 @@ def batch(expressions: list[Expression]) -> Callable[[dict, Any], tuple]:
     lines.append("    return (" + "".join(f"_r{k}, " for k in range(len(expressions))) + ")")
     namespace = dict(_GLOBALS, _failed=[e.failed for e in expressions], _unknown=(TypeError, ZeroDivisionError),
                      _Exception=Exception)
-    exec(compile("\n".join(lines) + "\n", "<rules>", "exec"), namespace)  # checked expressions only
+    source = "\n".join(lines) + "\n"
+    code = _COMPILED.get(source)
+    if code is None:
+        if len(_COMPILED) >= 4096:
+            _COMPILED.clear()
+        code = _COMPILED[source] = compile(source, "<rules>", "exec")
+    exec(code, namespace)  # checked expressions only
     return namespace["_batch"]
+
+
+# What checking an expression finds depends on its text, kind and params alone, and so does the
+# code a batch compiles to: both are kept (bounded), so a config that is checked and then used,
+# or read again on a reload, does not parse and compile every rule twice.
+_ANALYSIS = ("text", "deprecated", "variables", "history_variables", "averaged", "windows", "reads", "body")
+_ANALYSED: dict[tuple, tuple] = {}
+_COMPILED: dict[str, Any] = {}
 
 
 # What the compiled expressions call (the logic and comparisons are inline, see _Inline):
@@ -551,6 +579,11 @@ class Rule:
 
 
 def builtin_specs() -> dict[str, dict]:
+    return copy.deepcopy(_builtin_specs())
+
+
+@functools.lru_cache(maxsize=1)
+def _builtin_specs() -> dict[str, dict]:
     text = (resources.files("rigmon.alerts") / "builtin.toml").read_text(encoding="utf-8")
     return {rule["name"]: rule for rule in tomllib.loads(text)["rules"]}
 

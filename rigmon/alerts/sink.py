@@ -9,6 +9,7 @@ poll thread is changing."""
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -69,6 +70,11 @@ def alert_dict(alert) -> dict:
     return firing_alert(alert).as_dict()
 
 
+def fingerprint(spec) -> str:
+    """A rule as it is configured: equal before and after a reload when the reload left it alone."""
+    return json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True)
+
+
 def build_engine(config: Config) -> AlertEngine:
     budget = config.alerts.power_budget
     groups = []
@@ -120,6 +126,52 @@ class AlertSink:
             if consume_state is not None:
                 consume_state(self.state)
         return transitions
+
+    # --- across a reload -----------------------------------------------------------------
+    def carry(self, new_specs: dict[str, str], now: float) -> list[dict]:
+        """Before a reload to rules ``new_specs`` ({name: fingerprint}): an alert whose rule the
+        reload changes or removes is resolved now (logged, notified, and kept by the listeners);
+        the others are returned as plain data for the next process to take up, with when each
+        was last notified, so it neither fires again nor repeats a reminder early."""
+        kept, gone = [], []
+        for key, alert in list(self.engine.alerts.items()):
+            if new_specs.get(alert.rule.name) == fingerprint(alert.rule.spec):
+                kept.append({"rule": alert.rule.name, "key": list(alert.key), "labels": alert.labels,
+                             "active_since": alert.active_since, "state": alert.state, "fired_at": alert.fired_at,
+                             "summary": alert.summary, "description": alert.description,
+                             "last_sent": self._last_sent.get(alert.notification_key)})
+                continue
+            del self.engine.alerts[key]
+            if alert.state == "firing":
+                gone.append(self.engine.resolved(alert, now, "its rule was changed or removed by a reload"))
+        for t in gone:
+            log.info("%s", t.line())
+            self.transitions[(t.alertname, t.severity, t.status)] += 1
+            self._send(t, reminder=False)
+        if gone:
+            for listener in self.listeners:
+                listener.consume_transitions(gone)
+        return kept
+
+    def take_up(self, carried: list[dict]) -> int:
+        """The alerts a reload carried over (``carry``), for rules that are still the same:
+        they go on as they were, without a new FIRING."""
+        rules = {rule.name: rule for rule in self.engine.rules}
+        taken = 0
+        for a in carried:
+            try:
+                rule = rules.get(a["rule"])
+                if rule is None:
+                    continue
+                alert = self.engine.adopt(rule, tuple(a["key"]), {str(k): str(v) for k, v in a["labels"].items()},
+                                          float(a["active_since"]), a["state"], a.get("fired_at"),
+                                          str(a.get("summary", "")), str(a.get("description", "")))
+                if a.get("last_sent") is not None:
+                    self._last_sent[alert.notification_key] = float(a["last_sent"])
+                taken += 1
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue  # a carried alert that does not read: it starts afresh, as at a start
+        return taken
 
     def _snapshot(self, sample: Sample) -> AlertState:
         budgets = tuple(Budget(v["psu"], v["budget_watts"], v["draw_watts"])

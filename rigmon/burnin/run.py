@@ -345,8 +345,9 @@ def cmd_burnin(args) -> int:
         nonlocal interrupted
         interrupted = True
 
-    previous = signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+    # Ctrl-C, a stop, or the terminal gone (an SSH session dropped): the workers are stopped and
+    # the report is written, with no verdict
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     last_line = 0.0
     grace = seconds + max(120.0, 0.2 * seconds)  # compilation and start-up on top of the training time
     try:
@@ -372,7 +373,8 @@ def cmd_burnin(args) -> int:
                 break
             time.sleep(config.daemon.interval)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         for w in workers:
             if w.proc.poll() is None:
                 w.proc.terminate()
@@ -402,7 +404,10 @@ def cmd_burnin(args) -> int:
                                                                   "minutes": data["duration_seconds"] / 60},
                  time.time_ns())])
         influx.close(timeout=5)
-    print(summary(data, json_path, html_path))
+    try:
+        print(summary(data, json_path, html_path))
+    except OSError:  # no terminal left to print on (a hangup): the report is written
+        pass
     return {"pass": 0, "fail": 1}.get(overall, 2)
 
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import logging
 import os
+import signal
+import socket
 import sys
 import threading
 import time
+from pathlib import Path
+from typing import NamedTuple
 
 from .. import config as configmod
 from .. import logs
@@ -29,16 +34,26 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_run)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+RELOAD_ENV = "RIGMON_RELOAD"  # set by a reload for the process it execs: where its hand-over lies
+
+
+def _config(args) -> configmod.Config:
     config = configmod.load(args.config)
     overrides = {k: v for k, v in (("listen", args.listen), ("port", args.port)) if v is not None}
     if overrides:
         data = config.model_dump()
         data["prometheus"].update(overrides)
         config = configmod.parse(data, "command line")
+    return config
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = _config(args)
     logs.setup(config.daemon.log_level, args.verbose)
     _lock = _lock_state_dir(config.daemon.state_dir)  # held until exit (an exec for SIGHUP takes it anew)
     _raise_open_files()
+    handed = _handed_over(config)
+    cert_times = _cert_times(config)
     source, label = replay_source(args)
     if source is not None:
         log.info("replaying %s (%d GPU(s), %.0f s, looping)", label, source.recording.gpu_count,
@@ -48,11 +63,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     except OSError as e:  # the spool's state directory cannot be made or written
         raise UsageError(f"{getattr(e, 'filename', '') or ''}: {e.strerror or e}".lstrip(": ")) from None
     daemon.install_signal_handlers()
+    if handed.alerts and daemon.alerts is not None:
+        taken = daemon.alerts.take_up(handed.alerts)
+        log.info("reload: %d alert(s) go on as they were", taken)
     try:
-        daemon.start()
+        daemon.start(sock=handed.sock)
     except OSError as e:
         daemon.poller.close()
         raise UsageError(str(e)) from None
+    # SIGHUP was blocked across the exec of a reload: one that came meanwhile is taken now
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
     # What start-up built (modules, config, readers, a replayed recording) lives as long as the
     # process (SIGHUP execs a new one): kept out of the collector's sight, so the full collections
     # that short-lived objects (a connection per scrape) set off stay short, ~1 ms, not ~20 ms
@@ -67,21 +87,126 @@ def cmd_run(args: argparse.Namespace) -> int:
         daemon.reload_requested.clear()
         daemon._stop_requested.clear()
         try:
-            configmod.load(args.config)
+            new = _config(args)
         except configmod.ConfigError as e:
             problems = "; ".join(f"{p}: {m}" if p else m for p, m in e.problems)
             log.error("SIGHUP: %s is not valid, the running config stays: %s", e.source, problems)
             continue
+        if new == config and _cert_times(new) == cert_times:  # SIGHUPs that came while the last reload ran
+            log.info("SIGHUP: the config and its files are unchanged; nothing to reload")
+            continue
+        problem = _cannot_start(new, config, daemon)
+        if problem:
+            log.error("SIGHUP: %s; the running config stays", problem)
+            continue
         log.info("SIGHUP: the config is valid; restarting with it")
-        daemon.notifier.reloading()
-        _stop_within_grace(daemon, reloading=True)
-        logging.shutdown()
-        os.execv(sys.executable, [sys.executable, "-m", "rigmon", *sys.argv[1:]])
+        _reload(args, daemon, config, new)  # returns only if the exec failed
     if not _stop_within_grace(daemon):
         return 0  # what could not finish in time is abandoned; the spool keeps the rest
     log.info("stopped after %.0f s, %d polls (%d skipped)", time.monotonic() - started, daemon.stats.polls,
              daemon.stats.skipped)
     return 0
+
+
+class _HandedOver(NamedTuple):
+    sock: socket.socket | None = None
+    alerts: list = []
+
+
+def _handed_over(config: configmod.Config) -> _HandedOver:
+    """What the process before a reload left: its listening socket (used where this config
+    listens on the same address and port) and its alerts."""
+    path = os.environ.pop(RELOAD_ENV, None)
+    if not path:
+        return _HandedOver()
+    try:
+        state = json.loads(Path(path).read_text())
+        Path(path).unlink(missing_ok=True)
+    except (OSError, ValueError):
+        return _HandedOver()
+    sock = None
+    fd = state.get("fd") if isinstance(state, dict) else None
+    if isinstance(fd, int):
+        try:
+            sock = socket.socket(fileno=fd)
+            prom = config.prometheus
+            if not prom.enabled or [prom.listen, prom.port] != state.get("listen"):
+                sock.close()
+                sock = None
+        except OSError:
+            sock = None
+    alerts = state.get("alerts") if isinstance(state, dict) else None
+    return _HandedOver(sock, alerts if isinstance(alerts, list) else [])
+
+
+def _cert_times(config: configmod.Config) -> list:
+    """When the certificate and key files last changed: a reload is how a renewed one is taken."""
+    out = []
+    for path in (config.prometheus.tls_cert, config.prometheus.tls_key):
+        try:
+            out.append(os.stat(path).st_mtime_ns if path is not None else None)
+        except OSError:
+            out.append(-1)
+    return out
+
+
+def _cannot_start(new: configmod.Config, old: configmod.Config, daemon: Daemon) -> str | None:
+    """What in ``new`` would keep the next process from starting, said with the setting at
+    fault; None when it can start. The running daemon goes on when it cannot."""
+    from ..exporters.prometheus import tls_context
+
+    prom, was = new.prometheus, old.prometheus
+    if prom.enabled:
+        try:
+            tls_context(prom)
+        except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+            return f"prometheus.tls_cert/tls_key: {getattr(e, 'strerror', None) or e}"
+        if not (was.enabled and (prom.listen, prom.port) == (was.listen, was.port) and daemon.port is not None):
+            try:
+                family = socket.AF_INET6 if ":" in prom.listen else socket.AF_INET
+                with socket.create_server((prom.listen, prom.port), family=family) as probe:
+                    probe.getsockname()
+            except OSError as e:
+                return f"prometheus.port: cannot listen on {prom.listen}:{prom.port}: {e.strerror or e}"
+    if new.daemon.state_dir != old.daemon.state_dir:
+        try:
+            new.daemon.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            return f"daemon.state_dir: {new.daemon.state_dir}: {e.strerror or e}"
+    return None
+
+
+def _reload(args, daemon: Daemon, old: configmod.Config, new: configmod.Config) -> None:
+    """Hand over and exec: SIGHUP blocked from here until the next process can take it (the mask
+    survives the exec), the listening socket kept open across, the alerts of unchanged rules
+    carried, and a RESOLVED sent (by these notifiers, before they flush) for a firing alert
+    whose rule the reload changed or removed."""
+    from ..alerts.sink import fingerprint
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    daemon.stop_polling()  # the alerts are read below: no poll may change them meanwhile
+    state: dict = {}
+    if daemon._server is not None and new.prometheus.enabled:
+        state["fd"] = daemon._server.hand_over()
+        state["listen"] = [old.prometheus.listen, old.prometheus.port]
+    if daemon.alerts is not None:
+        specs = {spec.name: fingerprint(spec) for spec in new.alerts.effective_rules() if spec.enabled} \
+            if new.alerts.enabled else {}
+        last = daemon.latest.time if daemon.latest is not None else time.time()
+        state["alerts"] = daemon.alerts.carry(specs, last)
+    path = Path(new.daemon.state_dir) / "reload.json"
+    try:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        os.chmod(tmp, 0o600)
+        tmp.replace(path)
+        os.environ[RELOAD_ENV] = str(path)
+    except OSError as e:
+        log.warning("reload: cannot write %s (%s); the next process starts without the alerts", path, e)
+    daemon.notifier.reloading()
+    _stop_within_grace(daemon, reloading=True)
+    logging.shutdown()
+    os.execv(sys.executable, [sys.executable, "-m", "rigmon", *sys.argv[1:]])
 
 
 def _raise_open_files(want: int = 8192) -> None:

@@ -160,7 +160,8 @@ class Exposition:
         self._live[om] = count
         if keep is not None:
             self._prefixes[om] = keep
-        return "".join(out).encode("utf-8")
+        # a lone surrogate (a label from a damaged recording) is written as its escape, never a failed scrape
+        return "".join(out).encode("utf-8", "backslashreplace")
 
     @staticmethod
     def _head(metric, om: bool) -> str:

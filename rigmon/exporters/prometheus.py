@@ -16,7 +16,9 @@ import gzip
 import hashlib
 import hmac
 import logging
+import os
 import platform
+import socket
 import ssl
 import threading
 from collections import Counter
@@ -282,8 +284,10 @@ class MetricsServer:
     every scrape that waits for it over to that thread and back costs more than the render
     (at 10 kept-alive scrapers polled 4 times a second, p99 0.9 ms that way, 0.5 ms this)."""
 
-    def __init__(self, app: MetricsApp, listen: str, port: int, tls: ssl.SSLContext | None = None):
+    def __init__(self, app: MetricsApp, listen: str, port: int, tls: ssl.SSLContext | None = None,
+                 sock: socket.socket | None = None):
         self.app = app
+        self._sock = sock  # a listening socket handed over by the process before a reload
         self.tls = tls
         self.connections: set[_Connection] = set()
         self._heads: dict[bytes, _Request] = {}  # used on the loop's thread only
@@ -300,8 +304,12 @@ class MetricsServer:
         asyncio.set_event_loop(self._loop)
         self._loop.set_exception_handler(_quiet)
         try:
-            server = self._loop.run_until_complete(self._loop.create_server(
-                lambda: _Connection(self), listen, port, backlog=128, reuse_address=True))
+            if self._sock is not None:
+                server = self._loop.run_until_complete(self._loop.create_server(
+                    lambda: _Connection(self), sock=self._sock, backlog=128))
+            else:
+                server = self._loop.run_until_complete(self._loop.create_server(
+                    lambda: _Connection(self), listen, port, backlog=128, reuse_address=True))
         except OSError as e:
             self._loop.close()  # now, in its thread: left to the garbage collector at exit, it can raise there
             ready.set_exception(OSError(e.errno, f"cannot listen on {listen}:{port}: {e.strerror}"))
@@ -355,6 +363,14 @@ class MetricsServer:
                     self._heads.clear()
                 self._heads[head] = request
         return request
+
+    def hand_over(self) -> int:
+        """A copy of the listening socket's descriptor, inheritable, for the process a reload
+        starts: the port stays open while this server closes and the next one starts, and the
+        connections made meanwhile wait in its backlog, answered by the next server."""
+        fd = os.dup(self._server.sockets[0].fileno())
+        os.set_inheritable(fd, True)
+        return fd
 
     def shutdown(self) -> None:
         if self._loop.is_running():
@@ -539,14 +555,22 @@ def _quiet(loop: asyncio.AbstractEventLoop, context: dict) -> None:
     log.error("HTTP server: %s", context.get("message"), exc_info=error)
 
 
-def serve(app: MetricsApp, config: PrometheusConfig) -> tuple[MetricsServer, threading.Thread]:
-    """Bind and serve in a thread; raises OSError with the address when the bind fails."""
-    context = None
-    if config.tls_cert is not None:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(str(config.tls_cert), str(config.tls_key))
-    server = MetricsServer(app, config.listen, config.port, context)
+def tls_context(config: PrometheusConfig) -> ssl.SSLContext | None:
+    """The TLS server context the config asks for; raises OSError or ssl.SSLError when the
+    certificate or key cannot be used."""
+    if config.tls_cert is None:
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(str(config.tls_cert), str(config.tls_key))
+    return context
+
+
+def serve(app: MetricsApp, config: PrometheusConfig, sock: socket.socket | None = None
+          ) -> tuple[MetricsServer, threading.Thread]:
+    """Bind (or take ``sock``, already listening) and serve in a thread; raises OSError with the
+    address when the bind fails."""
+    server = MetricsServer(app, config.listen, config.port, tls_context(config), sock)
     return server, server._thread
 
 

@@ -43,6 +43,7 @@ from ..sample import (
     ThrottleSeconds,
     XidEvent,
 )
+from ..text import printable
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +251,7 @@ class GpuReader:
             nvml_version=self._system(nv.nvmlSystemGetNVMLVersion),
             cuda_driver_version=_cuda_version(self._system(nv.nvmlSystemGetCudaDriverVersion_v2)),
         )
-        count = self._system(nv.nvmlDeviceGetCount) or 0
+        count = _bounded(self._system(nv.nvmlDeviceGetCount), MAX_DEVICES, "nvmlDeviceGetCount") or 0
         self.initial_count = count
         for index in range(count):
             if self._indices is not None and index not in self._indices:
@@ -308,13 +309,13 @@ class GpuReader:
             ("nvmlDeviceGetSupportedClocksEventReasons", nv.nvmlDeviceGetSupportedClocksEventReasons),
             ("nvmlDeviceGetSupportedClocksThrottleReasons", nv.nvmlDeviceGetSupportedClocksThrottleReasons),
         )
-        if supported is not None:
+        if supported.__class__ is int:  # a bitmask
             d.supported_events = supported
         thresholds = [g(f"nvmlDeviceGetTemperatureThreshold:{i}", nv.nvmlDeviceGetTemperatureThreshold, i)
                       for i in range(4)]
-        fans = g("nvmlDeviceGetNumFans", nv.nvmlDeviceGetNumFans)
-        gpu_max_generation = g("nvmlDeviceGetGpuMaxPcieLinkGeneration", nv.nvmlDeviceGetGpuMaxPcieLinkGeneration)
-        if ecc and ecc[0]:
+        fans = _bounded(g("nvmlDeviceGetNumFans", nv.nvmlDeviceGetNumFans), MAX_FANS, f"GPU {d.index}: fan count")
+        gpu_max_generation = _num(g("nvmlDeviceGetGpuMaxPcieLinkGeneration", nv.nvmlDeviceGetGpuMaxPcieLinkGeneration))
+        if _numbers(ecc, 2) and ecc[0]:
             # Ampere and newer remap rows; older ECC boards retire pages instead (read slowly).
             rows = g("nvmlDeviceGetRemappedRows", nv.nvmlDeviceGetRemappedRows)
             d.read_retired_pages = rows is None and "nvmlDeviceGetRemappedRows" in d.unsupported
@@ -325,24 +326,24 @@ class GpuReader:
             serial=_text(g("nvmlDeviceGetSerial", nv.nvmlDeviceGetSerial)),
             pci_bus_id=_text(getattr(pci, "busId", None)),
             vbios_version=_text(g("nvmlDeviceGetVbiosVersion", nv.nvmlDeviceGetVbiosVersion)),
-            compute_capability=f"{cc[0]}.{cc[1]}" if cc else None,
+            compute_capability=f"{cc[0]}.{cc[1]}" if _numbers(cc, 2) else None,
             power_limit_default_watts=_watts(g("nvmlDeviceGetPowerManagementDefaultLimit",
                                                nv.nvmlDeviceGetPowerManagementDefaultLimit)),
-            power_limit_min_watts=_watts(constraints[0]) if constraints else None,
-            power_limit_max_watts=_watts(constraints[1]) if constraints else None,
+            power_limit_min_watts=_watts(constraints[0]) if _numbers(constraints, 2) else None,
+            power_limit_max_watts=_watts(constraints[1]) if _numbers(constraints, 2) else None,
             temperature_thresholds=TemperatureThresholds(*(_celsius(t) for t in thresholds)),
             max_sm_clock_hertz=_hertz(g("nvmlDeviceGetMaxClockInfo:1", nv.nvmlDeviceGetMaxClockInfo, 1)),
             max_memory_clock_hertz=_hertz(g("nvmlDeviceGetMaxClockInfo:2", nv.nvmlDeviceGetMaxClockInfo, 2)),
             # the link's maximum is the lower of the GPU's and the system's (slot, riser, bridge)
-            max_pcie_generation=g("nvmlDeviceGetMaxPcieLinkGeneration", nv.nvmlDeviceGetMaxPcieLinkGeneration)
+            max_pcie_generation=_num(g("nvmlDeviceGetMaxPcieLinkGeneration", nv.nvmlDeviceGetMaxPcieLinkGeneration))
             or gpu_max_generation,
-            max_pcie_width=g("nvmlDeviceGetMaxPcieLinkWidth", nv.nvmlDeviceGetMaxPcieLinkWidth),
+            max_pcie_width=_num(g("nvmlDeviceGetMaxPcieLinkWidth", nv.nvmlDeviceGetMaxPcieLinkWidth)),
             gpu_max_pcie_generation=gpu_max_generation,
             expected_pcie_generation=self._expected_pcie.get(d.index),
             supported_clock_events=ClockEvents.decode(d.supported_events, ALL_CLOCK_EVENTS).active(),
-            ecc_enabled=bool(ecc[0]) if ecc else None,
-            persistence_mode=bool(persistence) if persistence is not None else None,
-            mig_enabled=bool(mig[0]) if mig else None,
+            ecc_enabled=bool(ecc[0]) if _numbers(ecc, 2) else None,
+            persistence_mode=bool(persistence) if _num(persistence) is not None else None,
+            mig_enabled=bool(mig[0]) if _numbers(mig, 2) else None,
             fan_count=fans,
         )
         return info
@@ -528,7 +529,7 @@ class GpuReader:
         utilization = get("utilization")
         memory = get("memory")
         reasons = get("reasons")
-        ecc = [get(key) for key in _ECC_KEYS]
+        ecc = [_num(get(key)) for key in _ECC_KEYS]
         rows = get("remapped_rows")
         procs = get("processes")
         speeds = targets = rpms = None
@@ -575,7 +576,7 @@ class GpuReader:
         nv = self._nvml
         if d.slow_plan:
             d.slow_raw = self._run_plan(d, slow=True)
-        energy = d.get("nvmlDeviceGetTotalEnergyConsumption", nv.nvmlDeviceGetTotalEnergyConsumption)
+        energy = _num(d.get("nvmlDeviceGetTotalEnergyConsumption", nv.nvmlDeviceGetTotalEnergyConsumption))
         d.energy = energy / 1000 if energy is not None else None
         throttle = self._fields(d, _THROTTLE_FIELD_IDS)
         if throttle:
@@ -607,13 +608,19 @@ class GpuReader:
             return {}
         out = {}
         for v in values:
-            if v.nvmlReturn == pynvml.NVML_SUCCESS:
-                out[v.fieldId] = getattr(v.value, VALUE_FIELDS[v.valueType])
-            elif v.nvmlReturn in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-                                  pynvml.NVML_ERROR_INVALID_ARGUMENT):
-                d.fields_unsupported.add(v.fieldId)
-            elif v.nvmlReturn == pynvml.NVML_ERROR_GPU_IS_LOST:
-                raise GpuLost
+            try:
+                status = v.nvmlReturn
+                if status == pynvml.NVML_SUCCESS:
+                    value = _num(getattr(v.value, VALUE_FIELDS[v.valueType]))
+                    if value is not None:
+                        out[v.fieldId] = value
+                elif status in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+                                pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                    d.fields_unsupported.add(v.fieldId)
+                elif status == pynvml.NVML_ERROR_GPU_IS_LOST:
+                    raise GpuLost
+            except (AttributeError, KeyError, TypeError):  # an element NVML would never answer: not read
+                continue
         return out
 
     # --- state for status, doctor and the exporter ----------------------------------------
@@ -674,9 +681,27 @@ def _per_fan(raw: dict[str, Any], fans: tuple[tuple[str, str, str], ...], which:
 
 
 def _text(value: Any) -> str | None:
+    """A name, serial or version as text, bounded (a damaged answer can be anything)."""
     if value is None:
         return None
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    text = printable(value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value))
+    return text[:MAX_TEXT] if len(text) > MAX_TEXT else text
+
+
+MAX_DEVICES = 64  # NVML's own limit per box
+MAX_FANS = 32  # fans on one board: a handful; a count above this is a damaged answer
+MAX_TEXT = 256  # characters of a name, serial, uuid or version
+
+
+def _bounded(value: Any, limit: int, what: str) -> int | None:
+    """A count NVML answered, or None where it cannot be one: a count sizes what a poll reads,
+    and a damaged one (10**12 fans) must not size anything."""
+    if value is None:
+        return None
+    if value.__class__ is not int or not 0 <= value <= limit:
+        log.warning("%s: %r is not a count (0 to %d); taken as not read", what, value, limit)
+        return None
+    return value
 
 
 # NVML answers numbers where these read; a replayed recording may hold anything, and a

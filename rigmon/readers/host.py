@@ -108,8 +108,10 @@ class HostReader:
         extra, temp_devices, fan_devices = hwmon.Hwmon(), {}, {}
         if self._sysfs_sensors:
             answer = self._section("hwmon", self._backend.hwmon, notes) or {}
-            extra = hwmon.parse(answer)
-            temp_devices, fan_devices = hwmon.devices_for(answer, "temp"), hwmon.devices_for(answer, "fan")
+            parsed = self._section("hwmon", lambda: (hwmon.parse(answer), hwmon.devices_for(answer, "temp"),
+                                                     hwmon.devices_for(answer, "fan")), notes)
+            if parsed is not None:
+                extra, temp_devices, fan_devices = parsed
         fan_readings = tuple(FanReading(chip, _label(entry[0], "fan", i), float(entry[1]),
                                         device=_device(fan_devices, chip, i, len(entries)))
                              for chip, entries in fans.items() for i, entry in enumerate(entries))
@@ -173,7 +175,8 @@ class HostReader:
         if not zones:
             return ()
         out = []
-        for zone, (raw, max_range) in zones.items():
+        for zone, answer in zones.items():
+            raw, max_range = answer
             last = self._rapl_state.get(zone)
             if last is None:
                 counted = raw / 1e6

@@ -1,0 +1,168 @@
+"""SIGHUP reloads under load: the port never closes, alerts of unchanged rules go on without
+a new FIRING, a changed rule's alerts are RESOLVED, and a config that cannot start leaves the
+running one serving."""
+
+from __future__ import annotations
+
+import random
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import scenarios as sc
+from receiver import Receiver
+from scenarios import timeline
+from servers import Rigmon, http_get, wait_for
+
+HOT = """
+[daemon]
+interval = 0.5
+[alerts.builtin.GpuAtSlowdownTemperature]
+for = "0s"
+severity = "{severity}"
+[[notifiers]]
+type = "webhook"
+url = "{url}"
+retry_initial = "0.2s"
+retry_max = "1s"
+"""
+
+
+class Scraper:
+    """Scrapes with a new connection every 50 ms and counts what failed."""
+
+    def __init__(self, url: str):
+        self.url, self.ok, self.failed = url, 0, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                status = http_get(self.url, timeout=15)[0]
+                if status == 200:
+                    self.ok += 1
+                else:
+                    self.failed.append(status)
+            except OSError as e:
+                self.failed.append(repr(e))
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(20)
+
+
+def _hot_box(tmp_path):
+    return sc.write(timeline(600, 1, gpus=8, modify=lambda t, tick: [
+        g.update({"nvmlDeviceGetTemperature:0": 95}) for g in tick["gpus"]]), tmp_path / "hot.rec.jsonl")
+
+
+def test_twenty_sighups_under_load(tmp_path):
+    receiver = Receiver()
+    recording = _hot_box(tmp_path)
+    configs = [HOT.format(severity=severity, url=receiver.url) for severity in ("critical", "warning")]
+    rigmon = Rigmon(tmp_path, recording, configs[0])
+    scraper = None
+    changed = 0
+    try:
+        rigmon.wait_ready()
+        wait_for(lambda: len(receiver.bodies) >= 8, 30, what="8 alerts firing")
+        scraper = Scraper(rigmon.url)
+        rng = random.Random(29)
+        current = 0
+        for n in range(20):
+            if n % 4 == 3:  # now and then the rule itself changes: its 8 alerts are due a RESOLVED
+                current = 1 - current
+                rigmon.config.write_text(rigmon.config.read_text().replace(
+                    f'severity = "{("critical", "warning")[1 - current]}"',
+                    f'severity = "{("critical", "warning")[current]}"'))
+                changed += 1
+            rigmon.proc.send_signal(signal.SIGHUP)
+            time.sleep(rng.uniform(0.05, 1.5))
+            assert rigmon.proc.poll() is None, rigmon.output()[-3000:]
+        time.sleep(3)
+        wait_for(lambda: rigmon.proc.poll() is None and http_get(rigmon.url, timeout=5)[0] == 200, 30,
+                 what="the daemon after the reloads")
+        time.sleep(3)
+    finally:
+        if scraper is not None:
+            scraper.stop()
+        assert rigmon.stop() == 0
+        receiver.stop()
+    log = rigmon.output()
+    reloads = log.count("SIGHUP: the config is valid; restarting with it")
+    print(f"{reloads} reloads for 20 SIGHUPs ({changed} changing the rule); {scraper.ok} scrapes answered, "
+          f"{len(scraper.failed)} failed; {len(receiver.bodies)} notifications")
+    assert scraper.failed == [] and scraper.ok > 50
+    assert "Traceback" not in log
+    # per alert (GPU): FIRING, RESOLVED, FIRING…: never a FIRING twice in a row
+    by_gpu: dict[str, list[str]] = {}
+    for body in receiver.json():
+        alert = body["alerts"][0]
+        by_gpu.setdefault(alert["labels"]["gpu"], []).append(body["status"])
+    assert sorted(by_gpu) == [str(i) for i in range(8)]
+    for gpu, statuses in by_gpu.items():
+        assert statuses[0] == "firing" and all(a != b for a, b in zip(statuses, statuses[1:], strict=False)), \
+            (gpu, statuses)
+        assert statuses.count("resolved") == changed, (gpu, statuses)  # every due RESOLVED, and only those
+
+
+def test_a_reload_to_a_bad_certificate_keeps_the_running_config(tmp_path):
+    rigmon = Rigmon(tmp_path, sc.demo_path(), "[daemon]\ninterval = 0.5\n")
+    scraper = None
+    try:
+        rigmon.wait_ready()
+        scraper = Scraper(rigmon.url)
+        (tmp_path / "bad.pem").write_text("not a certificate\n")
+        rigmon.config.write_text(rigmon.config.read_text() + f'[prometheus]\ntls_cert = "{tmp_path / "bad.pem"}"\n'
+                                                             f'tls_key = "{tmp_path / "bad.pem"}"\n')
+        rigmon.proc.send_signal(signal.SIGHUP)
+        time.sleep(2)
+        assert rigmon.proc.poll() is None and http_get(rigmon.url)[0] == 200
+    finally:
+        if scraper is not None:
+            scraper.stop()
+        assert rigmon.stop() == 0
+    log = rigmon.output()
+    assert re.search(r"SIGHUP: prometheus.tls_cert/tls_key: .*; the running config stays", log), log[-2000:]
+    assert "restarting with it" not in log and scraper.failed == []
+
+
+def test_a_reload_to_a_busy_port_keeps_serving_on_the_old_one(tmp_path):
+    """Without --port on the command line, the file's port is the one a reload moves to."""
+    import sys
+
+    from servers import free_port
+
+    port = free_port()
+    config = tmp_path / "rigmon.toml"
+    config.write_text(f'[daemon]\ninterval = 0.5\nstate_dir = "{tmp_path / "state"}"\n[prometheus]\n'
+                      f'listen = "127.0.0.1"\nport = {port}\n')
+    log = open(tmp_path / "log", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "rigmon", "run", "--config", str(config), "--replay",
+                             str(sc.demo_path())], stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        wait_for(lambda: http_get(url, timeout=2)[0] == 200, 30, what="rigmon")
+        scraper = Scraper(url)
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            busy = taken.getsockname()[1]
+            config.write_text(config.read_text().replace(f"port = {port}", f"port = {busy}"))
+            proc.send_signal(signal.SIGHUP)
+            time.sleep(2)
+            assert proc.poll() is None and http_get(url)[0] == 200
+        scraper.stop()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
+    log.seek(0)
+    text = log.read()
+    assert f"SIGHUP: prometheus.port: cannot listen on 127.0.0.1:{busy}" in text and "the running config stays" in text
+    assert scraper.failed == [] and scraper.ok > 10
