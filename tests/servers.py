@@ -285,6 +285,7 @@ class FaultProxy:
         self.target = target
         self.mode: str | int = "pass"
         self.retry_after: str | None = None
+        self.max_body: int | None = None  # a larger body is answered 413, as a server's size limit does
         self.requests = 0
         self.answered: list[int] = []
         proxy = self
@@ -304,6 +305,8 @@ class FaultProxy:
                     return
                 if isinstance(mode, int):
                     return self._answer(mode, b'{"error":"injected"}')
+                if proxy.max_body is not None and len(body) > proxy.max_body:
+                    return self._answer(413, b'{"error":"Request Entity Too Large"}')
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
                 request = urllib.request.Request(proxy.target + self.path, data=body, headers=headers)
                 try:

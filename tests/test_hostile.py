@@ -66,6 +66,16 @@ def test_one_process_cannot_erase_the_others_or_reach_a_terminal(hostile_process
     assert "\ufffd" in info[hostile].command  # the invalid UTF-8, replaced
 
 
+def test_a_hostile_cgroup_name_is_shown_as_text():
+    """A unit name is the user's to choose (systemd-run --user --unit=…): it names the job as text."""
+    answer = {"7": {"user": "eve", "cmdline": "python x.py", "pgid": 7, "start": 1.0,
+                    "cgroup": "0::/user.slice/user-1000.slice/user@1000.service/app.slice/"
+                              "\x1b]0;owned\x07\x1b[2Jtrain \x9b31m forged.service\n"}}
+    info = procs.parse(answer)[7]
+    assert info.unit == info.job and info.job.startswith("systemd:\\x1b]0;owned\\x07")
+    assert not CONTROL.search(info.job) and "\n" not in info.job
+
+
 def _recording_with(pids: list[int], gpus: int, tmp_path: Path) -> Path:
     rec = sc.on_every_gpu(sc.h200().widened(gpus), nvmlDeviceGetComputeRunningProcesses=[
         {"pid": pid, "usedGpuMemory": (n + 1) << 30} for n, pid in enumerate(pids)])
@@ -351,3 +361,30 @@ def test_process_series_churn_keeps_memory_flat(tmp_path):
           f"{len(daemon.jobs.running)} job(s) running at the end")
     assert max(kept[polls // 2:]) <= max(kept[100:200]) + 300  # bounded by the live series, not the polls
     assert growth <= 2.0
+
+
+def test_a_413_sends_the_batch_in_smaller_parts(tmp_path, influx, eight_gpus):
+    """A server (or proxy) that takes at most 800 bytes a request: what waited in the spool during an
+    outage is sent in parts small enough, every point stored, none failed."""
+    from servers import FaultProxy
+
+    proxy = FaultProxy(influx.url)
+    config = (f'[daemon]\ninterval = 0.2\n[influxdb]\nenabled = true\napi = "v1"\nurl = "{proxy.url}"\n'
+              f'database = "rigmon"\nflush_interval = "0.2s"\nretry_initial = "0.2s"\nretry_max = "0.5s"\n')
+    rigmon = Rigmon(tmp_path, eight_gpus, config)
+    try:
+        rigmon.wait_ready()
+        proxy.mode = 503
+        time.sleep(3)
+        proxy.max_body = 800
+        proxy.mode = "pass"
+        wait_for(lambda: 413 in proxy.answered, 20, what="a 413")
+        wait_for(lambda: _metric(rigmon.url, "rigmon_influxdb_spool_points") == 0, 90, what="the spool to drain")
+        written = _metric(rigmon.url, "rigmon_influxdb_points_written_total")
+        failed = _metric(rigmon.url, "rigmon_influxdb_points_failed_total")
+    finally:
+        assert rigmon.stop() == 0
+        proxy.stop()
+    print(f"{proxy.answered.count(413)} answers of 413, {written:.0f} points written, {failed:.0f} failed")
+    assert failed == 0 and written > 0 and proxy.answered[-1] == 204
+    assert "Traceback" not in rigmon.output()
