@@ -388,3 +388,32 @@ def test_a_413_sends_the_batch_in_smaller_parts(tmp_path, influx, eight_gpus):
     print(f"{proxy.answered.count(413)} answers of 413, {written:.0f} points written, {failed:.0f} failed")
     assert failed == 0 and written > 0 and proxy.answered[-1] == 204
     assert "Traceback" not in rigmon.output()
+
+
+def test_a_lone_surrogate_does_not_stop_the_spooler(tmp_path):
+    """A string from a damaged recording with a lone surrogate: written as its escape; the
+    spooler and the sender go on with everything after it."""
+    from rigmon.sinks.influxdb import InfluxSink
+
+    class Sender:
+        def __init__(self):
+            self.sent = []
+
+        def send(self, data: bytes) -> None:
+            self.sent.append(data.decode("utf-8"))
+
+        def close(self) -> None:
+            pass
+
+    config = configmod.parse({"daemon": {"state_dir": str(tmp_path)},
+                              "influxdb": {"enabled": True, "flush_interval": "0.1s"}})
+    sender = Sender()
+    sink = InfluxSink(config, sender=sender)
+    try:
+        sink.consume_lines(['gpu,host=box name="H200\ud800" 1'])
+        sink.consume_lines(["gpu,host=box power_watts=1.0 2"])
+        wait_for(lambda: sink.state()["points_written"] == 2, 10, what="both points sent")
+    finally:
+        sink.close(timeout=2)
+    sent = "".join(sender.sent)
+    assert 'name="H200\\ud800"' in sent and "power_watts=1.0 2" in sent and sink.faults == 0

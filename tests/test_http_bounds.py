@@ -14,6 +14,7 @@ import time
 import bcrypt
 import pytest
 from servers import Rigmon, http_get, wait_for
+from test_daemon import _self_signed
 
 GET = b"GET /metrics HTTP/1.1\r\nHost: rigmon\r\n\r\n"
 
@@ -23,16 +24,6 @@ def _rss_kib(pid: int, field: str = "VmRSS") -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise AssertionError(field)
-
-
-def _self_signed(tmp_path):
-    import subprocess
-
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
-    return cert, key
 
 
 def test_pipelined_floods_do_not_grow_memory(tmp_path, eight_gpus):

@@ -102,18 +102,7 @@ class AlertSink:
     def consume(self, sample: Sample) -> list[Transition]:
         now = sample.time
         transitions = self.engine.evaluate(sample, now)
-        for t in transitions:
-            level = logging.WARNING if t.status == "firing" and t.severity != "info" else logging.INFO
-            log.log(level, "%s", t.line())
-            self.transitions[(t.alertname, t.severity, t.status)] += 1
-            self._send(t, reminder=False)
-            if t.status == "resolved":
-                self._last_sent.pop(t.key, None)
-            else:
-                self._last_sent[t.key] = now
-        if transitions:
-            for listener in self.listeners:
-                listener.consume_transitions(transitions)
+        self._announce(transitions, now)
         if self.repeat_interval > 0:
             for alert in self.engine.firing():
                 key = alert.notification_key
@@ -126,6 +115,21 @@ class AlertSink:
             if consume_state is not None:
                 consume_state(self.state)
         return transitions
+
+    def _announce(self, transitions: list[Transition], now: float) -> None:
+        """Logged, counted, notified, and handed to the listeners that keep transitions."""
+        for t in transitions:
+            level = logging.WARNING if t.status == "firing" and t.severity != "info" else logging.INFO
+            log.log(level, "%s", t.line())
+            self.transitions[(t.alertname, t.severity, t.status)] += 1
+            self._send(t, reminder=False)
+            if t.status == "resolved":
+                self._last_sent.pop(t.key, None)
+            else:
+                self._last_sent[t.key] = now
+        if transitions:
+            for listener in self.listeners:
+                listener.consume_transitions(transitions)
 
     # --- across a reload -----------------------------------------------------------------
     def carry(self, new_specs: dict[str, str], now: float) -> list[dict]:
@@ -144,13 +148,7 @@ class AlertSink:
             del self.engine.alerts[key]
             if alert.state == "firing":
                 gone.append(self.engine.resolved(alert, now, "its rule was changed or removed by a reload"))
-        for t in gone:
-            log.info("%s", t.line())
-            self.transitions[(t.alertname, t.severity, t.status)] += 1
-            self._send(t, reminder=False)
-        if gone:
-            for listener in self.listeners:
-                listener.consume_transitions(gone)
+        self._announce(gone, now)
         return kept
 
     def take_up(self, carried: list[dict]) -> int:

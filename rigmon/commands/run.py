@@ -100,7 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             log.error("SIGHUP: %s; the running config stays", problem)
             continue
         log.info("SIGHUP: the config is valid; restarting with it")
-        _reload(args, daemon, config, new)  # returns only if the exec failed
+        _reload(daemon, config, new)  # never returns: this process becomes the new one
     if not _stop_within_grace(daemon):
         return 0  # what could not finish in time is abandoned; the spool keeps the rest
     log.info("stopped after %.0f s, %d polls (%d skipped)", time.monotonic() - started, daemon.stats.polls,
@@ -176,7 +176,7 @@ def _cannot_start(new: configmod.Config, old: configmod.Config, daemon: Daemon) 
     return None
 
 
-def _reload(args, daemon: Daemon, old: configmod.Config, new: configmod.Config) -> None:
+def _reload(daemon: Daemon, old: configmod.Config, new: configmod.Config) -> None:
     """Hand over and exec: SIGHUP blocked from here until the next process can take it (the mask
     survives the exec), the listening socket kept open across, the alerts of unchanged rules
     carried, and a RESOLVED sent (by these notifiers, before they flush) for a firing alert
@@ -206,7 +206,11 @@ def _reload(args, daemon: Daemon, old: configmod.Config, new: configmod.Config) 
     daemon.notifier.reloading()
     _stop_within_grace(daemon, reloading=True)
     logging.shutdown()
-    os.execv(sys.executable, [sys.executable, "-m", "rigmon", *sys.argv[1:]])
+    try:
+        os.execv(sys.executable, [sys.executable, "-m", "rigmon", *sys.argv[1:]])
+    except OSError as e:  # stopped already: exit so that the service manager starts it again
+        print(f"rigmon: reload: cannot start {sys.executable}: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def _raise_open_files(want: int = 8192) -> None:
