@@ -46,3 +46,14 @@ def gpu_count(text: str) -> int:
     if not 1 <= value <= MAX_GPUS:
         raise argparse.ArgumentTypeError(f"must be 1 to {MAX_GPUS}, not {value}")
     return value
+
+
+def port(text: str) -> int:
+    """A TCP port: 0 (any free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535 (0: any free one), not {value}")
+    return value

@@ -133,6 +133,7 @@ class Daemon:
         self._last_ping = 0.0
         self._signals = 0
         self._ready = False
+        self._status = ""  # the STATUS= systemd was last told
 
     # --- one poll ------------------------------------------------------------------------
     def poll_once(self) -> Sample:
@@ -148,9 +149,28 @@ class Daemon:
         self._ping()
         return sample
 
+    def status_line(self) -> str:
+        """One line for ``systemctl status``: GPUs answering, the alerts firing, InfluxDB's backlog."""
+        sample = self.latest
+        gpus = len(sample.gpus) if sample else 0
+        lost = sum(1 for g in sample.gpus if g.lost) if sample else 0
+        parts = [f"polling {gpus} GPU(s) every {self.config.daemon.interval:g} s" + (f", {lost} LOST" if lost else "")]
+        if self.alerts is not None:
+            firing = [a for a in self.alerts.state.firing if a.severity != "info"]
+            parts.append(f"{len(firing)} alert(s) firing" + (f": {', '.join(sorted({a.alertname for a in firing}))}"
+                                                               if firing else ""))
+        if self.influx is not None and self.influx.last_error:
+            parts.append(f"InfluxDB failing, {self.influx.spool.points} point(s) spooled")
+        return "; ".join(parts)
+
     def _ping(self) -> None:
         if not self._ready:  # systemd hears WATCHDOG only after READY
             return
+        if self.notifier.enabled:
+            line = self.status_line()
+            if line != self._status:
+                self._status = line
+                self.notifier.status(line)
         now = time.monotonic()
         spacing = min(1.0, self.notifier.watchdog_seconds / 4) if self.notifier.watchdog_seconds else 1.0
         if now - self._last_ping >= spacing:
@@ -195,7 +215,8 @@ class Daemon:
             log.warning("WatchdogSec=%.3g s is less than twice the poll interval (%.3g s): systemd may kill a "
                         "healthy daemon", watchdog, interval)
         gpus = len(self.latest.gpus) if self.latest else 0
-        self.notifier.ready(f"polling {gpus} GPU(s) every {interval:g} s")
+        self._status = self.status_line()
+        self.notifier.ready(self._status)
         self._ready = True
         log.info("rigmon started: %d GPU(s), polling every %g s", gpus, interval)
 

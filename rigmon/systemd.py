@@ -36,6 +36,10 @@ class Notifier:
     def ready(self, status: str = "") -> bool:
         return self.notify("READY=1" + (f"\nSTATUS={status}" if status else ""))
 
+    def status(self, text: str) -> bool:
+        """What ``systemctl status`` shows beside the unit's state."""
+        return self.notify(f"STATUS={text}")
+
     def stopping(self) -> bool:
         return self.notify("STOPPING=1")
 

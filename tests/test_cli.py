@@ -211,3 +211,22 @@ def test_watch_json_into_head_exits_quietly():
     done = subprocess.run(f"{sys.executable} -m rigmon status --demo --watch 0.1 --json | head -1", shell=True,
                           capture_output=True, text=True, timeout=60)
     assert json.loads(done.stdout)["gpus"] and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--port", "99999"], "--port: a port is 0 to 65535 (0: any free one), not 99999"),
+    (["status", "--demo", "--at", "999"], "--at 999: the recording lasts 53.3 s"),
+    (["status", "--at", "5"], "--at goes only with --replay FILE or --demo"),
+    (["status", "--replay-gpus", "8"], "--replay-gpus goes only with --replay FILE or --demo"),
+    (["rules", "test"], "give --replay FILE (rigmon record makes one), or --demo"),
+])
+def test_options_that_cannot_work_are_one_clear_line(args, message):
+    done = rigmon(*args)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) <= 3 and "Traceback" not in done.stderr  # argparse adds its usage
+
+
+def test_rules_test_on_the_bundled_recording():
+    done = rigmon("rules", "test", "--demo", "--replay-gpus", "2")
+    assert done.returncode == 0, done.stderr
+    assert "2 GPU(s)" in done.stdout.splitlines()[0]

@@ -36,6 +36,17 @@ BAD = [
      "prometheus.basic_auth.password_sha256: must be 64 hex digits"),
     ("missing field", "[prometheus.basic_auth]\nusername = \"u\"\n",
      "prometheus.basic_auth: set one of password_bcrypt (preferred) or password_sha256"),
+    ("misspelt builtin param", "[alerts.builtin.GpuStarved]\nparams = { min_power_ratoi = 0.5 }\n",
+     "alerts: builtin.GpuStarved: params.min_power_ratoi: no condition, value or text of the rule reads it (did "
+     "you mean min_power_ratio?)"),
+    ("misspelt placeholder", "[[alerts.rules]]\nname = \"X\"\nkind = \"gpu\"\nwhen = \"power_watts > 1\"\n"
+     "severity = \"info\"\nsummary = \"at {temperatur_celsius}\"\n",
+     "alerts.rules[0]: summary: {temperatur_celsius}: unknown name (did you mean temperature_celsius?)"),
+    ("misspelt variable", "[[alerts.rules]]\nname = \"X\"\nkind = \"gpu\"\nwhen = \"temperatur_celsius > 1\"\n"
+     "severity = \"info\"\nsummary = \"x\"\n",
+     "alerts.rules[0]: when: unknown name 'temperatur_celsius' (did you mean temperature_celsius?)"),
+    ("bad param type", "[alerts.builtin.GpuStarved]\nparams = { min_power_ratio = \"half\" }\n",
+     "alerts.builtin.GpuStarved.params.min_power_ratio: a param is a number or true/false"),
     ("unknown builtin rule", "[alerts.builtin.GpuStarvd]\nenabled = false\n",
      "alerts: no built-in rule named GpuStarvd (did you mean GpuStarved?)"),
     ("rule with a typo", "[alerts.builtin.GpuStarved]\nwhen = \"utilisation_gpu > 0.9\"\n",
@@ -62,6 +73,8 @@ def test_bad_config_names_the_field_and_exits_2(tmp_path, name, text, message):
     assert message in done.stderr
     assert done.stderr.startswith(str(path))
     assert "Traceback" not in done.stderr
+    if name == "bad param type":
+        assert len(done.stderr.strip().splitlines()) == 1  # one line, not one per type it could have been
     assert "secret" not in done.stderr.replace("password_sha256", "")  # secrets are never echoed
 
 

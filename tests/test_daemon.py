@@ -223,6 +223,7 @@ def test_port_in_use_is_a_clear_error(tmp_path):
         code = rigmon.proc.wait(30)
     assert code == 2
     assert f"cannot listen on 127.0.0.1:{port}" in rigmon.output() and "Traceback" not in rigmon.output()
+    assert "--port" in rigmon.output() and rigmon.output().count("already in use") == 1  # said once, with the fix
 
 
 def test_gzip_and_one_render_per_poll(tmp_path):

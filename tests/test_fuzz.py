@@ -134,7 +134,7 @@ def test_fuzz_rule_sets(tmp_path):
     for _ in range(1000):
         rules = []
         for n in range(rng.randint(1, 3)):
-            summary = " ".join("{" + rng.choice(names) + rng.choice(specs) + "}" for _ in range(rng.randint(1, 3)))
+            summary = " ".join("{" + rng.choice(names) + rng.choice(specs) + "}" for _ in range(rng.randint(1, 3))) + " {p}"
             rules.append({"name": f"R{n}", "kind": "gpu", "when": rng.choice(expressions), "severity": "warning",
                           "summary": summary, "params": {"p": rng.choice([0, 1, 10**9, 2.5, True, -7])}})
         try:

@@ -152,8 +152,9 @@ class Expression:
                         self.averaged.add(node.args[0].id)
             elif isinstance(node, ast.Name) and node.id not in allowed_names | set(HISTORY_FUNCTIONS) | set(
                     PLAIN_FUNCTIONS):
-                raise ValueError(f"unknown name {node.id!r}; {kind} rules can use: "
-                                 f"{', '.join(sorted(KINDS[kind]))} and params {sorted(params) or 'none'}")
+                raise ValueError(f"unknown name {node.id!r}{did_you_mean(node.id, allowed_names)}; `rigmon rules "
+                                 f"list` shows the {kind} variables, and this rule's params are "
+                                 f"{', '.join(sorted(params)) or 'none'}")
             if isinstance(node, ast.Name) and node.id in KINDS[kind]:
                 self.variables.add(node.id)
         args = _HistoryArgs(params)
@@ -431,6 +432,20 @@ class _Rename(ast.NodeTransformer):
 _WARNED: set[tuple[str, str, str]] = set()
 
 
+def did_you_mean(name: str, known) -> str:
+    """" (did you mean X?)" for the closest known name, or ""."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def template_names(kind: str, params: dict, values: dict) -> set[str]:
+    """What a summary, description or hint may name: the entity's variables and labels, the
+    params, the named values, the ever_max_ of each variable, and the few the engine adds."""
+    variables = set(KINDS[kind])
+    return (variables | set(LABELS[kind]) | set(params) | set(values) | {f"ever_max_{v}" for v in variables}
+            | set(DEPRECATED.get(kind, {})) | {"for_seconds", "xid_meaning", "remap_state"})
+
+
 def _warn_deprecated(rule: str, field: str, old: str, new: str) -> None:
     if (rule, field, old) not in _WARNED:  # once per rule and name, however often the config is validated
         _WARNED.add((rule, field, old))
@@ -447,7 +462,7 @@ def _depth(tree: ast.AST) -> int:
     return deepest
 
 
-def check_template(text: str, field: str, params: dict | None = None) -> None:
+def check_template(text: str, field: str, params: dict | None = None, names: set[str] | None = None) -> None:
     """Summary and description templates: ``{name}`` and ``{name:format}`` only, with a bounded
     width; no attribute or index access, no conversions, no nested fields."""
     try:
@@ -459,6 +474,8 @@ def check_template(text: str, field: str, params: dict | None = None) -> None:
             continue
         if not name.isidentifier():
             raise ValueError(f"{field}: {{{name}}}: only a plain name may stand in braces")
+        if names is not None and name not in names:
+            raise ValueError(f"{field}: {{{name}}}: unknown name{did_you_mean(name, names)}")
         if conversion:
             raise ValueError(f"{field}: {{{name}!{conversion}}}: conversions are not allowed")
         if spec and ("{" in spec or any(int(w) > MAX_FORMAT_WIDTH for w in re.findall(r"\d+", spec))):
@@ -469,6 +486,16 @@ def check_template(text: str, field: str, params: dict | None = None) -> None:
             except Exception as e:  # {p:c} of 10**9, {p:d} of 0.5: it would never render
                 raise ValueError(f"{field}: {{{name}:{spec}}} cannot format {name} = {params[name]!r}: "
                                  f"{e}") from None
+
+
+def _param(value: Any) -> Any:
+    """A threshold: a number or true/false, said in one line (not pydantic's three)."""
+    if isinstance(value, bool) or (isinstance(value, (int, float)) and math.isfinite(value)):
+        return value
+    raise ValueError("a param is a number or true/false")
+
+
+Param = Annotated[float | int | bool, BeforeValidator(_param)]
 
 
 class RuleSpec(BaseModel):
@@ -489,8 +516,8 @@ class RuleSpec(BaseModel):
                                   examples=["GPU {gpu} at {temperature_celsius:.0f} °C"])]
     description: Annotated[str, Field(description="More about what it means.")] = ""
     hint: Annotated[str, Field(description="What to do about it.")] = ""
-    params: Annotated[dict[str, float | int | bool], Field(description="Thresholds, named in the expressions.",
-                                                           examples=[{"limit_celsius": 83}])] = {}
+    params: Annotated[dict[str, Param], Field(description="Thresholds, named in the expressions.",
+                                              examples=[{"limit_celsius": 83}])] = {}
     values: Annotated[dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str], Field(
         description="Named expressions computed when the alert fires, for the summary and description.",
         examples=[{"over_by": "temperature_celsius - limit_celsius"}])] = {}
@@ -499,12 +526,14 @@ class RuleSpec(BaseModel):
     @model_validator(mode="after")
     def _expressions(self) -> RuleSpec:
         old = DEPRECATED.get(self.kind, {})
+        names = template_names(self.kind, self.params, self.values)
         for field in ("summary", "description", "hint"):
-            check_template(getattr(self, field), field, self.params)
+            check_template(getattr(self, field), field, self.params, names)
             for _, name, _, _ in string.Formatter().parse(getattr(self, field)):
                 if name in old and name not in self.params and name not in self.values:
                     _warn_deprecated(self.name, field, name, old[name])
         named = [("when", self.when), ("clear", self.clear)] + [(f"values.{k}", v) for k, v in self.values.items()]
+        used: set[str] = set()
         for field, text in named:
             if text is not None:
                 try:
@@ -513,6 +542,12 @@ class RuleSpec(BaseModel):
                     raise ValueError(f"{field}: {e}") from None
                 for name, new in expression.deprecated.items():
                     _warn_deprecated(self.name, field, name, new)
+                used |= {n.id for n in ast.walk(ast.parse(text.strip(), mode="eval")) if isinstance(n, ast.Name)}
+        for field in ("summary", "description"):
+            used |= {name for _, name, _, _ in string.Formatter().parse(getattr(self, field)) if name}
+        for param in sorted(set(self.params) - used):  # a misspelt threshold leaves the one it meant in force
+            raise ValueError(f"params.{param}: no condition, value or text of the rule reads it"
+                             f"{did_you_mean(param, used)}")
         return self
 
 
@@ -529,7 +564,7 @@ class RuleOverride(BaseModel):
     summary: Annotated[str | None, Field(description="A new summary.")] = None
     description: Annotated[str | None, Field(description="A new description.")] = None
     hint: Annotated[str | None, Field(description="A new hint.")] = None
-    params: Annotated[dict[str, float | int | bool] | None, Field(
+    params: Annotated[dict[str, Param] | None, Field(
         description="New thresholds; the others keep their values.")] = None
     values: Annotated[dict[str, str] | None, Field(
         description="New or changed named expressions for the summary; the others stay.")] = None

@@ -286,8 +286,12 @@ def cmd_burnin(args) -> int:
     try:
         import torch
     except ImportError:
-        print("rigmon burnin needs PyTorch: python3 -m pip install 'rigmon[burnin]' (or pip install torch)",
-              file=sys.stderr)
+        # the pip of this rigmon's own environment; on a box without an NVIDIA GPU, PyTorch's CPU
+        # build (a few hundred MB, where the default is a CUDA build of several GB)
+        pip = f"{sys.executable} -m pip install torch"
+        if not Path("/proc/driver/nvidia").exists():
+            pip += " --index-url https://download.pytorch.org/whl/cpu"
+        print(f"rigmon burnin needs PyTorch: {pip}", file=sys.stderr)
         return 2
     from ..poller import build_poller
     from ..recording import Recording

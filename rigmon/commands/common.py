@@ -37,12 +37,18 @@ def replay_source(args, *, at: float = 0.0, realtime: bool = True, loop: bool = 
     """The replay that --replay or --demo asks for, and a label for it; (None, "") for the hardware."""
     path = demo_path() if args.demo else args.replay
     if path is None:
+        given = [flag for flag, value in (("--replay-gpus", args.replay_gpus), ("--at", at or None)) if value]
+        if given:
+            raise UsageError(f"{' and '.join(given)} {'go' if len(given) > 1 else 'goes'} only with --replay FILE "
+                             f"or --demo")
         return None, ""
     from ..replay import ReplayClock, ReplaySource
 
     recording = Recording.load(path)
     if not recording.ticks:
         raise UsageError(f"{path}: the recording has no ticks")
+    if at > recording.duration:
+        raise UsageError(f"--at {at:g}: the recording lasts {recording.duration:.1f} s")
     if args.replay_gpus is not None:
         recording = recording.widened(args.replay_gpus)
     clock = ReplayClock(start_at=at, realtime=realtime)

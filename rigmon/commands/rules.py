@@ -8,7 +8,7 @@ from .. import config as configmod
 from ..alerts.entities import KINDS
 from ..alerts.rules import Rule
 from ..recording import Recording, RecordingError
-from .common import add_config, add_source, replay_source
+from .common import UsageError, add_config, add_source, demo_path, replay_source
 
 
 def add_parser(sub) -> None:
@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
     listing.set_defaults(func=cmd_rules_list)
     test = rsub.add_parser("test", help="print every transition the rules make on a recording")
     add_config(test)
-    test.add_argument("--replay", required=True, metavar="FILE", help="the recording to run the rules on")
+    add_source(test)
     test.add_argument("--all", action="store_true", help="show info alerts too")
     test.set_defaults(func=cmd_rules_test)
 
@@ -43,13 +43,19 @@ def cmd_rules_test(args) -> int:
     from ..alerts.offline import replay_rules
 
     config = configmod.load(args.config)
-    recording = Recording.load(args.replay)
+    if args.replay is None and not args.demo:
+        raise UsageError("rules test runs the rules on a recording: give --replay FILE (rigmon record makes one), "
+                         "or --demo for the bundled H200 one")
+    path = str(demo_path()) if args.demo else args.replay
+    recording = Recording.load(path)
+    if args.replay_gpus is not None:
+        recording = recording.widened(args.replay_gpus)
     if not recording.ticks:
-        raise RecordingError(f"{args.replay}: the recording has no ticks to test the rules on")
+        raise RecordingError(f"{path}: the recording has no ticks to test the rules on")
     t0 = recording.ticks[0]["t"]
     transitions = replay_rules(recording, config)
     shown = [t for t in transitions if args.all or t.severity != "info"]
-    print(f"{args.replay}: {len(recording.ticks)} ticks over {recording.duration:.1f} s, "
+    print(f"{path}: {len(recording.ticks)} ticks over {recording.duration:.1f} s, "
           f"{recording.gpu_count} GPU(s), {sum(1 for s in config.alerts.effective_rules() if s.enabled)} rules")
     for t in shown:
         stamp = time.strftime("%H:%M:%S", time.gmtime(t.time))

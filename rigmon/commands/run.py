@@ -4,6 +4,7 @@ within one deadline, and SIGHUP's validated restart."""
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import json
 import logging
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from .. import args as argtypes
 from .. import config as configmod
 from .. import logs
 from ..daemon import STOP_GRACE_SECONDS, Daemon
@@ -30,7 +32,7 @@ def add_parser(sub) -> None:
     add_config(p)
     add_source(p)
     p.add_argument("--listen", metavar="ADDR", help="override prometheus.listen")
-    p.add_argument("--port", type=int, help="override prometheus.port (0 picks a free port)")
+    p.add_argument("--port", type=argtypes.port, help="override prometheus.port (0 picks a free port)")
     p.set_defaults(func=cmd_run)
 
 
@@ -50,6 +52,7 @@ def _config(args) -> configmod.Config:
 def cmd_run(args: argparse.Namespace) -> int:
     config = _config(args)
     logs.setup(config.daemon.log_level, args.verbose)
+    log.info("config: %s", configmod.describe_source(args.config))
     _lock = _lock_state_dir(config.daemon.state_dir)  # held until exit (an exec for SIGHUP takes it anew)
     _raise_open_files()
     handed = _handed_over(config)
@@ -70,7 +73,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         daemon.start(sock=handed.sock)
     except OSError as e:
         daemon.poller.close()
-        raise UsageError(str(e)) from None
+        where = "--port" if args.port is not None else "prometheus.port"
+        raise UsageError(f"{e.strerror or e}: another program has the port? Choose another with {where} "
+                         f"(or stop the other rigmon)" if e.errno == errno.EADDRINUSE else
+                         (e.strerror or str(e))) from None
     # SIGHUP was blocked across the exec of a reload: one that came meanwhile is taken now
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
     # What start-up built (modules, config, readers, a replayed recording) lives as long as the
@@ -230,7 +236,6 @@ def _raise_open_files(want: int = 8192) -> None:
 def _lock_state_dir(state_dir) -> int | None:
     """One daemon per state directory: two would send and delete each other's spool segments and
     book each job twice. The lock is the kernel's (flock): a crashed daemon holds none."""
-    import errno
     import fcntl
 
     try:
