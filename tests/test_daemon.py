@@ -135,6 +135,35 @@ def test_sigterm_warm_stop_and_systemd_notifications(tmp_path):
         sock.close()
 
 
+def test_systemd_status_follows_the_alerts(tmp_path):
+    """STATUS= (what systemctl status shows) changes when an alert fires, not every poll."""
+    from scenarios import set_gpu, timeline
+
+    address = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(address)
+    sock.settimeout(0.2)
+    hot_later = sc.write(timeline(60, 0.5, modify=lambda t, tick: set_gpu(
+        tick, nvmlDeviceGetTemperature__0=95 if t >= 2 else 60)), tmp_path / "hot.rec.jsonl")
+    rigmon = Rigmon(tmp_path, hot_later, "[daemon]\ninterval = 0.2\n[alerts.builtin.GpuAtSlowdownTemperature]\n"
+                                         'for = "0s"\n', env={"NOTIFY_SOCKET": address})
+    statuses = []
+    try:
+        until = time.monotonic() + 6
+        while time.monotonic() < until:
+            try:
+                message = sock.recv(4096).decode()
+            except TimeoutError:
+                continue
+            statuses += [line[7:] for line in message.splitlines() if line.startswith("STATUS=")]
+    finally:
+        rigmon.stop()
+        sock.close()
+    assert statuses[0] == "polling 1 GPU(s) every 0.2 s; 0 alert(s) firing", statuses
+    assert "polling 1 GPU(s) every 0.2 s; 1 alert(s) firing: GpuAtSlowdownTemperature" in statuses
+    assert len(statuses) < 6  # said when it changes, not every poll
+
+
 class SlowPoller:
     """A poller whose polls take longer than the interval."""
 
