@@ -82,3 +82,28 @@ url = "{receiver.url}"
     bodies = receiver.json()
     assert {b["alerts"][0]["labels"]["alertname"] for b in bodies} == {"GpuAtSlowdownTemperature"}
     assert all(b["status"] == "firing" for b in bodies)
+
+
+def test_an_alert_joins_its_gpu_in_promql(tmp_path):
+    """Two GPUs, the second at its slowdown temperature: a PromQL join of the alert to the GPU's
+    power, on gpu, answers that GPU's power from a real Prometheus."""
+    from servers import Prometheus
+
+    def second_hot(t, tick):
+        tick["gpus"][1]["nvmlDeviceGetTemperature:0"] = 95
+
+    recording = sc.write(timeline(120, 1, gpus=2, modify=second_hot), tmp_path / "hot.rec.jsonl")
+    rigmon = Rigmon(tmp_path, recording, '[daemon]\ninterval = 0.5\n[alerts.builtin.GpuAtSlowdownTemperature]\n'
+                                         'for = "0s"\n')
+    prometheus = None
+    try:
+        rigmon.wait_ready()
+        prometheus = Prometheus(tmp_path, [f"127.0.0.1:{rigmon.port}"])
+        joined = prometheus.wait_query('rigmon_alert_active{alertname="GpuAtSlowdownTemperature"} '
+                                       '* on (instance, gpu) group_left rigmon_gpu_power_watts', 60)
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+        rigmon.stop()
+    assert [(s["metric"]["gpu"], s["metric"]["alertname"]) for s in joined] == [("1", "GpuAtSlowdownTemperature")]
+    assert 600 < float(joined[0]["value"][1]) < 710  # the hot GPU's power, in watts

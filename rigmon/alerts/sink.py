@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, NamedTuple
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..sample import Sample
 from .engine import AlertEngine, PsuGroup, Transition
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ..config import Config
 
 log = logging.getLogger("rigmon.alerts")
+_ALERT_LABELS = ("alertname", "severity", "subject")  # the alert's own: its subject's labels never replace them
 
 
 class FiringAlert(NamedTuple):
@@ -183,10 +184,14 @@ class AlertSink:
 
     def families(self):
         state = self.state  # one poll's state, whatever the poll thread does meanwhile
-        active = GaugeMetricFamily("rigmon_alert_active", "1 for each firing alert (from the last poll).",
-                                   labels=["alertname", "severity", "subject"])
+        # each alert with its subject's own labels (gpu, uuid; chip, fan; socket; psu…), as
+        # Prometheus's ALERTS: a query joins an alert to the GPU's other series on gpu
+        active = Metric("rigmon_alert_active", "1 for each firing alert (from the last poll), with the labels of "
+                                               "what it is about.", "gauge")
         for alert in state.firing:
-            active.add_metric([alert.alertname, alert.severity, alert.subject], 1)
+            labels = {k: v for k, v in alert.labels if k not in _ALERT_LABELS}
+            labels.update(alertname=alert.alertname, severity=alert.severity, subject=alert.subject)
+            active.add_sample("rigmon_alert_active", labels, 1)
         yield active
         transitions = CounterMetricFamily("rigmon_alert_transitions", "Alert transitions since start.",
                                           labels=["alertname", "severity", "status"])
