@@ -275,22 +275,30 @@ def test_eight_gpu_report_in_chromium(tmp_path):
     assert png.exists()
 
 
-def test_a_hangup_is_an_interruption_with_a_report(tmp_path):
-    """The SSH session that started it drops (SIGHUP): the workers are stopped, the report is
-    written, and no verdict is claimed."""
+@pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGHUP", 129)])
+def test_an_interrupted_run_says_so_and_claims_no_verdict(tmp_path, signame, code):
+    """Ctrl-C, or the SSH session that started it dropping (SIGHUP): the workers are stopped, the
+    report is written, the run is "interrupted" (exit 128 + the signal, as a shell says), and the
+    daemon exports that, not a failed box."""
     import signal
     import time
 
-    report = tmp_path / "report"
+    from rigmon.exporters.burnin import BurninReports
+
+    report = tmp_path / "reports" / "run"
     proc = subprocess.Popen([sys.executable, "-m", "rigmon", "burnin", "--report", str(report), "--minutes", "5"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list(report.glob("worker-*.log")):
         time.sleep(0.2)
     time.sleep(3)
-    proc.send_signal(signal.SIGHUP)
+    proc.send_signal(getattr(signal, signame))
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 2, err
+    assert proc.returncode == code, err
     data = json.loads((report / "burnin.json").read_text())
-    assert data["verdict"] == "could not run" and any("interrupted" in n for n in data["notes"])
+    assert data["verdict"] == "interrupted" and any(f"interrupted by {signame}" in n for n in data["notes"])
+    assert all(u["status"] in ("interrupted", "pass", "warn", "not tested") for u in data["units"]), data["units"]
     assert "Traceback" not in err
+    families = {f.name: f for f in BurninReports(tmp_path / "reports").families()}
+    assert [s.labels["verdict"] for s in families["rigmon_burnin_last_verdict"].samples] == ["interrupted"]
+    assert families["rigmon_burnin_last_passed"].samples == []  # no claim about the hardware

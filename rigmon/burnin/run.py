@@ -343,11 +343,11 @@ def cmd_burnin(args) -> int:
                for rank, (name, gpu, device) in enumerate(units)]
     run = Run()
     transitions: list[dict] = []
-    interrupted = False
+    interrupted = 0  # the signal that stopped the run early, if one did
 
     def stop(signum, frame):
         nonlocal interrupted
-        interrupted = True
+        interrupted = interrupted or signum
 
     # Ctrl-C, a stop, or the terminal gone (an SSH session dropped): the workers are stopped and
     # the report is written, with no verdict
@@ -395,8 +395,15 @@ def cmd_burnin(args) -> int:
     units_data = [w.as_unit() for w in workers] + [watch_only(i) for i in watched]
     overall, judgements, host_judgement = judge(units_data, run.tallies, transitions, Limits())
     if interrupted:
-        overall = "could not run"
-        notes.append("interrupted before the end: no verdict")
+        # the operator stopped it: no verdict on the hardware, and a worker stopped with it did not "die"
+        overall = "interrupted"
+        name = signal.Signals(interrupted).name
+        notes.append(f"interrupted by {name} before the end: no verdict")
+        for j in judgements:
+            j.reasons = [r for r in j.reasons if not r.startswith(_STOPPED_WORKER)]
+            if j.status == "fail" and not j.reasons:
+                j.status = "interrupted"
+                j.reasons.append(f"stopped by {name} before the end")
     data = build_report(host, started_wall, started, time.time() - started, args.model, units_data, judgements,
                         host_judgement, overall, run, transitions, first, config, notes, workers)
     if baseline is not None:
@@ -412,7 +419,13 @@ def cmd_burnin(args) -> int:
         print(summary(data, json_path, html_path))
     except OSError:  # no terminal left to print on (a hangup): the report is written
         pass
+    if interrupted:
+        return 128 + interrupted  # as a shell reports a command its signal stopped: 130 for Ctrl-C, 143 for SIGTERM
     return {"pass": 0, "fail": 1}.get(overall, 2)
+
+
+# what the judge says of a worker that ended early: not a fault where the run was interrupted
+_STOPPED_WORKER = ("the training process died", "the training process failed")
 
 
 def _a_rank_died(workers: list[Worker]) -> bool:

@@ -50,8 +50,10 @@ class BurninReports:
         report = self.latest()
         started = GaugeMetricFamily("rigmon_burnin_last_run_timestamp_seconds", "Unix time the last burn-in "
                                                                                  "started.", labels=[])
-        passed = GaugeMetricFamily("rigmon_burnin_last_passed", "1 if the last burn-in passed, 0 if it failed or "
-                                                                "could not run.", labels=[])
+        passed = GaugeMetricFamily("rigmon_burnin_last_passed", "1 if the last burn-in passed, 0 if it failed; none "
+                                                                "when it could not run or was interrupted.", labels=[])
+        verdict = GaugeMetricFamily("rigmon_burnin_last_verdict", "1 for the last burn-in's verdict: pass, fail, "
+                                                                  "could not run, interrupted.", labels=["verdict"])
         duration = GaugeMetricFamily("rigmon_burnin_last_duration_seconds", "Length of the last burn-in.", labels=[])
         rate = GaugeMetricFamily("rigmon_burnin_tokens_per_second", "Training throughput in the last burn-in.",
                                  labels=["unit", "gpu"])
@@ -60,7 +62,10 @@ class BurninReports:
         if report is not None and report.get("format") == "rigmon-burnin-summary":
             if report.get("started_unix") is not None:
                 started.add_metric([], report["started_unix"])
-            passed.add_metric([], 1 if report.get("verdict") == "pass" else 0)
+            said = str(report.get("verdict"))
+            if said in ("pass", "fail"):  # an interrupted run judged no hardware
+                passed.add_metric([], 1 if said == "pass" else 0)
+            verdict.add_metric([said], 1)
             duration.add_metric([], report.get("duration_seconds") or 0)
             for unit in report.get("units", []):
                 labels = [unit["name"], "" if unit.get("gpu") is None else str(unit["gpu"])]
@@ -68,4 +73,4 @@ class BurninReports:
                     rate.add_metric(labels, unit["tokens_per_s"])
                 if unit.get("mfu") is not None:
                     mfu.add_metric(labels, unit["mfu"])
-        yield from (started, passed, duration, rate, mfu)
+        yield from (started, passed, verdict, duration, rate, mfu)
