@@ -153,6 +153,14 @@ def test_gpus_that_pytorch_cannot_use_could_not_run(tmp_path):
     assert data is None and "Traceback" not in done.stderr and "PASS" not in done.stdout
 
 
+def test_a_host_without_sensors_is_not_tested(tmp_path):
+    """This machine shows no CPU temperature or fan: the host's cooling is "not tested", never "pass"."""
+    done, data, _ = burnin(tmp_path, "--minutes", "0.25", "--cpu")
+    assert data["host_verdict"]["status"] == "not tested", data["host_verdict"]
+    assert "no CPU temperature or fan sensor visible" in data["host_verdict"]["reasons"][0]
+    assert "its cooling where a sensor shows it" in " ".join(data["notes"]) and "host – no CPU" in done.stdout
+
+
 def test_cpu_flag_trains_on_the_cpu_and_only_watches_the_gpus(tmp_path):
     done, data, _ = burnin(tmp_path, "--minutes", "0.75", "--replay", str(sc.H200), "--cpu")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -25,7 +25,7 @@ from ..sample import Sample
 from ..sinks.lineprotocol import line
 from . import report as reportmod
 from .timeline import Downsampled, GpuTally, Timeline
-from .verdict import SLOWDOWN_REASONS, Limits, group_of, judge, steady_rate
+from .verdict import NOT_TESTED, SLOWDOWN_REASONS, Limits, group_of, judge, steady_rate
 
 # clock-event reasons drawn in the report (share of time active)
 EVENT_REASONS = ("sw_power_cap", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown", "hw_power_brake_slowdown")
@@ -121,6 +121,7 @@ class Run:
         self.cpu_energy: list[float | None] = [None, None]  # first, latest
         self.ticks = 0
         self.slowdown_celsius: dict[int, float] = {}
+        self.host_sensors_seen = False  # a CPU temperature or a fan: the host's cooling could be judged
 
     def observe(self, tick: dict) -> None:
         t = tick["t"]
@@ -139,6 +140,8 @@ class Run:
                 self.slowdown_celsius[index] = g["slowdown_celsius"]
         for e in tick["events"]:
             self.tallies.setdefault(e["gpu"], GpuTally()).xids.append((t, e["xid"]))
+        if tick.get("cpu") or tick.get("fans"):
+            self.host_sensors_seen = True
         for name, value in tick.get("cpu", {}).items():
             self.timeline.add(f"cpu/{name}", t, value)
         for name, value in tick.get("fans", {}).items():
@@ -260,12 +263,13 @@ def choose_units(args, first: Sample, cuda_count: int, chosen: list[int] | None)
     if args.cpu:
         ranks = 2 if args.ddp else 1
         units = [("cpu" if ranks == 1 else f"cpu{r}", None, "cpu") for r in range(ranks)]
-        notes.append("trained on the CPU (--cpu): this checks rigmon, the CPU and its cooling, not a GPU" +
+        notes.append("trained on the CPU (--cpu): this checks rigmon and the CPU (its cooling where a sensor shows "
+                     "it), not a GPU" +
                      (f"; GPU {', '.join(map(str, wanted))} only watched" if wanted else ""))
         return units, wanted, notes
     if not nvml:
-        notes.append("no GPU here (NVML found none): the model trained on the CPU; this checks rigmon, the CPU "
-                     "and its cooling, not a GPU")
+        notes.append("no GPU here (NVML found none): the model trained on the CPU; this checks rigmon and the CPU "
+                     "(its cooling where a sensor shows it), not a GPU")
         return [("cpu", None, "cpu")], [], notes
     if cuda_count == 0:
         raise UsageError(f"could not run: NVML sees {len(nvml)} GPU(s) but PyTorch cannot use CUDA (a CPU-only "
@@ -394,6 +398,9 @@ def cmd_burnin(args) -> int:
         _a_rank_died(workers)  # also when the others already failed in the collective
     units_data = [w.as_unit() for w in workers] + [watch_only(i) for i in watched]
     overall, judgements, host_judgement = judge(units_data, run.tallies, transitions, Limits())
+    if not run.host_sensors_seen and host_judgement.status != "fail":  # nothing was there to judge it by
+        host_judgement.status = NOT_TESTED
+        host_judgement.reasons.append("no CPU temperature or fan sensor visible: the CPU's cooling was not checked")
     if interrupted:
         # the operator stopped it: no verdict on the hardware, and a worker stopped with it did not "die"
         overall = "interrupted"
@@ -585,8 +592,9 @@ def summary(data: dict, json_path: Path, html_path: Path) -> str:
             lines.append(f"    ✗ {reason}")
         for warning in u["warnings"]:
             lines.append(f"    ⚠ {warning}")
-    for reason in data["host_verdict"]["reasons"]:
-        lines.append(f"  host ✗ {reason}")
+    host = data["host_verdict"]
+    for reason in host["reasons"]:
+        lines.append(f"  host {'✗' if host['status'] == 'fail' else '–'} {reason}")
     energy = data["energy"]
     if energy["total_kwh"] is None:
         lines.append("  energy not measured (no GPU energy counter or RAPL reading)")
