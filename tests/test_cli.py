@@ -102,8 +102,12 @@ def test_rules_list_shows_overrides(tmp_path):
     config.write_text("[alerts.builtin.GpuStarved]\nenabled = false\n")
     done = rigmon("rules", "list", "--config", str(config))
     assert done.returncode == 0
-    starved = next(line for line in done.stdout.splitlines() if line.startswith("GpuStarved"))
-    assert "(disabled)" in starved and "utilization_gpu_ratio >= min_utilization" in starved
+    lines = done.stdout.splitlines()
+    at = next(n for n, line in enumerate(lines) if line.startswith("GpuStarved"))
+    assert "(disabled)" in lines[at] and "for 10m" in lines[at]
+    block = " ".join(lines[at + 1:at + 5])
+    assert "when:" in block and "utilization_gpu_ratio >= min_utilization" in block and "min_utilization=0.9" in block
+    assert max(len(line) for line in lines) <= 100  # not a repr on one 300-column line
 
 
 def test_doctor_says_what_cannot_evaluate_and_why():

@@ -30,12 +30,25 @@ def add_parser(sub) -> None:
 
 
 def cmd_rules_list(args) -> int:
+    """Each rule as a block that fits the terminal: its name, severity, kind and wait, then its
+    condition, its resolve condition and its params, wrapped."""
+    import shutil
+    import textwrap
+
+    from ..alerts.rules import format_duration
+
     config = configmod.load(args.config)
+    width = max(60, shutil.get_terminal_size((100, 24)).columns)
     for spec in config.alerts.effective_rules():
-        state = "" if spec.enabled else "  (disabled)"
-        wait = f" for {spec.for_:g}s" if spec.for_ else ""
-        params = f"  params {spec.params}" if spec.params else ""
-        print(f"{spec.name:<26} {spec.severity:<8} {spec.kind:<6} {spec.when}{wait}{params}{state}")
+        head = f"{spec.name:<26} {spec.severity:<8} {spec.kind:<6}"
+        head += f" for {format_duration(spec.for_)}" if spec.for_ else ""
+        print(head + ("" if spec.enabled else "  (disabled)"))
+        fields = [("when", spec.when), ("clear", spec.clear or f"not ({spec.when})")]
+        if spec.params:
+            fields.append(("params", ", ".join(f"{k}={v}" for k, v in spec.params.items())))
+        for name, text in fields:
+            print(textwrap.fill(" ".join(text.split()), width, initial_indent=f"  {name + ':':<8}",
+                                subsequent_indent=" " * 10))
     return 0
 
 
