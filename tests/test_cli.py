@@ -105,7 +105,8 @@ def test_rules_list_shows_overrides(tmp_path):
     lines = done.stdout.splitlines()
     at = next(n for n, line in enumerate(lines) if line.startswith("GpuStarved"))
     assert "(disabled)" in lines[at] and "for 10m" in lines[at]
-    block = " ".join(lines[at + 1:at + 5])
+    end = next(n for n in range(at + 1, len(lines)) if not lines[n].startswith(" "))
+    block = " ".join(lines[at + 1:end])
     assert "when:" in block and "utilization_gpu_ratio >= min_utilization" in block and "min_utilization=0.9" in block
     assert max(len(line) for line in lines) <= 100  # not a repr on one 300-column line
 
