@@ -107,21 +107,51 @@ def cmd_doctor(args) -> int:
     for line in _facts(sample, poller, config):
         print(f"  {line}")
     print()
-    problems = 0
+    problems = evaluable = 0
+    said: dict[str, list[str]] = {}  # each reason, said in full once, and the rules it keeps from evaluating
     for rule in [Rule(s) for s in config.alerts.effective_rules()]:
         if not rule.spec.enabled:
             print(f"  {rule.name:<26} disabled in the config")
             continue
         why = _why_not(rule, entities, sample, poller, config)
         if why and why.startswith("partly: "):
+            evaluable += 1
             print(f"  {rule.name:<26} ok, {why}")
         elif why:
             problems += 1
-            print(f"  {rule.name:<26} cannot evaluate: {why}")
+            print(f"  {rule.name:<26} cannot evaluate: {why if why not in said else why.split(' (')[0]}")
+            said.setdefault(why, []).append(rule.name)
         else:
+            evaluable += 1
             print(f"  {rule.name:<26} ok")
     print(f"\n{problems} rule(s) cannot evaluate here")
+    fixes = [(why, names, _remedy(why)) for why, names in said.items()]
+    if any(fix for _, _, fix in fixes):
+        print("\nWhat to do:")
+        for why, names, fix in fixes:
+            if fix:
+                print(f"  {why.split(' (')[0]} ({len(names)} rule(s)): {fix}")
+    if not evaluable:
+        print("\nNo rule can evaluate here: rigmon would watch nothing on this machine.")
+        return 1
     return 0
+
+
+_REMEDIES = (
+    ("NVML unavailable", "install the NVIDIA driver (nvidia-smi must work); in a container, start it with the GPUs "
+                         "(--gpus all, the NVIDIA container toolkit)"),
+    ("no fan sensors", "load the board's Super-I/O driver: sensors-detect (lm-sensors) names it, then modprobe it "
+                       "(nct6775, it87…); a VM or a container shows no fans"),
+    ("no CPU temperature", "modprobe coretemp (Intel) or k10temp (AMD); a VM shows none"),
+    ("no power budget", "set [alerts.power_budget] watts to what the PSU may deliver (or the groups of a box with "
+                        "two PSUs)"),
+    ("no GPU fans", "nothing to do on passively cooled boards: a stopped chassis fan shows as GPU temperature "
+                    "rising against power"),
+)
+
+
+def _remedy(why: str) -> str:
+    return next((fix for start, fix in _REMEDIES if why.startswith(start)), "")
 
 
 def _facts(sample, poller, config) -> list[str]:
