@@ -71,6 +71,7 @@ def test_record_command_round_trip(tmp_path):
     done = subprocess.run([sys.executable, "-m", "rigmon", "record", "--demo", "--out", str(out), "--seconds", "1.2",
                            "--interval", "0.3", "--label", "cli"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith(f"recording 1 GPU(s) every 0.3 s for 1.2 s to {out}")  # said at once, not at the end
     assert "recorded" in done.stderr
     recording = Recording.load(out)
     assert recording.header["format"] == "rigmon-recording" and recording.header["version"] == 1

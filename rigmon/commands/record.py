@@ -10,6 +10,8 @@ from .. import __version__
 from .. import args as argtypes
 from .common import UsageError, add_config, add_source, demo_path, load_config, replay_source, stop_on_signals
 
+PROGRESS_SECONDS = 10.0  # how often a recording says how far it is
+
 
 def add_parser(sub) -> None:
     r = sub.add_parser("record", help="record the hardware's answers to a file (rigmon recording v1)")
@@ -47,11 +49,18 @@ def cmd_record(args) -> int:
     poller.open()
     ticks = 0
     gpus = len(poller.gpu.devices) if poller.gpu else 0
+    print(f"recording {gpus} GPU(s) every {interval:g} s for {args.seconds:g} s to {args.out} (Ctrl-C ends it "
+          f"early, and keeps what was recorded)", file=sys.stderr, flush=True)
+    said = time.monotonic()
     try:
         with open(args.out, "w", encoding="utf-8") as out:
             recorder.write_header(out)
             started = time.monotonic()
             while time.monotonic() - started < args.seconds:
+                if time.monotonic() - said >= PROGRESS_SECONDS:
+                    said = time.monotonic()
+                    print(f"  {said - started:.0f} of {args.seconds:g} s, {ticks} ticks, {out.tell() / 1e6:.1f} MB",
+                          file=sys.stderr, flush=True)
                 due = started + ticks * interval
                 time.sleep(max(0.0, due - time.monotonic()))
                 recorder.begin_tick(time.time(), args.label)
