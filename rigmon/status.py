@@ -26,11 +26,16 @@ def _fmt(value, spec: str = "{:.0f}", unit: str = "") -> str:
     return spec.format(value) + unit
 
 
-def _gb(value) -> str:
-    return NS if value is None else f"{value / 1e9:.1f}"
+WIDTH = 120  # the width when output goes to no terminal and COLUMNS does not say (a pipe, a file)
+GIB = 1 << 30  # memory in GiB, as nvitop shows it (nvidia-smi's MiB, in a unit that fits a column)
 
-
-WIDTH = 120  # the table fits a 120-column terminal with 8 GPUs
+# The GPU table fits the terminal: these columns go first, in this order, until it does.
+DROPPED_FIRST = ("REPLAY", "ECC", "MEM°C", "SM MHz", "FAN % RPM", "PCIe", "UTIL", "NAME")
+# Clock-event reasons, worst first: the first is never dropped, the rest become "+N" where they do not fit.
+EVENT_ORDER = ("hw_thermal_slowdown", "hw_power_brake_slowdown", "hw_slowdown", "sw_thermal_slowdown",
+               "sw_power_cap", "applications_clocks_setting", "sync_boost", "display_clock_setting", "gpu_idle")
+SERIOUS_EVENTS = frozenset(EVENT_ORDER[:4])
+_RED, _YELLOW, _RESET = "\x1b[31m", "\x1b[33m", "\x1b[0m"
 
 # Clock-event reasons, short enough for the table (the JSON keeps NVML's names).
 SHORT_EVENTS = {"gpu_idle": "idle", "applications_clocks_setting": "app-clocks", "sw_power_cap": "pwr-cap",
@@ -40,56 +45,68 @@ SHORT_EVENTS = {"gpu_idle": "idle", "applications_clocks_setting": "app-clocks",
 
 
 def render(sample: Sample, source: str = "", alerts: list[dict] | None = None, alerts_note: str = "",
-           daemon: dict | None = None, show_info: bool = False, now: float | None = None) -> str:
+           daemon: dict | None = None, show_info: bool = False, now: float | None = None, width: int = WIDTH,
+           color: bool = False, host: str = "") -> str:
+    """The status for people, ``width`` columns wide, in colour where asked (a terminal): every
+    string from outside made printable here, before any colour of ours is added."""
     lines = []
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(sample.time))
     system = sample.system
     versions = ""
     if system is not None and system.driver_version:
         versions = f"driver {system.driver_version}, CUDA {system.cuda_driver_version or NS}"
-    lines.append("  ".join(part for part in (f"rigmon status  {stamp}", versions, source) if part))
+    lines.append(_cut(printable("  ".join(part for part in (f"rigmon status  {host}".rstrip(), stamp, versions,
+                                                              source) if part)), width))
     lines.append("")
     info = {i.index: i for i in sample.gpu_info}
     if sample.gpus:
-        lines += _gpu_table(sample.gpus, info)
+        lines += _gpu_table(sample.gpus, info, width, color)
     for status in sample.readers:
         if status.error:
-            lines.append(f"{status.name}: {status.error}")
+            lines.append(_cut(printable(f"{status.name}: {status.error}"), width))
     for event in sample.events:
         when = time.strftime("%H:%M:%S", time.localtime(event.time))
         lines.append(f"XID {event.xid} on GPU {event.gpu_index} at {when}")
     lines.append("")
-    processes = _processes(sample)
+    processes = _processes(sample, width)
     if processes:
         lines += processes
         lines.append("")
-    lines += _host(sample)
+    lines += [_cut(printable(line), width) for line in _host(sample)]
     lines.append("")
-    lines += _alerts(alerts, alerts_note, show_info, sample.time if now is None else now)
+    lines += _alerts(alerts, alerts_note, show_info, sample.time if now is None else now, width, color)
     lines.append("")
     if daemon and daemon.get("influxdb"):
-        lines += _influx(daemon["influxdb"])
+        lines += [_cut(line, width) for line in _influx(daemon["influxdb"])]
         lines.append("")
     lines.append(f"{NS} = not supported by this hardware or not readable here")
     return "\n".join(lines)
 
 
-def _processes(sample: Sample) -> list[str]:
+def exit_code(sample: Sample, alerts: list[dict] | None) -> int:
+    """For scripts (status --exit-code): 1 when a GPU is lost or a critical alert fires, else 0."""
+    lost = any(g.lost for g in sample.gpus)
+    critical = any(isinstance(a, dict) and a.get("severity") == "critical" for a in alerts or ())
+    return 1 if lost or critical else 0
+
+
+def _processes(sample: Sample, width: int = WIDTH) -> list[str]:
     """Who holds each GPU, like nvitop's process list: PID, user, GPU memory, SM share, job."""
     who = {p.pid: p for p in sample.processes}
     rows = []
     for g in sample.gpus:
         for p in g.processes or ():
             info = who.get(p.pid)
-            rows.append([str(g.index), str(p.pid), (info.user if info else None) or "?", _gb(p.used_memory_bytes),
-                         f"{p.sm_ratio:.0%}" if p.sm_ratio is not None else NS,
-                         ((info.unit or info.job) if info else None) or "?", (info.command if info else None) or "?"])
+            rows.append([str(g.index), str(p.pid), printable((info.user if info else None) or "?"),
+                         _gib(p.used_memory_bytes), f"{p.sm_ratio:.0%}" if p.sm_ratio is not None else NS,
+                         printable(((info.unit or info.job) if info else None) or "?"),
+                         printable((info.command if info else None) or "?")])
     if not rows:
         return []
-    head = ["GPU", "PID", "USER", "MEM GB", "SM", "JOB", "COMMAND"]
+    head = ["GPU", "PID", "USER", "MEM GiB", "SM", "JOB", "COMMAND"]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - 1)]
-    return ["PROCESSES"] + [_cut("  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)), r[-1]]))
-                            for r in [head, *rows]]
+    return ["PROCESSES"] + [_cut("  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)), r[-1]]),
+                                 width) for r in [head, *rows]]
 
 
 def short_name(name: str) -> str:
@@ -99,8 +116,17 @@ def short_name(name: str) -> str:
     return printable(name)[:14]
 
 
-def _cut(line: str) -> str:
-    return line if len(line) <= WIDTH else line[: WIDTH - 1] + "…"
+def _cut(line: str, width: int = WIDTH) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _gib(value) -> str:
+    return NS if value is None else f"{value / GIB:.1f}"
+
+
+def _link(generation, lanes) -> str:
+    """ "Gen5 x16": a generation and a width, not a product."""
+    return f"Gen{_fmt(generation)} x{_fmt(lanes)}"
 
 
 def _pair(a, b, spec: str = "{:.0f}") -> str:
@@ -121,43 +147,76 @@ def _fans(g: GpuReading) -> str:
     return ",".join(cells)
 
 
-def _gpu_table(gpus: tuple[GpuReading, ...], info: dict[int, GpuInfo]) -> list[str]:
-    header = ("GPU", "NAME", "°C/SLOW", "MEM°C", "W/LIMIT", "UTIL", "SM MHz", "MEM GB", "PCIe NOW/MAX", "REPLAY",
+def _events(events: tuple[str, ...], room: int) -> str:
+    """The clock-event reasons worst first, in ``room`` characters: the worst always, then as many
+    as fit, then "+N" for the rest."""
+    ordered = sorted(events, key=lambda e: EVENT_ORDER.index(e) if e in EVENT_ORDER else len(EVENT_ORDER))
+    names = [SHORT_EVENTS.get(e, e) for e in ordered]
+    text = names[0]
+    for n, name in enumerate(names[1:], start=1):
+        more = len(names) - n - 1
+        candidate = f"{text},{name}"
+        if len(candidate) + (len(f",+{more}") if more else 0) > room:
+            return f"{text},+{len(names) - n}"
+        text = candidate
+    return text
+
+
+def _gpu_table(gpus: tuple[GpuReading, ...], info: dict[int, GpuInfo], width: int = WIDTH,
+               color: bool = False) -> list[str]:
+    header = ("GPU", "NAME", "°C/SLOW", "MEM°C", "W/LIMIT", "UTIL", "SM MHz", "MEM GiB", "PCIe", "REPLAY",
               "ECC", "FAN % RPM", "CLOCK EVENTS")
-    rows: list[tuple[str, ...]] = [header]
-    lost: dict[int, str] = {}
+    rows: list[dict] = []
     for g in gpus:
         i = info.get(g.index)
         name = short_name(i.name) if i else "?"
         if g.lost:
-            lost[len(rows)] = f"{g.index:<3}  {name}  LOST: fell off the bus or stopped answering"
-            rows.append(())
+            rows.append({"lost": f"{g.index:<3}  {name}  LOST: fell off the bus or stopped answering"})
             continue
         events = g.clock_events.active() if g.clock_events else None
-        max_link = f"{_fmt(i.max_pcie_generation)}x{_fmt(i.max_pcie_width)}" if i else NS
-        rows.append((
-            str(g.index),
-            name,
-            _pair(g.temperature_celsius, i.temperature_thresholds.slowdown if i else None),
-            _fmt(g.memory_temperature_celsius),
-            _pair(g.power_watts, g.power_limit_watts),
-            _fmt(g.utilization_gpu_ratio * 100 if g.utilization_gpu_ratio is not None else None, unit="%"),
-            _fmt(g.sm_clock_hertz / 1e6 if g.sm_clock_hertz is not None else None),
-            f"{_gb(g.memory_used_bytes)}/{_gb(g.memory_total_bytes)}",
-            f"{_fmt(g.pcie_generation)}x{_fmt(g.pcie_width)}/{max_link}",
-            _fmt(g.pcie_replay_total),
-            _fmt(g.ecc_errors.uncorrected_volatile if g.ecc_errors else None),
-            _fans(g),
-            NS if events is None else (",".join(SHORT_EVENTS.get(e, e) for e in events) or "none"),
-        ))
-    widths = [max(len(r[c]) for r in rows if r) for c in range(len(header))]
-    out = []
-    for n, row in enumerate(rows):
-        if n in lost:
-            out.append(_cut(lost[n]))
-        else:
-            out.append(_cut("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()))
+        slowdown = i.temperature_thresholds.slowdown if i else None
+        link = _link(g.pcie_generation, g.pcie_width)
+        if i and (i.max_pcie_generation, i.max_pcie_width) != (g.pcie_generation, g.pcie_width):
+            link += f" of {_link(i.max_pcie_generation, i.max_pcie_width)}"
+        temp = g.temperature_celsius
+        rows.append({
+            "GPU": str(g.index), "NAME": name, "°C/SLOW": _pair(temp, slowdown),
+            "MEM°C": _fmt(g.memory_temperature_celsius), "W/LIMIT": _pair(g.power_watts, g.power_limit_watts),
+            "UTIL": _fmt(g.utilization_gpu_ratio * 100 if g.utilization_gpu_ratio is not None else None, unit="%"),
+            "SM MHz": _fmt(g.sm_clock_hertz / 1e6 if g.sm_clock_hertz is not None else None),
+            "MEM GiB": f"{_gib(g.memory_used_bytes)}/{_fmt(g.memory_total_bytes and g.memory_total_bytes / GIB)}",
+            "PCIe": link, "REPLAY": _fmt(g.pcie_replay_total),
+            "ECC": _fmt(g.ecc_errors.uncorrected_volatile if g.ecc_errors else None), "FAN % RPM": _fans(g),
+            "events": events,
+            "hot": _RED if temp is not None and slowdown and temp >= slowdown else
+                   _YELLOW if temp is not None and slowdown and temp >= slowdown - 5 else "",
+        })
+    columns = list(header[:-1])
+    widths = {c: max([len(c)] + [len(r[c]) for r in rows if c in r]) for c in columns}
+    least = max((len(SHORT_EVENTS.get(e, e)) for r in rows if r.get("events") for e in r["events"]), default=4)
+    for drop in DROPPED_FIRST:  # until the fixed columns leave room for the worst event of each GPU
+        if sum(widths[c] + 2 for c in columns) + max(least, len(header[-1])) <= width:
+            break
+        columns.remove(drop)
+    room = max(width - sum(widths[c] + 2 for c in columns), least)
+    out = [_cut("  ".join([*(c.ljust(widths[c]) for c in columns), header[-1]]), width)]
+    for r in rows:
+        if "lost" in r:
+            out.append(_paint(_cut(r["lost"], width), _RED, color))
+            continue
+        events = r["events"]
+        text = NS if events is None else (_events(events, room) if events else "none")
+        cells = [r[c].ljust(widths[c]) for c in columns]
+        if color and r["hot"] and "°C/SLOW" in columns:
+            at = columns.index("°C/SLOW")
+            cells[at] = _paint(cells[at], r["hot"], True)
+        serious = events and SERIOUS_EVENTS.intersection(events)
+        out.append("  ".join([*cells, _paint(text, _RED, color and bool(serious))]).rstrip())
     return out
+
+
+def _paint(text: str, code: str, color: bool) -> str:
+    return f"{code}{text}{_RESET}" if color and code else text
 
 
 def _host(sample: Sample) -> list[str]:
@@ -193,7 +252,8 @@ def _host(sample: Sample) -> list[str]:
     load = " ".join(_fmt(v, "{:.2f}") for v in (host.load1, host.load5, host.load15))
     lines.append(f"  CPU  {cpu} of {_fmt(host.cpu_count)} cores, load {load}")
     if host.memory_total_bytes:
-        lines.append(f"  memory  {_gb(host.memory_available_bytes)} GB available of {_gb(host.memory_total_bytes)} GB")
+        lines.append(f"  memory  {_gib(host.memory_available_bytes)} GiB available of "
+                     f"{_gib(host.memory_total_bytes)} GiB")
     for e in host.cpu_energy:
         lines.append(f"  CPU energy {e.zone}  {e.joules / 3.6e6:.4f} kWh (RAPL)")
     for note in host.notes:
@@ -232,7 +292,8 @@ def age(seconds: float) -> str:
     return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
 
 
-def _alerts(alerts: list[dict] | None, note: str, show_info: bool, now: float) -> list[str]:
+def _alerts(alerts: list[dict] | None, note: str, show_info: bool, now: float, width: int = WIDTH,
+            color: bool = False) -> list[str]:
     if alerts is None:
         return [f"ALERTS  unknown: {note}" if note else "ALERTS  unknown"]
     shown = [a for a in alerts if show_info or a.get("severity") != "info"]
@@ -242,8 +303,9 @@ def _alerts(alerts: list[dict] | None, note: str, show_info: bool, now: float) -
     for a in shown:
         since = a.get("since")
         since = f"  (for {age(now - since)})" if isinstance(since, (int, float)) and abs(since) < 1e12 else ""
-        lines.append(printable(f"  {str(a.get('severity')).upper():<8} {a.get('alertname')} [{a.get('subject')}]  "
-                               f"{a.get('summary')}{since}"))
+        line = _cut(printable(f"  {str(a.get('severity')).upper():<8} {a.get('alertname')} [{a.get('subject')}]  "
+                              f"{a.get('summary')}{since}"), width)
+        lines.append(_paint(line, {"critical": _RED, "warning": _YELLOW}.get(str(a.get("severity")), ""), color))
     if hidden:
         lines.append(f"  ({hidden} info alert(s) not shown: --all shows them)")
     return lines

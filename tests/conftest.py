@@ -10,6 +10,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 # rigmon/ directory: the checkout leaves sys.path, here and in every python a test starts.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT]
 os.environ["PYTHONSAFEPATH"] = "1"
+# Readline, once something imports it, writes COLUMNS=80 into the process's C environment (not
+# os.environ), and every command a test starts would inherit it: rigmon status lays out to
+# COLUMNS. The suite says what a pipe gets without it (120); layout tests set their own.
+os.environ["COLUMNS"] = "120"
 
 
 def pytest_configure(config):

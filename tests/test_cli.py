@@ -33,7 +33,7 @@ def test_status_table_shows_units_and_unsupported():
     assert done.returncode == 0, done.stderr
     text = done.stdout
     for expected in ("°C/SLOW", "W/LIMIT", "SM MHz", "H200", "692/700", "63/89", "1470", "pwr-cap", "n/s",
-                     "5x16/5x16", "no temperature or fan sensors"):
+                     "Gen5 x16", "no temperature or fan sensors"):
         assert expected in text, expected
 
 
@@ -245,3 +245,74 @@ def test_rules_test_on_the_bundled_recording():
     done = rigmon("rules", "test", "--demo", "--replay-gpus", "2")
     assert done.returncode == 0, done.stderr
     assert "2 GPU(s)" in done.stdout.splitlines()[0]
+
+
+def _throttled_eight(tmp_path):
+    """8 GPUs; GPU 3 in thermal slowdown with five more reasons, GPU 5 hot at its slowdown threshold."""
+    from scenarios import timeline
+
+    def throttle(t, tick):
+        for n, g in enumerate(tick["gpus"]):
+            g["nvmlDeviceGetSupportedClocksEventReasons"] = 0x1FF
+            g["nvmlDeviceGetCurrentClocksEventReasons"] = 0xED if n == 3 else 0x4
+        tick["gpus"][5]["nvmlDeviceGetTemperature:0"] = 90
+    return sc.write(timeline(30, 1, gpus=8, modify=throttle), tmp_path / "throttled.rec.jsonl")
+
+
+@pytest.mark.parametrize("columns", [80, 100, 120])
+def test_status_fits_the_terminal_and_keeps_the_worst_clock_event(tmp_path, columns):
+    import os
+
+    path = _throttled_eight(tmp_path)
+    done = rigmon("status", "--replay", str(path), "--at", "10", env={**os.environ, "COLUMNS": str(columns)})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= columns, max(lines, key=len)
+    assert "\x1b" not in done.stdout  # no colour into a pipe
+    rows = {line.split()[0]: line for line in lines[2:11] if line[:1].isdigit()}
+    assert "HW-THERMAL" in rows["3"] and all("pwr-cap" in rows[g] for g in "0124567")
+    assert rows["3"].endswith(("+5", "+4", "+3", "+2", "+1")) or columns >= 120  # the rest counted, not cut
+    assert lines[0].startswith(f"rigmon status  {__import__('socket').gethostname()}")
+
+
+def test_status_in_a_real_terminal_of_80_columns_is_in_colour(tmp_path):
+    import fcntl
+    import os
+    import pty
+    import re
+    import struct
+    import termios
+
+    path = _throttled_eight(tmp_path)
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 80, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")}
+    proc = subprocess.Popen([sys.executable, "-m", "rigmon", "status", "--replay", str(path), "--at", "10"],
+                            stdout=slave, stderr=subprocess.PIPE, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    proc.wait(30)
+    os.close(master)
+    text = out.decode()
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    assert "\x1b[31m" in text  # the thermal slowdown and the hot GPU, in red
+    assert "\x1b" not in plain  # colours only, nothing else
+    assert max(len(line) for line in plain.replace("\r", "").splitlines()) <= 80
+    with_no_color = subprocess.run([sys.executable, "-m", "rigmon", "status", "--replay", str(path), "--at", "10"],
+                                   capture_output=True, text=True, env={**env, "NO_COLOR": "1"})
+    assert "\x1b" not in with_no_color.stdout
+
+
+def test_status_exit_code_for_scripts(tmp_path):
+    lost = sc.write(sc.gpu_lost(sc.h200(), gpus=2, lost=1, from_second=5.0), tmp_path / "lost.rec.jsonl")
+    assert rigmon("status", "--replay", str(lost), "--at", "10", "--exit-code").returncode == 1
+    assert rigmon("status", "--replay", str(lost), "--at", "10").returncode == 0
+    assert rigmon("status", "--demo", "--at", "10", "--exit-code").returncode == 0

@@ -120,7 +120,7 @@ def test_status_shows_who_holds_the_gpus(training_run, tmp_path):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     head = lines.index("PROCESSES")
-    assert lines[head + 1].split() == ["GPU", "PID", "USER", "MEM", "GB", "SM", "JOB", "COMMAND"]
+    assert lines[head + 1].split() == ["GPU", "PID", "USER", "MEM", "GiB", "SM", "JOB", "COMMAND"]
     rows = lines[head + 2:head + 4]
     assert all(f"{parent}  root" in r and f"pgid:{parent}" in r and r.endswith("train.py --epochs 3") for r in rows)
     assert max(len(line) for line in lines) <= 120

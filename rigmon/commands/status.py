@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sys
 import time
 
@@ -21,13 +23,15 @@ def add_parser(sub) -> None:
     s.add_argument("--at", type=argtypes.non_negative, default=0.0, metavar="SECONDS",
                    help="with --replay: seconds into the recording")
     s.add_argument("--all", action="store_true", help="show info alerts too (a GPU at its power cap under load)")
+    s.add_argument("--exit-code", action="store_true", help="exit 1 when a GPU is lost or a critical alert fires "
+                                                              "(for scripts)")
     s.set_defaults(func=cmd_status)
 
 
 def cmd_status(args) -> int:
     from ..alerts.sink import alert_dict, build_engine
     from ..poller import build_poller
-    from ..status import as_json, render
+    from ..status import as_json, exit_code, render
 
     config = load_config(args)
     source, label = replay_source(args, at=args.at, realtime=bool(args.watch))
@@ -43,7 +47,10 @@ def cmd_status(args) -> int:
         alerts_now = source.recording.ticks[0]["t"] + args.at  # their ages on the recording's clock
     if args.watch:
         stop_on_signals()
-    clear = args.watch and not args.json and sys.stdout.isatty()
+    tty = sys.stdout.isatty()
+    clear = args.watch and not args.json and tty
+    color = tty and not os.environ.get("NO_COLOR")  # no-color.org: any value turns colour off
+    host = socket.gethostname()
     poller.open()
     try:
         if source is None:
@@ -71,17 +78,37 @@ def cmd_status(args) -> int:
             else:
                 if clear:
                     sys.stdout.write("\x1b[H\x1b[2J")
-                # whatever a process, a recording or the local port put in a string stays printable
-                print(printable_lines(render(sample, where, alerts, note, daemon, show_info=args.all,
-                                             now=alerts_now)))
+                # whatever a process, a recording or the local port put in a string is made printable in
+                # render, before its colours; without colours, the whole text once more
+                text = render(sample, where, alerts, note, daemon, show_info=args.all, now=alerts_now,
+                              width=_width(tty), color=color, host=host)
+                print(text if color else printable_lines(text))
             if not args.watch:
-                return 0
+                return exit_code(sample, alerts) if args.exit_code else 0
             sys.stdout.flush()
             time.sleep(args.watch)
     except KeyboardInterrupt:
         return 0
     finally:
         poller.close()
+
+
+def _width(tty: bool) -> int:
+    """COLUMNS where set, else the terminal's width; 120 when the output goes to no terminal."""
+    from ..status import WIDTH
+
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return max(columns, 40)
+    if tty:
+        try:
+            return max(os.get_terminal_size(sys.stdout.fileno()).columns, 40)
+        except OSError:
+            pass
+    return WIDTH
 
 
 def _daemon_state(config) -> tuple[list | None, str, dict | None]:
