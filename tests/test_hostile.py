@@ -66,6 +66,39 @@ def test_one_process_cannot_erase_the_others_or_reach_a_terminal(hostile_process
     assert "\ufffd" in info[hostile].command  # the invalid UTF-8, replaced
 
 
+@pytest.fixture
+def named_cgroup(tmp_path):
+    """A cgroup v1 hierarchy of the test's own (name=…, no controller): a real cgroup a process
+    can be put in, whatever this machine's own cgroups allow."""
+    mountpoint = tmp_path / "cgroup"
+    mountpoint.mkdir()
+    done = subprocess.run(["mount", "-t", "cgroup", "-o", "none,name=rigmontest", "cgroup", str(mountpoint)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a named cgroup hierarchy: {done.stderr.strip()}")
+    yield mountpoint
+    for group in mountpoint.iterdir():
+        if group.is_dir():
+            for pid in (group / "cgroup.procs").read_text().split():
+                (mountpoint / "cgroup.procs").write_text(pid)
+            group.rmdir()
+    subprocess.run(["umount", str(mountpoint)], check=True)
+
+
+def test_a_real_cgroup_with_escape_sequences_names_the_job_as_text(hostile_processes, named_cgroup, tmp_path):
+    hostile, plain = hostile_processes
+    group = named_cgroup / "evil\x1b]0;owned\x07\x1b[2J train \x9b31m.service"
+    group.mkdir()
+    (group / "cgroup.procs").write_text(str(hostile))
+    info = procs.parse(procs.raw([hostile, *plain]))
+    assert info[hostile].unit == info[hostile].job and info[hostile].job.startswith("systemd:evil\\x1b]0;owned")
+    assert not CONTROL.search(info[hostile].job) and all(info[p].user == "root" for p in (hostile, *plain))
+    path = _recording_with([hostile, *plain], 1, tmp_path)
+    status = rigmon_cli("status", "--replay", str(path), "--at", "10")
+    assert status.returncode == 0 and not CONTROL.search(status.stdout.decode())
+    assert "systemd:evil\\x1b]0;owned" in status.stdout.decode()
+
+
 def test_a_hostile_cgroup_name_is_shown_as_text():
     """A unit name is the user's to choose (systemd-run --user --unit=…): it names the job as text."""
     answer = {"7": {"user": "eve", "cmdline": "python x.py", "pgid": 7, "start": 1.0,
