@@ -66,3 +66,50 @@ def test_compose_and_provisioning_parse_and_reference_existing_files():
     prometheus = yaml.safe_load((deploy / "prometheus/prometheus.yml").read_text())
     for rule_file in prometheus["rule_files"]:
         assert (deploy / "prometheus" / rule_file).exists()
+
+
+def test_alertmanager_mutes_everything_on_a_box_while_rigmon_is_down(tmp_path):
+    """The shipped alertmanager.yml, in a real Alertmanager (its receiver pointed at a test one,
+    its waits shortened): while RigmonDown fires for a box, no other alert of that box reaches
+    the receiver, whatever its severity; another box's alerts still do."""
+    import datetime
+    import json
+    import time
+    import urllib.request
+
+    import yaml
+    from receiver import Receiver
+    from servers import free_port, http_get, wait_for
+
+    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    assert binary, "Alertmanager is not installed (tests/run installs Debian's prometheus-alertmanager)"
+    receiver = Receiver()
+    config = yaml.safe_load((ROOT / "deploy" / "alertmanager" / "alertmanager.yml").read_text())
+    config["route"].update(group_wait="1s", group_interval="1s")
+    for r in config["receivers"]:
+        for hook in r.get("webhook_configs", []):
+            hook["url"] = receiver.url
+    (tmp_path / "am.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = open(tmp_path / "am.log", "w")
+    proc = subprocess.Popen([binary, f"--config.file={tmp_path / 'am.yml'}", f"--storage.path={tmp_path / 'data'}",
+                             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],  # no peers
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: http_get(f"http://127.0.0.1:{port}/-/ready", timeout=2)[0] == 200, 60, what="alertmanager")
+        now = datetime.datetime.now(datetime.UTC).isoformat()
+        alerts = [{"labels": {"alertname": name, "severity": severity, "instance": instance}, "startsAt": now}
+                  for name, severity, instance in (("RigmonDown", "critical", "box1:9963"),
+                                                   ("GpuAtSlowdownTemperature", "critical", "box1:9963"),
+                                                   ("GpuStarved", "warning", "box1:9963"),
+                                                   ("GpuStarved", "warning", "box2:9963"))]
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v2/alerts", data=json.dumps(alerts).encode(),
+                                         headers={"Content-Type": "application/json"}, method="POST")
+        urllib.request.urlopen(request, timeout=10).read()
+        time.sleep(6)
+    finally:
+        proc.terminate()
+        proc.wait(15)
+        receiver.stop()
+    got = {(a["labels"]["alertname"], a["labels"]["instance"]) for body in receiver.json() for a in body["alerts"]}
+    assert got == {("RigmonDown", "box1:9963"), ("GpuStarved", "box2:9963")}, got
