@@ -181,3 +181,27 @@ def test_heads_are_bounded_and_refusals_close(tmp_path, eight_gpus):
             assert status == 200 and b"rigmon_gpu_power_watts" in body
     finally:
         assert rigmon.stop() == 0
+
+
+def test_pipelined_requests_wait_for_a_bcrypt_verdict_in_order(tmp_path, eight_gpus):
+    """Requests pipelined behind one whose credentials are being checked are answered after it,
+    in order (the check runs off the loop)."""
+    digest = bcrypt.hashpw(b"right", bcrypt.gensalt(10)).decode()
+    rigmon = Rigmon(tmp_path, eight_gpus, f'[daemon]\ninterval = 1\n[prometheus.basic_auth]\nusername = "prom"\n'
+                                          f'password_bcrypt = "{digest}"\n')
+    good = "Basic " + base64.b64encode(b"prom:right").decode()
+    try:
+        rigmon.wait_ready()
+        with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
+            s.sendall("".join(f"GET {path} HTTP/1.1\r\nAuthorization: {good}\r\n"
+                              f"{'Connection: close' if n == 2 else 'X-N: 1'}\r\n\r\n"
+                              for n, path in enumerate(("/state", "/metrics", "/state"))).encode())
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+    finally:
+        assert rigmon.stop() == 0
+    heads = [part.split(b"\r\n", 1)[0] for part in data.split(b"HTTP/1.1 ")[1:]]
+    assert heads == [b"200 OK"] * 3, heads
+    types = [line for line in data.split(b"\r\n") if line.startswith(b"Content-Type:")]
+    assert [b"json" in t for t in types] == [True, False, True]  # in the order asked

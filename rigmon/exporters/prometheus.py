@@ -382,8 +382,8 @@ _HEAD_TOO_LARGE = response(431, "text/plain", b"request headers too large\n")
 
 
 class _Connection(asyncio.Protocol):
-    __slots__ = ("server", "loop", "transport", "raw", "buffer", "deadline", "closing", "paused", "waiting_since",
-                 "handshaking")
+    __slots__ = ("server", "loop", "transport", "raw", "buffer", "deadline", "closing", "paused", "checking",
+                 "waiting_since", "handshaking")
 
     def __init__(self, server: MetricsServer):
         self.server, self.loop = server, server._loop
@@ -392,7 +392,8 @@ class _Connection(asyncio.Protocol):
         self.buffer = b""
         self.deadline = self.loop.time() + CONNECTION_TIMEOUT
         self.closing = False
-        self.paused = False  # its client does not read its answers, or its credentials are being checked
+        self.paused = False  # its client does not read its answers
+        self.checking = False  # its credentials are being checked: its next answer waits for the verdict
         self.waiting_since: float | None = self.loop.time()  # waiting on its client since then (None: on us)
         self.handshaking = False
 
@@ -446,14 +447,21 @@ class _Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.paused = False
         self.deadline = self.loop.time() + (CONNECTION_TIMEOUT if self.buffer else IDLE_TIMEOUT)
+        if self.checking:  # the verdict resumes it, in order
+            return
         if self.transport is not None:
             self.transport.resume_reading()
         if self.buffer:
-            self._serve()  # the requests that waited for the client to read
+            try:
+                self._serve()  # the requests that waited for the client to read
+            except Exception:
+                log.exception("answering a request failed")
+                self.abort()
 
     def data_received(self, data: bytes) -> None:
         try:
-            if self.transport is None or self.paused:  # a TLS handshake just done, or answers not yet read
+            if self.transport is None or self.paused or self.checking:  # a TLS handshake just done, answers
+                # not yet read, or a verdict awaited: kept, in order
                 self.buffer += data
                 if len(self.buffer) > 2 * MAX_REQUEST_BYTES and self.transport is not None:
                     self.transport.pause_reading()
@@ -471,7 +479,7 @@ class _Connection(asyncio.Protocol):
 
     def _serve(self) -> None:
         """Answer the whole requests buffered, in order, while the client reads its answers."""
-        while not (self.closing or self.paused):
+        while not (self.closing or self.paused or self.checking):
             end = self.buffer.find(b"\r\n\r\n")
             if end < 0:
                 if len(self.buffer) > MAX_REQUEST_BYTES:
@@ -493,7 +501,7 @@ class _Connection(asyncio.Protocol):
         if auth is not None:
             verdict = auth.cached(request.authorization)
             if verdict is None:  # the slow check, off the loop: this connection waits for it
-                self.paused = True
+                self.checking = True
                 self.waiting_since = None
                 self.transport.pause_reading()
                 self.server.check(request.authorization, lambda ok: self._checked(request, ok))
@@ -505,17 +513,26 @@ class _Connection(asyncio.Protocol):
         self._write(answer, request.keep and answer is not _RENDER_FAILED, request.head_only)
 
     def _checked(self, request: _Request, ok: bool) -> None:
+        try:
+            self._go_on(request, ok)
+        except Exception:  # a bug answering one request: that connection only
+            log.exception("answering a request failed")
+            self.abort()
+
+    def _go_on(self, request: _Request, ok: bool) -> None:
+        """The verdict on a request's credentials is in: answer it, then what waited behind it."""
         if self.closing:
             return
-        self.paused = False
+        self.checking = False
         if not ok:
             self._refuse(request)
             return
-        self.transport.resume_reading()
         answer = self.server.app.respond(request)
         self._write(answer, request.keep and answer is not _RENDER_FAILED, request.head_only)
-        if self.buffer and not self.closing:
-            self._serve()
+        if not (self.closing or self.paused):  # else resume_writing goes on once the client reads
+            self.transport.resume_reading()
+            if self.buffer:
+                self._serve()
 
     def _refuse(self, request: _Request) -> None:
         """401, and the connection closes: at once without credentials (a browser asks for them
