@@ -100,7 +100,9 @@ def test_rules_test_on_the_h200_recording_is_quiet():
 def test_rules_list_shows_overrides(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text("[alerts.builtin.GpuStarved]\nenabled = false\n")
-    done = rigmon("rules", "list", "--config", str(config))
+    import os
+
+    done = rigmon("rules", "list", "--config", str(config), env={**os.environ, "COLUMNS": "100"})
     assert done.returncode == 0
     lines = done.stdout.splitlines()
     at = next(n for n, line in enumerate(lines) if line.startswith("GpuStarved"))

@@ -133,7 +133,7 @@ enabled = false
 [[alerts.rules]]
 name = "GpuHot"
 kind = "gpu"
-when = "temperature_celsius >= limit"
+when = "temperature_celsius >= limit and strict"
 clear = "temperature_celsius < limit - 5"
 for = "90s"
 severity = "warning"
