@@ -52,8 +52,8 @@ def _config(args) -> configmod.Config:
 def cmd_run(args: argparse.Namespace) -> int:
     config = _config(args)
     logs.setup(config.daemon.log_level, args.verbose)
-    log.info("config: %s", configmod.describe_source(args.config))
     _lock = _lock_state_dir(config.daemon.state_dir)  # held until exit (an exec for SIGHUP takes it anew)
+    log.info("config: %s", configmod.describe_source(args.config))
     _raise_open_files()
     handed = _handed_over(config)
     cert_times = _cert_times(config)
