@@ -104,7 +104,8 @@ def test_start_waits_for_ready_and_the_dynamic_user_reads_the_config(box, receiv
     props = box.show("rigmon", "ActiveState", "SubState", "StatusText", "MainPID", "ExecMainStartTimestampMonotonic",
                      "ActiveEnterTimestampMonotonic")
     assert (props["ActiveState"], props["SubState"]) == ("active", "running")
-    assert props["StatusText"] == "polling 1 GPU(s) every 1 s"  # sent with READY=1
+    # sent with READY=1, then kept current: the GPUs, the alerts firing
+    assert props["StatusText"].startswith("polling 1 GPU(s) every 1 s; ") and "alert(s) firing" in props["StatusText"]
     to_ready = (int(props["ActiveEnterTimestampMonotonic"]) - int(props["ExecMainStartTimestampMonotonic"])) / 1e6
     # active only after the daemon bound its port: the log line before READY comes first
     entries = [json.loads(line) for line in box.run("journalctl", "-o", "json", "-u", "rigmon", "--no-pager",
