@@ -144,63 +144,63 @@ def test_idle_reconnecting_clients_never_keep_a_scraper_out(tmp_path, eight_gpus
     assert answered >= 29
 
 
-def test_heads_are_bounded_and_refusals_close(tmp_path, eight_gpus):
+@pytest.fixture
+def behind_bcrypt(tmp_path, eight_gpus):
+    """The daemon asking for user prom with a bcrypt-hashed password, and the header that passes."""
     digest = bcrypt.hashpw(b"right", bcrypt.gensalt(10)).decode()
     rigmon = Rigmon(tmp_path, eight_gpus, f'[daemon]\ninterval = 1\n[prometheus.basic_auth]\nusername = "prom"\n'
                                           f'password_bcrypt = "{digest}"\n')
-    good = "Basic " + base64.b64encode(b"prom:right").decode()
     try:
         rigmon.wait_ready()
-        # a 17 KB head in one write: 431, whichever way it arrives
-        with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
-            s.sendall(b"GET /metrics HTTP/1.1\r\nAuthorization: " + good.encode() + b"\r\nX-Pad: " + b"a" * 17000
-                      + b"\r\n\r\n")
-            assert s.recv(100).startswith(b"HTTP/1.1 431")
-        # no credentials: 401 at once, and the connection closes
-        with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
-            s.sendall(GET + GET)
-            data = b""
-            while chunk := s.recv(65536):
-                data += chunk
-            assert data.count(b"HTTP/1.1 401") == 1
-        # a wrong password: its 401 comes after a delay, and the connection closes
-        for path in ("/metrics", "/", "/state"):
-            started = time.monotonic()
-            bad = "Basic " + base64.b64encode(b"prom:guess").decode()
-            with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
-                s.sendall(f"GET {path} HTTP/1.1\r\nAuthorization: {bad}\r\n\r\n".encode() + GET)
-                data = b""
-                while chunk := s.recv(65536):
-                    data += chunk
-            assert data.startswith(b"HTTP/1.1 401") and data.count(b"HTTP/1.1") == 1
-            assert time.monotonic() - started >= 0.9
-            assert http_get(f"http://127.0.0.1:{rigmon.port}{path}")[0] == 401
-        # the right one: the bcrypt check is made once, then its verdict kept
-        for _ in range(3):
-            status, body = http_get(rigmon.url, {"Authorization": good})
-            assert status == 200 and b"rigmon_gpu_power_watts" in body
+        yield rigmon, "Basic " + base64.b64encode(b"prom:right").decode()
     finally:
         assert rigmon.stop() == 0
 
 
-def test_pipelined_requests_wait_for_a_bcrypt_verdict_in_order(tmp_path, eight_gpus):
+def _read_all(s: socket.socket) -> bytes:
+    """Everything the server writes until it closes the connection."""
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    return data
+
+
+def test_heads_are_bounded_and_refusals_close(behind_bcrypt):
+    rigmon, good = behind_bcrypt
+    # a 17 KB head in one write: 431, whichever way it arrives
+    with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nAuthorization: " + good.encode() + b"\r\nX-Pad: " + b"a" * 17000
+                  + b"\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 431")
+    # no credentials: 401 at once, and the connection closes
+    with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
+        s.sendall(GET + GET)
+        assert _read_all(s).count(b"HTTP/1.1 401") == 1
+    # a wrong password: its 401 comes after a delay, and the connection closes
+    for path in ("/metrics", "/", "/state"):
+        started = time.monotonic()
+        bad = "Basic " + base64.b64encode(b"prom:guess").decode()
+        with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
+            s.sendall(f"GET {path} HTTP/1.1\r\nAuthorization: {bad}\r\n\r\n".encode() + GET)
+            data = _read_all(s)
+        assert data.startswith(b"HTTP/1.1 401") and data.count(b"HTTP/1.1") == 1
+        assert time.monotonic() - started >= 0.9
+        assert http_get(f"http://127.0.0.1:{rigmon.port}{path}")[0] == 401
+    # the right one: the bcrypt check is made once, then its verdict kept
+    for _ in range(3):
+        status, body = http_get(rigmon.url, {"Authorization": good})
+        assert status == 200 and b"rigmon_gpu_power_watts" in body
+
+
+def test_pipelined_requests_wait_for_a_bcrypt_verdict_in_order(behind_bcrypt):
     """Requests pipelined behind one whose credentials are being checked are answered after it,
     in order (the check runs off the loop)."""
-    digest = bcrypt.hashpw(b"right", bcrypt.gensalt(10)).decode()
-    rigmon = Rigmon(tmp_path, eight_gpus, f'[daemon]\ninterval = 1\n[prometheus.basic_auth]\nusername = "prom"\n'
-                                          f'password_bcrypt = "{digest}"\n')
-    good = "Basic " + base64.b64encode(b"prom:right").decode()
-    try:
-        rigmon.wait_ready()
-        with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
-            s.sendall("".join(f"GET {path} HTTP/1.1\r\nAuthorization: {good}\r\n"
-                              f"{'Connection: close' if n == 2 else 'X-N: 1'}\r\n\r\n"
-                              for n, path in enumerate(("/state", "/metrics", "/state"))).encode())
-            data = b""
-            while chunk := s.recv(65536):
-                data += chunk
-    finally:
-        assert rigmon.stop() == 0
+    rigmon, good = behind_bcrypt
+    with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
+        s.sendall("".join(f"GET {path} HTTP/1.1\r\nAuthorization: {good}\r\n"
+                          f"{'Connection: close' if n == 2 else 'X-N: 1'}\r\n\r\n"
+                          for n, path in enumerate(("/state", "/metrics", "/state"))).encode())
+        data = _read_all(s)
     heads = [part.split(b"\r\n", 1)[0] for part in data.split(b"HTTP/1.1 ")[1:]]
     assert heads == [b"200 OK"] * 3, heads
     types = [line for line in data.split(b"\r\n") if line.startswith(b"Content-Type:")]
