@@ -52,8 +52,7 @@ def start_times(pids: list[int], proc: str | Path = "/proc") -> dict[str, float]
     out = {}
     for pid in pids:
         try:
-            fields = decode((base / str(pid) / "stat").read_bytes()).rsplit(")", 1)[-1].split()
-            out[str(pid)] = round(boot + int(fields[19]) / ticks, 2)
+            out[str(pid)] = _started(_stat(base / str(pid)), boot, ticks)
         except (OSError, ValueError, IndexError):
             continue
     return out
@@ -62,18 +61,27 @@ def start_times(pids: list[int], proc: str | Path = "/proc") -> dict[str, float]
 def _read(d: Path, boot: float | None, ticks: int) -> dict[str, Any]:
     """One process's entry, read as bytes: a name that is not UTF-8 is replaced in that
     process's entry alone, never an error for the others."""
-    stat = decode((d / "stat").read_bytes())
+    fields = _stat(d)
     uid = d.stat().st_uid
     cmdline = (d / "cmdline").read_bytes()[:MAX_COMMAND_BYTES]
     cgroup = decode((d / "cgroup").read_bytes()[:MAX_CGROUP_BYTES])
-    fields = stat.rsplit(")", 1)[-1].split()  # after the command name, which may hold spaces
-    ppid, pgid, start_ticks = int(fields[1]), int(fields[2]), int(fields[19])
+    ppid, pgid, start = int(fields[1]), int(fields[2]), _started(fields, boot, ticks)
     try:
         user = pwd.getpwuid(uid).pw_name
     except KeyError:
         user = str(uid)
     return {"user": user, "uid": uid, "cmdline": decode(cmdline.replace(b"\0", b" ")).strip(), "cgroup": cgroup,
-            "ppid": ppid, "pgid": pgid, "start": round(boot + start_ticks / ticks, 2) if boot is not None else None}
+            "ppid": ppid, "pgid": pgid, "start": start}
+
+
+def _stat(d: Path) -> list[str]:
+    """/proc/PID/stat's fields after the command name (which may hold spaces and any byte)."""
+    return decode((d / "stat").read_bytes()).rsplit(")", 1)[-1].split()
+
+
+def _started(fields: list[str], boot: float | None, ticks: int) -> float | None:
+    """When the process started (unix seconds), from its stat fields and the boot time."""
+    return round(boot + int(fields[19]) / ticks, 2) if boot is not None else None
 
 
 def _boot_time(base: Path) -> float | None:
