@@ -402,3 +402,61 @@ def test_max_and_min_over_carried_between_polls_equal_a_full_scan():
             assert alert.values[name] == pick(window), (step, name)
             checked += 1
     assert checked > 5000
+
+
+def thermal_event(seconds_near: float):
+    """GPU 0 near its slowdown for ``seconds_near``, then for two minutes past it and throttling for heat
+    (SW and HW thermal slowdown), then cool again."""
+    def modify(t, tick):
+        hot = seconds_near <= t < seconds_near + 120
+        celsius = 92 if hot else 86 if t < seconds_near else 60
+        set_gpu(tick, nvmlDeviceGetTemperature__0=celsius, nvmlDeviceGetCurrentClocksEventReasons=0x60 if hot else 0)
+    return timeline(seconds_near + 240, 5, modify=modify)
+
+
+THERMAL = ("GpuNearSlowdown", "GpuThermalSlowdown", "GpuAtSlowdownTemperature")
+
+
+def test_one_thermal_event_pages_once(tmp_path):
+    told = [(t.alertname, t.status, t.reason) for t in run(thermal_event(10), tmp_path) if t.alertname in THERMAL]
+    print(told)
+    assert told == [("GpuAtSlowdownTemperature", "firing", ""), ("GpuAtSlowdownTemperature", "resolved", "")]
+
+
+def test_a_slow_approach_is_superseded_then_told_again_while_it_holds(tmp_path):
+    def modify(t, tick):  # near, past the slowdown for 2 min, near again, cool
+        celsius = 86 if t < 60 else 92 if t < 180 else 86 if t < 300 else 60
+        set_gpu(tick, nvmlDeviceGetTemperature__0=celsius)
+    told = [(t.alertname, t.status, t.reason) for t in run(timeline(400, 5, modify=modify), tmp_path)
+            if t.alertname in THERMAL]
+    assert told == [("GpuNearSlowdown", "firing", ""),
+                    ("GpuAtSlowdownTemperature", "firing", ""),
+                    ("GpuNearSlowdown", "resolved", "superseded by GpuAtSlowdownTemperature"),
+                    ("GpuAtSlowdownTemperature", "resolved", ""),
+                    ("GpuNearSlowdown", "firing", ""),  # still near when the worse one ends: told again
+                    ("GpuNearSlowdown", "resolved", "")]
+
+
+def test_without_the_inhibiting_rule_every_alert_is_told(tmp_path):
+    config = {"alerts": {"builtin": {"GpuAtSlowdownTemperature": {"enabled": False}}}}
+    told = [(t.alertname, t.status) for t in run(thermal_event(10), tmp_path, config) if t.alertname in THERMAL]
+    assert told == [("GpuThermalSlowdown", "firing"), ("GpuThermalSlowdown", "resolved")]
+    config = {"alerts": {"builtin": {name: {"inhibits": []} for name in THERMAL[1:]}}}
+    told = {t.alertname for t in run(thermal_event(40), tmp_path, config) if t.status == "firing"} & set(THERMAL)
+    assert told == set(THERMAL)
+
+
+@pytest.mark.parametrize(("inhibits", "error"), [
+    (["GpuNearSlowdwn"], "builtin.GpuAtSlowdownTemperature.inhibits: no rule named GpuNearSlowdwn "
+                         "(did you mean GpuNearSlowdown?)"),
+    (["FanStalled"], "builtin.GpuAtSlowdownTemperature.inhibits: FanStalled watches fan entities, "
+                     "GpuAtSlowdownTemperature gpu: a rule inhibits only rules of its own kind"),
+    (["GpuAtSlowdownTemperature"], "builtin.GpuAtSlowdownTemperature.inhibits: a rule cannot inhibit itself"),
+])
+def test_inhibits_names_rules_of_its_kind(tmp_path, inhibits, error):
+    path = tmp_path / "rigmon.toml"
+    path.write_text(f"[alerts.builtin.GpuAtSlowdownTemperature]\ninhibits = {inhibits!r}\n".replace("'", '"'))
+    done = subprocess.run([sys.executable, "-m", "rigmon", "config", "check", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and error in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

@@ -111,6 +111,8 @@ def test_rules_list_shows_overrides(tmp_path):
     block = " ".join(lines[at + 1:end])
     assert "when:" in block and "utilization_gpu_ratio >= min_utilization" in block and "min_utilization=0.9" in block
     assert max(len(line) for line in lines) <= 100  # not a repr on one 300-column line
+    at = lines.index(next(line for line in lines if line.startswith("GpuAtSlowdownTemperature")))
+    assert "  inhibits: GpuNearSlowdown, GpuThermalSlowdown" in lines[at + 1:at + 6]
 
 
 def test_doctor_on_a_box_where_nothing_evaluates_says_what_to_do_and_exits_1():

@@ -71,7 +71,8 @@ def test_compose_and_provisioning_parse_and_reference_existing_files():
 def test_alertmanager_mutes_everything_on_a_box_while_rigmon_is_down(tmp_path):
     """The shipped alertmanager.yml, in a real Alertmanager (its receiver pointed at a test one,
     its waits shortened): while RigmonDown fires for a box, no other alert of that box reaches
-    the receiver, whatever its severity; another box's alerts still do."""
+    the receiver, whatever its severity; another box's alerts still do, and there one thermal
+    event on a GPU is one page (the worst), while the same rule on another GPU still pages."""
     import datetime
     import json
     import time
@@ -98,11 +99,19 @@ def test_alertmanager_mutes_everything_on_a_box_while_rigmon_is_down(tmp_path):
     try:
         wait_for(lambda: http_get(f"http://127.0.0.1:{port}/-/ready", timeout=2)[0] == 200, 60, what="alertmanager")
         now = datetime.datetime.now(datetime.UTC).isoformat()
-        alerts = [{"labels": {"alertname": name, "severity": severity, "instance": instance}, "startsAt": now}
-                  for name, severity, instance in (("RigmonDown", "critical", "box1:9963"),
-                                                   ("GpuAtSlowdownTemperature", "critical", "box1:9963"),
-                                                   ("GpuStarved", "warning", "box1:9963"),
-                                                   ("GpuStarved", "warning", "box2:9963"))]
+        alerts = [{"labels": {"alertname": name, "severity": severity, "instance": instance, "gpu": gpu},
+                   "startsAt": now}
+                  for name, severity, instance, gpu in (("RigmonDown", "critical", "box1:9963", ""),
+                                                        ("GpuAtSlowdownTemperature", "critical", "box1:9963", "0"),
+                                                        ("GpuStarved", "warning", "box1:9963", "0"),
+                                                        ("GpuStarved", "warning", "box2:9963", "0"),
+                                                        ("GpuAtSlowdownTemperature", "critical", "box2:9963", "1"),
+                                                        ("GpuThermalSlowdown", "warning", "box2:9963", "1"),
+                                                        ("GpuNearSlowdown", "warning", "box2:9963", "1"),
+                                                        ("GpuNearSlowdown", "warning", "box2:9963", "2"))]
+        for a in alerts:
+            if not a["labels"]["gpu"]:
+                del a["labels"]["gpu"]
         request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v2/alerts", data=json.dumps(alerts).encode(),
                                          headers={"Content-Type": "application/json"}, method="POST")
         urllib.request.urlopen(request, timeout=10).read()
@@ -111,5 +120,7 @@ def test_alertmanager_mutes_everything_on_a_box_while_rigmon_is_down(tmp_path):
         proc.terminate()
         proc.wait(15)
         receiver.stop()
-    got = {(a["labels"]["alertname"], a["labels"]["instance"]) for body in receiver.json() for a in body["alerts"]}
-    assert got == {("RigmonDown", "box1:9963"), ("GpuStarved", "box2:9963")}, got
+    got = {(a["labels"]["alertname"], a["labels"]["instance"], a["labels"].get("gpu", ""))
+           for body in receiver.json() for a in body["alerts"]}
+    assert got == {("RigmonDown", "box1:9963", ""), ("GpuStarved", "box2:9963", "0"),
+                   ("GpuAtSlowdownTemperature", "box2:9963", "1"), ("GpuNearSlowdown", "box2:9963", "2")}, got

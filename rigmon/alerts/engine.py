@@ -6,7 +6,9 @@ entity, the series of the variables that ``increase()``, ``avg_over()``… look 
 
 An alert is pending while its condition holds for less than the rule's ``for``, then
 firing; it resolves when the rule's ``clear`` condition holds (by default: ``when`` no
-longer does). Conditions are three-valued (see ``rules``): an unknown one changes nothing
+longer does). A firing alert holds back the alerts of the rules it ``inhibits`` on the same
+entity (one thermal event is one page, not three): they are not told while it fires, and one
+told before is resolved as superseded. Conditions are three-valued (see ``rules``): an unknown one changes nothing
 for a while, but an alert whose condition stays unknown longer than its ``for`` and the
 engine's ``unknown_timeout`` resolves, with that reason: it never fires for ever on a value
 the hardware stopped giving.
@@ -64,6 +66,9 @@ class Alert:
     summary: str = ""
     description: str = ""
     unknown_since: float | None = None  # when its condition became unknown, while it stays so
+    # whether its firing was told (notified, exported): a firing alert that a rule of the same
+    # entity inhibits is held back, and told once that rule resolves
+    announced: bool = False
     # each text's template -> (the values it read, the text): a text is written again only
     # when one of the values it reads changed
     written: dict[str, tuple[tuple, str]] = field(default_factory=dict)
@@ -401,18 +406,47 @@ class AlertEngine:
                 for (order, rule), condition in zip(rules, held, strict=True):
                     if condition or (rule.name, key) in alerts:
                         steps.append((order, rule, key, history, condition))
-        transitions: list[Transition] = []
+        stepped: list[tuple[Alert, Transition]] = []
         steps.sort(key=lambda step: step[0])  # in rule order, each rule's entities in order
         for _, rule, key, history, condition in steps:
+            before = alerts.get((rule.name, key))
             try:
-                transitions += self._step(rule, key, _Complete(self, sample, key, entities[key], history), now,
-                                          condition)
+                for t in self._step(rule, key, _Complete(self, sample, key, entities[key], history), now, condition):
+                    stepped.append((alerts.get((rule.name, key)) or before, t))
             except Exception as e:  # a fault in one rule stays in that rule: the others go on
                 rule.failures += 1
                 if rule.failures == 1:
                     log.error("rule %s failed on %s and is skipped where it fails: %s: %s", rule.name, key,
                               type(e).__name__, e)
-        return transitions
+        return self._told(stepped, now)
+
+    def _told(self, stepped: list[tuple[Alert, Transition]], now: float) -> list[Transition]:
+        """The transitions to tell: a firing alert inhibits the rules it names on its entity."""
+        held: dict[tuple[str, tuple], str] = {}  # (rule name, entity) -> the firing rule holding it back
+        for alert in self.alerts.values():
+            if alert.state == "firing":
+                for target in alert.rule.inhibits:
+                    held.setdefault((target, alert.key), alert.name)
+        told = []
+        for alert, t in stepped:
+            if t.status == "firing":
+                alert.announced = (alert.name, alert.key) not in held
+                if alert.announced:
+                    told.append(t)
+            elif alert.announced:  # resolved: told only if its firing was
+                alert.announced = False
+                told.append(t)
+        for alert in self.alerts.values():
+            if alert.state != "firing":
+                continue
+            by = held.get((alert.name, alert.key))
+            if by is not None and alert.announced:
+                alert.announced = False
+                told.append(self._transition(alert, "resolved", now, reason=f"superseded by {by}"))
+            elif by is None and not alert.announced:
+                alert.announced = True
+                told.append(self._transition(alert, "firing", now))
+        return told
 
     def _track(self, entities: dict[tuple, dict], time: float) -> None:
         """Append the newest values of the variables history functions use; keep for each a
@@ -535,13 +569,13 @@ class AlertEngine:
         return self._transition(alert, "resolved", now, reason=reason)
 
     def adopt(self, rule: Rule, key: tuple, labels: dict[str, str], active_since: float, state: str,
-              fired_at: float | None, summary: str, description: str) -> Alert:
+              fired_at: float | None, summary: str, description: str, announced: bool = True) -> Alert:
         """An alert carried over a reload, as it was: its next evaluation goes on from there."""
         if state not in ("pending", "firing"):
             raise ValueError(f"not an alert state: {state!r}")
         alert = Alert(rule, key, labels, active_since=active_since, state=state,
                       fired_at=float(fired_at) if fired_at is not None else None, summary=summary,
-                      description=description)
+                      description=description, announced=state == "firing" and announced)
         self.alerts[(rule.name, key)] = alert
         return alert
 
@@ -550,7 +584,7 @@ class AlertEngine:
         return self._transition(alert, "firing", now)
 
     def firing(self) -> list[Alert]:
-        out = [a for a in self.alerts.values() if a.state == "firing"]
+        out = [a for a in self.alerts.values() if a.state == "firing" and a.announced]
         return sorted(out, key=lambda a: (-SEVERITY_RANK[a.severity], a.name, a.subject))
 
 

@@ -522,6 +522,10 @@ class RuleSpec(BaseModel):
         description="Named expressions computed when the alert fires, for the summary and description.",
         examples=[{"over_by": "temperature_celsius - limit_celsius"}])] = {}
     enabled: Annotated[bool, Field(description="Evaluate this rule.")] = True
+    inhibits: Annotated[tuple[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$")], ...], Field(
+        description="Rules of the same kind this one supersedes: while it fires on an entity, theirs on that "
+                    "entity are held back (one event, one page).",
+        examples=[["GpuNearSlowdown"]])] = ()
 
     @model_validator(mode="after")
     def _expressions(self) -> RuleSpec:
@@ -568,6 +572,8 @@ class RuleOverride(BaseModel):
         description="New thresholds; the others keep their values.")] = None
     values: Annotated[dict[str, str] | None, Field(
         description="New or changed named expressions for the summary; the others stay.")] = None
+    inhibits: Annotated[tuple[str, ...] | None, Field(
+        description="A new list of the rules it supersedes.", examples=[[]])] = None
 
 
 class Rule:
@@ -583,6 +589,7 @@ class Rule:
         self.when = Expression(spec.when, spec.kind, spec.params)
         self.clear = Expression(spec.clear, spec.kind, spec.params) if spec.clear else None
         self.values = {name: Expression(text, spec.kind, spec.params) for name, text in spec.values.items()}
+        self.inhibits = spec.inhibits
         self.failures = 0  # evaluations of this rule that raised (the engine skips it there and goes on)
 
     @property
@@ -654,4 +661,20 @@ def merge(overrides: dict[str, RuleOverride], custom: list[RuleSpec]) -> list[Ru
         if spec.name in builtins:
             raise ValueError(f"{spec.name} is a built-in rule: change it under [alerts.builtin.{spec.name}]")
         out.append(spec)
+    check_inhibits(out)
     return out
+
+
+def check_inhibits(specs: list[RuleSpec]) -> None:
+    """Each name a rule inhibits is another rule of its kind; ValueError naming the field if not."""
+    kinds = {spec.name: spec.kind for spec in specs}
+    for spec in specs:
+        where = f"builtin.{spec.name}" if spec.name in _builtin_specs() else spec.name
+        for target in spec.inhibits:
+            if target == spec.name:
+                raise ValueError(f"{where}.inhibits: a rule cannot inhibit itself")
+            if target not in kinds:
+                raise ValueError(f"{where}.inhibits: no rule named {target}{did_you_mean(target, kinds)}")
+            if kinds[target] != spec.kind:
+                raise ValueError(f"{where}.inhibits: {target} watches {kinds[target]} entities, {spec.name} "
+                                 f"{spec.kind}: a rule inhibits only rules of its own kind")

@@ -143,11 +143,11 @@ class AlertSink:
             if new_specs.get(alert.rule.name) == fingerprint(alert.rule.spec):
                 kept.append({"rule": alert.rule.name, "key": list(alert.key), "labels": alert.labels,
                              "active_since": alert.active_since, "state": alert.state, "fired_at": alert.fired_at,
-                             "summary": alert.summary, "description": alert.description,
+                             "summary": alert.summary, "description": alert.description, "announced": alert.announced,
                              "last_sent": self._last_sent.get(alert.notification_key)})
                 continue
             del self.engine.alerts[key]
-            if alert.state == "firing":
+            if alert.announced:
                 gone.append(self.engine.resolved(alert, now, "its rule was changed or removed by a reload"))
         self._announce(gone, now)
         return kept
@@ -164,7 +164,8 @@ class AlertSink:
                     continue
                 alert = self.engine.adopt(rule, tuple(a["key"]), {str(k): str(v) for k, v in a["labels"].items()},
                                           float(a["active_since"]), a["state"], a.get("fired_at"),
-                                          str(a.get("summary", "")), str(a.get("description", "")))
+                                          str(a.get("summary", "")), str(a.get("description", "")),
+                                          bool(a.get("announced", True)))
                 if a.get("last_sent") is not None:
                     self._last_sent[alert.notification_key] = float(a["last_sent"])
                 taken += 1

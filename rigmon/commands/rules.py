@@ -46,9 +46,11 @@ def cmd_rules_list(args) -> int:
         fields = [("when", spec.when), ("clear", spec.clear or f"not ({spec.when})")]
         if spec.params:
             fields.append(("params", ", ".join(f"{k}={v}" for k, v in spec.params.items())))
+        if spec.inhibits:
+            fields.append(("inhibits", ", ".join(spec.inhibits)))
         for name, text in fields:
-            print(textwrap.fill(" ".join(text.split()), width, initial_indent=f"  {name + ':':<8}",
-                                subsequent_indent=" " * 10))
+            print(textwrap.fill(" ".join(text.split()), width, initial_indent=f"  {name + ':':<10}",
+                                subsequent_indent=" " * 12))
     return 0
 
 
