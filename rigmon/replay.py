@@ -49,10 +49,11 @@ class Struct(dict):
 
 
 class _Raise:
-    __slots__ = ("name",)
+    __slots__ = ("name", "recorded")
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, recorded: bool = True):
         self.name = name
+        self.recorded = recorded  # False: the recording has no answer for the call at all
 
 
 def _decode(value: Any) -> Any:
@@ -231,17 +232,20 @@ class ReplayNVML:
     # --- lookups -------------------------------------------------------------------------
     def _answer(self, value: Any) -> Any:
         if isinstance(value, _Raise):
-            raise self._error(value.name)
+            error = self._error(value.name)
+            if not value.recorded:  # NotSupported, as the format says, marked for what people read
+                error.not_recorded = True
+            raise error
         return value
 
     def _system(self, key: str) -> Any:
-        return self._answer(self._source.header_nvml.get(key, _Raise("NotSupported")))
+        return self._answer(self._source.header_nvml.get(key, _NOT_RECORDED))
 
     def _device(self, index: int, key: str) -> Any:
         tick = self._source.gpus_at(self._source.tick_index())[index]
         value = tick.get(key, _MISSING)
         if value is _MISSING:
-            value = self._source.header_gpus[index].get(key, _NOT_SUPPORTED)
+            value = self._source.header_gpus[index].get(key, _NOT_RECORDED)
         return self._answer(value)
 
     # --- system --------------------------------------------------------------------------
@@ -276,7 +280,8 @@ class ReplayNVML:
             except Exception as e:  # a whole-call failure (GpuIsLost) fails the batch as NVML does
                 if type(e).__name__.endswith("_NotSupported"):
                     out.append(Struct(fieldId=field_id, nvmlReturn=NVML_ERROR_NOT_SUPPORTED, valueType=0,
-                                      value=Struct.fromkeys(VALUE_FIELDS, 0), timestamp=0, latencyUsec=0))
+                                      value=Struct.fromkeys(VALUE_FIELDS, 0), timestamp=0, latencyUsec=0,
+                                      not_recorded=getattr(e, "not_recorded", False)))
                     continue
                 raise
             number = recorded.get("value", 0)
@@ -320,7 +325,7 @@ class ReplayNVML:
 
 
 _MISSING = object()
-_NOT_SUPPORTED = _Raise("NotSupported")
+_NOT_RECORDED = _Raise("NotSupported", recorded=False)
 
 
 class ReplayEventSet:

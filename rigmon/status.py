@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 import time
 
 from .sample import GpuInfo, GpuReading, Sample, to_jsonable
@@ -46,7 +47,7 @@ SHORT_EVENTS = {"gpu_idle": "idle", "applications_clocks_setting": "app-clocks",
 
 def render(sample: Sample, source: str = "", alerts: list[dict] | None = None, alerts_note: str = "",
            daemon: dict | None = None, show_info: bool = False, now: float | None = None, width: int = WIDTH,
-           color: bool = False, host: str = "") -> str:
+           color: bool = False, host: str = "", not_recorded: tuple[str, ...] = ()) -> str:
     """The status for people, ``width`` columns wide, in colour where asked (a terminal): every
     string from outside made printable here, before any colour of ours is added."""
     lines = []
@@ -80,6 +81,9 @@ def render(sample: Sample, source: str = "", alerts: list[dict] | None = None, a
         lines += [_cut(line, width) for line in _influx(daemon["influxdb"])]
         lines.append("")
     lines.append(f"{NS} = not supported by this hardware or not readable here")
+    if not_recorded:  # a replay: what the recording never asked is unknown, not unsupported
+        lines += textwrap.wrap(f"not recorded (the recording holds no answer, so {NS} here says nothing of the "
+                               f"hardware): {', '.join(not_recorded)}", width, subsequent_indent="  ")
     return "\n".join(lines)
 
 

@@ -177,3 +177,31 @@ def test_a_large_recording_replays_in_bounded_memory(tmp_path):
         print(f"\nstatus {' '.join(extra)}: {small_mb:.0f} MB recording {a:.0f} MB RSS, {large_mb:.0f} MB "
               f"recording {b:.0f} MB RSS: {per_mb:.1f} MB of memory per MB of recording")
         assert per_mb < 4, (a, b)
+
+
+def test_a_call_the_recording_lacks_reads_not_recorded_not_unsupported(tmp_path):
+    """An older recording without the fan calls: status and doctor say the recording has no answer,
+    not that the hardware lacks fans; a call recorded as NotSupported is not listed; the bundled demo
+    gives the memory temperature the real H200 answered."""
+    rec = sc.h200()
+    gpu = rec.header["gpus"][0]
+    del gpu["nvmlDeviceGetNumFans"], gpu["nvmlDeviceGetFanSpeed"]  # an older rigmon asked neither
+    gpu["nvmlDeviceGetProcessUtilization:0"] = sc.error("NotSupported")
+    path = sc.write(rec, tmp_path / "old.rec.jsonl")
+    env = {**__import__("os").environ, "COLUMNS": "100"}
+    done = subprocess.run([sys.executable, "-m", "rigmon", "status", "--replay", str(path)], capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    tail = done.stdout[done.stdout.index("not recorded ("):]
+    assert "nvmlDeviceGetFanSpeed," in tail and "nvmlDeviceGetNumFans" in tail
+    assert "nvmlDeviceGetProcessUtilization" not in tail  # recorded: NotSupported is the hardware's answer
+    assert max(len(line) for line in done.stdout.splitlines()) <= 100
+    data = json.loads(subprocess.run([sys.executable, "-m", "rigmon", "status", "--replay", str(path), "--json"],
+                                     capture_output=True, text=True, timeout=60).stdout)
+    assert "nvmlDeviceGetFanSpeed" in data["replay"]["not_recorded"]
+    doctor = subprocess.run([sys.executable, "-m", "rigmon", "doctor", "--replay", str(path)], capture_output=True,
+                            text=True, timeout=60)
+    assert "recording: no answer for" in doctor.stdout and "nvmlDeviceGetFanSpeed" in doctor.stdout
+    demo = json.loads(subprocess.run([sys.executable, "-m", "rigmon", "status", "--demo", "--json"],
+                                     capture_output=True, text=True, timeout=60).stdout)
+    assert demo["gpus"][0]["memory_temperature_celsius"] == 43

@@ -166,6 +166,10 @@ def _facts(sample, poller, config) -> list[str]:
     else:
         out.append(f"GPUs: {len(sample.gpus)} ({', '.join(sorted({i.name for i in sample.gpu_info}))}), driver "
                    f"{sample.system.driver_version}")
+        missing = gpu.not_recorded()
+        if missing:
+            out.append(f"recording: no answer for {', '.join(missing)}: what they read is unknown in this replay "
+                       f"(not recorded, not known to be unsupported)")
         for info in sample.gpu_info:
             if info.fan_count == 0:
                 out.append(f"GPU {info.index}: no fans (passively cooled, fan speed NotSupported): a failing "

@@ -67,12 +67,13 @@ def cmd_status(args) -> int:
             elif engine is not None and args.watch:
                 engine.evaluate(sample, sample.time)
                 alerts, note = [alert_dict(a) for a in engine.firing()], "since this status started"
+            not_recorded = poller.gpu.not_recorded() if source is not None and poller.gpu is not None else ()
             where = f"{label} at {source.clock():.1f} s ({source.label() or 'no label'})" if source else ""
             if args.json:
                 extra = {"alerts": alerts, "daemon": daemon}
                 if source:
                     extra["replay"] = {"file": args.replay or str(demo_path()), "at": source.clock(),
-                                       "label": source.label()}
+                                       "label": source.label(), "not_recorded": list(not_recorded)}
                 # a watch prints one object per line, for a reader that takes a line at a time
                 print(json.dumps(as_json(sample, extra), indent=None if args.watch else 2, allow_nan=False))
             else:
@@ -81,7 +82,7 @@ def cmd_status(args) -> int:
                 # whatever a process, a recording or the local port put in a string is made printable in
                 # render, before its colours; without colours, the whole text once more
                 text = render(sample, where, alerts, note, daemon, show_info=args.all, now=alerts_now,
-                              width=_width(tty), color=color, host=host)
+                              width=_width(tty), color=color, host=host, not_recorded=not_recorded)
                 print(text if color else printable_lines(text))
             if not args.watch:
                 return exit_code(sample, alerts) if args.exit_code else 0

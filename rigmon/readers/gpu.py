@@ -133,7 +133,7 @@ class _Device:
 
     __slots__ = ("index", "handle", "info", "unsupported", "lost", "errors", "last_slow", "energy", "throttle",
                  "pcie_rx", "pcie_tx", "supported_events", "fields_unsupported", "plan", "slow_plan", "slow_raw",
-                 "poll_fields", "probe_at",
+                 "poll_fields", "probe_at", "not_recorded",
                  "retired_pages", "read_retired_pages", "fans")
 
     def __init__(self, index: int, handle: Any):
@@ -141,6 +141,7 @@ class _Device:
         self.handle = handle
         self.info: GpuInfo | None = None
         self.unsupported: set[str] = set()
+        self.not_recorded: set[str] = set()  # of those, the calls a replayed recording holds no answer for
         self.lost = False
         self.probe_at = 0.0  # while lost: when to ask it again (a reset can bring it back)
         self.errors: dict[str, int] = {}
@@ -173,6 +174,8 @@ class _Device:
         """Apply the error policy to a failed call; True when the call is not supported here."""
         if isinstance(exc, (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)):
             self.unsupported.add(key)
+            if getattr(exc, "not_recorded", False):
+                self.not_recorded.add(key)
             return True
         if isinstance(exc, pynvml.NVMLError_GpuIsLost):
             raise GpuLost from None
@@ -501,16 +504,20 @@ class GpuReader:
         handle = d.handle
         pruned = False
         for name, alternatives in d.slow_plan if slow else d.plan:
+            skipped = None
             while alternatives:
                 key, fn, args = alternatives[0]
                 try:
                     raw[name] = fn(handle, *args)
+                    if skipped:  # an older call answered: the newer one's absence from a recording hides nothing
+                        d.not_recorded.difference_update(skipped)
                     break
                 except pynvml.NVMLError as e:
                     if not d.failed(key, e):
                         break
                     alternatives.pop(0)  # not supported: the older call, if any, from now on
                     pruned = True
+                    skipped = (skipped or []) + [key]
         if pruned and slow:
             d.slow_plan = [entry for entry in d.slow_plan if entry[1]]
         elif pruned:
@@ -617,6 +624,8 @@ class GpuReader:
                 elif status in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
                                 pynvml.NVML_ERROR_INVALID_ARGUMENT):
                     d.fields_unsupported.add(v.fieldId)
+                    if getattr(v, "not_recorded", False) is True:
+                        d.not_recorded.add(f"nvmlDeviceGetFieldValues:{v.fieldId}")
                 elif status == pynvml.NVML_ERROR_GPU_IS_LOST:
                     raise GpuLost
             except (AttributeError, KeyError, TypeError):  # an element NVML would never answer: not read
@@ -630,6 +639,11 @@ class GpuReader:
 
     def unsupported(self) -> dict[int, tuple[str, ...]]:
         return {d.index: tuple(sorted(d.unsupported)) for d in self.devices}
+
+    def not_recorded(self) -> tuple[str, ...]:
+        """The calls a replayed recording has no answer for (they read as NotSupported) and no
+        older call stood in for, once for all GPUs."""
+        return tuple(sorted({key for d in self.devices for key in d.not_recorded}))
 
     def close(self) -> None:
         """Stop reading. Returns at once: where the XID thread is inside NVML's wait, freeing
