@@ -320,3 +320,23 @@ def test_status_exit_code_for_scripts(tmp_path):
     assert rigmon("status", "--replay", str(lost), "--at", "10", "--exit-code").returncode == 1
     assert rigmon("status", "--replay", str(lost), "--at", "10").returncode == 0
     assert rigmon("status", "--demo", "--at", "10", "--exit-code").returncode == 0
+
+
+def test_doctor_says_when_the_service_could_not_see_this_python():
+    """ProtectHome=yes hides /root and /home: a venv made from a pyenv or conda Python there makes
+    the unit fail with 203/EXEC. doctor says so where that is this interpreter, and not otherwise."""
+    import os
+
+    from rigmon.commands.rules import hidden_from_the_service
+
+    done = rigmon("doctor", "--demo")
+    real = os.path.realpath(sys.executable)
+    if real.startswith(("/root/", "/home/")):
+        assert f"service: {real} is under /{real.split('/')[1]}" in done.stdout, done.stdout
+        assert "sudo /usr/bin/python3 -m venv /opt/rigmon" in done.stdout
+    else:
+        assert "service:" not in done.stdout
+    assert hidden_from_the_service(("/usr/bin/python3", "/opt/rigmon/lib/python3.11/site-packages/rigmon")) is None
+    assert hidden_from_the_service(("/home/ada/miniconda3/bin/python",)) == ("/home/ada/miniconda3/bin/python",
+                                                                            "/home")
+    assert hidden_from_the_service(("/rootless/python",)) is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 
 from .. import config as configmod
@@ -185,7 +187,29 @@ def _facts(sample, poller, config) -> list[str]:
         if config.host.rapl and not host.cpu_energy:
             out.append("RAPL: no CPU energy readable (no intel-rapl zones, or root-only on this kernel)")
     out.append(f"notifiers: {len(config.notifiers) or 'none configured (transitions go to the log only)'}")
+    hidden = hidden_from_the_service()
+    if hidden:
+        out.append(f"service: {hidden[0]} is under {hidden[1]}, which rigmon.service hides (ProtectHome=yes): "
+                   f"run from there the unit fails with status 203/EXEC. "
+                   f"Make its venv from the system Python: sudo /usr/bin/python3 -m venv /opt/rigmon")
     return out
+
+
+PROTECTED_HOMES = ("/root", "/home", "/run/user")  # what ProtectHome=yes makes inaccessible
+
+
+def hidden_from_the_service(paths: tuple[str, ...] | None = None) -> tuple[str, str] | None:
+    """The first of this interpreter and rigmon's own files (after symlinks: a venv's python
+    links to the Python it was made from) that ProtectHome=yes would hide from the service, and
+    the directory that hides it."""
+    import rigmon
+
+    for path in paths if paths is not None else (sys.executable, rigmon.__file__):
+        real = os.path.realpath(path)
+        for home in PROTECTED_HOMES:
+            if real == home or real.startswith(home + "/"):
+                return real, home
+    return None
 
 
 def _why_not(rule: Rule, entities: dict, sample, poller, config) -> str | None:
