@@ -39,7 +39,7 @@ def test_cpu_burnin_passes_with_a_complete_report(tmp_path):
     assert "(floor " in done.stdout  # the progress line shows the loss against its floor
     assert (report / "summary.json").exists()
     page = (report / "burnin.html").read_text()
-    assert page.count("<svg") >= 4 and "loss against the data&#x27;s floor" in page and "http" not in page.replace(
+    assert page.count("<svg") >= 4 and "loss above the data&#x27;s floor" in page and "http" not in page.replace(
         'xmlns="http://www.w3.org/2000/svg"', "")
     render_in_chromium(report / "burnin.html", tmp_path / "burnin.png")
 
@@ -242,32 +242,70 @@ def test_downsampling_keeps_every_spike_and_stays_bounded():
 
 
 # --- an 8-GPU report as a person sees it -----------------------------------------------------------
+LEGEND_PROBE = """<script>
+document.body.dataset.probe = JSON.stringify([...document.querySelectorAll('svg.chart')].map(svg => ({
+  title: svg.querySelector('.title').textContent,
+  legend: [...svg.querySelectorAll('.legend')].map(t => [t.textContent, getComputedStyle(t).fill]),
+  series: [...svg.querySelectorAll('polyline')].map(l => l.getAttribute('stroke')),
+  peaks: [...svg.querySelectorAll('.peak')].map(t => [t.textContent, getComputedStyle(t).fill]),
+  drawn: svg.getBoundingClientRect().width, card: svg.parentElement.getBoundingClientRect().width /
+    Math.max(1, getComputedStyle(svg.parentElement).gridTemplateColumns.split(' ').length)})));
+</script>"""
+
+
 def test_eight_gpu_report_in_chromium(tmp_path):
+    """``rigmon burnin --replay FILE --cpu`` makes the GPU-side report of a recorded 8-GPU box without a
+    GPU; read in a real Chromium: each legend label in its line's colour (one per GPU, none grey), the
+    failing GPU's peak marked and labelled with its limit, charts as wide as their cards."""
+    import html
     import math
     import re
     import shutil
 
-    rec = sc.with_xid(sc.h200().widened(8), at_second=3, xid=79, gpu=5)
+    def spike(t, tick):  # GPU 5 touches 95 °C for 3 s: the reading that fails the run
+        tick["gpus"][5]["nvmlDeviceGetTemperature:0"] = 95 if 8 <= t < 11 else 62
+    rec = sc.with_xid(timeline(40, 1, gpus=8, modify=spike), at_second=3, xid=79, gpu=2)
     done, data, report = burnin(tmp_path, "--minutes", "0.4", "--cpu", "--replay", replayed(tmp_path, rec, "eight"))
-    assert done.returncode == 1, done.stdout + done.stderr  # the XID on GPU 5 fails it
+    assert done.returncode == 1, done.stdout + done.stderr  # the XID on GPU 2 and the heat on GPU 5 fail it
+    units = {u["name"]: u for u in data["units"]}
+    assert any("95 °C" in r for r in units["GPU5"]["reasons"]), units["GPU5"]
     page = report / "burnin.html"
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text().replace("</body>", LEGEND_PROBE + "</body>"))
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     assert browser, "tests/run installs Debian's chromium"
     common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
-              "--disable-background-networking", "--disable-component-update", f"--user-data-dir={tmp_path / 'c'}"]
-    dom = subprocess.run(common + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+              "--disable-background-networking", "--disable-component-update", f"--user-data-dir={tmp_path / 'c'}",
+              "--window-size=1560,2400"]
+    dom = subprocess.run(common + ["--dump-dom", probed.as_uri()], capture_output=True, text=True, timeout=120).stdout
     assert re.search(r'id="verdict"[^>]*>FAIL<', dom)
+    assert re.search(r"model auto: tiny \(0\.\d+ M parameters\)", dom), "the model and its size in the header"
     for i in range(8):
         assert f"<td>GPU{i}</td><td>NVIDIA H200</td>" in dom
     alerts = dom[dom.index('id="alerts"'):]
     assert "GpuXid" in alerts[:alerts.index("</table>")] and "XID 79" in alerts[:alerts.index("</table>")]
     assert "NVIDIA H200 × 8" in dom  # one section for the group, one chart per reading
-    charts = 0
+    charts = {c["title"]: c for c in json.loads(html.unescape(re.search(r'data-probe="([^"]*)"', dom).group(1)))}
+
+    def rgb(hex_colour):
+        return "rgb({}, {}, {})".format(*(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)))
+    temperature = charts["GPU temperature against the slowdown threshold"]
+    assert [name for name, _ in temperature["legend"]] == [f"GPU{i}" for i in range(8)]
+    colours = [colour for _, colour in temperature["legend"]]
+    assert len(set(colours)) == 8 and "rgb(85, 85, 85)" not in colours, colours  # not the ticks' grey
+    assert colours == [rgb(c) for c in temperature["series"]], "each label in its own line's colour"
+    (peak, colour), = temperature["peaks"]
+    assert peak.startswith("GPU5 peak 95 °C ≥ slowdown") and colour == colours[5], temperature["peaks"]
+    for title, c in charts.items():
+        assert c["drawn"] >= 0.95 * c["card"] - 2, (title, c["drawn"], c["card"])  # the chart fills its card
+    loss = next(c for t, c in charts.items() if t.startswith("loss above the data's floor"))
+    assert loss["legend"] and all(colour != "rgb(85, 85, 85)" for _, colour in loss["legend"])
+    ticked = 0
     for svg in re.findall(r"<svg.*?</svg>", dom, re.S):  # axis labels lie on round values
         ticks = [float(x.replace("k", "e3").replace("M", "e6")) for x in re.findall(r'ytick">([^<]+)<', svg)]
         if len(ticks) < 2:
             continue
-        charts += 1
+        ticked += 1
         if "log scale" in svg:
             mantissas = [t / 10 ** math.floor(math.log10(t)) for t in ticks]
             assert all(any(abs(m - r) < 1e-9 for r in (1, 2, 5)) for m in mantissas), ticks
@@ -276,11 +314,12 @@ def test_eight_gpu_report_in_chromium(tmp_path):
         mantissa = step / 10 ** math.floor(math.log10(step))
         assert any(abs(mantissa - m) < 1e-9 for m in (1, 2, 2.5, 5)), (step, ticks)
         assert all(abs(t / step - round(t / step)) < 1e-6 for t in ticks), ticks
-    assert charts >= 5  # temperature, power, SM clock, throughput, loss (memory temperature: not measured)
-    png = tmp_path / "burnin.png"
-    subprocess.run(common + ["--hide-scrollbars", "--window-size=1600,2400", f"--screenshot={png}", page.as_uri()],
-                   capture_output=True, timeout=120)
-    assert png.exists()
+    assert ticked >= 5  # temperature, power, SM clock, throughput, loss (memory temperature: not measured)
+    for width in (1600, 420):
+        png = tmp_path / f"burnin-{width}.png"
+        subprocess.run(common[:-1] + ["--hide-scrollbars", f"--window-size={width},2400", f"--screenshot={png}",
+                                      page.as_uri()], capture_output=True, timeout=120)
+        assert png.exists()
 
 
 @pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGHUP", 129)])

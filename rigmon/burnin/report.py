@@ -81,17 +81,19 @@ def time_axis(seconds: float) -> tuple[float, str]:
 
 
 def chart(title: str, series: list[tuple[str, list, str]], unit: str, lines=(), *, zero: bool = False,
-          above: float | None = None, log: bool = False, span: float | None = None, width: int = 460,
-          height: int = 210) -> str:
-    """A line chart as SVG. ``series``: (label, [(t, min, mean, max)], colour); a band is drawn
-    where min and max differ. ``zero``: the axis starts at 0; ``above``: it reaches past this
-    value; ``log``: a log axis (positive values)."""
-    left, right, top, bottom = 52, 10, 26, 30
+          above: float | None = None, log: bool = False, span: float | None = None, width: int = 560,
+          height: int = 240, mark_over: tuple[str, float] | None = None) -> str:
+    """A line chart as SVG, scaled to its card's width. ``series``: (label, [(t, min, mean, max)],
+    colour); a band is drawn where min and max differ. ``zero``: the axis starts at 0; ``above``:
+    it reaches past this value; ``log``: a log axis (positive values). ``mark_over``: (what, limit):
+    a series whose peak reaches the limit gets its max drawn as a line and the peak marked and
+    labelled with its value and the limit, so what failed is what the eye sees first."""
+    left, right, top, bottom = 52, 10, 40, 30
     values = [v for _, pts, _ in series for p in pts for v in (p[1], p[3])] + [v for _, v, _ in lines]
     times = [p[0] for _, pts, _ in series for p in pts]
     if not times or not values:
-        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="44" class="chart">'
-                f'<text x="8" y="18" class="title">{html.escape(title)}</text>'
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="44" viewBox="0 0 {width} 44" '
+                f'class="chart"><text x="8" y="18" class="title">{html.escape(title)}</text>'
                 f'<text x="8" y="36" class="tick">{NOT_MEASURED}</text></svg>')
     divisor, tunit = time_axis(span or max(times))
     t0, t1 = 0.0, (span or max(times)) or 1.0
@@ -124,7 +126,8 @@ def chart(title: str, series: list[tuple[str, list, str]], unit: str, lines=(), 
     def py(v: float) -> float:
         return top + (1 - (ty(v) - y0) / (y1 - y0)) * (height - top - bottom)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" class="chart">',
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" class="chart">',
            f'<text x="{left}" y="16" class="title">{html.escape(title)}</text>',
            f'<text x="{width - right}" y="16" text-anchor="end" class="tick">{html.escape(unit)}</text>']
     for v in yticks:
@@ -142,8 +145,9 @@ def chart(title: str, series: list[tuple[str, list, str]], unit: str, lines=(), 
         out.append(f'<line x1="{left}" x2="{width - right}" y1="{py(value):.1f}" y2="{py(value):.1f}" '
                    f'stroke="{color}" stroke-dasharray="6 4"/>')
         out.append(f'<text x="{width - right - 4}" y="{py(value) - 4:.1f}" text-anchor="end" class="tick" '
-                   f'fill="{color}">{html.escape(label)}</text>')
-    legend_x = left + 6
+                   f'style="fill:{color}">{html.escape(label)}</text>')
+    legend_x, legend_y = left, 31
+    marks = []
     for label, pts, color in series:
         pts = [p for p in pts if not log or p[1] > 0]
         if not pts:
@@ -154,19 +158,35 @@ def chart(title: str, series: list[tuple[str, list, str]], unit: str, lines=(), 
             out.append(f'<polygon points="{upper} {lower}" fill="{color}" fill-opacity="0.18" stroke="none"/>')
         line = " ".join(f"{px(p[0]):.1f},{py(p[2]):.1f}" for p in pts)
         out.append(f'<polyline points="{line}" fill="none" stroke="{color}" stroke-width="1.5"/>')
-        out.append(f'<text x="{legend_x}" y="{top + 13}" class="tick" fill="{color}">{html.escape(label)}</text>')
-        legend_x += 7 * len(label) + 16
+        peak = max(pts, key=lambda p: p[3])
+        if mark_over is not None and peak[3] >= mark_over[1]:
+            marks.append((label, peak, color))
+        if legend_x + 7 * len(label) > width - right:  # the legend wraps rather than runs off the card
+            legend_x, legend_y = left, legend_y + 12
+        out.append(f'<text x="{legend_x}" y="{legend_y}" class="legend" style="fill:{color}">'
+                   f'{html.escape(label)}</text>')
+        legend_x += 7 * len(label) + 14
+    for n, (label, (t, _, _, peak), color) in enumerate(marks):  # over the lines, so nothing hides them
+        x, y = px(t), py(peak)
+        anchor = "end" if x > left + (width - left - right) / 2 else "start"
+        dx = -8 if anchor == "end" else 8
+        out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4.5" fill="{color}" stroke="#222" stroke-width="1"/>')
+        value = f"{peak:.3g}" if log else f"{peak:.0f}"
+        out.append(f'<text x="{x + dx:.1f}" y="{y + 4 + 13 * n:.1f}" text-anchor="{anchor}" class="peak" '
+                   f'style="fill:{color}">{html.escape(label)} peak {value} {html.escape(unit)} ≥ '
+                   f'{html.escape(mark_over[0])} {mark_over[1]:.3g}</text>')
     out.append("</svg>")
     return "".join(out)
 
 
-def event_strip(title: str, events: dict[str, list], span: float, width: int = 460) -> str:
+def event_strip(title: str, events: dict[str, list], span: float, width: int = 560) -> str:
     """Clock-event reasons over time: one row per reason that was ever active, shaded by the
     share of each interval it was active."""
     reasons = [r for r in EVENT_COLORS if any(p[3] > 0 for p in events.get(r, ()))]
     left, row = 150, 16
     height = 30 + row * max(len(reasons), 1)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" class="chart">',
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" class="chart">',
            f'<text x="8" y="16" class="title">{html.escape(title)}</text>']
     if not reasons:
         out.append('<text x="8" y="38" class="tick">no clock-event reason active</text></svg>')
@@ -216,12 +236,14 @@ h1{{margin:0 0 4px}} h2{{margin:22px 0 6px}} .sub{{color:#666}}
 .warn,.not-tested{{background:#fff3cd;color:#664d03}} table{{border-collapse:collapse;margin:8px 0 16px}}
 td,th{{border:1px solid #ddd;padding:4px 8px;text-align:left;font-size:14px;vertical-align:top}}
 th{{background:#f6f6f6}} ul{{margin:0;padding-left:16px}}
-.grid{{display:grid;grid-template-columns:repeat(auto-fill,minmax(470px,1fr));gap:10px}}
-.chart{{background:#fff;border:1px solid #eee;width:100%;height:auto}}
+.grid{{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(470px,100%),1fr));gap:10px}}
+.chart{{background:#fff;border:1px solid #eee;width:100%;height:auto;display:block}}
 .title{{font-size:13px;font-weight:600}} .tick{{font-size:11px;fill:#555}}
+.legend{{font-size:11px;font-weight:600}} .peak{{font-size:12px;font-weight:700;paint-order:stroke;stroke:#fff;
+stroke-width:3px}}
 </style></head><body>
 <h1>rigmon burn-in — {e(r['host'])}</h1>
-<div class="sub">{e(r['started'])} · {r['duration_seconds'] / 60:.1f} min · model {e(r['model'])} · rigmon
+<div class="sub">{e(r['started'])} · {r['duration_seconds'] / 60:.1f} min · model {e(_models(r))} · rigmon
  {e(r['rigmon'])} · driver {e(hw.get('driver') or NOT_MEASURED)}, CUDA {e(hw.get('cuda') or NOT_MEASURED)}</div>
 <div class="verdict {verdict_class}" id="verdict">{e(r['verdict'].upper())}</div>"""]
     if r.get("notes"):
@@ -285,6 +307,15 @@ th{{background:#f6f6f6}} ul{{margin:0;padding-left:16px}}
     return "\n".join(parts)
 
 
+def _models(r: dict) -> str:
+    """The model each unit trained, with its size: "auto: tiny (0.4 M parameters)"."""
+    chosen = {(u.get("model"), u.get("params")) for u in r["units"] if u.get("model")}
+    sizes = ", ".join(f"{name} ({params / 1e6:.3g} M parameters)" if params else str(name)
+                      for name, params in sorted(chosen, key=lambda c: (str(c[0]), c[1] or 0)))
+    asked = str(r.get("model") or "")
+    return f"{asked}: {sizes}" if sizes and asked and asked not in {c[0] for c in chosen} else sizes or asked
+
+
 def _clock(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
@@ -306,7 +337,7 @@ def _group_charts(units: list[dict], timeline: dict, hw: dict, span: float) -> l
         slow = [s for u in gpus if (s := hw.get("gpus", {}).get(str(u["gpu"]), {}).get("slowdown_celsius"))]
         out.append(chart("GPU temperature against the slowdown threshold", per_gpu("temperature_celsius"), "°C",
                          [("slowdown", min(slow), "#d62728")] if slow else [], above=min(slow) if slow else None,
-                         span=span))
+                         span=span, mark_over=("slowdown", min(slow)) if slow else None))
         limits = [u["power_limit_watts"] for u in gpus if u.get("power_limit_watts")]
         out.append(chart("power against the limit", per_gpu("power_watts"), "W",
                          [("limit", max(limits), "#555")] if limits else [], zero=True,
@@ -322,8 +353,16 @@ def _group_charts(units: list[dict], timeline: dict, hw: dict, span: float) -> l
     if trained:
         out.append(chart("throughput", [(u["name"], u["progress"]["tokens_per_s"], COLORS[n % 8])
                                         for n, u in enumerate(trained)], "tokens/s", zero=True, span=span))
-        floors = [u["floor"] for u in trained if u.get("floor")]
-        out.append(chart("loss against the data's floor (log scale)",
-                         [(u["name"], u["progress"]["loss"], COLORS[n % 8]) for n, u in enumerate(trained)], "nats",
-                         [("floor", min(floors), "#2ca02c")] if floors else [], log=True, span=span))
+        # the verdict reads the gap between the loss and the data's floor: drawn on a log axis, the
+        # approach to the floor stays visible to the end instead of flattening against it
+        gaps = [(u["name"], [(p[0], *(max(v - u["floor"], 1e-3) for v in p[1:])) for p in u["progress"]["loss"]],
+                 COLORS[n % 8]) for n, u in enumerate(trained) if u.get("floor") is not None]
+        allowed = [u["allowed_loss_gap"] for u in trained if u.get("allowed_loss_gap")]
+        if gaps:
+            out.append(chart("loss above the data's floor (log scale)", gaps, "nats",
+                             [("allowed at the end", min(allowed), "#2ca02c")] if allowed else [], log=True,
+                             span=span))
+        else:
+            out.append(chart("loss (log scale)", [(u["name"], u["progress"]["loss"], COLORS[n % 8])
+                                                  for n, u in enumerate(trained)], "nats", log=True, span=span))
     return out

@@ -521,6 +521,7 @@ def build_report(host, started_wall, started_unix, duration, model, units, judge
             "group": " · ".join(str(x) for x in group) if group else None,
             "precision": start.get("precision"), "compiled": start.get("compiled"), "tokens": end.get("tokens"),
             "tokens_per_s": rate, "floor": start.get("floor"), "final_loss": end.get("final_loss"),
+            "allowed_loss_gap": Limits().allowed_gap(start["floor"]) if start.get("floor") is not None else None,
             "mfu": rate * start["flops_per_token"] / peak if rate and peak and start.get("flops_per_token") else None,
             "max_temperature_celsius": tally.hottest if tally else None,
             "max_power_watts": tally.max_power if tally else None,

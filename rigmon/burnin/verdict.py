@@ -27,6 +27,10 @@ class Limits:
     throughput_decay: float = 0.10  # throughput falling more than 10 % over the run fails
     power_reached: float = 0.90  # warn when power never reached 90 % of the limit
 
+    def allowed_gap(self, floor: float) -> float:
+        """How far above the data's floor the final loss may end: ``loss_margin`` or 10 % of it."""
+        return max(self.loss_margin, 0.1 * floor)
+
 
 @dataclass
 class Judgement:
@@ -120,7 +124,7 @@ def judge_training(unit: dict, j: Judgement, limits: Limits) -> None:
     else:
         final, floor = end.get("final_loss"), end.get("floor")
         if final is not None and floor is not None:
-            margin = max(limits.loss_margin, 0.1 * floor)
+            margin = limits.allowed_gap(floor)
             if final - floor > margin:
                 j.fail(f"the loss ({final:.3f}) did not approach the data's floor ({floor:.3f}): a gap of "
                        f"{final - floor:.3f} nats (allowed {margin:.3f}) points at wrong arithmetic")

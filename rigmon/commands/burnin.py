@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-
 from .. import args as argtypes
 from ..burnin.run import cmd_burnin
 from .common import add_config
@@ -27,6 +25,7 @@ def add_parser(sub) -> None:
                                                       "ranks over gloo)")
     p.add_argument("--cpu", action="store_true", help="train on the CPU (the GPUs are only watched); without a "
                                                       "GPU this is the default")
-    # hardware from a recording: for testing the verdict without a GPU
-    p.add_argument("--replay", metavar="FILE", help=argparse.SUPPRESS)
+    p.add_argument("--replay", metavar="FILE",
+                   help="the hardware's answers from a recording (rigmon record): with --cpu the model trains on "
+                        "the CPU and the report judges and draws the recorded GPUs, no GPU needed")
     p.set_defaults(func=cmd_burnin)
