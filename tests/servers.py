@@ -102,7 +102,8 @@ class Rigmon:
 class Prometheus:
     """Debian's prometheus, scraping the given targets every second."""
 
-    def __init__(self, tmp: Path, targets: list[str], scrape_interval: str = "1s", rule_files: list[str] | None = None):
+    def __init__(self, tmp: Path, targets: list[str], scrape_interval: str = "1s", rule_files: list[str] | None = None,
+                 labels: dict[str, str] | None = None):
         binary = shutil.which("prometheus")
         if binary is None:
             raise RuntimeError("prometheus is not installed: run tests/run, which installs it")
@@ -111,7 +112,8 @@ class Prometheus:
         self.dir.mkdir()
         config = {
             "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
-            "scrape_configs": [{"job_name": "rigmon", "static_configs": [{"targets": targets}]}],
+            "scrape_configs": [{"job_name": "rigmon", "static_configs": [{"targets": targets,
+                                                                           "labels": labels or {}}]}],
         }
         if rule_files:
             config["rule_files"] = rule_files

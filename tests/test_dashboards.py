@@ -37,12 +37,15 @@ url = "{influx.url}"
 flush_interval = 0.2
 [alerts.power_budget]
 watts = 6000
+[[notifiers]]
+type = "webhook"
+url = "http://127.0.0.1:9/hook"
 """
     rigmon = Rigmon(tmp, sc.write(sc.rich(sc.h200()), tmp / "rich.rec.jsonl"), config)
     prom = None
     try:
         rigmon.wait_ready()
-        prom = Prometheus(tmp, [f"127.0.0.1:{rigmon.port}"])
+        prom = Prometheus(tmp, [f"127.0.0.1:{rigmon.port}"], labels={"site": "lab"})  # as deploy's targets give
         if "torch" in sys.modules or subprocess.run([sys.executable, "-c", "import torch"]).returncode == 0:
             burnin_config = tmp / "burnin.toml"
             burnin_config.write_text(f'[daemon]\nstate_dir = "{tmp / "burnin-state"}"\n[influxdb]\nenabled = true\n'
@@ -72,14 +75,14 @@ def _panels(kind):
     for name, (k, _box) in build.FILES.items():
         if k == kind:
             for panel in json.loads((ROOT / "dashboards" / name).read_text())["panels"]:
-                for target in panel["targets"]:
+                for target in panel.get("targets", []):  # a row has none
                     yield f"{name}: {panel['title']} [{target['refId']}]", target
 
 
 def test_every_prometheus_panel_returns_data(fed):
     prom, _, rigmon = fed
     instance = f"127.0.0.1:{rigmon.port}"
-    values = {"$instance": instance, "$gpu": ".*", "$job": "rigmon"}
+    values = {"$instance": instance, "$gpu": ".*", "$job": "rigmon", "$site": "lab"}
     checked = 0
     for where, target in _panels("prometheus"):
         expr = target["expr"]
@@ -124,8 +127,83 @@ def test_slowest_fan_counts_only_fans_that_have_turned(fed):
     """The recording's nct6798 has fans at 1150, 0 (an empty header) and 870 rpm: the slowest
     fan that turns is 870, not 0."""
     prom, influx, _ = fed
-    (promql,) = [p[3][0][0] for p in build.FLEET if p[0] == "Slowest fan per box"]
+    (promql,) = [p.prom[0][0] for p in build.FLEET if p.title == "Slowest fan per box"]
+    promql = promql.replace("$job", "rigmon").replace("$site", "lab")
     assert [float(r["value"][1]) for r in prom.query(promql)] == [870.0]
-    (influxql,) = [p[4][0][0] for p in build.FLEET if p[0] == "Slowest fan per box"]
-    series = influx.query(influxql.replace("$timeFilter", "time > now() - 1h").replace("$__interval", "1h"))
+    (influxql,) = [p.influx[0][0] for p in build.FLEET if p.title == "Slowest fan per box"]
+    series = influx.query(influxql.replace("$timeFilter", "time > now() - 1h").replace("$__interval", "1h")
+                          .replace("$host", re.escape(socket.gethostname())))
     assert {v for s in series for _, v in s["values"] if v is not None} == {870.0}
+
+
+def _all_panels():
+    for name, (kind, box) in build.FILES.items():
+        for panel in json.loads((ROOT / "dashboards" / name).read_text())["panels"]:
+            yield name, kind, box, panel
+
+
+def test_every_fleet_query_follows_job_and_site_and_every_panel_says_what_it_shows():
+    for name, kind, box, panel in _all_panels():
+        assert len(panel.get("description", "")) >= 20, f"{name}: {panel['title']} has no description"
+        for target in panel.get("targets", []):
+            query = target.get("expr") or target.get("query")
+            if kind == "prometheus" and not box:
+                names = re.findall(r"\b(up|rigmon_\w+)\b", query)
+                assert names and query.count('job=~"$job", site=~"$site"') == len(names), (
+                    f"{name}: {panel['title']}: every series filtered by $job and $site: {query}")
+            elif kind == "prometheus":
+                assert "$instance" in query, f"{name}: {panel['title']}: {query}"
+            else:
+                assert "$host" in query, f"{name}: {panel['title']}: {query}"
+
+
+def test_the_fleet_filters_filter(fed):
+    prom, _, _ = fed
+    for where, target in _panels("prometheus"):
+        if "fleet" in where:
+            expr = target["expr"].replace("$job", "rigmon")
+            assert prom.query(expr.replace("$site", "lab")), where
+            assert not prom.query(expr.replace("$site", "elsewhere")), f"not filtered by site: {where}"
+            assert not prom.query(expr.replace("$site", "lab").replace('job=~"rigmon"', 'job=~"other"')), where
+
+
+UNITS = (("celsius", "celsius"), ("watts", "watt"), ("rpm", "rpm"), ("hertz", "hertz"), ("bytes", "bytes"),
+         ("ratio", "percentunit"), ("seconds", "s"))
+
+
+def _unit_of(query: str) -> str:
+    """What a query's values are measured in, from the names of what it reads."""
+    if "3.6e6" in query or "3600000" in query:
+        return "kwatth"
+    if "increase(" in query or "spread(" in query or "count(" in query:
+        return "none"
+    first = re.findall(r"\brigmon_\w+", query)[:1] or re.findall(r'\w+\("(\w+)"\)', query)
+    found = {next((unit for word, unit in UNITS if n == word or n.endswith("_" + word)), "none") for n in first}
+    assert len(found) <= 1, f"one query, one unit: {query}"
+    return found.pop() if found else "none"
+
+
+def test_no_panel_mixes_units_on_one_axis():
+    """Each query is drawn in the unit of what it reads; a second unit gets its own axis (right,
+    labelled); gen, width and replays are never drawn together."""
+    checked = 0
+    for name, _kind, _box, panel in _all_panels():
+        if panel["type"] == "row":
+            continue
+        default = panel["fieldConfig"]["defaults"]["unit"]
+        overrides = {o["matcher"]["options"]: {p["id"]: p["value"] for p in o["properties"]}
+                     for o in panel["fieldConfig"]["overrides"] if o["matcher"]["id"] == "byFrameRefID"}
+        units = set()
+        for target in panel["targets"]:
+            query = target.get("expr") or target.get("query")
+            drawn = overrides.get(target["refId"], {}).get("unit", default)
+            assert drawn == _unit_of(query), f"{name}: {panel['title']} [{target['refId']}] in {drawn}: {query}"
+            units.add(drawn)
+            if panel["type"] == "timeseries" and drawn != default:
+                assert overrides[target["refId"]].get("custom.axisPlacement") == "right", (name, panel["title"])
+            checked += 1
+        assert len(units) <= 2, (name, panel["title"], units)
+        text = json.dumps(panel["targets"])
+        assert sum(q in text for q in ("pcie_link_generation", "pcie_generation", "pcie_link_width", "pcie_width",
+                                       "pcie_replays")) <= 1, f"{name}: {panel['title']} mixes PCIe quantities"
+    assert checked >= 60
