@@ -273,6 +273,11 @@ class JobsConfig(_Section):
                     "passwords, and the other users of the box may read what is exported.")] = False
     keep: Annotated[Duration, Field(ge=3600, description="Finished jobs older than this leave the ledger.",
                                     examples=["365d"])] = 365 * 86400.0
+    launchers: Annotated[list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+-]{1,64}$")]], Field(
+        max_length=64,
+        description="More launchers, besides torchrun, accelerate, deepspeed, mpirun, horovodrun, srun and ray: "
+                    "the processes under one (a program, a script or a python -m module by name) are one job.",
+        examples=[["my-launcher"]])] = []
 
 
 class Config(_Section):

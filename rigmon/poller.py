@@ -109,8 +109,9 @@ def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=Non
 
                 host_backend = ReplayHost(replay)
             else:
-                host_backend = SystemHost(Path(config.host.sysfs))
-        host = HostReader(host_backend, rapl=config.host.rapl, sysfs_sensors=config.host.sysfs_sensors)
+                host_backend = SystemHost(Path(config.host.sysfs), launchers=tuple(config.jobs.launchers))
+        host = HostReader(host_backend, rapl=config.host.rapl, sysfs_sensors=config.host.sysfs_sensors,
+                          launchers=tuple(config.jobs.launchers))
     return Poller(gpu, host, wall)
 
 

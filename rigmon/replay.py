@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .readers.procs import MAX_ANCESTORS
 from .recording import VALUE_FIELDS, Recording, call_key
 
 NVML_ERROR_NOT_SUPPORTED = 3
@@ -443,11 +444,20 @@ class ReplayHost:
         return self._get("hwmon", {})
 
     def processes(self, pids: list[int]) -> dict:
-        wanted = {str(pid) for pid in pids}
+        """As recorded: these PIDs' /proc answers and their recorded ancestors'."""
         answer = self._get("processes", {})
         if not isinstance(answer, dict):
             return {}
-        return {pid: info for pid, info in answer.items() if pid in wanted}
+        out = {}
+        for pid in pids:
+            key = str(pid)
+            for _ in range(MAX_ANCESTORS + 1):
+                info = answer.get(key)
+                if not isinstance(info, dict) or key in out:
+                    break
+                out[key] = info
+                key = str(info.get("ppid"))
+        return out
 
     def start_times(self, pids: list[int]) -> dict:
         """As recorded, or (older recordings) the start times of the recorded /proc answers."""

@@ -39,7 +39,9 @@ def training_run(tmp_path):
 def test_real_processes_have_user_command_and_one_job(training_run):
     parent, child = training_run
     info = procs.parse(procs.raw([parent, child, 999999999]))
-    assert set(info) == {parent, child}  # a PID that is gone is left out
+    assert {parent, child} <= set(info) and 999999999 not in info  # a PID that is gone is left out
+    # beside them, the ancestors that tell their job (up to this session's leader): none is a launcher
+    assert all(i.job.startswith(("pgid:", "docker:", "systemd:", "k8s:", "podman:", "slurm:")) for i in info.values())
     p, c = info[parent], info[child]
     assert p.user == "root" and c.user == "root"
     assert p.command.endswith("train.py --epochs 3") and c.command.endswith("worker.py --rank 0")
@@ -157,3 +159,43 @@ def test_process_series_are_opt_in_and_bounded(tmp_path):
         if top:
             assert all('pid="102"' in line for line in process_lines)  # the largest holders
     assert counts[4] - counts[0] == 4
+
+
+@pytest.mark.parametrize("cmdline, launcher", [
+    ("/usr/bin/python3 /venv/bin/torchrun --nproc_per_node 8 train.py", "torchrun"),
+    ("torchrun --standalone train.py", "torchrun"),
+    ("python -m torch.distributed.run --nproc_per_node=2 train.py", "torchrun"),
+    ("python3 -m torch.distributed.launch train.py", "torchrun"),
+    ("/venv/bin/python /venv/bin/accelerate launch --multi_gpu train.py", "accelerate"),
+    ("/venv/bin/python /venv/bin/accelerate config", None),
+    ("python -u -m deepspeed.launcher.launch --world_info=e30= train.py", "deepspeed"),
+    ("/usr/bin/mpirun -np 4 python train.py", "mpirun"),
+    ("mpiexec -n 2 ./a.out", "mpirun"),
+    ("horovodrun -np 4 python train.py", "horovodrun"),
+    ("srun --gres=gpu:2 python train.py", "srun"),
+    ("/usr/lib/ray/raylet --node_ip_address=10.0.0.1", "ray"),
+    ("python train.py --launcher torchrun", None),
+    ("bash -c torchrun", None),
+    ("my-launcher --gpus 2", "my-launcher"),
+    ("python -m my.launch train.py", "my.launch"),
+])
+def test_launchers_by_their_command_line(cmdline, launcher):
+    assert procs.launcher_of(cmdline, ("my-launcher", "my.launch")) == launcher
+
+
+def test_the_nearest_launcher_names_the_job_and_a_unit_comes_first():
+    """Recorded answers: two workers, each its own session, under torchrun under a shell; a third
+    under the same torchrun but in a container; one whose parent is unknown."""
+    def entry(pid, ppid, cmdline, cgroup="0::/user.slice/user-1000.slice/session-4.scope\n"):
+        return {"user": "ada", "uid": 1000, "cmdline": cmdline, "cgroup": cgroup, "ppid": ppid, "pgid": pid,
+                "sid": pid, "start": 100.0 + pid}
+    answer = {"10": entry(10, 1, "-bash"), "20": entry(20, 10, "/venv/bin/python /venv/bin/torchrun x.py"),
+              "31": entry(31, 20, "/venv/bin/python -u x.py"), "32": entry(32, 20, "/venv/bin/python -u x.py"),
+              "33": entry(33, 20, "python x.py", "0::/system.slice/docker-" + "ab" * 32 + ".scope\n"),
+              "40": entry(40, 39, "python y.py")}
+    info = procs.parse(answer)
+    assert info[31].job == info[32].job == "torchrun:20"
+    assert info[31].job_start == 120.0 and "torchrun" in info[31].job_command
+    assert info[33].job == "docker:" + "ab" * 6  # the container, whatever launched it
+    assert info[40].job == "pgid:40"  # no launcher known above: its process group
+    assert info[10].job == "pgid:10"

@@ -21,6 +21,9 @@ def add_parser(sub) -> None:
     r.add_argument("--seconds", type=argtypes.positive, default=60.0, help="how long to record (60)")
     r.add_argument("--interval", type=argtypes.positive, help="seconds between ticks (the config's poll interval)")
     r.add_argument("--label", help="a label stored with every tick")
+    r.add_argument("--live-host", action="store_true",
+                   help="with --replay: the GPUs from the recording, the host (sensors, the GPU processes' /proc "
+                        "entries) read live from this box")
     r.set_defaults(func=cmd_record)
 
 
@@ -38,10 +41,13 @@ def cmd_record(args) -> int:
     if source is not None:
         from ..replay import ReplayHost, replay_backend
 
-        nvml, host = replay_backend(source), ReplayHost(source)
-        what = f"re-recorded from {args.replay or demo_path()}"
+        live = SystemHost(config.host.sysfs, launchers=tuple(config.jobs.launchers))
+        nvml, host = replay_backend(source), live if args.live_host else ReplayHost(source)
+        what = f"re-recorded from {args.replay or demo_path()}" + (", the host live" if args.live_host else "")
     else:
-        nvml, host = gpureader.real_backend(), SystemHost(config.host.sysfs)
+        if args.live_host:
+            raise UsageError("--live-host goes only with --replay FILE or --demo")
+        nvml, host = gpureader.real_backend(), SystemHost(config.host.sysfs, launchers=tuple(config.jobs.launchers))
         what = "recorded by rigmon record"
     recorder = Recorder(f"{what}; rigmon {__version__}; {interval:g} s interval")
     stop_on_signals()  # Ctrl-C or SIGTERM ends the recording cleanly

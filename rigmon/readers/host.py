@@ -29,16 +29,17 @@ class SystemHost:
     """The real backend: psutil's calls as they are, plus RAPL zones and what psutil leaves out
     of hwmon read from sysfs, and the GPU processes' /proc entries."""
 
-    def __init__(self, sysfs: str | Path = "/sys", proc: str | Path = "/proc"):
+    def __init__(self, sysfs: str | Path = "/sys", proc: str | Path = "/proc", launchers: tuple[str, ...] = ()):
         self._sysfs = Path(sysfs)
         self._powercap = self._sysfs / "class" / "powercap"
         self._proc = Path(proc)
+        self._launchers = tuple(launchers)
 
     def hwmon(self) -> dict:
         return hwmon.raw(self._sysfs)
 
     def processes(self, pids: list[int]) -> dict:
-        return procs.raw(pids, self._proc)
+        return procs.raw(pids, self._proc, self._launchers)
 
     def start_times(self, pids: list[int]) -> dict:
         return procs.start_times(pids, self._proc)
@@ -82,11 +83,13 @@ def _moved(known: float | None, now: Any) -> bool:
 class HostReader:
     name = "host"
 
-    def __init__(self, backend: Any = None, *, rapl: bool = True, sysfs_sensors: bool = True):
+    def __init__(self, backend: Any = None, *, rapl: bool = True, sysfs_sensors: bool = True,
+                 launchers: tuple[str, ...] = ()):
         self._backend = backend if backend is not None else SystemHost()
         self._rapl = rapl
         self._sysfs_sensors = sysfs_sensors
         self._processes: dict[int, ProcessInfo] = {}  # the GPU processes, read once each
+        self._launchers = tuple(launchers)  # jobs.launchers: more programs that launch a job's processes
         self._rapl_state: dict[str, tuple[int, float]] = {}  # zone -> (last raw µJ, joules counted so far)
         self._said: set[str] = set()
         self._cpu_count: int | None = None
@@ -154,7 +157,7 @@ class HostReader:
             reused = False
         if wanted != set(self._processes) or reused:
             answer = self._section("processes", lambda: self._backend.processes(sorted(wanted))) or {}
-            found = procs.parse(answer)
+            found = procs.parse(answer, self._launchers)
             self._processes = {pid: found.get(pid) or ProcessInfo(pid, job=f"pid:{pid}") for pid in wanted}
         return tuple(self._processes[pid] for pid in sorted(wanted))
 

@@ -2,10 +2,21 @@
 
 NVML names the processes that hold a GPU by PID only. For each, this reads /proc/PID once
 (while it keeps holding a GPU): the user, the command line (shortened), the start time, the
-parent and process group, and the cgroup, which says whether it runs in a container, a
-systemd service or a Slurm job. A job is that unit; a process in a login session is grouped
-by its process group (a training script and the workers it started, as the shell's job
-control sees them), named after the group's leader and start time.
+parent, process group and session, and the cgroup, which says whether it runs in a container,
+a systemd service or a Slurm job. A job is what its owner launched, found in this order:
+
+1. that unit (container, Slurm job, systemd service);
+2. else the nearest ancestor that is a known launcher (``torchrun`` and ``python -m
+   torch.distributed.run``, ``accelerate launch``, ``deepspeed``, ``mpirun``/``mpiexec``,
+   ``horovodrun``, ``srun``, Ray's ``raylet``, and the names ``jobs.launchers`` adds):
+   ``torchrun:<pid>``. torch's elastic agent starts each worker in a session of its own,
+   so without this one DDP run would be one job per worker;
+3. else its process group (a training script and the workers it started, ``mp.spawn``, a
+   shell's ``a & b`` pair), ``pgid:<pgid>``.
+
+The ancestors are read with the process, at most ``MAX_ANCESTORS`` up, stopping at a launcher
+or at the session's leader (the login shell); they are kept in the same answer, so a
+recording groups on replay as the live box did.
 
 ``raw(pids, proc)`` is what a recording stores; ``parse`` turns it into ``ProcessInfo``.
 """
@@ -24,20 +35,47 @@ from ..text import decode, printable
 MAX_COMMAND = 160  # characters of a command line shown
 MAX_COMMAND_BYTES = 4096  # of /proc/PID/cmdline read (a command line can be megabytes)
 MAX_CGROUP_BYTES = 8192
+MAX_ANCESTORS = 16  # parents read above a GPU process, at most
+
+# launcher: a program (or the script an interpreter runs) -> the name its jobs are keyed by
+LAUNCHERS = {"torchrun": "torchrun", "deepspeed": "deepspeed", "mpirun": "mpirun", "mpiexec": "mpirun",
+             "orterun": "mpirun", "prterun": "mpirun", "horovodrun": "horovodrun", "srun": "srun",
+             "raylet": "ray"}
+# launcher: a module run with python -m
+LAUNCHER_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torchrun",
+                    "accelerate.commands.launch": "accelerate", "deepspeed.launcher.launch": "deepspeed",
+                    "deepspeed.launcher.runner": "deepspeed", "horovod.runner.launch": "horovodrun"}
 
 
-def raw(pids: list[int], proc: str | Path = "/proc") -> dict[str, dict[str, Any]]:
-    """``{pid: {"user", "uid", "cmdline", "cgroup", "ppid", "pgid", "start"}}``; a PID that is gone
-    (or hidden: another PID namespace) is left out."""
+def raw(pids: list[int], proc: str | Path = "/proc", launchers: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+    """``{pid: {"user", "uid", "cmdline", "cgroup", "ppid", "pgid", "sid", "start"}}`` for these
+    PIDs and the ancestors that say which job each belongs to (see the module's text); a PID
+    that is gone (or hidden: another PID namespace) is left out."""
     base = Path(proc)
     boot = _boot_time(base)
     ticks = os.sysconf("SC_CLK_TCK")
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
+
+    def read(pid: int) -> dict[str, Any] | None:
+        if str(pid) not in out:
+            try:
+                out[str(pid)] = _read(base / str(pid), boot, ticks)
+            except (OSError, ValueError, IndexError):  # gone, hidden, or unreadable: this process only
+                return None
+        return out[str(pid)]
+
     for pid in pids:
-        try:
-            out[str(pid)] = _read(base / str(pid), boot, ticks)
-        except (OSError, ValueError, IndexError):  # gone, hidden, or unreadable: this process only
-            continue
+        entry = read(pid)
+        if entry is None or unit_of(entry["cgroup"]) is not None:
+            continue  # a container's, a service's or a Slurm job's: the unit is the job
+        current = pid
+        for _ in range(MAX_ANCESTORS):
+            parent = entry["ppid"]
+            if parent <= 1 or (current != pid and entry["sid"] == current):
+                break  # the top, or the session's leader (the login shell): no launcher above
+            entry, current = read(parent), parent
+            if entry is None or launcher_of(entry["cmdline"], launchers) is not None:
+                break
     return out
 
 
@@ -65,13 +103,13 @@ def _read(d: Path, boot: float | None, ticks: int) -> dict[str, Any]:
     uid = d.stat().st_uid
     cmdline = (d / "cmdline").read_bytes()[:MAX_COMMAND_BYTES]
     cgroup = decode((d / "cgroup").read_bytes()[:MAX_CGROUP_BYTES])
-    ppid, pgid, start = int(fields[1]), int(fields[2]), _started(fields, boot, ticks)
+    ppid, pgid, sid, start = int(fields[1]), int(fields[2]), int(fields[3]), _started(fields, boot, ticks)
     try:
         user = pwd.getpwuid(uid).pw_name
     except KeyError:
         user = str(uid)
     return {"user": user, "uid": uid, "cmdline": decode(cmdline.replace(b"\0", b" ")).strip(), "cgroup": cgroup,
-            "ppid": ppid, "pgid": pgid, "start": start}
+            "ppid": ppid, "pgid": pgid, "sid": sid, "start": start}
 
 
 def _stat(d: Path) -> list[str]:
@@ -94,7 +132,7 @@ def _boot_time(base: Path) -> float | None:
     return None
 
 
-def parse(answer: dict[str, dict[str, Any]]) -> dict[int, ProcessInfo]:
+def parse(answer: dict[str, dict[str, Any]], launchers: tuple[str, ...] = ()) -> dict[int, ProcessInfo]:
     """Entries of ``raw`` (live or recorded) as ``ProcessInfo``. Every string is made printable
     here, once: a user's command line, cgroup or name reaches terminals, logs, the ledger and
     the line protocol only as text without control characters or line breaks."""
@@ -106,17 +144,74 @@ def parse(answer: dict[str, dict[str, Any]]) -> dict[int, ProcessInfo]:
             continue
         if not isinstance(p, dict):
             continue
-        command = printable(_text(p.get("cmdline"))) or None
-        if command and len(command) > MAX_COMMAND:
-            command = command[:MAX_COMMAND - 1] + "…"
+        command = _shown(p.get("cmdline"))
         unit = unit_of(_text(p.get("cgroup")))
         unit = printable(unit) if unit is not None else None
         pgid, start = _int(p.get("pgid")), _float(p.get("start"))
-        job = unit or f"pgid:{pgid if pgid is not None else pid}"
+        job, job_start, job_command = unit, None, None
+        if unit is None:
+            found = _launcher_above(pid, answer, launchers)
+            if found is not None:
+                name, above = found
+                job, job_start = f"{name}:{above}", _float(answer[str(above)].get("start"))
+                job_command = _shown(answer[str(above)].get("cmdline"))
+            else:
+                job = f"pgid:{pgid if pgid is not None else pid}"
         user = p.get("user")
         out[pid] = ProcessInfo(pid, printable(user) if user is not None else None, command, unit, job, start,
-                               _int(p.get("ppid")), pgid)
+                               _int(p.get("ppid")), pgid, job_start, job_command)
     return out
+
+
+def _shown(cmdline: Any) -> str | None:
+    command = printable(_text(cmdline)) or None
+    if command and len(command) > MAX_COMMAND:
+        command = command[:MAX_COMMAND - 1] + "…"
+    return command
+
+
+def _launcher_above(pid: int, answer: dict, launchers: tuple[str, ...]) -> tuple[str, int] | None:
+    """(launcher name, its PID) of the nearest ancestor of ``pid`` in ``answer`` that is a launcher."""
+    seen = {pid}
+    entry = answer.get(str(pid))
+    for _ in range(MAX_ANCESTORS):
+        parent = _int(entry.get("ppid")) if isinstance(entry, dict) else None
+        if parent is None or parent <= 1 or parent in seen:
+            return None
+        seen.add(parent)
+        entry = answer.get(str(parent))
+        if not isinstance(entry, dict):
+            return None
+        name = launcher_of(_text(entry.get("cmdline")), launchers)
+        if name is not None:
+            return name, parent
+    return None
+
+
+def launcher_of(cmdline: str, extra: tuple[str, ...] = ()) -> str | None:
+    """The launcher a command line runs (``torchrun``, ``accelerate``…), or None: its program,
+    or the script or module an interpreter runs, is a known launcher or one of ``extra``
+    (names of programs, scripts or ``-m`` modules)."""
+    words = cmdline.split()
+    if not words:
+        return None
+    program = words[0].rsplit("/", 1)[-1]
+    rest = words[1:]
+    if _INTERPRETER.match(program):
+        for i, word in enumerate(rest):
+            if word == "-m" or (word.startswith("-m") and len(word) > 2):
+                module = rest[i + 1] if word == "-m" and i + 1 < len(rest) else word[2:]
+                return LAUNCHER_MODULES.get(module) or (module if module in extra else None)
+            if word in ("-c", "-"):
+                return None
+            if not word.startswith("-"):
+                program, rest = word.rsplit("/", 1)[-1], rest[i + 1:]
+                break
+        else:
+            return None
+    if program == "accelerate":
+        return "accelerate" if rest[:1] == ["launch"] else None
+    return LAUNCHERS.get(program) or (program if program in extra else None)
 
 
 def executable(command: str | None) -> str | None:
