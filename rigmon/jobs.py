@@ -1,24 +1,32 @@
 """The ledger of jobs: who used the GPUs, for how long, and what each run cost.
 
 A job is what a GPU process belongs to (``ProcessInfo.job``): its container, systemd
-service or Slurm job, else its process group (a training script and the workers it
-started). The ledger follows every job that holds a GPU, poll by poll:
+service or Slurm job, else the launcher above it (``torchrun:<pid>``…), else its process
+group (a training script and the workers it started). The ledger follows every job that
+holds a GPU, poll by poll. Each interval between two polls of a GPU belongs to the jobs on
+it at the interval's start, split by their SM share then where NVML gives it, else evenly:
 
-- time: GPU-seconds, each GPU it held counted for the time between two polls;
-- energy: each GPU's energy counter rise between two polls (its power times the time where
-  the GPU has no counter) goes to the jobs on it, split by their SM share where NVML gives
-  it, else evenly;
+- GPU time: ``gpu_seconds`` is that split share (on a GPU two jobs share, their GPU-hours
+  add up to the GPU's hours), ``held_seconds`` the whole interval for each job on the GPU
+  (the time it held the GPU, shared or not);
+- energy: each GPU's energy counter rise, spread over the intervals since the counter last
+  moved in proportion to the power read at each, each interval's part split as its time.
+  The counter is read every ``gpu.slow_interval``, and at every poll where the GPU's set of
+  processes changes and the one after, so no energy crosses a job's boundary. A GPU without
+  a counter has its power integrated instead, and the job says so (``energy_estimated``);
 - how it ran: mean power against the limit, mean utilisation, peak temperature, time
   throttled (thermal, power brake, HW slowdown), the alerts that fired on its GPUs;
 - starved: busy (utilisation ≥ ``jobs.starved_utilization``) but below
   ``jobs.starved_power_ratio`` of the power limit for most of its busy time: the GPU waited
-  on something else (data loading, a slow PCIe link, the CPU).
+  on something else (data loading, a slow PCIe link, the CPU). A job busy for less than
+  ``STARVED_MIN_BUSY_SECONDS`` is too short to judge (None).
 
 A job ends when it has held no GPU for ``jobs.end_after``. The ledger lives in
 ``<state_dir>/jobs.sqlite`` (WAL, committed every few seconds and at every start and end),
 with each GPU's last energy reading: a daemon restarted mid-job finds its jobs and goes on
-(the energy used while it was down goes to the jobs still running). Each finished job is
-one InfluxDB point (``job``), and the energy of all jobs is a Prometheus counter by user.
+(the energy used while it was down goes to the jobs on the GPU when it stopped that still
+run). Each finished job is one InfluxDB point (``job``), and the energy of all jobs is a
+Prometheus counter by user.
 """
 
 from __future__ import annotations
@@ -52,6 +60,8 @@ COMMIT_SECONDS = 10.0  # sample time between commits of the running jobs
 _UNAVAILABLE = re.compile(r"locked|unable to open|readonly|read-only|disk I/O|permission|authoriz", re.I)
 PRUNE_SECONDS = 3600.0  # sample time between prunings of jobs older than jobs.keep
 MAX_GAP_SECONDS = 7 * 24 * 3600.0  # a longer gap between two readings of a GPU is not booked
+STARVED_MIN_BUSY_SECONDS = 60.0  # busy for less than this, a job is too short to call starved
+MAX_PENDING = 4096  # intervals a GPU keeps waiting for its energy counter to move
 THROTTLE_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 
 SCHEMA = """
@@ -67,7 +77,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     process_start REAL,
     gpus TEXT NOT NULL DEFAULT '[]',
     gpu_seconds REAL NOT NULL DEFAULT 0,
+    held_seconds REAL NOT NULL DEFAULT 0,
     energy_joules REAL NOT NULL DEFAULT 0,
+    energy_estimated INTEGER NOT NULL DEFAULT 0,
     power_seconds REAL NOT NULL DEFAULT 0,
     limit_seconds REAL NOT NULL DEFAULT 0,
     utilization_seconds REAL NOT NULL DEFAULT 0,
@@ -92,7 +104,7 @@ CREATE TABLE IF NOT EXISTS gpu_energy (
 """
 
 
-@dataclass
+@dataclass(eq=False)  # a job is itself: keyed by identity while its energy waits for a counter
 class Job:
     id: int
     key: str
@@ -104,8 +116,10 @@ class Job:
     ended: float | None = None
     process_start: float | None = None
     gpus: set[int] = field(default_factory=set)
-    gpu_seconds: float = 0.0
+    gpu_seconds: float = 0.0  # its share of each GPU's time
+    held_seconds: float = 0.0  # the time it held GPUs, each counted whole
     energy_joules: float = 0.0
+    energy_estimated: bool = False  # some of its energy is power × time (a GPU without an energy counter)
     power_seconds: float = 0.0  # ∫ power dt over its GPUs (W·s), for the mean power
     limit_seconds: float = 0.0  # ∫ limit dt, for the mean power against the limit
     utilization_seconds: float = 0.0
@@ -116,8 +130,11 @@ class Job:
     alerts: set[str] = field(default_factory=set)
 
     @property
-    def starved(self) -> bool:
-        return self.busy_seconds >= 60 and self.starved_seconds > 0.5 * self.busy_seconds
+    def starved(self) -> bool | None:
+        """Whether it was starved; None when it was busy too briefly to judge."""
+        if self.busy_seconds < STARVED_MIN_BUSY_SECONDS:
+            return None
+        return self.starved_seconds > 0.5 * self.busy_seconds
 
     def as_dict(self, price_per_kwh: float = 0.0, currency: str = "") -> dict:
         kwh = self.energy_joules / 3.6e6
@@ -125,7 +142,8 @@ class Job:
             "id": self.id, "job": self.key, "user": self.user, "command": self.command, "unit": self.unit,
             "started": self.started, "ended": self.ended, "running": self.ended is None,
             "seconds": (self.ended if self.ended is not None else self.last_seen) - self.started,
-            "gpus": sorted(self.gpus), "gpu_hours": self.gpu_seconds / 3600, "energy_joules": self.energy_joules,
+            "gpus": sorted(self.gpus), "gpu_hours": self.gpu_seconds / 3600, "held_gpu_hours": self.held_seconds / 3600,
+            "energy_joules": self.energy_joules, "energy_estimated": self.energy_estimated,
             "energy_kwh": kwh, "cost": kwh * price_per_kwh if price_per_kwh else None, "currency": currency or None,
             "mean_power_watts": self.power_seconds / self.gpu_seconds if self.gpu_seconds else None,
             "mean_power_ratio": self.power_seconds / self.limit_seconds if self.limit_seconds else None,
@@ -137,8 +155,9 @@ class Job:
 
 
 _COLUMNS = ("key", "user", "command", "unit", "started", "last_seen", "ended", "process_start", "gpus",
-            "gpu_seconds", "energy_joules", "power_seconds", "limit_seconds", "utilization_seconds", "busy_seconds",
-            "starved_seconds", "throttle_seconds", "peak_temperature", "alerts")
+            "gpu_seconds", "held_seconds", "energy_joules", "energy_estimated", "power_seconds", "limit_seconds",
+            "utilization_seconds", "busy_seconds", "starved_seconds", "throttle_seconds", "peak_temperature",
+            "alerts")
 
 
 def _row(job: Job) -> tuple:
@@ -157,14 +176,16 @@ def _job(row: sqlite3.Row) -> Job:
         v = values[name]
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v != v:
             values[name] = 0.0 if name in _TOTALS or name in ("started", "last_seen") else None
+    values["energy_estimated"] = bool(values["energy_estimated"]) if isinstance(values["energy_estimated"], int) \
+        else False
     values["gpus"] = {g for g in _json_list(values["gpus"]) if isinstance(g, int) and not isinstance(g, bool)}
     values["alerts"] = {printable(a) for a in _json_list(values["alerts"]) if isinstance(a, str)}
     job_id = row["id"] if "id" in present else 0
     return Job(id=job_id if isinstance(job_id, int) else 0, **values)
 
 
-_TOTALS = ("gpu_seconds", "energy_joules", "power_seconds", "limit_seconds", "utilization_seconds", "busy_seconds",
-           "starved_seconds", "throttle_seconds")
+_TOTALS = ("gpu_seconds", "held_seconds", "energy_joules", "power_seconds", "limit_seconds", "utilization_seconds",
+           "busy_seconds", "starved_seconds", "throttle_seconds")
 
 
 def _json_list(text) -> list:
@@ -173,6 +194,9 @@ def _json_list(text) -> list:
     except ValueError:
         return []
     return value if isinstance(value, list) else []
+
+
+_ADDED_COLUMNS = (("held_seconds", "REAL NOT NULL DEFAULT 0"), ("energy_estimated", "INTEGER NOT NULL DEFAULT 0"))
 
 
 def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
@@ -187,6 +211,10 @@ def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(SCHEMA)
+        have = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+        for column, kind in _ADDED_COLUMNS:  # a ledger from an older rigmon gains them
+            if column not in have:
+                db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
     db.row_factory = sqlite3.Row
     return db
 
@@ -234,8 +262,13 @@ class JobLedger:
         self._unwritable = False
         self._lock = threading.Lock()  # the poll thread writes; scrapes read the totals
         self.running: dict[str, Job] = {}
-        # each GPU's last energy reading and the jobs then on it: (time, joules, {job keys})
-        self._gpus: dict[str, tuple[float, float | None, set[str]]] = {}
+        # each GPU's last reading and the jobs then on it: (time, joules, {job key: share})
+        self._gpus: dict[str, tuple[float, float | None, dict[str, float]]] = {}
+        # each GPU's energy counter where it last moved, and the intervals since, waiting for
+        # its next move: [(power × time, {job: part of the interval})]
+        self._counter: dict[str, float] = {}
+        self._pending: dict[str, list[tuple[float, dict[Job, float]]]] = {}
+        self._readings: dict[str, object] = {}  # each GPU's last reading
         self._energy_by_user: dict[str, float] = {}
         self._next_id = 1  # while the ledger cannot be written: ids in memory
         self._last_prune = float("-inf")
@@ -270,7 +303,8 @@ class JobLedger:
         for r in self._db.execute("SELECT * FROM gpu_energy"):
             keys = {k for k in _json_list(r["jobs"]) if isinstance(k, str)}
             if isinstance(r["time"], (int, float)) and isinstance(r["joules"], (int, float)):
-                self._gpus[r["uuid"]] = (float(r["time"]), float(r["joules"]), keys)
+                self._gpus[r["uuid"]] = (float(r["time"]), float(r["joules"]), {k: 1 / len(keys) for k in keys})
+                self._counter[r["uuid"]] = float(r["joules"])
         for r in self._db.execute("SELECT user, SUM(e) AS e FROM (SELECT user, energy_joules AS e FROM jobs WHERE "
                                   "ended IS NOT NULL UNION ALL SELECT user, joules FROM pruned_energy) GROUP BY user"):
             if isinstance(r["e"], (int, float)):
@@ -283,6 +317,7 @@ class JobLedger:
             self._db.close()
             self._db = None
         self.running, self._gpus, self._energy_by_user = {}, {}, {}
+        self._counter, self._pending, self._readings = {}, {}, {}
         aside = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}")
         try:
             self.path.rename(aside)
@@ -345,13 +380,14 @@ class JobLedger:
         started, ended = [], []
         for key, (info, gpus) in seen.items():
             job = self.running.get(key)
-            start = info.start_time if info is not None else None
+            # when what the job is keyed by started: the launcher, else the process that names it
+            start = (info.job_start if info.job_start is not None else info.start_time) if info is not None else None
             if job is not None and start is not None and job.process_start is not None and job.last_seen < start <= now:
                 self._end(job)  # the same PGID again, but a new process group since: a new job
                 ended.append(job)
                 job = None
             if job is None:
-                command = info.command if info else None
+                command = (info.job_command or info.command) if info else None
                 if not self.config.store_command_lines:
                     command = executable(command)  # its arguments may hold a token or a password
                 job = Job(0, key, info.user if info else None, command, info.unit if info else None, now, now,
@@ -388,58 +424,82 @@ class JobLedger:
                  job.energy_joules / 3.6e6, " (starved)" if job.starved else "")
 
     def _book(self, sample: Sample, on_gpu: dict[int, dict[str, float]], now: float) -> None:
-        """The time since each GPU's last reading, and the energy it used, to its jobs."""
+        """The interval since each GPU's last reading to the jobs on it at its start: its time and
+        readings now, its energy when the GPU's counter next moves."""
         busy_at, starved_below = self.config.starved_utilization, self.config.starved_power_ratio
         for g in sample.gpus:
             if g.lost:
                 continue
-            last = self._gpus.get(g.uuid)
-            jobs_now = on_gpu.get(g.index, {})
+            uuid = g.uuid
+            last = self._gpus.get(uuid)
             energy = g.energy_joules
-            self._gpus[g.uuid] = (now, energy, set(jobs_now))
-            if last is None or not jobs_now:
+            self._gpus[uuid] = (now, energy, on_gpu.get(g.index, {}))
+            at_start = self._readings.get(uuid, g)  # how the GPU ran: as read at the interval's start
+            self._readings[uuid] = g
+            if last is None:
+                if energy is not None:
+                    self._counter[uuid] = energy
                 continue
-            then, energy_then, jobs_then = last
+            then, _, shares = last
             dt = now - then
             if dt <= 0 or dt > MAX_GAP_SECONDS:
+                self._pending.pop(uuid, None)
+                if energy is not None:
+                    self._counter[uuid] = energy
                 continue
-            # the interval belongs to the jobs on the GPU at both ends (a job that just
-            # started gets its first interval at its next reading; after a restart, the time
-            # rigmon was down goes to the jobs that were on the GPU and still are)
-            shares = {k: s for k, s in jobs_now.items() if k in jobs_then}
-            if not shares:
-                continue
+            parts: dict[Job, float] = {}
             norm = sum(shares.values())
-            if energy is not None and energy_then is not None and energy >= energy_then:
-                used = energy - energy_then
-            else:  # no counter (or it was reset): the power now for the whole interval
-                used = (g.power_watts or 0.0) * dt
-            power, limit, util = g.power_watts, g.power_limit_watts, g.utilization_gpu_ratio
-            ce = g.clock_events
-            throttled = ce is not None and any(getattr(ce, r) for r in THROTTLE_REASONS)
-            busy = util is not None and util >= busy_at
-            starved = busy and power is not None and bool(limit) and power / limit < starved_below
             for key, share in shares.items():
                 job = self.running.get(key)
-                if job is None or job.started >= now:  # new at this reading (a PID or group reused): not its time
-                    continue
-                part = share / norm
-                job.gpu_seconds += dt * part
-                job.energy_joules += used * part
-                if power is not None:
-                    job.power_seconds += power * dt * part
-                if limit:
-                    job.limit_seconds += limit * dt * part
-                if util is not None:
-                    job.utilization_seconds += util * dt * part
-                if busy:
-                    job.busy_seconds += dt * part
-                if starved:
-                    job.starved_seconds += dt * part
-                if throttled:
-                    job.throttle_seconds += dt * part
-                if g.temperature_celsius is not None:
-                    job.peak_temperature = max(job.peak_temperature or g.temperature_celsius, g.temperature_celsius)
+                if job is not None and job.started < now and norm > 0:  # new at this reading: not its time
+                    parts[job] = share / norm
+            power, limit, util = at_start.power_watts, at_start.power_limit_watts, at_start.utilization_gpu_ratio
+            temperature = at_start.temperature_celsius
+            if parts:
+                ce = at_start.clock_events
+                throttled = ce is not None and any(getattr(ce, r) for r in THROTTLE_REASONS)
+                busy = util is not None and util >= busy_at
+                starved = busy and power is not None and bool(limit) and power / limit < starved_below
+                for job, part in parts.items():
+                    job.gpu_seconds += dt * part
+                    job.held_seconds += dt
+                    if power is not None:
+                        job.power_seconds += power * dt * part
+                    if limit:
+                        job.limit_seconds += limit * dt * part
+                    if util is not None:
+                        job.utilization_seconds += util * dt * part
+                    if busy:
+                        job.busy_seconds += dt * part
+                    if starved:
+                        job.starved_seconds += dt * part
+                    if throttled:
+                        job.throttle_seconds += dt * part
+                    if temperature is not None:
+                        job.peak_temperature = max(job.peak_temperature or temperature, temperature)
+            estimate = (power or 0.0) * dt
+            if energy is None:  # no counter: the power now for the whole interval, said so
+                for job, part in parts.items():
+                    job.energy_joules += estimate * part
+                    job.energy_estimated = True
+                continue
+            pending = self._pending.setdefault(uuid, [])
+            pending.append((estimate, parts))
+            counter = self._counter.get(uuid)
+            if counter is None or energy < counter:  # first counter seen, or it was reset: estimates stand
+                for weight, spent in pending:
+                    for job, part in spent.items():
+                        job.energy_joules += weight * part
+                pending.clear()
+                self._counter[uuid] = energy
+            elif energy > counter:
+                _spread(energy - counter, pending)
+                pending.clear()
+                self._counter[uuid] = energy
+            elif len(pending) > MAX_PENDING:  # a counter that stopped moving: the oldest by its power
+                weight, spent = pending.pop(0)
+                for job, part in spent.items():
+                    job.energy_joules += weight * part
 
     def consume_transitions(self, transitions) -> None:
         """Alerts that fire on a job's GPU (or on the host) are kept with the job."""
@@ -457,7 +517,7 @@ class JobLedger:
             return
         with self._lock:
             jobs = list(self.running.values())
-            gpus = [(uuid, t, e, json.dumps(sorted(keys))) for uuid, (t, e, keys) in self._gpus.items()
+            gpus = [(uuid, t, e, json.dumps(sorted(shares))) for uuid, (t, e, shares) in self._gpus.items()
                     if e is not None]
         try:
             with self._db:
@@ -524,6 +584,16 @@ class JobLedger:
             self._commit(self._previous)
         if self._db is not None:
             self._db.close()
+
+
+def _spread(joules: float, pending: list[tuple[float, dict[Job, float]]]) -> None:
+    """A counter's rise over the intervals it covers: in proportion to each one's power × time
+    (evenly where no power was read), each interval's part to its jobs."""
+    total = sum(weight for weight, _ in pending)
+    for weight, parts in pending:
+        share = weight / total if total > 0 else 1 / len(pending)
+        for job, part in parts.items():
+            job.energy_joules += joules * share * part
 
 
 def job_point(job: Job, host: str, price_per_kwh: float = 0.0) -> str:

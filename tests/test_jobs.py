@@ -4,6 +4,7 @@ recorded power, a starved one flagged, a daemon restart mid-job, and ``rigmon jo
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import scenarios as sc
@@ -60,11 +61,11 @@ def two_job_day():
 
 
 def recorded_joules(rec, job) -> float:
-    """The integral of the recorded power over the intervals the job held its GPU at both ends."""
-    ticks = [t for t in rec.ticks if t["gpus"][job["gpu"]]["nvmlDeviceGetComputeRunningProcesses"]]
+    """The integral of the recorded power over the intervals that start with the job on its GPU."""
     total = 0.0
-    for a, b in zip(ticks, ticks[1:], strict=False):
-        total += a["gpus"][job["gpu"]]["nvmlDeviceGetPowerUsage"] / 1000 * (b["t"] - a["t"])
+    for a, b in zip(rec.ticks, rec.ticks[1:], strict=False):
+        if a["gpus"][job["gpu"]]["nvmlDeviceGetComputeRunningProcesses"]:
+            total += a["gpus"][job["gpu"]]["nvmlDeviceGetPowerUsage"] / 1000 * (b["t"] - a["t"])
     return total
 
 
@@ -243,3 +244,123 @@ def test_a_shared_gpu_splits_its_energy_by_sm_share(tmp_path):
         want = (0.75, 0.25) if by_sm else (0.5, 0.5)
         assert energy["alice"] == pytest.approx(want[0] * total, rel=0.01), energy
         assert energy["bob"] == pytest.approx(want[1] * total, rel=0.01), energy
+
+
+# --- a day of jobs from 30 s to 2 h, with the default config ---------------------------------------
+# (pid, gpu, start, seconds, SM share on a shared GPU); GPU 1 is shared from 1000 to 1900 s
+DAY_JOBS = [(101, 0, 60, 30, None), (102, 0, 90, 7200, None), (103, 0, 7290, 120, None),
+            (104, 1, 100, 2400, 0.7), (105, 1, 1000, 900, 0.3), (106, 1, 2500, 90, None), (107, 1, 3000, 31, None),
+            (108, 0, 7500, 60, None)]
+UNREADABLE = 108  # its /proc entry could not be read
+
+
+def _on(t, job):
+    return job[2] <= t < job[2] + job[3]
+
+
+def watts_at(gpu, t, running):
+    if gpu == 1 and any(j[0] == 107 for j in running):
+        return 67.5  # 54 % of its 125 W limit, 100 % busy: a starved run too short to judge
+    return 250.0 + (int(t) * 7919 + 131 * gpu) % 150 if running else 60.0
+
+
+def busy_day():
+    energy = [0.0, 0.0]
+
+    def modify(t, tick):
+        running = [j for j in DAY_JOBS if _on(t, j)]
+        for n, g in enumerate(tick["gpus"]):
+            mine = [j for j in running if j[1] == n]
+            watts = watts_at(n, t, mine)
+            g["nvmlDeviceGetPowerUsage"] = int(watts * 1000)
+            g["nvmlDeviceGetEnforcedPowerLimit"] = 125_000 if n == 1 else 700_000
+            g["nvmlDeviceGetUtilizationRates"] = {"gpu": 100 if mine else 0, "memory": 20 if mine else 0}
+            g["nvmlDeviceGetTotalEnergyConsumption"] = int(energy[n] * 1000)
+            g["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": j[0], "usedGpuMemory": 1 << 30} for j in mine]
+            g["nvmlDeviceGetProcessUtilization:0"] = (  # the driver's samples; none at all on an idle GPU
+                [{"pid": j[0], "timeStamp": int(t * 1e6), "smUtil": int((j[4] if len(mine) > 1 else 1) * 100),
+                  "memUtil": 0, "encUtil": 0, "decUtil": 0} for j in mine] if mine else {"nvml_error": "NotFound"})
+            energy[n] += watts  # a tick a second: the counter is the running sum of the recorded power
+        tick["host"] = {"processes": {
+            str(j[0]): {"user": "ada", "uid": 1000, "cmdline": f"python job{j[0]}.py", "ppid": 1, "pgid": j[0],
+                        "sid": j[0], "cgroup": "0::/user.slice/user-1000.slice/session-2.scope\n",
+                        "start": tick["t"] - t + j[2] - 1} for j in running if j[0] != UNREADABLE}}
+    return sc.timeline(7700, 1.0, gpus=2, modify=modify)
+
+
+def expected_joules(rec) -> dict[int, float]:
+    """Each job's part of the recorded power: each second belongs to the jobs on the GPU at its
+    start, split by their SM share where NVML gives it, else evenly (README's rule)."""
+    out = {j[0]: 0.0 for j in DAY_JOBS}
+    for a, b in zip(rec.ticks, rec.ticks[1:], strict=False):
+        for g in a["gpus"]:
+            pids = [p["pid"] for p in g["nvmlDeviceGetComputeRunningProcesses"]]
+            sm = g["nvmlDeviceGetProcessUtilization:0"]
+            shares = ({s["pid"]: s["smUtil"] / 100 for s in sm} if isinstance(sm, list)
+                      else {p: 1 / len(pids) for p in pids})
+            for pid in pids:
+                out[pid] += g["nvmlDeviceGetPowerUsage"] / 1000 * (b["t"] - a["t"]) * shares[pid]
+    return out
+
+
+def test_every_job_energy_within_one_percent_on_a_day_with_the_default_config(tmp_path):
+    """Jobs of 30 s to 2 h, back to back and sharing a GPU, the energy counter read on the default
+    slow_interval (5 s) and at each change of a GPU's processes: each job's booked energy against
+    its part of the recorded power."""
+    rec = busy_day()
+    config = configmod.parse({"daemon": {"state_dir": str(tmp_path / "state")}, "prometheus": {"enabled": False}})
+    assert config.gpu.slow_interval == 5.0
+    replay(rec, config, range(len(rec.ticks)))
+    jobs = {j["job"]: j for j in json.loads(subprocess.run(
+        [sys.executable, "-m", "rigmon", "jobs", "--json", "--config", str(_toml(tmp_path, config))],
+        capture_output=True, text=True, timeout=60).stdout)["jobs"]}
+    want = expected_joules(rec)
+    for pid, gpu, _, seconds, _ in DAY_JOBS:
+        key = f"pid:{pid}" if pid == UNREADABLE else f"pgid:{pid}"
+        job = jobs[key]
+        error = job["energy_joules"] / want[pid] - 1
+        print(f"job {pid}: {seconds:>5} s on GPU {gpu}: {job['energy_joules']:>10.0f} J booked, "
+              f"{want[pid]:>10.0f} J recorded, error {error:+.3%}")
+        assert abs(error) < 0.01, (key, job["energy_joules"], want[pid])
+        assert job["gpus"] == [gpu] and not job["energy_estimated"]
+    shared, alone = jobs["pgid:104"], jobs["pgid:102"]
+    # GPU-hours on a shared GPU are the job's share of it; the time it held the GPU is beside
+    assert shared["held_gpu_hours"] == pytest.approx(2400 / 3600, rel=0.01)
+    assert shared["gpu_hours"] == pytest.approx((2400 - 900 * 0.3) / 3600, rel=0.01)
+    assert alone["gpu_hours"] == pytest.approx(alone["held_gpu_hours"]) == pytest.approx(2.0, rel=0.01)
+    assert jobs["pgid:107"]["starved"] is None  # 31 s at 54 % of the limit: too short to judge
+    shown = subprocess.run([sys.executable, "-m", "rigmon", "jobs", "show", str(jobs["pgid:107"]["id"]), "--config",
+                            str(_toml(tmp_path, config))], capture_output=True, text=True, timeout=60).stdout
+    assert "starved" in shown and "too short to judge" in shown, shown
+    shown = subprocess.run([sys.executable, "-m", "rigmon", "jobs", "show", str(jobs[f"pid:{UNREADABLE}"]["id"]),
+                            "--config", str(_toml(tmp_path, config))], capture_output=True, text=True,
+                           timeout=60).stdout
+    assert "unknown (/proc could not be read" in shown and "a login session" not in shown, shown
+    shown = subprocess.run([sys.executable, "-m", "rigmon", "jobs", "show", str(shared["id"]), "--config",
+                            str(_toml(tmp_path, config))], capture_output=True, text=True, timeout=60).stdout
+    assert "its share of each GPU's time; held 0.667" in shown and "from the GPUs' energy counters" in shown
+
+
+def _toml(tmp_path, config) -> Path:
+    path = tmp_path / "rigmon.toml"
+    path.write_text(f'[daemon]\nstate_dir = "{config.daemon.state_dir}"\n')
+    return path
+
+
+def test_a_gpu_without_an_energy_counter_integrates_power_and_says_so(tmp_path):
+    rec = busy_day()
+    for tick in rec.ticks:
+        for g in tick["gpus"]:
+            g["nvmlDeviceGetTotalEnergyConsumption"] = {"nvml_error": "NotSupported"}
+    for g in rec.header["gpus"]:
+        g["nvmlDeviceGetTotalEnergyConsumption"] = {"nvml_error": "NotSupported"}
+    rec.ticks[:] = rec.ticks[:200]
+    config = configmod.parse({"daemon": {"state_dir": str(tmp_path / "state")}, "prometheus": {"enabled": False}})
+    replay(rec, config, range(len(rec.ticks)))
+    (job,) = [j for j in json.loads(subprocess.run(
+        [sys.executable, "-m", "rigmon", "jobs", "--json", "--config", str(_toml(tmp_path, config))],
+        capture_output=True, text=True, timeout=60).stdout)["jobs"] if j["job"] == "pgid:104"]
+    assert job["energy_estimated"] and job["energy_joules"] > 0
+    shown = subprocess.run([sys.executable, "-m", "rigmon", "jobs", "show", str(job["id"]), "--config",
+                            str(_toml(tmp_path, config))], capture_output=True, text=True, timeout=60).stdout
+    assert "partly estimated: power × time on a GPU without an energy counter" in shown

@@ -15,7 +15,7 @@ import pytest
 import scenarios as sc
 
 from rigmon import config as configmod
-from rigmon.jobs import Job, JobLedger, _row, connect
+from rigmon.jobs import _COLUMNS, Job, JobLedger, _row, connect
 
 
 def _ledger(path: Path, jobs: int = 3) -> None:
@@ -24,10 +24,8 @@ def _ledger(path: Path, jobs: int = 3) -> None:
         for n in range(jobs):
             job = Job(0, f"pgid:{100 + n}", "alice", "python train.py", None, 1000.0 + n, 1060.0 + n, ended=1060.0 + n,
                       gpus={0}, gpu_seconds=60.0, energy_joules=42000.0)
-            db.execute("INSERT INTO jobs (key, user, command, unit, started, last_seen, ended, process_start, gpus, "
-                       "gpu_seconds, energy_joules, power_seconds, limit_seconds, utilization_seconds, busy_seconds, "
-                       "starved_seconds, throttle_seconds, peak_temperature, alerts) VALUES "
-                       "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _row(job))
+            db.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
+                       _row(job))
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.close()
 
@@ -123,10 +121,7 @@ def test_jobs_limit_reads_only_what_it_prints(tmp_path):
     row = _row(Job(0, "pgid:1", "alice", "python train.py", None, 0.0, 60.0, ended=60.0, gpus={0, 1},
                    gpu_seconds=120.0, energy_joules=1e5))
     with db:
-        db.executemany("INSERT INTO jobs (key, user, command, unit, started, last_seen, ended, process_start, gpus, "
-                       "gpu_seconds, energy_joules, power_seconds, limit_seconds, utilization_seconds, busy_seconds, "
-                       "starved_seconds, throttle_seconds, peak_temperature, alerts) VALUES "
-                       "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        db.executemany(f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
                        ((f"pgid:{n}", *row[1:4], float(n), float(n) + 60, float(n) + 60, *row[7:]) for n in
                         range(400_000)))
     db.close()
@@ -170,3 +165,29 @@ def test_finished_jobs_leave_the_ledger_after_jobs_keep_and_keep_their_energy(tm
     assert before["alice"] == after["alice"] == 3 * 42000.0
     assert time  # durations in days and weeks parse
     assert configmod.parse({"jobs": {"keep": "2w"}}).jobs.keep == 14 * 86400
+
+
+def test_a_ledger_from_before_held_time_and_estimated_energy_gains_them(tmp_path):
+    """A ledger written before the jobs table had held_seconds and energy_estimated: read as it is,
+    then given the columns (no job lost) when the daemon opens it."""
+    import sqlite3
+
+    from rigmon import jobs as ledger
+
+    path = tmp_path / "state" / "jobs.sqlite"
+    path.parent.mkdir()
+    old = [c for c in _COLUMNS if c not in ("held_seconds", "energy_estimated")]
+    db = sqlite3.connect(path)
+    db.execute(f"CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, {', '.join(old)})")
+    db.execute(f"INSERT INTO jobs ({', '.join(old)}) VALUES ({', '.join('?' * len(old))})",
+               ("pgid:7", "ada", "python t.py", None, 10.0, 70.0, 70.0, None, "[0]", 60.0, 4200.0, 0, 0, 0, 0, 0, 0,
+                None, "[]"))
+    db.commit()
+    db.close()
+    (job,) = ledger.load(path)
+    assert job.key == "pgid:7" and job.held_seconds == 0.0 and job.energy_estimated is False
+    JobLedger(configmod.parse({"daemon": {"state_dir": str(path.parent)}})).close()
+    (job,) = ledger.load(path)
+    assert job.energy_joules == 4200.0
+    assert {"held_seconds", "energy_estimated"} <= {r[1] for r in sqlite3.connect(path).execute(
+        "PRAGMA table_info(jobs)")}

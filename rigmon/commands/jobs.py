@@ -103,20 +103,37 @@ def table(rows: list[dict], with_cost: bool) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in out)
 
 
+def _unit(j: dict) -> str:
+    if j["unit"]:
+        return j["unit"]
+    if j["job"].startswith("pid:"):  # its /proc entry could not be read: nothing is known of it
+        return "unknown (/proc could not be read: gone, or hidden in another PID namespace)"
+    if ":" in j["job"] and not j["job"].startswith("pgid:"):
+        return f"— (started by {j['job'].split(':', 1)[0]})"
+    return "— (a login session)"
+
+
 def show(j: dict) -> str:
     lines = [f"job #{j['id']}: {j['job']}" + (" (running)" if j["running"] else "")]
     fields = [
-        ("user", j["user"] or "?"), ("command", j["command"] or "?"), ("unit", j["unit"] or "— (a login session)"),
+        ("user", j["user"] or "?"), ("command", j["command"] or "?"), ("unit", _unit(j)),
         ("started", _when(j["started"])), ("ended", _when(j["ended"]) if j["ended"] else "— (running)"),
         ("took", _duration(j["seconds"])), ("GPUs", ",".join(map(str, j["gpus"])) or "—"),
-        ("GPU-hours", f"{j['gpu_hours']:.3f}"), ("energy", f"{j['energy_kwh']:.4f} kWh ({j['energy_joules']:.0f} J)"),
+        ("GPU-hours", f"{j['gpu_hours']:.3f} (its share of each GPU's time; held {j['held_gpu_hours']:.3f}, each GPU "
+                      f"it was on counted whole)" if abs(j["held_gpu_hours"] - j["gpu_hours"]) > 5e-4
+         else f"{j['gpu_hours']:.3f}"),
+        ("energy", f"{j['energy_kwh']:.4f} kWh ({j['energy_joules']:.0f} J)" + (
+            ", partly estimated: power × time on a GPU without an energy counter" if j["energy_estimated"] else
+            ", from the GPUs' energy counters")),
         ("cost", f"{j['cost']:.2f} {j['currency'] or ''}".rstrip() if j["cost"] is not None
          else "— (no jobs.price_per_kwh)"),
         ("mean power", f"{j['mean_power_watts']:.1f} W" if j["mean_power_watts"] is not None else "—"),
         ("of the limit", f"{j['mean_power_ratio']:.0%}" if j["mean_power_ratio"] is not None else "—"),
         ("utilisation", f"{j['mean_utilization_ratio']:.0%}" if j["mean_utilization_ratio"] is not None else "—"),
         ("busy", _duration(j["busy_seconds"])),
-        ("starved", f"yes: {_duration(j['starved_seconds'])} of its busy time below the power limit share"
+        ("starved", f"too short to judge: busy {_duration(j['busy_seconds'])}, under the "
+                    f"{_duration(ledger.STARVED_MIN_BUSY_SECONDS)} the judgement needs" if j["starved"] is None
+         else f"yes: {_duration(j['starved_seconds'])} of its busy time below the power limit share"
          if j["starved"] else f"no ({_duration(j['starved_seconds'])} of {_duration(j['busy_seconds'])} busy)"),
         ("throttled", _duration(j["throttle_seconds"])),
         ("peak temperature", f"{j['peak_temperature_celsius']:.0f} °C"

@@ -9,7 +9,8 @@ Every call goes through ``_Device.get``, which owns the error policy:
 - Any other error leaves that one value empty for this poll and is counted.
 
 Slow calls are not paid on every poll: the energy counter and the cumulative throttle
-times (~3 ms and ~0.6 ms per GPU on an H200) are read every ``slow_interval`` seconds, PCIe
+times (~3 ms and ~0.6 ms per GPU on an H200) are read every ``slow_interval`` seconds (the
+energy counter also at each poll where the GPU's processes change, and the next), PCIe
 throughput (~21 ms, it samples a 20 ms window) only when asked for. XID critical errors
 arrive on an NVML event thread and are handed out with the next reading.
 """
@@ -133,7 +134,7 @@ class _Device:
 
     __slots__ = ("index", "handle", "info", "unsupported", "lost", "errors", "last_slow", "energy", "throttle",
                  "pcie_rx", "pcie_tx", "supported_events", "fields_unsupported", "plan", "slow_plan", "slow_raw",
-                 "poll_fields", "probe_at", "not_recorded",
+                 "poll_fields", "probe_at", "not_recorded", "pids", "energy_again",
                  "retired_pages", "read_retired_pages", "fans")
 
     def __init__(self, index: int, handle: Any):
@@ -142,6 +143,8 @@ class _Device:
         self.info: GpuInfo | None = None
         self.unsupported: set[str] = set()
         self.not_recorded: set[str] = set()  # of those, the calls a replayed recording holds no answer for
+        self.pids: frozenset[int] = frozenset()  # the processes on it at the last poll
+        self.energy_again = False  # read the energy counter at the next poll too (its processes just changed)
         self.lost = False
         self.probe_at = 0.0  # while lost: when to ask it again (a reset can bring it back)
         self.errors: dict[str, int] = {}
@@ -525,7 +528,8 @@ class GpuReader:
         return raw
 
     def _read(self, d: _Device, now: float) -> GpuReading:
-        if now - d.last_slow >= self._slow_interval:
+        slow = now - d.last_slow >= self._slow_interval
+        if slow:
             self._read_slow(d)
             d.last_slow = now
             d.poll_fields = any(f not in d.fields_unsupported for f in _POLL_FIELDS)
@@ -539,6 +543,14 @@ class GpuReader:
         ecc = [_num(get(key)) for key in _ECC_KEYS]
         rows = get("remapped_rows")
         procs = get("processes")
+        if isinstance(procs, list):
+            # the energy counter at every change of the GPU's processes and the poll after, so a
+            # job's energy ends and starts where the job does, whatever slow_interval says
+            pids = frozenset(getattr(p, "pid", None) for p in procs)
+            if pids != d.pids or d.energy_again:
+                if not slow:
+                    self._read_energy(d)
+                d.energy_again, d.pids = pids != d.pids, pids
         speeds = targets = rpms = None
         if d.fans:  # none on passive boards
             speeds, targets, rpms = (_per_fan(raw, d.fans, 0, 100), _per_fan(raw, d.fans, 1, 100),
@@ -583,8 +595,7 @@ class GpuReader:
         nv = self._nvml
         if d.slow_plan:
             d.slow_raw = self._run_plan(d, slow=True)
-        energy = _num(d.get("nvmlDeviceGetTotalEnergyConsumption", nv.nvmlDeviceGetTotalEnergyConsumption))
-        d.energy = energy / 1000 if energy is not None else None
+        self._read_energy(d)
         throttle = self._fields(d, _THROTTLE_FIELD_IDS)
         if throttle:
             d.throttle = ThrottleSeconds(**{name: throttle[fid] / 1e9 for fid, name in THROTTLE_FIELDS.items()
@@ -604,6 +615,10 @@ class GpuReader:
             tx = d.get("nvmlDeviceGetPcieThroughput:0", nv.nvmlDeviceGetPcieThroughput, 0)
             d.pcie_rx = rx * 1000 if rx is not None else None
             d.pcie_tx = tx * 1000 if tx is not None else None
+
+    def _read_energy(self, d: _Device) -> None:
+        energy = _num(d.get("nvmlDeviceGetTotalEnergyConsumption", self._nvml.nvmlDeviceGetTotalEnergyConsumption))
+        d.energy = energy / 1000 if energy is not None else None
 
     def _fields(self, d: _Device, field_ids: tuple[int, ...]) -> dict[int, float]:
         """Field values by id; a field that answers NotSupported is not asked again."""
