@@ -101,8 +101,9 @@ class PollStats:
 
 class Daemon:
     def __init__(self, config: configmod.Config, poller: Poller, notifier: Notifier | None = None,
-                 sinks: list[Sink] | None = None):
+                 sinks: list[Sink] | None = None, speed: float = 1.0):
         self.config = config
+        self.speed = speed  # a replay run faster: polls come this many times as often (the samples' clock too)
         self.poller = poller
         self.notifier = notifier or Notifier()
         self.stats = PollStats(config.daemon.interval)
@@ -204,7 +205,7 @@ class Daemon:
             scheme = "https" if self.config.prometheus.tls_cert else "http"
             log.info("serving metrics on %s://%s:%d/metrics", scheme, self.config.prometheus.listen,
                      self._server.server_address[1])
-        interval = self.config.daemon.interval
+        interval = self.config.daemon.interval / self.speed
         self._scheduler = BackgroundScheduler(job_defaults={"max_instances": 1, "coalesce": True,
                                                             "misfire_grace_time": max(interval, 1.0)})
         self._scheduler.add_listener(self._on_event, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)

@@ -33,7 +33,7 @@ def load_config(args) -> configmod.Config:
     return configmod.load(args.config)
 
 
-def replay_source(args, *, at: float = 0.0, realtime: bool = True, loop: bool = True):
+def replay_source(args, *, at: float = 0.0, realtime: bool = True, loop: bool = True, speed: float = 1.0):
     """The replay that --replay or --demo asks for, and a label for it; (None, "") for the hardware."""
     path = demo_path() if args.demo else args.replay
     if path is None:
@@ -51,7 +51,7 @@ def replay_source(args, *, at: float = 0.0, realtime: bool = True, loop: bool = 
         raise UsageError(f"--at {at:g}: the recording lasts {recording.duration:.1f} s")
     if args.replay_gpus is not None:
         recording = recording.widened(args.replay_gpus)
-    clock = ReplayClock(start_at=at, realtime=realtime)
+    clock = ReplayClock(start_at=at, speed=speed, realtime=realtime)
     return ReplaySource(recording, clock, loop=loop), f"[replay {Path(path).name}]"
 
 

@@ -33,6 +33,9 @@ def add_parser(sub) -> None:
     add_source(p)
     p.add_argument("--listen", metavar="ADDR", help="override prometheus.listen")
     p.add_argument("--port", type=argtypes.port, help="override prometheus.port (0 picks a free port)")
+    p.add_argument("--speed", type=argtypes.positive, metavar="N",
+                   help="with --replay: run the daemon's clock N times as fast (polls, alerts' for, jobs), so a "
+                        "recorded day replays through the whole daemon in minutes")
     p.set_defaults(func=cmd_run)
 
 
@@ -57,12 +60,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     _raise_open_files()
     handed = _handed_over(config)
     cert_times = _cert_times(config)
-    source, label = replay_source(args)
+    speed = args.speed or 1.0
+    if args.speed is not None and not (args.replay or args.demo):
+        raise UsageError("--speed goes only with --replay FILE or --demo: the hardware's clock cannot be hurried")
+    source, label = replay_source(args, speed=speed)
+    wall = time.time
     if source is not None:
-        log.info("replaying %s (%d GPU(s), %.0f s, looping)", label, source.recording.gpu_count,
-                 source.recording.duration)
+        log.info("replaying %s (%d GPU(s), %.0f s, looping%s)", label, source.recording.gpu_count,
+                 source.recording.duration, f", {speed:g}× as fast" if speed != 1 else "")
+        if speed != 1:  # the samples' clock: from now, as fast as the replay
+            start, replay_start = time.time(), source.clock()
+            wall = lambda: start + source.clock() - replay_start  # noqa: E731
     try:
-        daemon = Daemon(config, build_poller(config, source))
+        daemon = Daemon(config, build_poller(config, source, wall=wall), speed=speed)
     except OSError as e:  # the spool's state directory cannot be made or written
         raise UsageError(f"{getattr(e, 'filename', '') or ''}: {e.strerror or e}".lstrip(": ")) from None
     daemon.install_signal_handlers()
