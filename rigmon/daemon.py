@@ -119,7 +119,7 @@ class Daemon:
             if self.influx:
                 self.jobs.listeners.append(self.influx)
         project.SETTINGS["process_series"] = config.gpu.process_series
-        providers = [self.stats] + [p for p in (self.alerts, self.influx, self.jobs) if p is not None]
+        providers = [self.stats] + [p for p in (self.alerts, self.influx, self.jobs, poller.gpu) if p is not None]
         providers.append(BurninReports(config.burnin.reports_dir))
         self.collector = RigmonCollector(providers)
         # Alerts first, so a scrape sees the alert state of the sample it shows.

@@ -16,7 +16,25 @@ os.environ["PYTHONSAFEPATH"] = "1"
 os.environ["COLUMNS"] = "120"
 
 
+# Modules whose every test needs a server (Prometheus, InfluxDB, Alertmanager), root, systemd,
+# Chromium or torch; elsewhere a test is one through the fixtures it takes, or its own marker.
+SYSTEM_MODULES = {"test_alerts_daemon", "test_burnin", "test_dashboards", "test_deploy", "test_influxdb",
+                  "test_launchers", "test_prometheus_rules", "test_systemd"}
+SYSTEM_FIXTURES = {"influx", "named_cgroup", "hostile_processes"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """``system`` on what tests/run --fast leaves out."""
+    for item in items:
+        if item.module.__name__ in SYSTEM_MODULES or SYSTEM_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.system)
+
+
 def pytest_configure(config):
+    config.addinivalue_line("markers", "system: needs a server (Prometheus, InfluxDB, Alertmanager), root, "
+                                       "systemd, Chromium or torch; tests/run --fast leaves it out")
+    config.addinivalue_line("markers", "slow: a soak, fuzz or install run of its own (tens of seconds); "
+                                       "tests/run --fast leaves it out")
     import rigmon
 
     if Path(rigmon.__file__).resolve().is_relative_to(ROOT / "rigmon"):

@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 from collections import Counter
 
+import pytest
 import scenarios as sc
 from servers import Rigmon, http_get, wait_for
 
@@ -49,6 +50,7 @@ summary = "GPU {gpu} at {temperature_celsius:.0f}"
 """
 
 
+@pytest.mark.slow
 def test_scrapes_see_whole_polls_while_alerts_flip_every_poll(tmp_path):
     path = sc.write(flipping(), tmp_path / "flip.rec.jsonl")
     rigmon = Rigmon(tmp_path, replay=path, config=CONFIG)

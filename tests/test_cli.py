@@ -340,3 +340,14 @@ def test_doctor_says_when_the_service_could_not_see_this_python():
     assert hidden_from_the_service(("/home/ada/miniconda3/bin/python",)) == ("/home/ada/miniconda3/bin/python",
                                                                             "/home")
     assert hidden_from_the_service(("/rootless/python",)) is None
+
+
+def test_doctor_lists_the_calls_the_gpu_does_not_support(tmp_path):
+    rec = sc.half_not_supported(sc.h200())
+    path = sc.write(rec, tmp_path / "half.rec.jsonl")
+    done = rigmon("doctor", "--replay", str(path))
+    line = next(x for x in done.stdout.splitlines() if "NVML calls not supported here" in x)
+    asked = {"nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetUtilizationRates",
+             "nvmlDeviceGetPerformanceState", "nvmlDeviceGetMemoryInfo"}  # a few that every poll asks
+    listed = set(line.split(": ", 2)[-1].split(", "))
+    assert listed & asked == {k for k in rec.dropped if k in asked}, (line, rec.dropped)

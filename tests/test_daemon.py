@@ -22,6 +22,7 @@ def load_recording(tmp_path):
     return sc.write(sc.one_tick(sc.h200()), tmp_path / "load.rec.jsonl")
 
 
+@pytest.mark.system
 def test_prometheus_scrapes_the_recordings_values(tmp_path, load_recording):
     rigmon = Rigmon(tmp_path, load_recording, "[daemon]\ninterval = 0.5\n")
     try:
@@ -411,5 +412,25 @@ def test_keep_alive_pipelining_head_and_close(tmp_path):
                     data += chunk
                 head, _, body = data.partition(b"\r\n\r\n")
                 assert b"Connection: close" in head and body == bodies[0]
+    finally:
+        rigmon.stop()
+
+
+def test_nvml_errors_are_counted_by_gpu_call_and_error(tmp_path):
+    """A call that fails (not one the GPU does not support) is counted where a scrape sees it."""
+    def flaky(t, tick):
+        if int(t) % 2:
+            tick["gpus"][0]["nvmlDeviceGetPowerUsage"] = {"nvml_error": "Unknown"}
+    path = sc.write(sc.timeline(30, 0.5, modify=flaky), tmp_path / "flaky.rec.jsonl")
+    rigmon = Rigmon(tmp_path, path, "[daemon]\ninterval = 0.25\n")
+    try:
+        rigmon.wait_ready()
+
+        def counted():
+            text = http_get(rigmon.url)[1].decode()
+            return [line for line in text.splitlines() if line.startswith("rigmon_nvml_errors_total{")
+                    and all(label in line for label in ('gpu="0"', 'call="nvmlDeviceGetPowerUsage"',
+                                                        'error="Unknown"')) and float(line.split()[-1]) >= 2]
+        wait_for(counted, 30, what="the NVML errors counted")
     finally:
         rigmon.stop()

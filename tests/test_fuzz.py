@@ -94,6 +94,7 @@ def _every_output(rec: Recording, path) -> None:
         poller.close()
 
 
+@pytest.mark.slow
 def test_fuzz_recordings_through_every_output(tmp_path, caplog):
     rng = random.Random(29)
     base = sc.h200()

@@ -345,6 +345,7 @@ def test_a_reused_pid_is_a_new_process_and_a_new_job(tmp_path):
     assert booked["alice"] <= 60 and booked["bob"] <= 60  # neither gets the other's time
 
 
+@pytest.mark.slow
 def test_process_series_churn_keeps_memory_flat(tmp_path):
     """10,000 polls, each with a new process on every GPU (a new PID and job; seven users): the
     exposition keeps only the series it renders, the ledger only the running jobs, and the

@@ -56,6 +56,7 @@ def test_wheel_and_sdist_carry_every_package_file(dist):
     assert [f for f in tracked("systemd") + tracked("deploy") if f not in in_sdist] == []
 
 
+@pytest.mark.slow
 def test_wheel_in_a_fresh_venv_works_outside_the_checkout(dist, tmp_path):
     (wheel,) = dist.glob("*.whl")
     venv = tmp_path / "venv"
@@ -96,6 +97,7 @@ def test_wheel_in_a_fresh_venv_works_outside_the_checkout(dist, tmp_path):
     assert proc.returncode == 0, out
 
 
+@pytest.mark.slow
 def test_readme_first_command_installs_and_runs_the_daemon(tmp_path):
     """The command exactly as README has it, in a scratch copy of the checkout, by a shell
     with the user's environment: it must leave a daemon answering on the default port."""

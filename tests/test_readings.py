@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import scenarios as sc
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -155,6 +156,7 @@ def _modules():
         yield info.name
 
 
+@pytest.mark.slow
 def test_nothing_below_the_commands_imports_them():
     below = [m for m in _modules() if not m.startswith("rigmon.commands") and m != "rigmon.__main__"]
     # at run time: each module imported alone, in a fresh interpreter

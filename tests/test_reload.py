@@ -12,6 +12,7 @@ import subprocess
 import threading
 import time
 
+import pytest
 import scenarios as sc
 from receiver import Receiver
 from scenarios import timeline
@@ -62,6 +63,7 @@ def _hot_box(tmp_path):
         g.update({"nvmlDeviceGetTemperature:0": 95}) for g in tick["gpus"]]), tmp_path / "hot.rec.jsonl")
 
 
+@pytest.mark.slow
 def test_twenty_sighups_under_load(tmp_path):
     receiver = Receiver()
     recording = _hot_box(tmp_path)

@@ -7,7 +7,6 @@ that does not approach it points at wrong arithmetic, not at a hard dataset.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -62,7 +61,3 @@ class MarkovChain:
             choice = torch.searchsorted(self.cumulative[current], draws[:, t:t + 1].contiguous()).clamp_max(last)
             out[:, t] = self.successors[current, choice.squeeze(1)]
         return out
-
-
-def uniform_loss(states: int) -> float:
-    return math.log(states)

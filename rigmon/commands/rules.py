@@ -168,6 +168,14 @@ def _facts(sample, poller, config) -> list[str]:
     else:
         out.append(f"GPUs: {len(sample.gpus)} ({', '.join(sorted({i.name for i in sample.gpu_info}))}), driver "
                    f"{sample.system.driver_version}")
+        by_calls: dict[tuple[str, ...], list[int]] = {}
+        for index, calls in gpu.unsupported().items():
+            shown = tuple(sorted({c.partition(":")[0] for c in calls}))
+            if shown:
+                by_calls.setdefault(shown, []).append(index)
+        for calls, indices in by_calls.items():
+            out.append(f"GPU {','.join(map(str, indices))}: NVML calls not supported here (each asked once, then "
+                       f"left out): {', '.join(calls)}")
         missing = gpu.not_recorded()
         if missing:
             out.append(f"recording: no answer for {', '.join(missing)}: what they read is unknown in this replay "
@@ -229,8 +237,8 @@ def _why_not(rule: Rule, entities: dict, sample, poller, config) -> str | None:
     if rule.kind == "host" and gpu_vars and (poller.gpu is None or poller.gpu.unavailable):
         return poller.gpu.unavailable if poller.gpu else "GPUs are disabled in the config"
     detail = {"processes": "process list not readable (containers hide other PIDs)",
-              "process_memory_bytes": "process list not readable",
-              "cpu_utilization": "CPU utilisation not read"}
+              "processes_memory_bytes": "process list not readable",
+              "cpu_utilization_ratio": "CPU utilisation not read"}
 
     def absent(variables: set[str]) -> list[str]:
         return sorted(v for v in variables if v in KINDS[rule.kind] and all(e.get(v) is None for e in mine))

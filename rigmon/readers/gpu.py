@@ -134,7 +134,7 @@ class _Device:
 
     __slots__ = ("index", "handle", "info", "unsupported", "lost", "errors", "last_slow", "energy", "throttle",
                  "pcie_rx", "pcie_tx", "supported_events", "fields_unsupported", "plan", "slow_plan", "slow_raw",
-                 "poll_fields", "probe_at", "not_recorded", "pids", "energy_again",
+                 "poll_fields", "probe_at", "not_recorded", "unrecorded", "pids", "energy_again",
                  "retired_pages", "read_retired_pages", "fans")
 
     def __init__(self, index: int, handle: Any):
@@ -143,11 +143,12 @@ class _Device:
         self.info: GpuInfo | None = None
         self.unsupported: set[str] = set()
         self.not_recorded: set[str] = set()  # of those, the calls a replayed recording holds no answer for
+        self.unrecorded: set[str] = set()  # …and all of those, including the ones an older call stood in for
         self.pids: frozenset[int] = frozenset()  # the processes on it at the last poll
         self.energy_again = False  # read the energy counter at the next poll too (its processes just changed)
         self.lost = False
         self.probe_at = 0.0  # while lost: when to ask it again (a reset can bring it back)
-        self.errors: dict[str, int] = {}
+        self.errors: dict[tuple[str, str], int] = {}  # (call, NVML error) -> failures
         self.last_slow = float("-inf")
         self.energy: float | None = None
         self.throttle: ThrottleSeconds | None = None
@@ -179,12 +180,13 @@ class _Device:
             self.unsupported.add(key)
             if getattr(exc, "not_recorded", False):
                 self.not_recorded.add(key)
+                self.unrecorded.add(key)
             return True
         if isinstance(exc, pynvml.NVMLError_GpuIsLost):
             raise GpuLost from None
         if isinstance(exc, pynvml.NVMLError_NotFound):
             return False  # nothing to report now (no process samples yet): no answer, no error
-        name = f"{key}: {_error_name(exc)}"
+        name = (key.partition(":")[0], _error_name(exc))  # the call without its arguments, and the error
         if name not in self.errors:
             log.warning("GPU %d: %s failed: %s", self.index, key, exc)
         self.errors[name] = self.errors.get(name, 0) + 1
@@ -653,7 +655,20 @@ class GpuReader:
         return tuple(d.info for d in self.devices)
 
     def unsupported(self) -> dict[int, tuple[str, ...]]:
-        return {d.index: tuple(sorted(d.unsupported)) for d in self.devices}
+        """The calls each GPU does not support (a replay's: those its recording answered so)."""
+        return {d.index: tuple(sorted(d.unsupported - d.unrecorded)) for d in self.devices}
+
+    def families(self):
+        """NVML calls that failed (NotSupported and NotFound are answers, not failures), per GPU."""
+        from prometheus_client.core import CounterMetricFamily
+
+        errors = CounterMetricFamily("rigmon_nvml_errors", "NVML calls that failed since start, by GPU, call and "
+                                                           "error (a call the GPU does not support is not one).",
+                                     labels=["gpu", "call", "error"])
+        for d in self.devices:
+            for (call, error), count in sorted(dict(d.errors).items()):
+                errors.add_metric([str(d.index), call, error], count)
+        yield errors
 
     def not_recorded(self) -> tuple[str, ...]:
         """The calls a replayed recording has no answer for (they read as NotSupported) and no
