@@ -1,0 +1,97 @@
+"""rigmon's modules read top-down: each imports only from its own layer or below, and no two
+modules import each other, directly or round a circle. Read from the source's import
+statements (those inside functions too), so a new arrow back up fails here in review."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "rigmon"
+
+# lowest first; a module belongs to the longest prefix that names it
+LAYERS = [
+    ("text, logs, retry, systemd: no rigmon below them",
+     ["rigmon.text", "rigmon.logs", "rigmon.retry", "rigmon.systemd"]),
+    ("the data: a sample, a recording", ["rigmon.sample", "rigmon.recording"]),
+    ("the table of readings and the code made from it; argument types",
+     ["rigmon.readings", "rigmon.project", "rigmon.args"]),
+    ("reading the hardware, live or replayed", ["rigmon.readers", "rigmon.replay", "rigmon.record"]),
+    ("the rule language and its engine (no I/O)",
+     ["rigmon.alerts.rules", "rigmon.alerts.entities", "rigmon.alerts.engine", "rigmon.alerts.xid"]),
+    ("the config", ["rigmon.config"]),
+    ("what is built from a config: the poller, the sinks, notifiers, exporters, the ledger, status",
+     ["rigmon.poller", "rigmon.sinks", "rigmon.exporters", "rigmon.alerts.notify", "rigmon.alerts.sink",
+      "rigmon.alerts.offline", "rigmon.jobs", "rigmon.status"]),
+    ("the daemon and the burn-in", ["rigmon.daemon", "rigmon.burnin"]),
+    ("the command line", ["rigmon.commands", "rigmon.__main__"]),
+]
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imports(modules: dict[str, Path]) -> dict[str, set[str]]:
+    edges = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+                target = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
+                for alias in node.names:
+                    full = f"{target}.{alias.name}"
+                    found.add(full if full in modules else target)
+            elif isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+        edges[name] = {m for m in found if m in modules and m not in (name, "rigmon")}
+    return edges
+
+
+def _layer(module: str) -> int:
+    best = max(((n, len(prefix)) for n, (_, prefixes) in enumerate(LAYERS) for prefix in prefixes
+                if module == prefix or module.startswith(prefix + ".")), key=lambda x: x[1], default=None)
+    if best is None:
+        pytest.fail(f"{module} is in no layer: add it to LAYERS")
+    return best[0]
+
+
+def test_no_module_imports_one_above_its_layer():
+    modules = _modules()
+    up = [f"{m} ({LAYERS[_layer(m)][0]}) imports {o} ({LAYERS[_layer(o)][0]})"
+          for m, outs in sorted(_imports(modules).items()) if m != "rigmon" for o in sorted(outs)
+          if _layer(o) > _layer(m)]
+    assert up == [], "\n".join(up)
+
+
+def test_no_import_circles():
+    edges = _imports(_modules())
+    circles, state = [], {}
+
+    def visit(m, path):
+        state[m] = "open"
+        for o in sorted(edges[m]):
+            if state.get(o) == "open":
+                circles.append(" -> ".join(path[path.index(o):] + [o]))
+            elif o not in state:
+                visit(o, path + [o])
+        state[m] = "done"
+    for m in sorted(edges):
+        if m not in state:
+            visit(m, [m])
+    assert circles == [], "\n".join(circles)
+
+
+def test_the_check_sees_an_arrow_back_up():
+    """The graph is read from the source as it is: a low module that imports a high one is found."""
+    modules = _modules()
+    edges = _imports(modules)
+    assert "rigmon.alerts.rules" in edges["rigmon.config"]  # config is built on the rule language
+    assert "rigmon.config" in edges["rigmon.alerts.sink"] and _layer("rigmon.alerts.sink") > _layer("rigmon.config")
+    assert _layer("rigmon.text") < _layer("rigmon.commands.status")
