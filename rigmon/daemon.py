@@ -29,12 +29,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from . import config as configmod
 from . import project
-from .alerts.sink import AlertSink
 from .exporters.burnin import BurninReports
 from .exporters.prometheus import MetricsApp, RigmonCollector, basic_auth, serve
 from .jobs import JobLedger
 from .poller import Poller
 from .sample import Sample
+from .sinks.alerts import AlertSink
 from .sinks.influxdb import InfluxSink
 from .systemd import Notifier
 

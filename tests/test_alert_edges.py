@@ -12,9 +12,9 @@ import scenarios as sc
 from scenarios import set_gpu, timeline
 
 from rigmon.alerts.engine import AlertEngine
-from rigmon.alerts.offline import replay_rules
 from rigmon.alerts.rules import Expression, Rule, RuleSpec
 from rigmon.config import Config, parse
+from rigmon.offline import replay_rules
 from rigmon.recording import Recording
 
 MASK = "nvmlDeviceGetCurrentClocksEventReasons"

@@ -7,8 +7,8 @@ import pytest
 import scenarios as sc
 from scenarios import set_gpu, timeline
 
-from rigmon.alerts.offline import replay_rules
 from rigmon.config import Config, parse
+from rigmon.offline import replay_rules
 from rigmon.recording import Recording
 
 MASK = "nvmlDeviceGetCurrentClocksEventReasons"

@@ -288,8 +288,8 @@ def test_an_hour_long_retry_after_does_not_freeze_influxdb_writes(tmp_path, infl
 def test_a_chat_webhooks_429_does_not_silence_later_alerts():
     from test_notify import transition
 
-    from rigmon.alerts.notify import Notifier
     from rigmon.config import NotifierConfig
+    from rigmon.sinks.notify import Notifier
 
     receiver = Receiver()
     receiver.status, receiver.retry_after = 429, "3600"
@@ -378,8 +378,8 @@ def test_a_url_with_a_space_or_control_character_fails_config_check(url, tmp_pat
 def test_a_notifier_thread_survives_any_exception():
     from test_notify import transition
 
-    from rigmon.alerts.notify import Notifier
     from rigmon.config import NotifierConfig
+    from rigmon.sinks.notify import Notifier
 
     receiver = Receiver()
     notifier = Notifier(NotifierConfig(type="webhook", url=receiver.url), "box")

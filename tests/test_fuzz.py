@@ -116,8 +116,8 @@ def test_fuzz_recordings_through_every_output(tmp_path, caplog):
 def test_fuzz_rule_sets(tmp_path):
     """1,000 rule sets with random templates (format specs, unknown names) and expressions:
     each is refused with its field named, or runs on a replayed box without a traceback."""
-    from rigmon.alerts.sink import build_engine
     from rigmon.poller import build_poller
+    from rigmon.sinks.alerts import build_engine
 
     rng = random.Random(30)
     names = ["temperature_celsius", "power_watts", "memory_total_bytes", "gpu", "name", "p", "nope", "xid_total"]

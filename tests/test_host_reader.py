@@ -206,8 +206,8 @@ def test_chips_of_one_name_stay_apart_and_sysfs_adds_what_psutil_lacks(tmp_path)
 
 def test_a_psu_that_reports_its_power_feeds_its_budget():
     """A budget group measured by the Corsair PSU's own power input: 412 W against 450."""
-    from rigmon.alerts.offline import replay_rules
     from rigmon.config import parse
+    from rigmon.offline import replay_rules
 
     rec = sc.rich(sc.h200(), gpus=8)
     for sensor, fires in (("corsair-psu/power total", True), ("corsair-psu/0003:1B1C:1C05.0001/power total", True),

@@ -7,8 +7,8 @@ from receiver import Receiver
 from servers import wait_for
 
 from rigmon.alerts.engine import Transition
-from rigmon.alerts.notify import Notifier
 from rigmon.config import NotifierConfig
+from rigmon.sinks.notify import Notifier
 
 
 def transition(n: int, status: str = "firing", severity: str = "critical") -> Transition:

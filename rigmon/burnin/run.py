@@ -283,7 +283,7 @@ def choose_units(args, first: Sample, cuda_count: int, chosen: list[int] | None)
 
 
 def cmd_burnin(args) -> int:
-    from ..alerts.sink import build_engine
+    from ..sinks.alerts import build_engine
     seconds = _duration(args)
     chosen = _parse_gpus(args.gpus)
     baseline = _baseline(args.baseline)

@@ -57,7 +57,7 @@ def cmd_rules_list(args) -> int:
 
 
 def cmd_rules_test(args) -> int:
-    from ..alerts.offline import replay_rules
+    from ..offline import replay_rules
 
     config = configmod.load(args.config)
     if args.replay is None and not args.demo:
@@ -92,8 +92,8 @@ def cmd_rules_test(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from ..alerts.sink import build_engine
     from ..poller import build_poller
+    from ..sinks.alerts import build_engine
 
     config = configmod.load(args.config)
     source, label = replay_source(args)

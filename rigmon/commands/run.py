@@ -197,7 +197,7 @@ def _reload(daemon: Daemon, old: configmod.Config, new: configmod.Config) -> Non
     survives the exec), the listening socket kept open across, the alerts of unchanged rules
     carried, and a RESOLVED sent (by these notifiers, before they flush) for a firing alert
     whose rule the reload changed or removed."""
-    from ..alerts.sink import fingerprint
+    from ..sinks.alerts import fingerprint
 
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
     daemon.stop_polling()  # the alerts are read below: no poll may change them meanwhile

@@ -29,8 +29,8 @@ def add_parser(sub) -> None:
 
 
 def cmd_status(args) -> int:
-    from ..alerts.sink import alert_dict, build_engine
     from ..poller import build_poller
+    from ..sinks.alerts import alert_dict, build_engine
     from ..status import as_json, exit_code, render
 
     config = load_config(args)
@@ -39,7 +39,7 @@ def cmd_status(args) -> int:
     engine = build_engine(config) if config.alerts.enabled else None
     alerts, note, daemon, alerts_now = None, "", None, None
     if engine is not None and source is not None and not args.watch:
-        from ..alerts.offline import replay_rules  # the recording's alerts as of --at
+        from ..offline import replay_rules  # the recording's alerts as of --at
 
         replay_rules(source.recording, config, until=args.at, engine=engine, source=source)
         source.clock.set(args.at)  # where the status looks: the tick the rules ended on, decoded already

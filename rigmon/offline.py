@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..poller import build_poller
-from ..recording import Recording
-from ..replay import ReplayClock, ReplaySource
-from .engine import AlertEngine, Transition
-from .sink import build_engine
+from .alerts.engine import AlertEngine, Transition
+from .poller import build_poller
+from .recording import Recording
+from .replay import ReplayClock, ReplaySource
+from .sinks.alerts import build_engine
 
 if TYPE_CHECKING:
-    from ..config import Config
+    from .config import Config
 
 
 def replay_rules(recording: Recording, config: Config, until: float | None = None,

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from ..alerts.engine import Transition
+from ..alerts.rules import SEVERITY_RANK
 from ..retry import Retry, backoff, retry_after
-from .engine import Transition
-from .rules import SEVERITY_RANK
 
 if TYPE_CHECKING:
     from ..config import NotifierConfig

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from ..alerts.engine import AlertEngine, PsuGroup, Transition
+from ..alerts.rules import Rule
 from ..sample import Sample
-from .engine import AlertEngine, PsuGroup, Transition
 from .notify import Notifier
-from .rules import Rule
 
 if TYPE_CHECKING:
     from ..config import Config
