@@ -19,6 +19,7 @@ from .readers.procs import MAX_ANCESTORS
 from .recording import VALUE_FIELDS, Recording, call_key
 
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_UNKNOWN = 999
 
 
 _DICT_NAMES = frozenset(dir(dict))
@@ -285,6 +286,10 @@ class ReplayNVML:
                                       not_recorded=getattr(e, "not_recorded", False)))
                     continue
                 raise
+            if not isinstance(recorded, dict):  # a damaged answer: this field failed, the others stand
+                out.append(Struct(fieldId=field_id, nvmlReturn=NVML_ERROR_UNKNOWN, valueType=0,
+                                  value=Struct.fromkeys(VALUE_FIELDS, 0), timestamp=0, latencyUsec=0))
+                continue
             number = recorded.get("value", 0)
             out.append(Struct(recorded, fieldId=field_id, value=Struct.fromkeys(VALUE_FIELDS, number)))
         return out
