@@ -398,8 +398,9 @@ def test_process_series_churn_keeps_memory_flat(tmp_path):
 
 
 def test_a_413_sends_the_batch_in_smaller_parts(tmp_path, influx, eight_gpus):
-    """A server (or proxy) that takes at most 800 bytes a request: what waited in the spool during an
-    outage is sent in parts small enough, every point stored, none failed."""
+    """A server (or proxy) that takes at most 2,000 bytes a request (one or two points; the longest
+    line here is under 1,000): what waited in the spool during an outage is sent in parts small
+    enough, every point stored, none failed."""
     from servers import FaultProxy
 
     proxy = FaultProxy(influx.url)
@@ -410,7 +411,7 @@ def test_a_413_sends_the_batch_in_smaller_parts(tmp_path, influx, eight_gpus):
         rigmon.wait_ready()
         proxy.mode = 503
         time.sleep(3)
-        proxy.max_body = 800
+        proxy.max_body = 2000
         proxy.mode = "pass"
         wait_for(lambda: 413 in proxy.answered, 20, what="a 413")
         wait_for(lambda: _metric(rigmon.url, "rigmon_influxdb_spool_points") == 0, 90, what="the spool to drain")
