@@ -16,7 +16,8 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
-from .alerts.rules import Duration, RuleOverride, RuleSpec, merge
+from .alerts.rules import RuleOverride, RuleSpec, merge
+from .durations import Duration
 
 DEFAULT_PATH = Path("/etc/rigmon/rigmon.toml")
 # Not node_exporter's 9100, dcgm-exporter's 9400 or nvidia_gpu_exporter's 9835. Prometheus's

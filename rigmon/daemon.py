@@ -17,10 +17,8 @@ import json
 import logging
 import os
 import signal
-import socket
 import threading
 import time
-from typing import Protocol
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -28,23 +26,14 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from . import config as configmod
-from . import project
-from .exporters.burnin import BurninReports
-from .exporters.prometheus import MetricsApp, RigmonCollector, basic_auth, serve
-from .jobs import JobLedger
-from .poller import Poller
+from .exporters.prometheus import MetricsApp, basic_auth, serve
+from .pipeline import Pipeline
 from .sample import Sample
-from .sinks.alerts import AlertSink
-from .sinks.influxdb import InfluxSink
 from .systemd import Notifier
 
 log = logging.getLogger(__name__)
 
 STOP_GRACE_SECONDS = 3.5  # the warm stop's one deadline; systemd's TimeoutStopSec is 10 s
-
-
-class Sink(Protocol):
-    def consume(self, sample: Sample) -> None: ...
 
 
 class PollStats:
@@ -69,7 +58,7 @@ class PollStats:
             self.readers = sample.readers
             self.generation += 1
 
-    def families(self):
+    def collect(self):
         with self._lock:
             duration = GaugeMetricFamily("rigmon_poll_duration_seconds", "Duration of the last poll.",
                                          labels=[])
@@ -100,32 +89,16 @@ class PollStats:
 
 
 class Daemon:
-    def __init__(self, config: configmod.Config, poller: Poller, notifier: Notifier | None = None,
-                 sinks: list[Sink] | None = None, speed: float = 1.0):
+    """A pipeline on a schedule: the daemon keeps only its lifecycle, signals, the HTTP server
+    and what systemd is told."""
+
+    def __init__(self, config: configmod.Config, pipeline: Pipeline, notifier: Notifier | None = None,
+                 speed: float = 1.0):
         self.config = config
         self.speed = speed  # a replay run faster: polls come this many times as often (the samples' clock too)
-        self.poller = poller
+        self.pipeline = pipeline
         self.notifier = notifier or Notifier()
         self.stats = PollStats(config.daemon.interval)
-        self.alerts = AlertSink(config) if config.alerts.enabled else None
-        self.influx = InfluxSink(config) if config.influxdb.enabled else None
-        self.jobs = JobLedger(config, socket.gethostname()) if config.jobs.enabled and config.gpu.processes else (
-            None)
-        if self.alerts and self.influx:
-            self.alerts.listeners.append(self.influx)
-        if self.jobs is not None:
-            if self.alerts:
-                self.alerts.listeners.append(self.jobs)
-            if self.influx:
-                self.jobs.listeners.append(self.influx)
-        project.SETTINGS["process_series"] = config.gpu.process_series
-        providers = [self.stats] + [p for p in (self.alerts, self.influx, self.jobs, poller.gpu) if p is not None]
-        providers.append(BurninReports(config.burnin.reports_dir))
-        self.collector = RigmonCollector(providers)
-        # Alerts first, so a scrape sees the alert state of the sample it shows.
-        self.sinks: list[Sink] = ([self.alerts] if self.alerts else []) + [self.collector] + (
-            [self.influx] if self.influx else []) + ([self.jobs] if self.jobs else []) + list(sinks or [])
-        self.latest: Sample | None = None
         self.stopped = threading.Event()
         self._stop_requested = threading.Event()
         self.reload_requested = threading.Event()
@@ -136,19 +109,27 @@ class Daemon:
         self._ready = False
         self._status = ""  # the STATUS= systemd was last told
 
+    @classmethod
+    def from_config(cls, config: configmod.Config, source=None, speed: float = 1.0, **kw) -> Daemon:
+        return cls(config, Pipeline.from_config(config, source, **kw), speed=speed)
+
+    # the pipeline's parts, as the commands and the tests look at them
+    poller = property(lambda self: self.pipeline.poller)
+    alerts = property(lambda self: self.pipeline.alerts)
+    jobs = property(lambda self: self.pipeline.jobs)
+    influx = property(lambda self: self.pipeline.influx)
+    latest = property(lambda self: self.pipeline.latest)
+
+    def registry(self) -> CollectorRegistry:
+        """What /metrics shows: the daemon's own health first, then the pipeline's."""
+        return self.pipeline.registry(self.stats)
+
     # --- one poll ------------------------------------------------------------------------
-    def poll_once(self) -> Sample:
-        started = time.perf_counter()
-        sample = self.poller.poll()
-        for sink in self.sinks:
-            try:
-                sink.consume(sample)
-            except Exception:  # a sink's bug must not stop polling or the other sinks
-                log.exception("sink %s failed", type(sink).__name__)
-        self.latest = sample
-        self.stats.completed(sample, time.perf_counter() - started)
+    def poll_once(self, at: float | None = None) -> Sample:
+        result = self.pipeline.step(at)
+        self.stats.completed(result.sample, result.duration_seconds)
         self._ping()
-        return sample
+        return result.sample
 
     def status_line(self) -> str:
         """One line for ``systemctl status``: GPUs answering, the alerts firing, InfluxDB's backlog."""
@@ -194,12 +175,10 @@ class Daemon:
     # --- life cycle ----------------------------------------------------------------------
     def start(self, serve_http: bool = True, sock=None) -> None:
         """Open the readers, poll once, serve (on ``sock`` where a reload handed one over)."""
-        self.poller.open()
+        self.pipeline.open()
         self.poll_once()  # the first sample exists before anyone can scrape
         if serve_http and self.config.prometheus.enabled:
-            registry = CollectorRegistry(auto_describe=False)
-            registry.register(self.collector)
-            app = MetricsApp(registry, lambda: self.stats.generation, basic_auth(self.config.prometheus),
+            app = MetricsApp(self.registry(), lambda: self.stats.generation, basic_auth(self.config.prometheus),
                              routes={"/state": self._state_json})
             self._server, _ = serve(app, self.config.prometheus, sock)
             scheme = "https" if self.config.prometheus.tls_cert else "http"
@@ -245,36 +224,10 @@ class Daemon:
         if not reloading:
             self.notifier.stopping()
         self.stop_polling()
-        if self.influx is not None:
-            self.influx.spool_now()  # the last poll is on disk before anything waits
-        closers = []
-        for sink in self.sinks:
-            close = getattr(sink, "close", None)
-            if close is None:
-                continue
-            closers.append(threading.Thread(target=self._close, args=(sink, close, deadline), daemon=True,
-                                            name=f"rigmon-close-{type(sink).__name__}"))
-        for c in closers:
-            c.start()
-        for c in closers:
-            c.join(max(0.0, deadline - time.monotonic()))
-        late = [c.name.removeprefix("rigmon-close-") for c in closers if c.is_alive()]
-        if late:
-            log.warning("stop: %s still closing at the deadline; abandoned", ", ".join(late))
+        self.pipeline.close(deadline)
         if self._server is not None:
             self._server.shutdown()
-        self.poller.close()
         self.stopped.set()
-
-    @staticmethod
-    def _close(sink, close, deadline: float) -> None:
-        try:
-            try:
-                close(deadline=deadline)
-            except TypeError:  # a sink without a deadline of its own
-                close()
-        except Exception:
-            log.exception("closing sink %s failed", type(sink).__name__)
 
     def wait(self) -> None:
         while not self._stop_requested.wait(0.5):

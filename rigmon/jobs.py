@@ -45,10 +45,9 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from .alerts.rules import format_duration
+from .durations import format_duration
 from .readers.procs import executable
 from .sample import Sample
-from .sinks.lineprotocol import line
 from .text import printable
 
 if TYPE_CHECKING:
@@ -257,7 +256,7 @@ class JobLedger:
         self.config: JobsConfig = config.jobs
         self.host = host
         self.path = ledger_path(config)
-        self.listeners: list = []  # sinks that take the finished jobs' points (InfluxDB)
+        self._ended: list[Job] = []  # finished in this poll: the pipeline hands them to the sinks
         self._db: sqlite3.Connection | None = None  # opened with the first job (a box without any writes nothing)
         self._unwritable = False
         self._lock = threading.Lock()  # the poll thread writes; scrapes read the totals
@@ -344,7 +343,18 @@ class JobLedger:
         return self._db is not None
 
     # --- the sink ---------------------------------------------------------------------------
-    def consume(self, sample: Sample) -> None:
+    def book(self, sample: Sample | None, transitions=()) -> tuple[Job, ...]:
+        """One poll: its alerts kept with the jobs they hit, its GPU time and energy booked;
+        returns the jobs it ended. ``sample`` None: transitions between polls (a reload)."""
+        if transitions:
+            self._note(transitions)
+        if sample is None:
+            return ()
+        self._consume(sample)
+        ended, self._ended = tuple(self._ended), []
+        return ended
+
+    def _consume(self, sample: Sample) -> None:
         now = sample.time
         who = {p.pid: p for p in sample.processes}
         on_gpu: dict[int, dict[str, float]] = {}  # gpu index -> {job key: share}
@@ -501,7 +511,7 @@ class JobLedger:
                 for job, part in spent.items():
                     job.energy_joules += weight * part
 
-    def consume_transitions(self, transitions) -> None:
+    def _note(self, transitions) -> None:
         """Alerts that fire on a job's GPU (or on the host) are kept with the job."""
         with self._lock:
             for t in transitions:
@@ -560,12 +570,10 @@ class JobLedger:
                                      (*_row(job), job.id))
         except sqlite3.Error as e:
             log.error("jobs: cannot write %s: %s", self.path, e)
-        point = job_point(job, self.host, self.config.price_per_kwh)
-        for listener in self.listeners:
-            listener.consume_lines([point])
+        self._ended.append(job)
 
     # --- exported state -------------------------------------------------------------------------
-    def families(self):
+    def collect(self):
         with self._lock:
             by_user = dict(self._energy_by_user)
             for job in self.running.values():
@@ -579,7 +587,7 @@ class JobLedger:
         yield energy
         yield GaugeMetricFamily("rigmon_jobs_running", "Jobs holding a GPU now.", value=running)
 
-    def close(self) -> None:
+    def close(self, deadline: float | None = None) -> None:
         if self._previous is not None:
             self._commit(self._previous)
         if self._db is not None:
@@ -594,17 +602,3 @@ def _spread(joules: float, pending: list[tuple[float, dict[Job, float]]]) -> Non
         share = weight / total if total > 0 else 1 / len(pending)
         for job, part in parts.items():
             job.energy_joules += joules * share * part
-
-
-def job_point(job: Job, host: str, price_per_kwh: float = 0.0) -> str:
-    d = job.as_dict(price_per_kwh)
-    tags = {"host": host, "job": job.key, "user": job.user or ""}
-    if job.unit:
-        tags["unit"] = job.unit
-    fields = {"id": job.id, "command": job.command, "started": job.started, "seconds": d["seconds"],
-              "gpus": ",".join(map(str, sorted(job.gpus))), "gpu_seconds": job.gpu_seconds,
-              "energy_joules": job.energy_joules, "cost": d["cost"], "mean_power_watts": d["mean_power_watts"],
-              "mean_power_ratio": d["mean_power_ratio"], "mean_utilization_ratio": d["mean_utilization_ratio"],
-              "peak_temperature_celsius": job.peak_temperature, "throttle_seconds": job.throttle_seconds,
-              "starved": job.starved, "alerts": ",".join(sorted(job.alerts))}
-    return line("job", tags, fields, int(round((job.ended or job.last_seen) * 1e9)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .alerts.engine import AlertEngine, Transition
-from .poller import build_poller
+from .pipeline import Pipeline, opened
 from .recording import Recording
 from .replay import ReplayClock, ReplaySource
 from .sinks.alerts import build_engine
@@ -24,17 +24,13 @@ def replay_rules(recording: Recording, config: Config, until: float | None = Non
         source = ReplaySource(recording, ReplayClock(realtime=False), loop=False)
     clock = source.clock
     t0 = recording.ticks[0]["t"]
-    poller = build_poller(config, source, wall=lambda: t0 + clock(), event_thread=False)
-    engine = engine if engine is not None else build_engine(config)
+    pipeline = Pipeline.from_config(config, source, outputs=False, announce=False,
+                                    engine=engine if engine is not None else build_engine(config),
+                                    wall=lambda: t0 + clock(), event_thread=False)
     transitions: list[Transition] = []
-    poller.open()
-    try:
+    with opened(pipeline):
         for offset in recording.offsets():
             if until is not None and offset > until:
                 break
-            clock.set(offset)
-            sample = poller.poll()
-            transitions += engine.evaluate(sample, sample.time)
-    finally:
-        poller.close()
+            transitions += pipeline.step(at=offset).transitions
     return transitions

@@ -80,9 +80,11 @@ class Poller:
 
 
 def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=None, host_backend=None,
-                 wall: Callable[[], float] = time.time, event_thread: bool = True) -> Poller:
+                 wall: Callable[[], float] = time.time, event_thread: bool = True,
+                 rare_every_poll: bool | None = None) -> Poller:
     """The readers the config asks for, on real hardware, a replay, or given backends
-    (the recorder hands in its recording proxies)."""
+    (the recorder hands in its recording proxies). ``rare_every_poll``: the rules' wish for the
+    rare counters (``wants_rare_counters_every_poll``), worked out from the config if not given."""
     gpu = host = None
     if config.gpu.enabled:
         if nvml is None and replay is not None:
@@ -96,7 +98,8 @@ def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=Non
             event_thread=event_thread,
             indices=config.gpu.indices,
             expected_pcie_generation=config.gpu.pcie_expected_generation,
-            rare_counters_every_poll=rules_want_rare_counters_every_poll(config),
+            rare_counters_every_poll=(rare_every_poll if rare_every_poll is not None
+                                      else rules_want_rare_counters_every_poll(config)),
             wall=wall,
             # a replay's own clock paces the slow counters and lost-GPU probes, in a replay run
             # faster than real time too
@@ -123,16 +126,20 @@ SHORT_WINDOW = 60.0  # a rule looking at a rare counter over less than this want
 
 
 def rules_want_rare_counters_every_poll(config: Config) -> bool:
-    """True when an enabled rule takes the rate or increase of a rare counter over a window
-    shorter than SHORT_WINDOW: the reader then reads them every poll, not every slow_interval."""
+    """``wants_rare_counters_every_poll`` of the config's rules."""
     if not config.alerts.enabled:
         return False
     from .alerts.rules import Rule
 
-    for spec in config.alerts.effective_rules():
-        if not spec.enabled:
+    return wants_rare_counters_every_poll([Rule(spec) for spec in config.alerts.effective_rules() if spec.enabled])
+
+
+def wants_rare_counters_every_poll(rules) -> bool:
+    """True when an enabled rule takes the rate or increase of a rare counter over a window
+    shorter than SHORT_WINDOW: the reader then reads them every poll, not every slow_interval."""
+    for rule in rules:
+        if not rule.spec.enabled:
             continue
-        rule = Rule(spec)
         shortest = rule.shortest_window
         if rule.history_variables & RARE_COUNTER_VARIABLES and shortest is not None and shortest < SHORT_WINDOW:
             return True

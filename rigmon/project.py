@@ -49,7 +49,7 @@ class _Writer:
     def __init__(self):
         self.lines: list[str] = []
         self.names: dict[str, object] = {"_gpu_fans": gpu_fans, "_unique": unique_temperatures,
-                                         "_process_series": process_series, "_settings": SETTINGS}
+                                         "_process_series": process_series}
         self._temps = 0
 
     def emit(self, depth: int, text: str) -> None:
@@ -102,7 +102,6 @@ _HOST_LOOPS = {
     "power_input": ("h.powers", "[r.chip, r.sensor, r.device]"),
     "current_input": ("h.currents", "[r.chip, r.sensor, r.device]"),
 }
-SETTINGS = {"process_series": 0}  # the daemon sets gpu.process_series here
 
 
 class ProcessSeries:
@@ -142,10 +141,11 @@ def _gpu_parts(entity: str, **flags) -> tuple[list[Reading], list[Reading], list
 
 # --- Prometheus -----------------------------------------------------------------------------------
 def _prometheus() -> Callable:
-    """fill(sample, families): add every reading's sample to its family (a dict by name)."""
+    """fill(sample, families, process_series): add every reading's sample to its family (a dict
+    by name), with the top ``process_series`` GPU processes."""
     w = _Writer()
     fams = {name: f"_F{n}" for n, name in enumerate(FAMILIES)}
-    w.emit(0, "def fill(s, families):")
+    w.emit(0, "def fill(s, families, process_series=0):")
     for name, local in fams.items():
         w.emit(1, f"{local} = families[{name!r}].add_metric")
 
@@ -183,7 +183,7 @@ def _prometheus() -> Callable:
         if r.entity == "host" and r.family and FAMILIES[r.family].group == "gpu":
             add(1, r, "")
     rs = [r for r in READINGS if r.entity == "gpu_process" and r.family]
-    w.emit(1, "for r in _process_series(s, _settings['process_series']):")
+    w.emit(1, "for r in _process_series(s, process_series):")
     w.emit(2, "labels = [r.gpu, r.uuid, r.pid, r.user, r.job]")
     for r in rs:
         add(2, r, "*labels")

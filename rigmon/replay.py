@@ -12,7 +12,8 @@ import bisect
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .readers.procs import MAX_ANCESTORS
@@ -138,6 +139,7 @@ class ReplaySource:
         self._at: tuple[int, list[dict], dict] | None = None  # the last tick worked out, raw
         self._decoded: tuple[int, list, Any, Any] | None = None  # (index, gpus, host, label), decoded
         self._lock = threading.Lock()
+        self._held: int | None = None  # the tick of the poll under way (held)
 
     def _carried_at(self, index: int) -> tuple[list[dict], dict]:
         ticks = self.recording.ticks
@@ -189,7 +191,21 @@ class ReplaySource:
     def __len__(self) -> int:
         return len(self._offsets)
 
+    @contextmanager
+    def held(self) -> Iterator[int]:
+        """One tick for everything asked meanwhile: a poll that straddles a tick boundary still
+        reads every GPU and the host from one tick, as the hardware answers one moment."""
+        self._held = self._tick_now()
+        try:
+            yield self._held
+        finally:
+            self._held = None
+
     def tick_index(self) -> int:
+        held = self._held
+        return held if held is not None else self._tick_now()
+
+    def _tick_now(self) -> int:
         position = self.clock()
         if self.loop and self._period > 0:
             position %= self._period

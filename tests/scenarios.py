@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from pathlib import Path
 
 from rigmon.recording import Recording, demo_path
@@ -237,3 +238,44 @@ def set_gpu(tick: dict, **values) -> None:
     """Set GPU 0's answers: set_gpu(tick, nvmlDeviceGetPowerUsage=300000)."""
     for key, value in values.items():
         tick["gpus"][0][key.replace("__", ":")] = value
+
+
+class Replayed:
+    """The daemon's pipeline over a recording, stepped by hand: the set-up the tests share.
+    ``recording_time``: the samples carry the recording's times (jobs, alerts' ``for``), not now."""
+
+    def __init__(self, recording: Recording, config, at: float = 0.0, loop: bool = False,
+                 recording_time: bool = False, **kw):
+        from rigmon import config as configmod
+        from rigmon.daemon import Daemon
+
+        if isinstance(config, dict):
+            config = configmod.parse(config, "test")
+        self.config = config
+        self.source = source(recording, at, loop=loop)
+        if recording_time:
+            t0 = recording.ticks[0]["t"]
+            kw["wall"] = lambda: t0 + self.source.clock()
+        kw.setdefault("event_thread", False)
+        self.daemon = Daemon.from_config(config, self.source, **kw)
+        self.pipeline = self.daemon.pipeline
+        self.registry = self.daemon.registry()
+        self.pipeline.open()
+
+    def poll(self, at: float | None = None):
+        """One poll through every sink (at ``at`` seconds into the recording); its sample."""
+        return self.daemon.poll_once(at)
+
+    def metrics(self) -> str:
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry).decode()
+
+    def close(self, deadline_seconds: float = 2.0) -> None:
+        self.pipeline.close(time.monotonic() + deadline_seconds)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

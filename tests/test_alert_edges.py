@@ -268,25 +268,14 @@ def test_one_replay_is_not_an_alert_and_thresholds_are_params(tmp_path):
 def exported(recording: Recording, tmp_path, config: dict | None = None) -> dict[str, float]:
     """The samples /metrics would show for the recording's first tick, keyed by name and the
     labels other than uuid."""
-    from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from rigmon.exporters.prometheus import RigmonCollector
-    from rigmon.poller import build_poller
-    from rigmon.replay import ReplayClock, ReplaySource
-
     cfg = parse(config) if config else Config()
-    clock = ReplayClock(realtime=False)
-    poller = build_poller(cfg, ReplaySource(Recording.load(sc.write(recording, tmp_path / "x.rec.jsonl")), clock),
-                          event_thread=False)
-    poller.open()
-    collector = RigmonCollector([])
-    collector.consume(poller.poll())
-    poller.close()
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
+    with sc.Replayed(recording, cfg) as replayed:
+        replayed.poll()
+        text = replayed.metrics()
     out = {}
-    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+    for family in text_string_to_metric_families(text):
         for s in family.samples:
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()) if k != "uuid")
             out[f"{s.name}{{{labels}}}"] = s.value

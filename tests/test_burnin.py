@@ -346,6 +346,6 @@ def test_an_interrupted_run_says_so_and_claims_no_verdict(tmp_path, signame, cod
     assert data["verdict"] == "interrupted" and any(f"interrupted by {signame}" in n for n in data["notes"])
     assert all(u["status"] in ("interrupted", "pass", "warn", "not tested") for u in data["units"]), data["units"]
     assert "Traceback" not in err
-    families = {f.name: f for f in BurninReports(tmp_path / "reports").families()}
+    families = {f.name: f for f in BurninReports(tmp_path / "reports").collect()}
     assert [s.labels["verdict"] for s in families["rigmon_burnin_last_verdict"].samples] == ["interrupted"]
     assert families["rigmon_burnin_last_passed"].samples == []  # no claim about the hardware

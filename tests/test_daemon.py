@@ -14,7 +14,7 @@ from servers import Prometheus, Rigmon, free_port, http_get, wait_for
 from rigmon.config import Config
 from rigmon.daemon import Daemon
 from rigmon.logs import RepeatFilter
-from rigmon.poller import build_poller
+from rigmon.pipeline import Pipeline
 
 
 @pytest.fixture
@@ -186,8 +186,9 @@ class SlowPoller:
 def test_overrunning_polls_are_skipped_and_counted_not_stacked(tmp_path):
     config = Config.model_validate({"daemon": {"interval": 0.1, "state_dir": str(tmp_path)},
                                     "prometheus": {"enabled": False}})
-    source = sc.source(sc.h200(), loop=True)
-    daemon = Daemon(config, SlowPoller(build_poller(config, source), 0.35))
+    pipeline = Pipeline.from_config(config, sc.source(sc.h200(), loop=True))
+    pipeline.poller = SlowPoller(pipeline.poller, 0.35)
+    daemon = Daemon(config, pipeline)
     daemon.start(serve_http=False)
     time.sleep(2.0)
     daemon.stop()

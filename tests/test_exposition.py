@@ -11,10 +11,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.openmetrics import exposition as om_format
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 
-from rigmon import config as configmod
-from rigmon.daemon import Daemon
 from rigmon.exporters.exposition import Exposition
-from rigmon.poller import build_poller
 
 # what Prometheus 2 and 3 send, a bare text scraper (curl), and text with an escaping
 ACCEPTS = {
@@ -36,37 +33,23 @@ BOARDS = {
 }
 
 
-def daemon_registry(recording):
-    config = configmod.parse({"influxdb": {"enabled": False}, "prometheus": {"enabled": False},
-                              "jobs": {"enabled": False}, "gpu": {"process_series": 4}}, "test")
-    source = sc.source(recording, loop=True)
-    poller = build_poller(config, source, event_thread=False)
-    daemon = Daemon(config, poller)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(daemon.collector)
-    poller.open()
-    return source, daemon, registry
-
-
 @pytest.mark.parametrize("board", sorted(BOARDS))
 def test_the_same_bytes_as_prometheus_client(board):
     """Each format, tick by tick (GPUs lost, XIDs counted, values moving): byte for byte what
     prometheus_client writes, while the kept prefixes carry over from render to render."""
-    source, daemon, registry = daemon_registry(BOARDS[board]())
+    config = {"influxdb": {"enabled": False}, "prometheus": {"enabled": False}, "jobs": {"enabled": False},
+              "gpu": {"process_series": 4}}
     writer = Exposition()
     encoders = {name: choose_encoder(accept)[0] for name, accept in ACCEPTS.items()}
     renders = 0
-    try:
+    with sc.Replayed(BOARDS[board](), config, loop=True) as replayed:
         for second in range(0, 40, 2):
-            source.clock.set(float(second))
-            daemon.poll_once()
+            replayed.poll(float(second))
             for name, encoder in encoders.items():
                 fast = writer.encoder(encoder)
                 assert fast is not encoder, f"{name}: written by prometheus_client, not here"
-                assert fast(registry) == encoder(registry), f"{name} at {second} s"
+                assert fast(replayed.registry) == encoder(replayed.registry), f"{name} at {second} s"
                 renders += 1
-    finally:
-        daemon.poller.close()
     assert renders == 20 * len(ACCEPTS)
 
 

@@ -12,7 +12,6 @@ import resource
 
 import pytest
 import scenarios as sc
-from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from rigmon.config import ConfigError, parse
@@ -56,10 +55,7 @@ def _mutate(base: Recording, rng: random.Random) -> Recording:
 
 def _every_output(rec: Recording, path) -> None:
     from rigmon.config import Config
-    from rigmon.daemon import Daemon
     from rigmon.exporters.exposition import Exposition
-    from rigmon.poller import build_poller
-    from rigmon.replay import ReplayClock, ReplaySource
     from rigmon.sinks.lineprotocol import encode
     from rigmon.status import as_json, render
 
@@ -70,28 +66,22 @@ def _every_output(rec: Recording, path) -> None:
     except RecordingError as e:
         assert str(e)
         return
-    source = ReplaySource(rec, ReplayClock(realtime=False), loop=False)
     config = Config.model_validate({"daemon": {"state_dir": str(path.parent / "state")}, "gpu": {"xid_events": False},
                                     "prometheus": {"enabled": False}, "jobs": {"enabled": False}})
-    poller = build_poller(config, source, event_thread=False)
-    daemon = Daemon(config, poller)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(daemon.collector)
+    replayed = sc.Replayed(rec, config)
     exposition = Exposition()
-    poller.open()
     try:
         for at in (0.0, 0.4, 1.0):
-            source.clock.set(at)
-            sample = daemon.poll_once()
+            sample = replayed.poll(at)
             for line in encode(sample, "h", True):
                 line.encode("utf-8", "backslashreplace")
                 assert "\n" not in line
             json.dumps(as_json(sample), allow_nan=False)
             render(sample)
             for accept in ("text/plain", "application/openmetrics-text; version=1.0.0"):
-                exposition.encoder(choose_encoder(accept)[0])(registry)
+                exposition.encoder(choose_encoder(accept)[0])(replayed.registry)
     finally:
-        poller.close()
+        replayed.close(0.0)
 
 
 @pytest.mark.slow

@@ -169,7 +169,7 @@ def test_command_lines_are_kept_only_when_asked(hostile_processes, tmp_path):
                               host_backend=SystemHost())
         poller.open()
         ledger = JobLedger(config, "box")
-        ledger.consume(poller.poll())
+        ledger.book(poller.poll())
         ledger.close()
         poller.close()
         (job,) = ledger.running.values()
@@ -181,13 +181,14 @@ def test_command_lines_are_kept_only_when_asked(hostile_processes, tmp_path):
 def test_hostile_strings_round_trip_through_influxdb_and_prometheus(hostile_processes, tmp_path, influx):
     """The job key, user and command of a hostile process, as line protocol into a real influxd
     and as labels through a real Prometheus: what comes back is what rigmon holds."""
-    from rigmon.jobs import Job, job_point
+    from rigmon.jobs import Job
     from rigmon.project import influx_tag
+    from rigmon.sinks.lineprotocol import encode_job
 
     hostile, plain = hostile_processes
     info = procs.parse(procs.raw([hostile]))[hostile]
     keys = [info.command, "systemd:a\\x2db.service", "ends in a backslash\\", "p\\,q", "line\nbreak"]
-    lines = [job_point(Job(n + 1, key, info.command, info.command, None, 1.0, 2.0, ended=2.0), "box")
+    lines = [encode_job(Job(n + 1, key, info.command, info.command, None, 1.0, 2.0, ended=2.0), "box")
              for n, key in enumerate(keys)]
     assert all("\n" not in line for line in lines)
     request = urllib.request.Request(f"{influx.url}/write?db={influx.database}", data="\n".join(lines).encode())
@@ -334,7 +335,7 @@ def test_a_reused_pid_is_a_new_process_and_a_new_job(tmp_path):
         source.clock.set(t)
         sample = poller.poll()
         users.append(sample.processes[0].user)
-        ledger.consume(sample)
+        ledger.book(sample)
     ledger.close()
     poller.close()
     assert users[:12] == ["alice"] * 12 and users[12:] == ["bob"] * 13
@@ -350,12 +351,9 @@ def test_process_series_churn_keeps_memory_flat(tmp_path):
     """10,000 polls, each with a new process on every GPU (a new PID and job; seven users): the
     exposition keeps only the series it renders, the ledger only the running jobs, and the
     process's memory stays flat over the second half."""
-    from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import choose_encoder
 
-    from rigmon.daemon import Daemon
     from rigmon.exporters.exposition import Exposition
-    from rigmon.poller import build_poller
 
     def modify(t, tick):
         n = int(t)
@@ -369,25 +367,18 @@ def test_process_series_churn_keeps_memory_flat(tmp_path):
     rec = sc.timeline(polls, 1, gpus=8, host={"processes": {}}, modify=modify)
     config = configmod.parse({"daemon": {"state_dir": str(tmp_path)}, "prometheus": {"enabled": False},
                               "gpu": {"xid_events": False, "process_series": 4}, "jobs": {"end_after": 2}})
-    source = sc.source(rec, 0)
-    t0 = rec.ticks[0]["t"]
-    poller = build_poller(config, source, event_thread=False, wall=lambda: t0 + source.clock())
-    daemon = Daemon(config, poller)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(daemon.collector)
+    replayed = sc.Replayed(rec, config, recording_time=True)
     exposition = Exposition()
     render = exposition.encoder(choose_encoder("application/openmetrics-text; version=1.0.0")[0])
-    poller.open()
     kept, rss = [], {}
     for t in range(polls):
-        source.clock.set(t)
-        daemon.poll_once()
-        text = render(registry)
+        replayed.poll(t)
+        text = render(replayed.registry)
         kept.append(len(exposition._prefixes[True]))
         if t in (polls // 2, polls - 1):
             rss[t] = int(re.search(r"VmRSS:\s+(\d+)", Path("/proc/self/status").read_text()).group(1))
-    poller.close()
-    daemon.jobs.close()
+    replayed.close()
+    daemon = replayed.daemon
     assert f'pid="{10_000 + polls - 1}"'.encode() in text
     growth = (rss[polls - 1] - rss[polls // 2]) / 1024
     print(f"prefixes kept: {kept[100]} at poll 100, at most {max(kept[polls // 2:])} over the second half; "
@@ -428,6 +419,7 @@ def test_a_413_sends_the_batch_in_smaller_parts(tmp_path, influx, eight_gpus):
 def test_a_lone_surrogate_does_not_stop_the_spooler(tmp_path):
     """A string from a damaged recording with a lone surrogate: written as its escape; the
     spooler and the sender go on with everything after it."""
+    from rigmon.sinks.base import PollResult
     from rigmon.sinks.influxdb import InfluxSink
 
     class Sender:
@@ -445,8 +437,8 @@ def test_a_lone_surrogate_does_not_stop_the_spooler(tmp_path):
     sender = Sender()
     sink = InfluxSink(config, sender=sender)
     try:
-        sink.consume_lines(['gpu,host=box name="H200\ud800" 1'])
-        sink.consume_lines(["gpu,host=box power_watts=1.0 2"])
+        sink.consume(PollResult(None, lines=('gpu,host=box name="H200\ud800" 1',)))
+        sink.consume(PollResult(None, lines=("gpu,host=box power_watts=1.0 2",)))
         wait_for(lambda: sink.state()["points_written"] == 2, 10, what="both points sent")
     finally:
         sink.close(timeout=2)

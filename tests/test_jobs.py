@@ -10,8 +10,6 @@ import pytest
 import scenarios as sc
 
 from rigmon import config as configmod
-from rigmon.daemon import Daemon
-from rigmon.poller import build_poller
 
 STEP = 10.0  # seconds between the recording's ticks
 DAY = 8 * 3600.0
@@ -71,22 +69,14 @@ def recorded_joules(rec, job) -> float:
 
 def replay(rec, config, ticks: range) -> dict:
     """The daemon's sinks over the recording's ticks ``ticks``, at the recording's times."""
-    source = sc.source(rec)
-    t0 = rec.ticks[0]["t"]
-    poller = build_poller(config, source, wall=lambda: t0 + source.clock(), event_thread=False)
-    daemon = Daemon(config, poller)
-    poller.open()
+    replayed = sc.Replayed(rec, config, recording_time=True)
     offsets = rec.offsets()
     try:
         for i in ticks:
-            source.clock.set(offsets[i])
-            daemon.poll_once()
-        return {j.key: j.id for j in daemon.jobs.running.values()}
+            replayed.poll(offsets[i])
+        return {j.key: j.id for j in replayed.daemon.jobs.running.values()}
     finally:
-        daemon.jobs.close()
-        if daemon.influx is not None:
-            daemon.influx.close(timeout=20)  # everything spooled is sent
-        poller.close()
+        replayed.close(20)  # everything spooled is sent
 
 
 @pytest.fixture(scope="module")

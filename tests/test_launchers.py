@@ -16,8 +16,6 @@ import scenarios as sc
 from servers import free_port, wait_for
 
 from rigmon import config as configmod
-from rigmon.daemon import Daemon
-from rigmon.poller import build_poller
 from rigmon.readers.host import SystemHost
 from rigmon.readers.procs import launcher_of
 
@@ -83,20 +81,13 @@ def on_gpus(pids, seconds=20.0, step=1.0):
 def live_jobs(tmp_path, recording) -> dict[str, set[int]]:
     """The daemon's ledger over the recording's ticks, the processes read from this box's /proc."""
     config = configmod.parse({"daemon": {"state_dir": str(tmp_path / "state")}, "prometheus": {"enabled": False}})
-    source = sc.source(recording)
-    t0 = recording.ticks[0]["t"]
-    poller = build_poller(config, source, host_backend=SystemHost(), wall=lambda: t0 + source.clock(),
-                          event_thread=False)
-    daemon = Daemon(config, poller)
-    poller.open()
+    replayed = sc.Replayed(recording, config, recording_time=True, host_backend=SystemHost())
     try:
         for offset in recording.offsets():
-            source.clock.set(offset)
-            daemon.poll_once()
-        return {key: set(job.gpus) for key, job in daemon.jobs.running.items()}
+            replayed.poll(offset)
+        return {key: set(job.gpus) for key, job in replayed.daemon.jobs.running.items()}
     finally:
-        daemon.jobs.close()
-        poller.close()
+        replayed.close()
 
 
 def test_a_torchrun_ddp_run_is_one_job_on_both_gpus(torchrun, tmp_path):

@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parents[1] / "rigmon"
 
 # lowest first; a module belongs to the longest prefix that names it
 LAYERS = [
-    ("text, logs, retry, systemd: no rigmon below them",
-     ["rigmon.text", "rigmon.logs", "rigmon.retry", "rigmon.systemd"]),
+    ("text, logs, retry, systemd, durations: no rigmon below them",
+     ["rigmon.text", "rigmon.logs", "rigmon.retry", "rigmon.systemd", "rigmon.durations"]),
     ("the data: a sample, a recording", ["rigmon.sample", "rigmon.recording"]),
     ("the table of readings and the code made from it; argument types",
      ["rigmon.readings", "rigmon.project", "rigmon.args"]),
@@ -20,9 +20,10 @@ LAYERS = [
     ("the rule language and its engine (no I/O)", ["rigmon.alerts"]),
     ("the config", ["rigmon.config"]),
     ("what is built from a config: the poller, the sinks (the alert sink and its notifiers among them), "
-     "the exporters, the ledger, status, the offline rules", ["rigmon.poller", "rigmon.sinks", "rigmon.exporters",
-                                                            "rigmon.offline", "rigmon.jobs", "rigmon.status"]),
-    ("the daemon and the burn-in", ["rigmon.daemon", "rigmon.burnin"]),
+     "the exporters, the ledger, status", ["rigmon.poller", "rigmon.sinks", "rigmon.exporters", "rigmon.jobs",
+                                          "rigmon.status"]),
+    ("composition: the pipeline every loop steps", ["rigmon.pipeline"]),
+    ("the daemon, the burn-in and the offline rules", ["rigmon.daemon", "rigmon.burnin", "rigmon.offline"]),
     ("the command line", ["rigmon.commands", "rigmon.__main__"]),
 ]
 

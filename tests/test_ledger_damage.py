@@ -84,7 +84,7 @@ def test_a_damaged_ledger_never_stops_the_daemon_or_the_cli(kind, tmp_path, capl
     config = configmod.parse({"daemon": {"state_dir": str(state)}, "prometheus": {"enabled": False}})
     ledger = JobLedger(config, "box")
     sample = _sample_with_a_process()
-    ledger.consume(sample)
+    ledger.book(sample)
     ledger.close()
     after = rigmon_cli("jobs", "--json", "--config", str(config_file))
     assert after.returncode == 0 and "Traceback" not in after.stderr, after.stderr
@@ -149,17 +149,17 @@ def test_finished_jobs_leave_the_ledger_after_jobs_keep_and_keep_their_energy(tm
                               "jobs": {"keep": "7d"}})
     assert config.jobs.keep == 7 * 86400
     ledger = JobLedger(config, "box")
-    before = {m.samples[0].labels["user"]: m.samples[0].value for m in ledger.families()
+    before = {m.samples[0].labels["user"]: m.samples[0].value for m in ledger.collect()
               if m.name == "rigmon_job_energy_joules"}
     sample = _sample_with_a_process()._replace(time=1060.0 + 8 * 86400)
-    ledger.consume(sample)
+    ledger.book(sample)
     ledger.close()
     db = sqlite3.connect(state / "jobs.sqlite")
     users = [r[0] for r in db.execute("SELECT user FROM jobs")]
     db.close()
     assert users == ["bob"]  # alice's three old jobs are gone, bob's running one stays
     ledger = JobLedger(config, "box")
-    after = {s.labels["user"]: s.value for m in ledger.families() if m.name == "rigmon_job_energy_joules"
+    after = {s.labels["user"]: s.value for m in ledger.collect() if m.name == "rigmon_job_energy_joules"
              for s in m.samples}
     ledger.close()
     assert before["alice"] == after["alice"] == 3 * 42000.0

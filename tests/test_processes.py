@@ -134,25 +134,15 @@ def test_status_shows_who_holds_the_gpus(training_run, tmp_path):
 
 def test_process_series_are_opt_in_and_bounded(tmp_path):
     """8 GPUs with 3 processes each: the series count with process series off, and on (top 4)."""
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    from rigmon.daemon import Daemon
-
     rec = sc.on_every_gpu(sc.h200().widened(8), nvmlDeviceGetComputeRunningProcesses=[
         {"pid": 100 + n, "usedGpuMemory": (n + 1) << 30} for n in range(3)])
     counts = {}
     for top in (0, 4):
         config = configmod.parse({"daemon": {"state_dir": str(tmp_path / str(top))}, "prometheus": {"enabled": False},
                                   "gpu": {"xid_events": False, "process_series": top}})
-        poller = build_poller(config, sc.source(rec, sc.LOAD_AT), event_thread=False)
-        daemon = Daemon(config, poller)
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(daemon.collector)
-        poller.open()
-        daemon.poll_once()
-        text = generate_latest(registry).decode()
-        poller.close()
-        daemon.jobs.close()
+        with sc.Replayed(rec, config, at=sc.LOAD_AT) as replayed:
+            replayed.poll()
+            text = replayed.metrics()
         counts[top] = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
         process_lines = [line for line in text.splitlines() if line.startswith("rigmon_gpu_process_memory_bytes{")]
         assert len(process_lines) == top

@@ -12,14 +12,11 @@ from pathlib import Path
 
 import pytest
 import scenarios as sc
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import rigmon
 from rigmon import config as configmod
 from rigmon import readings
-from rigmon.daemon import Daemon
-from rigmon.poller import build_poller
 from rigmon.sinks import lineprotocol
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,22 +33,14 @@ def one_poll(recording, at=sc.LOAD_AT, start=None):
                               "jobs": {"enabled": False},
                               "gpu": {"pcie_throughput": True, "pcie_expected_generation": {"0": 5},
                                       "process_series": 4}}, "test")
-    source = sc.source(recording, at=at if start is None else start)
-    poller = build_poller(config, source, event_thread=False)
-    daemon = Daemon(config, poller)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(daemon.collector)
-    poller.open()
-    try:
-        sample = daemon.poll_once()
+    with sc.Replayed(recording, config, at=at if start is None else start) as replayed:
+        sample = replayed.poll()
         if start is not None:
-            source.clock.set(at)
-            sample = daemon.poll_once()
-    finally:
-        poller.close()
-    exposition = generate_latest(registry).decode()
+            sample = replayed.poll(at)
+        exposition = replayed.metrics()
+        entities = replayed.daemon.alerts.engine.entities(sample)
     points = lineprotocol.encode(sample, "box", with_info=True)
-    return sample, exposition, points, daemon.alerts.engine.entities(sample)
+    return sample, exposition, points, entities
 
 
 def test_every_reading_reaches_the_outputs_it_names():

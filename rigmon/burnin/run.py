@@ -16,13 +16,14 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from .. import __version__
 from .. import config as configmod
 from ..args import UsageError
 from ..project import burnin_gpu
 from ..sample import Sample
-from ..sinks.lineprotocol import line
+from ..sinks.lineprotocol import encode_burnin_progress, encode_burnin_verdict
 from . import report as reportmod
 from .timeline import Downsampled, GpuTally, Timeline
 from .verdict import NOT_TESTED, SLOWDOWN_REASONS, Limits, group_of, judge, steady_rate
@@ -282,8 +283,23 @@ def choose_units(args, first: Sample, cuda_count: int, chosen: list[int] | None)
     return [(f"GPU{i}", i, f"cuda:{i}") for i in wanted], [], notes
 
 
+class Plan(NamedTuple):
+    """What the burn-in will do, decided before any training starts."""
+
+    seconds: float
+    units: list  # (name, gpu, device) to train
+    watched: list[int]  # GPUs only watched
+    notes: list[str]
+    first: Sample  # the hardware as the burn-in found it
+    early: tuple  # the alert transitions of that first poll
+    host: str
+    stamp: str  # the run's name in InfluxDB
+    report_dir: Path
+    ddp_env: dict
+
+
 def cmd_burnin(args) -> int:
-    from ..sinks.alerts import build_engine
+    """plan → launch → watch (the daemon's pipeline) → judge → report."""
     seconds = _duration(args)
     chosen = _parse_gpus(args.gpus)
     baseline = _baseline(args.baseline)
@@ -297,106 +313,151 @@ def cmd_burnin(args) -> int:
             pip += " --index-url https://download.pytorch.org/whl/cpu"
         print(f"rigmon burnin needs PyTorch: {pip}", file=sys.stderr)
         return 2
-    from ..poller import build_poller
+    from ..pipeline import Pipeline
     from ..recording import Recording
     from ..replay import ReplayClock, ReplaySource
 
     config = configmod.load(args.config)
     source = ReplaySource(Recording.load(args.replay), ReplayClock(), loop=True) if args.replay else None
-    poller = build_poller(config, source)
-    poller.open()
+    host = socket.gethostname()
+    # the daemon's readers and rules; its InfluxDB where configured (the transitions are logged
+    # and judged here, not sent to the notifiers)
+    pipeline = Pipeline.from_config(config, source, _influx(config, host), outputs=False, announce=False, host=host)
+    pipeline.open()
     try:
-        first = poller.poll()
-        busy = busy_gpus(first, chosen)
-        if busy and not args.force:
-            raise UsageError("not starting: " + "; ".join(busy) + ". A burn-in beside a training run would disturb "
-                             "it and judge neither fairly; stop it, choose other GPUs with --gpus, or pass --force")
-        os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's GPU i is NVML's GPU i
-        cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        units, watched, notes = choose_units(args, first, cuda_count, chosen)
-        host = socket.gethostname()
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        report_dir = Path(args.report or f"rigmon-burnin-{host}-{stamp}")
-        _writable(report_dir)
+        plan = _plan(args, pipeline, torch, chosen, seconds, host)
     except BaseException:
-        poller.close()
+        pipeline.close()
         raise
-    for note in notes:
+    for note in plan.notes:
         print(f"note: {note}", flush=True)
+    started_wall = datetime.now().isoformat(timespec="seconds")
+    started = time.time()
+    workers = [Worker(name, gpu, device, seconds, args.model, plan.report_dir,
+                      {**plan.ddp_env, **({"RANK": str(rank)} if plan.ddp_env else {})})
+               for rank, (name, gpu, device) in enumerate(plan.units)]
+    run, transitions, interrupted = _watch(pipeline, plan, workers, started, config.daemon.interval)
+    units_data = [w.as_unit() for w in workers] + [watch_only(i) for i in plan.watched]
+    overall, judgements, host_judgement = _judge(units_data, run, transitions, interrupted, plan.notes)
+    data = build_report(host, started_wall, started, time.time() - started, args.model, units_data, judgements,
+                        host_judgement, overall, run, transitions, plan.first, config, plan.notes, workers)
+    if baseline is not None:
+        data["baseline"] = compare(data, baseline)
+    json_path, html_path = reportmod.write(data, plan.report_dir)
+    pipeline.between_polls(lines=progress_points(workers, host, plan.stamp, started) + (
+        encode_burnin_verdict(host, plan.stamp, overall, data["duration_seconds"], time.time_ns()),))
+    pipeline.close(time.monotonic() + 5)
+    try:
+        print(summary(data, json_path, html_path))
+    except OSError:  # no terminal left to print on (a hangup): the report is written
+        pass
+    if interrupted:
+        return 128 + interrupted  # as a shell reports a command its signal stopped: 130 for Ctrl-C, 143 for SIGTERM
+    return {"pass": 0, "fail": 1}.get(overall, 2)
+
+
+def _influx(config, host: str) -> list:
+    if not config.influxdb.enabled:
+        return []
+    from ..sinks.influxdb import InfluxSink
+
+    return [InfluxSink(config, host)]
+
+
+def _plan(args, pipeline, torch, chosen: list[int] | None, seconds: float, host: str) -> Plan:
+    """The first look at the hardware, and what to train where; UsageError (exit 2) where the
+    burn-in cannot run or would disturb a training run."""
+    result = pipeline.step()
+    first = result.sample
+    busy = busy_gpus(first, chosen)
+    if busy and not args.force:
+        raise UsageError("not starting: " + "; ".join(busy) + ". A burn-in beside a training run would disturb "
+                         "it and judge neither fairly; stop it, choose other GPUs with --gpus, or pass --force")
+    os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's GPU i is NVML's GPU i
+    cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    units, watched, notes = choose_units(args, first, cuda_count, chosen)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    report_dir = Path(args.report or f"rigmon-burnin-{host}-{stamp}")
+    _writable(report_dir)
     unknown = [g.index for g in first.gpus
                if not g.lost and g.processes is None and (chosen is None or g.index in chosen)]
     if unknown:
         log.warning("cannot tell whether GPU %s runs a training job (NVML lists no processes here): starting anyway",
                     ", ".join(map(str, unknown)))
-    engine = build_engine(config)
-    influx = None
-    if config.influxdb.enabled:
-        from ..sinks.influxdb import InfluxSink
-
-        influx = InfluxSink(config, host)
     ddp_env = {}
     if args.ddp:
         if len(units) < 2:
             notes.append("--ddp needs two or more GPUs: each GPU trained on its own")
         else:
             ddp_env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(len(units))}
-    started_wall = datetime.now().isoformat(timespec="seconds")
-    started = time.time()
-    workers = [Worker(name, gpu, device, seconds, args.model, report_dir,
-                      {**ddp_env, **({"RANK": str(rank)} if ddp_env else {})})
-               for rank, (name, gpu, device) in enumerate(units)]
+    return Plan(seconds, units, watched, notes, first, result.transitions, host, stamp, report_dir, ddp_env)
+
+
+def _watch(pipeline, plan: Plan, workers: list[Worker], started: float, interval: float
+           ) -> tuple[Run, list[dict], int]:
+    """Poll through the pipeline while the workers train: (the run's tallies, the alert
+    transitions, the signal that stopped it early or 0). The workers are stopped at the end."""
     run = Run()
     transitions: list[dict] = []
-    interrupted = 0  # the signal that stopped the run early, if one did
+    interrupted = 0
+    wake = threading.Event()
 
     def stop(signum, frame):
         nonlocal interrupted
         interrupted = interrupted or signum
+        wake.set()
 
     # Ctrl-C, a stop, or the terminal gone (an SSH session dropped): the workers are stopped and
     # the report is written, with no verdict
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     last_line = 0.0
-    grace = seconds + max(120.0, 0.2 * seconds)  # compilation and start-up on top of the training time
+    grace = plan.seconds + max(120.0, 0.2 * plan.seconds)  # compilation and start-up on top of the training time
+    told = plan.early
     try:
         while not interrupted and any(w.proc.poll() is None for w in workers):
-            sample = poller.poll()
-            for t in engine.evaluate(sample, sample.time):
+            result = pipeline.step(lines=progress_points(workers, plan.host, plan.stamp, started))
+            sample = result.sample
+            told, now_told = (), told + result.transitions
+            for t in now_told:
                 log.warning("%s", t.line())
                 transitions.append({"status": t.status, "alertname": t.alertname, "severity": t.severity,
-                                    "subject": t.subject,
-                                    "summary": t.summary, "t": round(t.time - started, 1)})
+                                    "subject": t.subject, "summary": t.summary, "t": round(t.time - started, 1)})
             run.observe(compact(sample, started))
-            if influx is not None:
-                influx.consume(sample)
-                influx.consume_lines(progress_points(workers, host, stamp, started))
             now = time.time()
             if now - last_line >= 10:
-                print(progress_line(now - started, seconds, workers, sample), flush=True)
+                print(progress_line(now - started, plan.seconds, workers, sample), flush=True)
                 last_line = now
-            if ddp_env and _a_rank_died(workers):
+            if plan.ddp_env and _a_rank_died(workers):
                 break
             if now - started > grace:
-                log.error("workers still running %.0f s past the end: stopping them", now - started - seconds)
+                log.error("workers still running %.0f s past the end: stopping them", now - started - plan.seconds)
                 break
-            time.sleep(config.daemon.interval)
+            wake.wait(interval)  # a signal ends the wait at once
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        for w in workers:
-            if w.proc.poll() is None:
-                w.proc.terminate()
-        for w in workers:
-            try:
-                w.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                w.proc.kill()
-                w.proc.wait()
-            w.thread.join(5)
-        poller.close()
-    if ddp_env:
+        _stop_workers(workers)
+    if plan.ddp_env:
         _a_rank_died(workers)  # also when the others already failed in the collective
-    units_data = [w.as_unit() for w in workers] + [watch_only(i) for i in watched]
+    return run, transitions, interrupted
+
+
+def _stop_workers(workers: list[Worker]) -> None:
+    for w in workers:
+        if w.proc.poll() is None:
+            w.proc.terminate()
+    for w in workers:
+        try:
+            w.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            w.proc.kill()
+            w.proc.wait()
+        w.thread.join(5)
+
+
+def _judge(units_data: list[dict], run: Run, transitions: list[dict], interrupted: int, notes: list[str]):
+    """(overall, per-unit judgements, the host's): no verdict on what was not tested, none at
+    all where the operator stopped the run."""
     overall, judgements, host_judgement = judge(units_data, run.tallies, transitions, Limits())
     if not run.host_sensors_seen and host_judgement.status != "fail":  # nothing was there to judge it by
         host_judgement.status = NOT_TESTED
@@ -411,24 +472,7 @@ def cmd_burnin(args) -> int:
             if j.status == "fail" and not j.reasons:
                 j.status = "interrupted"
                 j.reasons.append(f"stopped by {name} before the end")
-    data = build_report(host, started_wall, started, time.time() - started, args.model, units_data, judgements,
-                        host_judgement, overall, run, transitions, first, config, notes, workers)
-    if baseline is not None:
-        data["baseline"] = compare(data, baseline)
-    json_path, html_path = reportmod.write(data, report_dir)
-    if influx is not None:
-        influx.consume_lines(progress_points(workers, host, stamp, started) + [
-            line("burnin_verdict", {"host": host, "run": stamp}, {"verdict": overall, "passed": overall == "pass",
-                                                                  "minutes": data["duration_seconds"] / 60},
-                 time.time_ns())])
-        influx.close(timeout=5)
-    try:
-        print(summary(data, json_path, html_path))
-    except OSError:  # no terminal left to print on (a hangup): the report is written
-        pass
-    if interrupted:
-        return 128 + interrupted  # as a shell reports a command its signal stopped: 130 for Ctrl-C, 143 for SIGTERM
-    return {"pass": 0, "fail": 1}.get(overall, 2)
+    return overall, judgements, host_judgement
 
 
 # what the judge says of a worker that ended early: not a fault where the run was interrupted
@@ -449,19 +493,14 @@ def _a_rank_died(workers: list[Worker]) -> bool:
     return True
 
 
-def progress_points(workers: list[Worker], host: str, run: str, started: float) -> list:
+def progress_points(workers: list[Worker], host: str, run: str, started: float) -> tuple[str, ...]:
     """The workers' progress since the last call, as ``burnin`` points for InfluxDB."""
     out = []
     for w in workers:
         events, w.unpushed = w.unpushed, []
         floor = (w.start or {}).get("floor")
-        for e in events:
-            tags = {"host": host, "run": run, "unit": w.name, "gpu": "" if w.gpu is None else str(w.gpu)}
-            point = line("burnin", tags, {"tokens_per_s": float(e["tokens_per_s"]), "loss": e.get("loss"),
-                                          "floor": floor, "step": int(e["step"])}, int((started + e["t"]) * 1e9))
-            if point:
-                out.append(point)
-    return out
+        out += [encode_burnin_progress(host, run, w.name, w.gpu, e, floor, started) for e in events]
+    return tuple(p for p in out if p)
 
 
 def progress_line(elapsed: float, total: float, workers: list[Worker], sample: Sample) -> str:

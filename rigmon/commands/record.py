@@ -28,7 +28,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_record(args) -> int:
-    from ..poller import build_poller
+    from ..pipeline import Pipeline
     from ..readers import gpu as gpureader
     from ..readers.host import SystemHost
     from ..record import Recorder
@@ -51,10 +51,11 @@ def cmd_record(args) -> int:
         what = "recorded by rigmon record"
     recorder = Recorder(f"{what}; rigmon {__version__}; {interval:g} s interval")
     stop_on_signals()  # Ctrl-C or SIGTERM ends the recording cleanly
-    poller = build_poller(config, nvml=recorder.nvml(nvml), host_backend=recorder.host(host))
-    poller.open()
+    pipeline = Pipeline.from_config(config, source, outputs=False, rules=False, nvml=recorder.nvml(nvml),
+                                    host_backend=recorder.host(host))
+    pipeline.open()
     ticks = 0
-    gpus = len(poller.gpu.devices) if poller.gpu else 0
+    gpus = len(pipeline.poller.gpu.devices) if pipeline.poller.gpu else 0
     print(f"recording {gpus} GPU(s) every {interval:g} s for {args.seconds:g} s to {args.out} (Ctrl-C ends it "
           f"early, and keeps what was recorded)", file=sys.stderr, flush=True)
     said = time.monotonic()
@@ -70,7 +71,7 @@ def cmd_record(args) -> int:
                 due = started + ticks * interval
                 time.sleep(max(0.0, due - time.monotonic()))
                 recorder.begin_tick(time.time(), args.label)
-                poller.poll()
+                pipeline.step()
                 out.write(json.dumps(recorder.end_tick(), separators=(",", ":")) + "\n")
                 out.flush()
                 ticks += 1
@@ -79,6 +80,6 @@ def cmd_record(args) -> int:
     except OSError as e:
         raise UsageError(f"{args.out}: {e.strerror or e}") from None
     finally:
-        poller.close()
+        pipeline.close()
     print(f"recorded {ticks} ticks of {gpus} GPU(s) to {args.out}", file=sys.stderr)
     return 0

@@ -37,7 +37,7 @@ def cmd_rules_list(args) -> int:
     import shutil
     import textwrap
 
-    from ..alerts.rules import format_duration
+    from ..durations import format_duration
 
     config = configmod.load(args.config)
     width = max(60, shutil.get_terminal_size((100, 24)).columns)
@@ -92,20 +92,18 @@ def cmd_rules_test(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from ..poller import build_poller
+    from ..pipeline import Pipeline, opened
     from ..sinks.alerts import build_engine
 
     config = configmod.load(args.config)
     source, label = replay_source(args)
-    poller = build_poller(config, source)
-    poller.open()
-    try:
+    pipeline = Pipeline.from_config(config, source, outputs=False, rules=False, event_thread=False)
+    with opened(pipeline):
         if source is None:
             time.sleep(0.25)
-        sample = poller.poll()
-    finally:
-        poller.close()
-    engine = build_engine(config)
+        sample = pipeline.step().sample
+    poller = pipeline.poller
+    engine = build_engine(config)  # every rule, the disabled ones too: each gets a line
     entities = engine.entities(sample)
     print(f"rigmon doctor {label}".rstrip())
     for line in _facts(sample, poller, config):

@@ -21,7 +21,6 @@ from .. import args as argtypes
 from .. import config as configmod
 from .. import logs
 from ..daemon import STOP_GRACE_SECONDS, Daemon
-from ..poller import build_poller
 from .common import UsageError, add_config, add_source, replay_source
 
 log = logging.getLogger("rigmon.daemon")
@@ -72,7 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             start, replay_start = time.time(), source.clock()
             wall = lambda: start + source.clock() - replay_start  # noqa: E731
     try:
-        daemon = Daemon(config, build_poller(config, source, wall=wall), speed=speed)
+        daemon = Daemon.from_config(config, source, speed=speed, wall=wall)
     except OSError as e:  # the spool's state directory cannot be made or written
         raise UsageError(f"{getattr(e, 'filename', '') or ''}: {e.strerror or e}".lstrip(": ")) from None
     daemon.install_signal_handlers()
@@ -82,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         daemon.start(sock=handed.sock)
     except OSError as e:
-        daemon.poller.close()
+        daemon.pipeline.close()
         where = "--port" if args.port is not None else "prometheus.port"
         raise UsageError(f"{e.strerror or e}: another program has the port? Choose another with {where} "
                          f"(or stop the other rigmon)" if e.errno == errno.EADDRINUSE else
@@ -209,7 +208,8 @@ def _reload(daemon: Daemon, old: configmod.Config, new: configmod.Config) -> Non
         specs = {spec.name: fingerprint(spec) for spec in new.alerts.effective_rules() if spec.enabled} \
             if new.alerts.enabled else {}
         last = daemon.latest.time if daemon.latest is not None else time.time()
-        state["alerts"] = daemon.alerts.carry(specs, last)
+        state["alerts"], resolved = daemon.alerts.carry(specs, last)
+        daemon.pipeline.between_polls(resolved)  # kept with the jobs, written to InfluxDB
     path = Path(new.daemon.state_dir) / "reload.json"
     try:
         tmp = path.with_suffix(".tmp")

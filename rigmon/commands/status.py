@@ -29,18 +29,21 @@ def add_parser(sub) -> None:
 
 
 def cmd_status(args) -> int:
-    from ..poller import build_poller
+    from ..pipeline import Pipeline
     from ..sinks.alerts import alert_dict, build_engine
     from ..status import as_json, exit_code, render
 
     config = load_config(args)
     source, label = replay_source(args, at=args.at, realtime=bool(args.watch))
-    poller = build_poller(config, source, event_thread=bool(args.watch))  # one read: no XID thread to wait for
-    engine = build_engine(config) if config.alerts.enabled else None
+    # a watch keeps its own rules from the moment it started (shown where no daemon answers);
+    # one look shows the daemon's alerts, or a recording's as of --at
+    pipeline = Pipeline.from_config(config, source, outputs=False, rules=bool(args.watch), announce=False,
+                                    event_thread=bool(args.watch))  # one read: no XID thread to wait for
     alerts, note, daemon, alerts_now = None, "", None, None
-    if engine is not None and source is not None and not args.watch:
+    if config.alerts.enabled and source is not None and not args.watch:
         from ..offline import replay_rules  # the recording's alerts as of --at
 
+        engine = build_engine(config)
         replay_rules(source.recording, config, until=args.at, engine=engine, source=source)
         source.clock.set(args.at)  # where the status looks: the tick the rules ended on, decoded already
         alerts = [alert_dict(a) for a in engine.firing()]
@@ -51,23 +54,22 @@ def cmd_status(args) -> int:
     clear = args.watch and not args.json and tty
     color = tty and not os.environ.get("NO_COLOR")  # no-color.org: any value turns colour off
     host = socket.gethostname()
-    poller.open()
+    pipeline.open()
     try:
         if source is None:
             time.sleep(0.25)  # psutil's CPU percentage and NVML's averages need a moment
         while True:
-            sample = poller.poll()
-            if engine is not None and source is None:
-                # the daemon on this box has the history alerts need; without one, a watch
-                # keeps its own engine from the moment it started
+            sample = pipeline.step().sample
+            own = [alert_dict(a) for a in pipeline.alerts.engine.firing()] if pipeline.alerts else None
+            if config.alerts.enabled and source is None:
+                # the daemon on this box has the history alerts need
                 alerts, note, daemon = _daemon_state(config)
-                if alerts is None and args.watch:
-                    engine.evaluate(sample, sample.time)
-                    alerts, note = [alert_dict(a) for a in engine.firing()], "since this status started"
-            elif engine is not None and args.watch:
-                engine.evaluate(sample, sample.time)
-                alerts, note = [alert_dict(a) for a in engine.firing()], "since this status started"
-            not_recorded = poller.gpu.not_recorded() if source is not None and poller.gpu is not None else ()
+                if alerts is None and own is not None:
+                    alerts, note = own, "since this status started"
+            elif own is not None:
+                alerts, note = own, "since this status started"
+            gpu = pipeline.poller.gpu
+            not_recorded = gpu.not_recorded() if source is not None and gpu is not None else ()
             where = f"{label} at {source.clock():.1f} s ({source.label() or 'no label'})" if source else ""
             if args.json:
                 extra = {"alerts": alerts, "daemon": daemon}
@@ -91,7 +93,7 @@ def cmd_status(args) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
-        poller.close()
+        pipeline.close()
 
 
 def _width(tty: bool) -> int:

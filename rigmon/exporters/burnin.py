@@ -46,7 +46,7 @@ class BurninReports:
                 log.warning("cannot read burn-in report %s: %s", newest, e)
         return self._report
 
-    def families(self):
+    def collect(self):
         report = self.latest()
         started = GaugeMetricFamily("rigmon_burnin_last_run_timestamp_seconds", "Unix time the last burn-in "
                                                                                  "started.", labels=[])

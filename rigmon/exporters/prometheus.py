@@ -29,9 +29,10 @@ from prometheus_client.core import InfoMetricFamily
 from prometheus_client.exposition import choose_encoder
 
 from .. import __version__
-from ..project import SETTINGS, fill_prometheus
+from ..project import fill_prometheus
 from ..readings import FAMILIES, LAST, family_labels
 from ..sample import Sample
+from ..sinks.base import PollResult
 from .exposition import Exposition, Family
 
 if TYPE_CHECKING:
@@ -41,35 +42,44 @@ log = logging.getLogger(__name__)
 
 
 
-class RigmonCollector:
-    """Turns the latest sample into metric families. It also counts XID events, which arrive
-    in one sample each, so it must see every sample: the daemon hands each one to ``consume``."""
+class BuildInfo:
+    """rigmon_build: the version and the Python running it."""
 
-    def __init__(self, providers: list | None = None):
-        self._providers = providers or []  # objects with families(): the daemon's stats, the alert sink
+    def collect(self):
+        yield InfoMetricFamily("rigmon_build", "rigmon build information.",
+                               value={"version": __version__, "python": platform.python_version()})
+
+
+class SampleCollector:
+    """A sink: the latest sample as metric families. It also counts XID events, which arrive
+    in one sample each, so it must see every sample (the pipeline hands each one over)."""
+
+    name = "prometheus"
+
+    def __init__(self, process_series: int = 0):
+        self.process_series = process_series  # the top GPU processes as series (gpu.process_series)
         self._sample: Sample | None = None
         self._xids: Counter[tuple[str, str, str]] = Counter()
         self._lock = threading.Lock()
 
-    def consume(self, sample: Sample) -> None:
+    def consume(self, result: PollResult) -> None:
+        sample = result.sample
+        if sample is None:
+            return
         with self._lock:
             for event in sample.events:
                 self._xids[(str(event.gpu_index), event.uuid, str(event.xid))] += 1
             self._sample = sample
 
-    def describe(self):
-        return []  # families depend on the hardware; registration need not call collect()
+    def close(self, deadline: float | None = None) -> None:
+        pass  # nothing held: a scrape reads the latest sample
 
     def collect(self):
         with self._lock:
             sample, xids = self._sample, dict(self._xids)
-        yield InfoMetricFamily("rigmon_build", "rigmon build information.",
-                               value={"version": __version__, "python": platform.python_version()})
-        for provider in self._providers:
-            yield from provider.families()
         if sample is None:
             return
-        yield from _families(sample, xids)
+        yield from _families(sample, xids, self.process_series)
 
 
 # Every reading's family, empty: each render fills copies of these.
@@ -77,7 +87,7 @@ _FAMILIES = {name: Family(name, family.help + LAST, family.type, family_labels(n
              for name, family in FAMILIES.items()}
 
 
-def _families(sample: Sample, xids: dict):
+def _families(sample: Sample, xids: dict, process_series: int = 0):
     """Every reading's family (README's metrics table), filled by the code the table generates."""
     families = {name: family.empty() for name, family in _FAMILIES.items()}
     system = sample.system
@@ -86,12 +96,12 @@ def _families(sample: Sample, xids: dict):
         info.add_metric((str(i.index), i.uuid, i.name, i.pci_bus_id or "", i.serial or "", i.vbios_version or "",
                          (system.driver_version if system else None) or "",
                          (system.cuda_driver_version if system else None) or "", i.compute_capability or ""), 1)
-    fill_prometheus(sample, families)
+    fill_prometheus(sample, families, process_series)
     xid = families["rigmon_gpu_xid_errors"]
     for labels, count in sorted(xids.items()):
         xid.add_metric(labels, count)
     groups = {"gpu", *(["host"] if sample.host is not None else []),
-              *(["processes"] if SETTINGS["process_series"] else [])}
+              *(["processes"] if process_series else [])}
     return [f for name, f in families.items() if FAMILIES[name].group in groups]
 
 

@@ -658,7 +658,7 @@ class GpuReader:
         """The calls each GPU does not support (a replay's: those its recording answered so)."""
         return {d.index: tuple(sorted(d.unsupported - d.unrecorded)) for d in self.devices}
 
-    def families(self):
+    def collect(self):
         """NVML calls that failed (NotSupported and NotFound are answers, not failures), per GPU."""
         from prometheus_client.core import CounterMetricFamily
 

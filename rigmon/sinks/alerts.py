@@ -12,16 +12,16 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import threading
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..alerts.engine import AlertEngine, PsuGroup, Transition
 from ..alerts.rules import Rule
 from ..sample import Sample
+from .base import AlertState, Budget, FiringAlert, close_side_by_side
 from .notify import Notifier
 
 if TYPE_CHECKING:
@@ -29,36 +29,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rigmon.alerts")
 _ALERT_LABELS = ("alertname", "severity", "subject")  # the alert's own: its subject's labels never replace them
-
-
-class FiringAlert(NamedTuple):
-    alertname: str
-    severity: str
-    subject: str
-    labels: tuple[tuple[str, str], ...]
-    summary: str
-    since: float | None
-    hint: str
-
-    def as_dict(self) -> dict:
-        """Plain data (the daemon's /state, rigmon status)."""
-        return {"alertname": self.alertname, "severity": self.severity, "subject": self.subject,
-                "labels": dict(self.labels), "summary": self.summary, "since": self.since, "hint": self.hint}
-
-
-class Budget(NamedTuple):
-    psu: str
-    budget_watts: float
-    draw_watts: float
-
-
-class AlertState(NamedTuple):
-    """What one poll left: the firing alerts, the transition counts so far, the power budgets."""
-
-    time: float | None = None
-    firing: tuple[FiringAlert, ...] = ()
-    transitions: tuple[tuple[tuple[str, str, str], int], ...] = ()
-    budgets: tuple[Budget, ...] = ()
 
 
 def firing_alert(alert) -> FiringAlert:
@@ -76,7 +46,11 @@ def fingerprint(spec) -> str:
     return json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True)
 
 
-def build_engine(config: Config) -> AlertEngine:
+def compile_rules(config: Config) -> list[Rule]:
+    return [Rule(spec) for spec in config.alerts.effective_rules()]
+
+
+def build_engine(config: Config, rules: list[Rule] | None = None) -> AlertEngine:
     budget = config.alerts.power_budget
     groups = []
     if budget.watts is not None:
@@ -84,23 +58,31 @@ def build_engine(config: Config) -> AlertEngine:
                                budget.include_cpu))
     groups += [PsuGroup(g.name, g.watts, tuple(g.gpus) if g.gpus is not None else None, g.include_cpu, g.sensor)
                for g in budget.groups]
-    rules = [Rule(spec) for spec in config.alerts.effective_rules()]
+    rules = rules if rules is not None else compile_rules(config)
     return AlertEngine(rules, groups, config.alerts.expected_sensors, config.alerts.unknown_timeout)
 
 
 class AlertSink:
-    def __init__(self, config: Config, notifiers: list[Notifier] | None = None, host: str | None = None):
-        self.engine = build_engine(config)
+    """The rules on every sample, and what they tell: each transition logged and notified
+    (``announce``), the alert state kept for scrapes, counted and exported."""
+
+    name = "alerts"
+
+    def __init__(self, config: Config, notifiers: list[Notifier] | None = None, host: str | None = None,
+                 rules: list[Rule] | None = None, engine: AlertEngine | None = None, announce: bool = True):
+        self.engine = engine if engine is not None else build_engine(config, rules)
+        self.announce = announce
         self.latest: Sample | None = None
         self.notifiers = notifiers if notifiers is not None else [
             Notifier(n, host or socket.gethostname()) for n in config.notifiers]
         self.repeat_interval = config.alerts.repeat_interval
         self.transitions: Counter[tuple[str, str, str]] = Counter()
         self._last_sent: dict[str, float] = {}
-        self.listeners: list = []  # other sinks that keep transitions (InfluxDB)
         self.state = AlertState()  # replaced, never changed, once per poll
 
-    def consume(self, sample: Sample) -> list[Transition]:
+    def evaluate(self, sample: Sample) -> list[Transition]:
+        """The rules on one sample: its transitions logged, counted and notified, and the state
+        after it (``state``) kept for scrapes. The pipeline hands both on to the other sinks."""
         now = sample.time
         transitions = self.engine.evaluate(sample, now)
         self._announce(transitions, now)
@@ -111,32 +93,26 @@ class AlertSink:
                     self._send(self.engine.transition_of(alert, now), reminder=True)
                     self._last_sent[key] = now
         self.state = self._snapshot(sample)
-        for listener in self.listeners:
-            consume_state = getattr(listener, "consume_alert_state", None)
-            if consume_state is not None:
-                consume_state(self.state)
         return transitions
 
     def _announce(self, transitions: list[Transition], now: float) -> None:
-        """Logged, counted, notified, and handed to the listeners that keep transitions."""
+        """Logged, counted and notified."""
         for t in transitions:
-            level = logging.WARNING if t.status == "firing" and t.severity != "info" else logging.INFO
-            log.log(level, "%s", t.line())
+            if self.announce:
+                level = logging.WARNING if t.status == "firing" and t.severity != "info" else logging.INFO
+                log.log(level, "%s", t.line())
             self.transitions[(t.alertname, t.severity, t.status)] += 1
             self._send(t, reminder=False)
             if t.status == "resolved":
                 self._last_sent.pop(t.key, None)
             else:
                 self._last_sent[t.key] = now
-        if transitions:
-            for listener in self.listeners:
-                listener.consume_transitions(transitions)
 
     # --- across a reload -----------------------------------------------------------------
-    def carry(self, new_specs: dict[str, str], now: float) -> list[dict]:
+    def carry(self, new_specs: dict[str, str], now: float) -> tuple[list[dict], list[Transition]]:
         """Before a reload to rules ``new_specs`` ({name: fingerprint}): an alert whose rule the
-        reload changes or removes is resolved now (logged, notified, and kept by the listeners);
-        the others are returned as plain data for the next process to take up, with when each
+        reload changes or removes is resolved now (logged, notified, and its transition returned
+        second); the others are returned first as plain data for the next process to take up, with when each
         was last notified, so it neither fires again nor repeats a reminder early."""
         kept, gone = [], []
         for key, alert in list(self.engine.alerts.items()):
@@ -150,7 +126,7 @@ class AlertSink:
             if alert.announced:
                 gone.append(self.engine.resolved(alert, now, "its rule was changed or removed by a reload"))
         self._announce(gone, now)
-        return kept
+        return kept, gone
 
     def take_up(self, carried: list[dict]) -> int:
         """The alerts a reload carried over (``carry``), for rules that are still the same:
@@ -183,7 +159,7 @@ class AlertSink:
         for notifier in self.notifiers:
             notifier.submit(transition, reminder)
 
-    def families(self):
+    def collect(self):
         state = self.state  # one poll's state, whatever the poll thread does meanwhile
         # each alert with its subject's own labels (gpu, uuid; chip, fan; socket; psu…), as
         # Prometheus's ALERTS: a query joins an alert to the GPU's other series on gpu
@@ -224,12 +200,7 @@ class AlertSink:
     def close(self, deadline: float | None = None) -> None:
         """Every notifier delivers what it can until the one shared deadline, side by side."""
         deadline = deadline if deadline is not None else time.monotonic() + 2.0
-        closers = [threading.Thread(target=n.close, kwargs={"deadline": deadline}, daemon=True)
-                   for n in self.notifiers]
-        for c in closers:
-            c.start()
-        for c in closers:
-            c.join(max(0.0, deadline - time.monotonic()))
+        close_side_by_side(self.notifiers, deadline, "notifiers")
         for n in self.notifiers:
             if n.pending:
                 log.warning("notifier %s: %d message(s) undelivered at exit", n.name, n.pending)

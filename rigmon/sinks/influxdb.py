@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from ..retry import Retry, backoff, retry_after
-from ..sample import Sample
-from .lineprotocol import encode, encode_budgets, encode_transition
+from .base import PollResult
+from .lineprotocol import encode, encode_budgets, encode_job, encode_transition
 from .spool import Spool
 
 if TYPE_CHECKING:
@@ -157,6 +157,7 @@ class InfluxSink:
     def __init__(self, config: Config, host: str | None = None, sender=None):
         self.config = config.influxdb
         self.host = host or socket.gethostname()
+        self.price_per_kwh = config.jobs.price_per_kwh  # on each job's point
         spool_dir = self.config.spool_dir or (config.daemon.state_dir / "influxdb-spool")
         self.spool = Spool(spool_dir, self.config.spool_max_bytes)
         self.sender = sender or (V2Sender(self.config) if self.config.api == "v2" else V1Sender(self.config))
@@ -185,21 +186,21 @@ class InfluxSink:
         self._thread.start()
 
     # --- the poll side: never blocks -------------------------------------------------------
-    def consume(self, sample: Sample) -> None:
-        self._put(("sample", sample))
-
-    def consume_lines(self, lines: list[str]) -> None:
-        """Points already in line protocol (the burn-in's progress)."""
-        self._put(("lines", lines))
-
-    def consume_transitions(self, transitions) -> None:
-        for t in transitions:
+    def consume(self, result: PollResult) -> None:
+        """The poll's sample, its alert transitions, its power against each budget, the jobs it
+        ended and its loop's own points."""
+        if result.sample is not None:
+            self._put(("sample", result.sample))
+        for t in result.transitions:
             self._put(("transition", t))
-
-    def consume_alert_state(self, state) -> None:
-        """Each poll's power drawn against every budget (the alert sink's snapshot)."""
-        if state.budgets and state.time is not None:
-            self._put(("lines", encode_budgets(state, self.host)))
+        lines = []
+        state = result.alerts
+        if state is not None and state.budgets and state.time is not None:
+            lines += encode_budgets(state, self.host)
+        lines += [encode_job(job, self.host, self.price_per_kwh) for job in result.finished_jobs]
+        lines += result.lines
+        if lines:
+            self._put(("lines", lines))
 
     def _put(self, item) -> None:
         try:
@@ -433,7 +434,7 @@ class InfluxSink:
                 "spool_bytes": self.spool.bytes,
                 "last_success": self.last_success, "last_error": self.last_error}
 
-    def families(self):
+    def collect(self):
         s = self.state()
         yield CounterMetricFamily("rigmon_influxdb_points_written", "Points InfluxDB accepted.",
                                   value=s["points_written"])
@@ -455,7 +456,7 @@ class InfluxSink:
             last.add_metric([], s["last_success"])
         yield last
 
-    def close(self, timeout: float = 2.0, deadline: float | None = None) -> None:
+    def close(self, deadline: float | None = None, timeout: float = 2.0) -> None:
         """Spool what is queued first (so nothing is lost), send until ``deadline`` (monotonic;
         else ``timeout`` from now) unless the server is failing, then stop; a sender stuck in a
         send is abandoned (the spool keeps its segment for the next start)."""

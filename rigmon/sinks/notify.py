@@ -207,7 +207,7 @@ class Notifier:
         except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
             raise Retry(f"{type(e).__name__}: {getattr(e, 'reason', e)}") from None
 
-    def close(self, timeout: float = 2.0, deadline: float | None = None) -> None:
+    def close(self, deadline: float | None = None, timeout: float = 2.0) -> None:
         """Deliver what is queued until ``deadline`` (monotonic; else ``timeout`` from now),
         then stop. A notifier asleep between retries cannot deliver: it stops at once."""
         deadline = deadline if deadline is not None else time.monotonic() + timeout

@@ -27,14 +27,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parents[1])]
 
+import compat  # noqa: E402
 import scenarios as sc  # noqa: E402
 from bench_reader import Capture, replay_calls  # noqa: E402
-from prometheus_client import CollectorRegistry  # noqa: E402
 from prometheus_client.exposition import choose_encoder  # noqa: E402
 
 from rigmon import config as configmod  # noqa: E402
-from rigmon.daemon import Daemon  # noqa: E402
-from rigmon.poller import build_poller  # noqa: E402
 from rigmon.sinks import lineprotocol  # noqa: E402
 
 EPOCH = 1_780_000_000.0
@@ -74,12 +72,8 @@ def build(recording, capture: bool, firing: bool = False, **gpu):
     nvml, host = replay_backend(source), ReplayHost(source)
     if capture:
         nvml, host = Capture(nvml), Capture(host)
-    poller = build_poller(config, source, nvml=nvml, host_backend=host,
-                          wall=lambda: EPOCH + source.clock(), event_thread=False)
-    daemon = Daemon(config, poller)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(daemon.collector)
-    poller.open()
+    daemon, registry = compat.daemon_for(config, source, nvml=nvml, host_backend=host,
+                                         wall=lambda: EPOCH + source.clock(), event_thread=False)
     return source, daemon, registry, nvml, host
 
 
@@ -111,9 +105,9 @@ def measure(gpus: int, polls: int, repeats: int, scenario: str = "rich", firing:
             sample = d.poller.poll()
             s1 = time.process_time()
             if d.alerts is not None:
-                d.alerts.consume(sample)
+                compat.evaluate_alerts(d, sample)
             s2 = time.process_time()
-            d.collector.consume(sample)
+            compat.collect_sample(d, sample)
             render(registry)
             s3 = time.process_time()
             lineprotocol.encode(sample, "box")

@@ -22,12 +22,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parents[1])]
 
+import compat  # noqa: E402
 import scenarios as sc  # noqa: E402
-from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
+from prometheus_client import generate_latest  # noqa: E402
 
 from rigmon import config as configmod  # noqa: E402
-from rigmon.daemon import Daemon  # noqa: E402
-from rigmon.poller import build_poller  # noqa: E402
 from rigmon.readers.host import SystemHost  # noqa: E402
 
 
@@ -46,36 +45,29 @@ def daemon(rec, state: str, extras: bool, process_series: int = 0) -> tuple:
         "host": {"sysfs_sensors": extras}, "jobs": {"enabled": extras}}, "bench")
     source = sc.source(rec, loop=True)
     t0 = rec.ticks[0]["t"]  # the recording's own clock, after its processes started
-    poller = build_poller(config, source, wall=lambda: t0 + source.clock(), event_thread=False)
-    d = Daemon(config, poller)
-    poller.open()
-    return source, d
+    d, registry = compat.daemon_for(config, source, wall=lambda: t0 + source.clock(), event_thread=False)
+    return source, d, registry
 
 
 def poll_cpu(rec, extras: bool, polls: int) -> float:
     with tempfile.TemporaryDirectory() as state:
-        source, d = daemon(rec, state, extras)
+        source, d, _ = daemon(rec, state, extras)
         start = time.process_time()
         for i in range(polls):
             source.clock.set(i * 0.1 % rec.duration)  # forward through the recording: polls 0.1 s apart
             d.poll_once()
         spent = time.process_time() - start
-        if d.jobs is not None:
-            d.jobs.close()
-        d.poller.close()
+        compat.close(d)
     return spent
 
 
 def series(rec, process_series: int) -> int:
     with tempfile.TemporaryDirectory() as state:
-        source, d = daemon(rec, state, True, process_series)
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(d.collector)
+        source, d, registry = daemon(rec, state, True, process_series)
         source.clock.set(sc.LOAD_AT)
         d.poll_once()
         text = generate_latest(registry).decode()
-        d.jobs.close()
-        d.poller.close()
+        compat.close(d)
     return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
 
 

@@ -23,12 +23,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parents[1])]
 
+import compat  # noqa: E402
 import scenarios as sc  # noqa: E402
-from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
+from prometheus_client import generate_latest  # noqa: E402
 
 from rigmon import config as configmod  # noqa: E402
-from rigmon.daemon import Daemon  # noqa: E402
-from rigmon.poller import build_poller  # noqa: E402
 from rigmon.recording import Recording  # noqa: E402
 from rigmon.sinks import lineprotocol  # noqa: E402
 
@@ -58,11 +57,7 @@ def dump(name: str, recording: Recording, out: Path, ticks: int) -> None:
     config = configmod.parse(settings, "outputs")
     source = sc.source(recording, loop=True)
     clock = source.clock
-    poller = build_poller(config, source, wall=lambda: EPOCH + clock(), event_thread=False)
-    daemon = Daemon(config, poller)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(daemon.collector)
-    poller.open()
+    daemon, registry = compat.daemon_for(config, source, wall=lambda: EPOCH + clock(), event_thread=False)
     step = recording.duration / ticks
     folder = out / name
     folder.mkdir(parents=True, exist_ok=True)
@@ -72,7 +67,7 @@ def dump(name: str, recording: Recording, out: Path, ticks: int) -> None:
         (folder / f"{n:03d}.prom").write_bytes(TIMING.sub(b"", generate_latest(registry)))
         lines = lineprotocol.encode(sample, "box", with_info=n == 0)
         (folder / f"{n:03d}.lp").write_text("\n".join(lines) + "\n")
-    poller.close()
+    compat.close(daemon)
 
 
 def _points(text: str, skip: set[str]) -> list[tuple]:
