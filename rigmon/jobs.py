@@ -47,7 +47,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from .durations import format_duration
 from .readers.procs import executable
-from .sample import Sample
+from .sample import SLOWDOWNS, Sample
 from .text import printable
 
 if TYPE_CHECKING:
@@ -61,7 +61,6 @@ PRUNE_SECONDS = 3600.0  # sample time between prunings of jobs older than jobs.k
 MAX_GAP_SECONDS = 7 * 24 * 3600.0  # a longer gap between two readings of a GPU is not booked
 STARVED_MIN_BUSY_SECONDS = 60.0  # busy for less than this, a job is too short to call starved
 MAX_PENDING = 4096  # intervals a GPU keeps waiting for its energy counter to move
-THROTTLE_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -467,7 +466,7 @@ class JobLedger:
             temperature = at_start.temperature_celsius
             if parts:
                 ce = at_start.clock_events
-                throttled = ce is not None and any(getattr(ce, r) for r in THROTTLE_REASONS)
+                throttled = ce is not None and any(getattr(ce, r) for r in SLOWDOWNS)
                 busy = util is not None and util >= busy_at
                 starved = busy and power is not None and bool(limit) and power / limit < starved_below
                 for job, part in parts.items():

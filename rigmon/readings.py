@@ -25,7 +25,7 @@ import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .sample import CLOCK_EVENT_BITS
+from .sample import CLOCK_EVENT_BITS, TIMED_REASONS
 
 
 class Family(NamedTuple):
@@ -241,7 +241,6 @@ def R(name, entity, get, unit, doc, family=None, labels=(), **kw) -> Reading:  #
 _EVENT_DOCS = {"sw_power_cap": "SW power cap active (normal under full load)",
                "hw_slowdown": "HW slowdown active", "sw_thermal_slowdown": "SW thermal slowdown active",
                "hw_thermal_slowdown": "HW thermal slowdown active", "hw_power_brake_slowdown": "HW power brake active"}
-_THROTTLE = ("sw_power_cap", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 
 READINGS: tuple[Reading, ...] = (
     # --- each GPU, every poll (the ``gpu`` measurement, ``gpu`` rules) ---
@@ -281,7 +280,7 @@ READINGS: tuple[Reading, ...] = (
       "rigmon_gpu_pcie_link_generation", ("current",), burnin=True),
     R("pcie_width", "gpu", "g.pcie_width", "count", "current PCIe width", "rigmon_gpu_pcie_link_width",
       ("current",), burnin=True),
-    R("pcie_replays", "gpu", "g.pcie_replay_total", "count", "PCIe replay counter (since the driver loaded)",
+    R("pcie_replays", "gpu", "g.pcie_replays", "count", "PCIe replay counter (since the driver loaded)",
       "rigmon_gpu_pcie_replays"),
     R("pcie_rx_bytes_per_second", "gpu", "g.pcie_rx_bytes_per_second", "bytes", "PCIe receive throughput",
       "rigmon_gpu_pcie_throughput_bytes_per_second", ("rx",), rule=False),
@@ -294,7 +293,7 @@ READINGS: tuple[Reading, ...] = (
       rule=False),
     *(R(f"throttle_{name}_seconds", "gpu", f"g.throttle_seconds.{name}", "seconds",
         f"time in {name} since the driver loaded", "rigmon_gpu_clock_event_seconds", (name,), rule=False)
-      for name in _THROTTLE),
+      for name in TIMED_REASONS),
     R("ecc_corrected_volatile", "gpu", "g.ecc_errors.corrected_volatile", "count", "corrected ECC errors (volatile)",
       "rigmon_gpu_ecc_errors", ("corrected", "volatile")),
     R("ecc_uncorrected_volatile", "gpu", "g.ecc_errors.uncorrected_volatile", "count",

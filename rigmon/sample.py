@@ -13,34 +13,44 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import namedtuple
 from typing import NamedTuple
 
-# Clock-event ("throttle") reason bits, in NVML's order. Names are the sample's field names.
-CLOCK_EVENT_BITS: tuple[tuple[str, int], ...] = (
-    ("gpu_idle", 0x1),
-    ("applications_clocks_setting", 0x2),
-    ("sw_power_cap", 0x4),
-    ("hw_slowdown", 0x8),
-    ("sync_boost", 0x10),
-    ("sw_thermal_slowdown", 0x20),
-    ("hw_thermal_slowdown", 0x40),
-    ("hw_power_brake_slowdown", 0x80),
-    ("display_clock_setting", 0x100),
+from .polled import POLLED
+
+
+class ClockEventReason(NamedTuple):
+    """A clock-event ("throttle") reason: the one table of them."""
+
+    name: str  # NVML's name, lower case: the sample's field, the metric's reason label
+    bit: int  # in nvmlDeviceGetCurrentClocksEventReasons' mask
+    short: str  # in the status table (capitals: a real slowdown)
+    worst: int  # rank, worst first: the status table shows the worst one and "+N"
+    slowdown: bool = False  # the GPU slowed below what it was asked (sw_power_cap is normal under full load)
+    seconds_field: int | None = None  # the NVML field counting ns in this state (NVML_FI_DEV_CLOCKS_EVENT_REASON_*)
+
+
+CLOCK_EVENT_REASONS: tuple[ClockEventReason, ...] = (  # in NVML's bit order
+    ClockEventReason("gpu_idle", 0x1, "idle", 8),
+    ClockEventReason("applications_clocks_setting", 0x2, "app-clocks", 5),
+    ClockEventReason("sw_power_cap", 0x4, "pwr-cap", 4, seconds_field=74),
+    ClockEventReason("hw_slowdown", 0x8, "HW-SLOW", 2, slowdown=True),
+    ClockEventReason("sync_boost", 0x10, "sync-boost", 6),
+    ClockEventReason("sw_thermal_slowdown", 0x20, "sw-thermal", 3, slowdown=True, seconds_field=269),
+    ClockEventReason("hw_thermal_slowdown", 0x40, "HW-THERMAL", 0, slowdown=True, seconds_field=270),
+    ClockEventReason("hw_power_brake_slowdown", 0x80, "PWR-BRAKE", 1, slowdown=True, seconds_field=271),
+    ClockEventReason("display_clock_setting", 0x100, "display", 7),
 )
+CLOCK_EVENT_BITS: tuple[tuple[str, int], ...] = tuple((r.name, r.bit) for r in CLOCK_EVENT_REASONS)
+SLOWDOWNS: tuple[str, ...] = tuple(r.name for r in CLOCK_EVENT_REASONS if r.slowdown)
+TIMED_REASONS: tuple[str, ...] = tuple(r.name for r in CLOCK_EVENT_REASONS if r.seconds_field is not None)
 
 
-class ClockEvents(NamedTuple):
+class ClockEvents(namedtuple("ClockEvents", [r.name for r in CLOCK_EVENT_REASONS],
+                             defaults=(None,) * len(CLOCK_EVENT_REASONS))):
     """Which clock-event reasons are active; None where the GPU does not report the reason."""
 
-    gpu_idle: bool | None = None
-    applications_clocks_setting: bool | None = None
-    sw_power_cap: bool | None = None
-    hw_slowdown: bool | None = None
-    sync_boost: bool | None = None
-    sw_thermal_slowdown: bool | None = None
-    hw_thermal_slowdown: bool | None = None
-    hw_power_brake_slowdown: bool | None = None
-    display_clock_setting: bool | None = None
+    __slots__ = ()
 
     @staticmethod
     def decode(mask: int, supported: int) -> ClockEvents:
@@ -56,13 +66,10 @@ def _decode_clock_events(mask: int, supported: int) -> ClockEvents:
     return ClockEvents(*((bool(mask & bit) if supported & bit else None) for _, bit in CLOCK_EVENT_BITS))
 
 
-class ThrottleSeconds(NamedTuple):
+class ThrottleSeconds(namedtuple("ThrottleSeconds", TIMED_REASONS, defaults=(None,) * len(TIMED_REASONS))):
     """Cumulative time spent in each throttling state since the driver loaded (seconds)."""
 
-    sw_power_cap: float | None = None
-    sw_thermal_slowdown: float | None = None
-    hw_thermal_slowdown: float | None = None
-    hw_power_brake_slowdown: float | None = None
+    __slots__ = ()
 
 
 class TemperatureThresholds(NamedTuple):
@@ -142,40 +149,25 @@ class GpuInfo(NamedTuple):
     fan_count: int | None = None
 
 
-class GpuReading(NamedTuple):
-    """One GPU at one poll. ``lost`` means the GPU fell off the bus (all readings None)."""
+# GpuReading's fields: who it is, the per-poll readings of the table (rigmon.polled), then what
+# the reader makes of several answers or reads every slow_interval.
+_GPU_READING_FIELDS = ("index", "uuid", "lost", *(p.field for p in POLLED), "energy_joules", "clock_events",
+                       "throttle_seconds", "fan_speed_ratios", "fan_target_ratios", "fan_speed_rpm",
+                       "pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second", "ecc_errors", "remapped_rows",
+                       "retired_pages", "processes")
 
-    index: int
-    uuid: str
-    lost: bool = False
-    power_watts: float | None = None
-    power_limit_watts: float | None = None
-    power_management_limit_watts: float | None = None  # the limit set (nvidia-smi -pl); enforced may be lower
-    energy_joules: float | None = None
-    temperature_celsius: float | None = None
-    memory_temperature_celsius: float | None = None
-    utilization_gpu_ratio: float | None = None
-    utilization_memory_ratio: float | None = None
-    graphics_clock_hertz: float | None = None
-    sm_clock_hertz: float | None = None
-    memory_clock_hertz: float | None = None
-    clock_events: ClockEvents | None = None
-    throttle_seconds: ThrottleSeconds | None = None
-    memory_used_bytes: int | None = None
-    memory_total_bytes: int | None = None
-    performance_state: int | None = None
-    fan_speed_ratios: tuple[float | None, ...] | None = None  # per fan, measured where NVML says, else target
-    fan_target_ratios: tuple[float | None, ...] | None = None  # per fan, the speed the driver asks for
-    fan_speed_rpm: tuple[float | None, ...] | None = None  # per fan, measured
-    pcie_generation: int | None = None
-    pcie_width: int | None = None
-    pcie_replay_total: int | None = None
-    pcie_rx_bytes_per_second: float | None = None
-    pcie_tx_bytes_per_second: float | None = None
-    ecc_errors: EccCounts | None = None
-    remapped_rows: RemappedRows | None = None
-    retired_pages: RetiredPages | None = None
-    processes: tuple[GpuProcess, ...] | None = None
+
+class GpuReading(namedtuple("GpuReading", _GPU_READING_FIELDS,
+                            defaults=(False,) + (None,) * (len(_GPU_READING_FIELDS) - 3))):
+    """One GPU at one poll. ``lost`` means the GPU fell off the bus (all readings None).
+
+    Besides the table's readings: ``energy_joules`` (since the driver loaded), ``clock_events``
+    (ClockEvents), ``throttle_seconds`` (ThrottleSeconds), per fan ``fan_speed_ratios`` (as NVML
+    reports them: the intended speed), ``fan_target_ratios`` (what the driver asks for) and
+    ``fan_speed_rpm`` (measured), ``pcie_rx/tx_bytes_per_second``, ``ecc_errors`` (EccCounts),
+    ``remapped_rows`` (RemappedRows), ``retired_pages`` (RetiredPages), ``processes``."""
+
+    __slots__ = ()
 
 
 class XidEvent(NamedTuple):

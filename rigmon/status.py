@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 import time
 
-from .sample import GpuInfo, GpuReading, Sample, to_jsonable
+from .sample import CLOCK_EVENT_REASONS, SLOWDOWNS, GpuInfo, GpuReading, Sample, to_jsonable
 from .text import printable
 
 NS = "n/s"  # not supported by this hardware (or not readable here)
@@ -33,16 +33,11 @@ GIB = 1 << 30  # memory in GiB, as nvitop shows it (nvidia-smi's MiB, in a unit 
 # The GPU table fits the terminal: these columns go first, in this order, until it does.
 DROPPED_FIRST = ("REPLAY", "ECC", "MEM°C", "SM MHz", "FAN % RPM", "PCIe", "UTIL", "NAME")
 # Clock-event reasons, worst first: the first is never dropped, the rest become "+N" where they do not fit.
-EVENT_ORDER = ("hw_thermal_slowdown", "hw_power_brake_slowdown", "hw_slowdown", "sw_thermal_slowdown",
-               "sw_power_cap", "applications_clocks_setting", "sync_boost", "display_clock_setting", "gpu_idle")
-SERIOUS_EVENTS = frozenset(EVENT_ORDER[:4])
+EVENT_ORDER = tuple(r.name for r in sorted(CLOCK_EVENT_REASONS, key=lambda r: r.worst))
+SERIOUS_EVENTS = frozenset(SLOWDOWNS)
 _RED, _YELLOW, _RESET = "\x1b[31m", "\x1b[33m", "\x1b[0m"
-
 # Clock-event reasons, short enough for the table (the JSON keeps NVML's names).
-SHORT_EVENTS = {"gpu_idle": "idle", "applications_clocks_setting": "app-clocks", "sw_power_cap": "pwr-cap",
-                "hw_slowdown": "HW-SLOW", "sync_boost": "sync-boost", "sw_thermal_slowdown": "sw-thermal",
-                "hw_thermal_slowdown": "HW-THERMAL", "hw_power_brake_slowdown": "PWR-BRAKE",
-                "display_clock_setting": "display"}
+SHORT_EVENTS = {r.name: r.short for r in CLOCK_EVENT_REASONS}
 
 
 def render(sample: Sample, source: str = "", alerts: list[dict] | None = None, alerts_note: str = "",
@@ -189,7 +184,7 @@ def _gpu_table(gpus: tuple[GpuReading, ...], info: dict[int, GpuInfo], width: in
             "UTIL": _fmt(g.utilization_gpu_ratio * 100 if g.utilization_gpu_ratio is not None else None, unit="%"),
             "SM MHz": _fmt(g.sm_clock_hertz / 1e6 if g.sm_clock_hertz is not None else None),
             "MEM GiB": f"{_gib(g.memory_used_bytes)}/{_fmt(g.memory_total_bytes and g.memory_total_bytes / GIB)}",
-            "PCIe": link, "REPLAY": _fmt(g.pcie_replay_total),
+            "PCIe": link, "REPLAY": _fmt(g.pcie_replays),
             "ECC": _fmt(g.ecc_errors.uncorrected_volatile if g.ecc_errors else None), "FAN % RPM": _fans(g),
             "events": events,
             "hot": _RED if temp is not None and slowdown and temp >= slowdown else

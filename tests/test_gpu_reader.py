@@ -49,7 +49,7 @@ def test_h200_under_load_in_base_units():
     assert gpu.clock_events.sw_power_cap is True and gpu.clock_events.active() == ("sw_power_cap",)
     assert gpu.energy_joules == pytest.approx(73208.040)
     assert gpu.memory_used_bytes == 1839071232 and gpu.memory_total_bytes == 150754820096
-    assert gpu.pcie_generation == 5 and gpu.pcie_width == 16 and gpu.pcie_replay_total == 1
+    assert gpu.pcie_generation == 5 and gpu.pcie_width == 16 and gpu.pcie_replays == 1
     assert gpu.remapped_rows.pending is False and gpu.ecc_errors.uncorrected_volatile == 0
     assert gpu.fan_speed_ratios is None  # passively cooled board
     assert events == ()
@@ -283,7 +283,7 @@ def test_rare_counters_are_read_every_slow_interval_and_hold_between():
     assert _calls(backend, "nvmlDeviceGetRemappedRows") == 2
     # all four ECC counters at the first read; the one this board lacks is not asked again
     assert _calls(backend, "nvmlDeviceGetTotalEccErrors") == 4 + 3
-    assert all(g.pcie_replay_total == 1 and g.remapped_rows.pending is False for g in readings)
+    assert all(g.pcie_replays == 1 and g.remapped_rows.pending is False for g in readings)
     assert all(g.ecc_errors.uncorrected_volatile == 0 for g in readings)
 
 

@@ -4,8 +4,11 @@ import circle (nothing below ``rigmon.commands`` imports it)."""
 
 import ast
 import importlib
+import json
+import os
 import pkgutil
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -176,3 +179,63 @@ def test_readme_architecture_names_every_package_and_module():
         assert (ROOT / path).exists(), f"README names {path}, which is not there"
     packages = {f"rigmon/{p.name}/" for p in (ROOT / "rigmon").iterdir() if (p / "__init__.py").exists()}
     assert packages <= named, f"not described: {packages - named}"
+
+
+NEW_POLLED = '    Polled("memory_clock_max_hertz", (("nvmlDeviceGetMaxClockInfo", (2,)),), "hertz"),\n'
+NEW_READING = ('    R("memory_clock_max_hertz", "gpu", "g.memory_clock_max_hertz", "hertz", "memory clock maximum",\n'
+               '      Family("rigmon_gpu_memory_clock_max_hertz", "gauge", "Maximum memory clock.")),\n')
+SEE_IT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import scenarios as sc
+from rigmon.recording import Recording, demo_path
+from rigmon.sinks import lineprotocol
+with sc.Replayed(Recording.load(demo_path()), {"prometheus": {"enabled": False}}, at=sc.LOAD_AT) as r:
+    sample = r.poll()
+    entities = r.daemon.alerts.engine.entities(sample)
+    print(json.dumps({"metrics": r.metrics(), "points": lineprotocol.encode(sample, "box"),
+                      "variable": entities[("gpu", 0)].get("memory_clock_max_hertz")}))
+"""
+
+
+def test_a_new_per_poll_reading_is_two_table_lines_and_reaches_every_output(tmp_path):
+    """GPU memory-clock max, added as a line in the per-poll NVML table (its call and conversion)
+    and a line in the table of readings (its name, unit, family), and nothing else: a copy of
+    the installed package with just those two lines shows it in /metrics, in the line protocol,
+    as a rule variable a rule fires on, in ``status --json`` and in ``rules list --variables``."""
+    package = tmp_path / "site" / "rigmon"
+
+    shutil.copytree(Path(rigmon.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    polled = package / "polled.py"
+    text = polled.read_text()
+    polled.write_text(text.replace('    Polled("performance_state"', NEW_POLLED + '    Polled("performance_state"'))
+    table = package / "readings.py"
+    text = table.read_text()
+    anchor = '    R("memory_used_bytes", "gpu"'
+    assert anchor in text
+    table.write_text(text.replace(anchor, NEW_READING + anchor, 1))
+    env = {**os.environ, "PYTHONPATH": str(package.parent)}
+
+    def run(*args):
+        done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120, env=env,
+                              cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    seen = json.loads(run("-c", SEE_IT, str(ROOT / "tests")))
+    assert 'rigmon_gpu_memory_clock_max_hertz{gpu="0",uuid=' in seen["metrics"]
+    assert any(",memory_clock_max_hertz=" in p or " memory_clock_max_hertz=" in p for p in seen["points"])
+    want = seen["variable"]
+    assert want and want > 1e9  # the H200's memory clock maximum, in hertz
+    status = json.loads(run("-m", "rigmon", "status", "--demo", "--at", str(sc.LOAD_AT), "--json"))
+    assert status["gpus"][0]["memory_clock_max_hertz"] == want
+    assert "memory_clock_max_hertz" in run("-m", "rigmon", "rules", "list", "--variables")
+    config = tmp_path / "rule.toml"
+    config.write_text('[[alerts.rules]]\nname = "MemoryClockCapped"\nkind = "gpu"\nseverity = "warning"\n'
+                      'when = "memory_clock_hertz < memory_clock_max_hertz"\n'
+                      'summary = "memory clock below its maximum"\n')
+    assert "MemoryClockCapped" in run("-m", "rigmon", "rules", "test", "--demo", "--config", str(config), "--all")
+    # and in the copy as installed, nothing but the two tables differs
+    changed = sorted(p.name for p in package.rglob("*.py")
+                     if p.read_bytes() != (Path(rigmon.__file__).parent / p.relative_to(package)).read_bytes())
+    assert changed == ["polled.py", "readings.py"]

@@ -29,7 +29,7 @@ from .timeline import Downsampled, GpuTally, Timeline
 from .verdict import NOT_TESTED, SLOWDOWN_REASONS, Limits, group_of, judge, steady_rate
 
 # clock-event reasons drawn in the report (share of time active)
-EVENT_REASONS = ("sw_power_cap", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown", "hw_power_brake_slowdown")
+EVENT_REASONS = ("sw_power_cap", *SLOWDOWN_REASONS)
 
 log = logging.getLogger("rigmon.burnin")
 

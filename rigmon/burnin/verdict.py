@@ -13,10 +13,11 @@ import statistics
 from dataclasses import dataclass, field
 
 from ..alerts.xid import xid_meaning
+from ..sample import SLOWDOWNS
 from .timeline import GpuTally
 
 HOST_FAILURES = {"FanStalled", "CpuTemperatureCritical"}
-SLOWDOWN_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown", "hw_power_brake_slowdown")
+SLOWDOWN_REASONS = SLOWDOWNS  # the clock-event reasons that are a real slowdown (not the power cap)
 
 
 @dataclass

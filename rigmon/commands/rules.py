@@ -17,6 +17,8 @@ def add_parser(sub) -> None:
     rules = sub.add_parser("rules", help="list the alert rules, or test them on a recording")
     rsub = rules.add_subparsers(dest="rules_command", required=True, metavar="ACTION")
     listing = rsub.add_parser("list", help="every rule in effect, with its condition")
+    listing.add_argument("--variables", action="store_true", help="the variables a rule of each kind can use, "
+                                                                  "with what they mean")
     add_config(listing)
     listing.set_defaults(func=cmd_rules_list)
     test = rsub.add_parser("test", help="print every transition the rules make on a recording")
@@ -39,8 +41,16 @@ def cmd_rules_list(args) -> int:
 
     from ..durations import format_duration
 
-    config = configmod.load(args.config)
     width = max(60, shutil.get_terminal_size((100, 24)).columns)
+    if args.variables:
+        from ..readings import KINDS
+
+        for kind, variables in KINDS.items():
+            print(f"{kind}:")
+            for name, doc in variables.items():
+                print(textwrap.fill(doc, width, initial_indent=f"  {name:<38} ", subsequent_indent=" " * 41))
+        return 0
+    config = configmod.load(args.config)
     for spec in config.alerts.effective_rules():
         head = f"{spec.name:<26} {spec.severity:<8} {spec.kind:<6}"
         head += f" for {format_duration(spec.for_)}" if spec.for_ else ""

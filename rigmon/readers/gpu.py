@@ -18,7 +18,6 @@ arrive on an NVML event thread and are handed out with the next reading.
 from __future__ import annotations
 
 import ctypes
-import functools
 import logging
 import math
 import threading
@@ -29,9 +28,11 @@ from typing import Any
 
 import pynvml
 
-from ..recording import VALUE_FIELDS, handle_key
+from ..polled import MEMORY_V2, POLLED, Polled
+from ..recording import VALUE_FIELDS, call_key, handle_key
 from ..sample import (
     CLOCK_EVENT_BITS,
+    CLOCK_EVENT_REASONS,
     ClockEvents,
     EccCounts,
     GpuInfo,
@@ -55,36 +56,57 @@ MHZ = 1e6
 EVENT_WAIT_MS = 1000
 ALL_CLOCK_EVENTS = sum(bit for _, bit in CLOCK_EVENT_BITS)
 
-FIELD_MEMORY_TEMP = pynvml.NVML_FI_DEV_MEMORY_TEMP
-_POLL_FIELDS = (FIELD_MEMORY_TEMP,)
 _NO_FIELDS: dict[int, float] = {}
+_ARGUMENTS = {MEMORY_V2: pynvml.nvmlMemory_v2}  # the table's named arguments, as pynvml takes them
 
-# A GpuReading is made from its values in field order, without keyword binding (31 keywords
-# cost 3 µs a GPU a poll, a tenth of the reader's own work): this is the order _read writes.
-_READING_ORDER = (
-    "index", "uuid", "lost", "power_watts", "power_limit_watts", "power_management_limit_watts", "energy_joules",
-    "temperature_celsius", "memory_temperature_celsius", "utilization_gpu_ratio", "utilization_memory_ratio",
-    "graphics_clock_hertz", "sm_clock_hertz", "memory_clock_hertz", "clock_events", "throttle_seconds",
-    "memory_used_bytes", "memory_total_bytes", "performance_state", "fan_speed_ratios", "fan_target_ratios",
-    "fan_speed_rpm", "pcie_generation", "pcie_width", "pcie_replay_total", "pcie_rx_bytes_per_second",
-    "pcie_tx_bytes_per_second", "ecc_errors", "remapped_rows", "retired_pages", "processes")
-if GpuReading._fields != _READING_ORDER:
-    raise ImportError("GpuReading's fields changed: update _READING_ORDER and GpuReader._read")
-_reading = functools.partial(tuple.__new__, GpuReading)
-# Cumulative nanoseconds spent in each throttling state (field-value API).
-THROTTLE_FIELDS = {
-    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP: "sw_power_cap",
-    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN: "sw_thermal_slowdown",
-    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN: "hw_thermal_slowdown",
-    pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN: "hw_power_brake_slowdown",
-}
+
+def _resolved(args: tuple) -> tuple:
+    return tuple(_ARGUMENTS.get(a, a) for a in args)
+
+
+def _plan_name(polled: Polled) -> str:
+    """A table entry's place in the plan: its first call's key (entries that share the call share it)."""
+    fn, args = polled.calls[0]
+    return call_key(fn, _resolved(args))
+
+
+# The field values every poll asks for in one call (the table's field_id entries).
+_POLL_FIELDS = tuple(dict.fromkeys(p.field_id for p in POLLED if p.field_id is not None))
+# Cumulative nanoseconds spent in each throttling state (field-value API), by reason.
+THROTTLE_FIELDS = {r.seconds_field: r.name for r in CLOCK_EVENT_REASONS if r.seconds_field is not None}
 _THROTTLE_FIELD_IDS = tuple(THROTTLE_FIELDS)
-# (key, error type 0 corrected | 1 uncorrected, counter 0 volatile | 1 aggregate), in EccCounts' order.
-_ECC_CALLS = tuple((f"nvmlDeviceGetTotalEccErrors:{t},{c}", t, c) for c, t in ((0, 0), (0, 1), (1, 0), (1, 1)))
-_ECC_KEYS = tuple(key for key, _, _ in _ECC_CALLS)
+# (error type 0 corrected | 1 uncorrected, counter 0 volatile | 1 aggregate), in EccCounts' order.
+_ECC_ARGS = ((0, 0), (1, 0), (0, 1), (1, 1))
+_ECC_KEYS = tuple(call_key("nvmlDeviceGetTotalEccErrors", args) for args in _ECC_ARGS)
+_REMAPPED_ROWS = "nvmlDeviceGetRemappedRows"
 # Counters that change rarely (link errors, ECC, row remaps), read every slow_interval unless a
 # rule looks at them over a short window: PCIe replays alone are ~18 % of a poll's NVML time.
-_RARE = frozenset({"pcie_replay", "remapped_rows", *_ECC_KEYS})
+_RARE = frozenset({*(_plan_name(p) for p in POLLED if p.rare), _REMAPPED_ROWS, *_ECC_KEYS})
+
+
+def _builder() -> Callable:
+    """build(...) -> GpuReading: each field's expression by name, the tuple made in field order
+    without keyword binding (31 keywords cost 3 µs a GPU a poll, a tenth of the reader's work)."""
+    exprs = {"index": "d.index", "uuid": "d.info.uuid", "lost": "False", "energy_joules": "d.energy",
+             "clock_events": "events", "throttle_seconds": "d.throttle", "fan_speed_ratios": "speeds",
+             "fan_target_ratios": "targets", "fan_speed_rpm": "rpms", "pcie_rx_bytes_per_second": "d.pcie_rx",
+             "pcie_tx_bytes_per_second": "d.pcie_tx", "ecc_errors": "ecc", "remapped_rows": "rows",
+             "retired_pages": "d.retired_pages", "processes": "procs"}
+    for p in POLLED:
+        answer = f"fields.get({p.field_id})" if p.field_id is not None else f"get({_plan_name(p)!r})"
+        if p.attr:
+            answer = f"_attr({answer}, {p.attr!r})"
+        exprs[p.field] = f"_{p.convert}({answer})"
+    missing = [f for f in GpuReading._fields if f not in exprs]
+    if missing:
+        raise ImportError(f"GpuReading fields without a source: {missing}")
+    source = ("def build(d, get, fields, events, speeds, targets, rpms, ecc, rows, procs):\n"
+              "    return _new(_GpuReading, (" + ", ".join(exprs[f] for f in GpuReading._fields) + ",))\n")
+    namespace = {"_new": tuple.__new__, "_GpuReading": GpuReading, "_attr": _attr, "_watts": _watts,
+                 "_celsius": _celsius, "_hertz": _hertz, "_ratio": _ratio, "_count": _num}
+    exec(compile(source, "<rigmon.readers.gpu build>", "exec"), namespace)  # our own table, not input
+    namespace["build"].source = source
+    return namespace["build"]
 
 
 class _Bindings:
@@ -454,54 +476,44 @@ class GpuReader:
         return tuple(readings), tuple(events)
 
     def _plan(self, d: _Device) -> list[tuple[str, list[tuple]]]:
-        """The calls every poll makes for this GPU: (reading, [(key, fn, args), ...older fallbacks])."""
+        """The calls every poll makes for this GPU: (name, [(key, fn, args), ...older fallbacks]),
+        each key the one a recording keeps the answer under."""
         nv = self._nvml
 
-        def call(key: str, fn: Callable, *args: Any) -> tuple:
-            return (key, fn, args)
+        def call(fn: str, *args: Any) -> tuple:
+            args = _resolved(args)
+            return (call_key(fn, args), getattr(nv, fn), args)
 
-        plan = [
-            ("power", [call("nvmlDeviceGetPowerUsage", nv.nvmlDeviceGetPowerUsage)]),
-            ("limit", [call("nvmlDeviceGetEnforcedPowerLimit", nv.nvmlDeviceGetEnforcedPowerLimit)]),
-            ("pm_limit", [call("nvmlDeviceGetPowerManagementLimit", nv.nvmlDeviceGetPowerManagementLimit)]),
-            ("temperature", [call("nvmlDeviceGetTemperatureV:0", nv.nvmlDeviceGetTemperatureV, 0),
-                             call("nvmlDeviceGetTemperature:0", nv.nvmlDeviceGetTemperature, 0)]),
-            ("utilization", [call("nvmlDeviceGetUtilizationRates", nv.nvmlDeviceGetUtilizationRates)]),
-            ("graphics_clock", [call("nvmlDeviceGetClockInfo:0", nv.nvmlDeviceGetClockInfo, 0)]),
-            ("sm_clock", [call("nvmlDeviceGetClockInfo:1", nv.nvmlDeviceGetClockInfo, 1)]),
-            ("memory_clock", [call("nvmlDeviceGetClockInfo:2", nv.nvmlDeviceGetClockInfo, 2)]),
-            ("reasons", [call("nvmlDeviceGetCurrentClocksEventReasons", nv.nvmlDeviceGetCurrentClocksEventReasons),
-                         call("nvmlDeviceGetCurrentClocksThrottleReasons",
-                              nv.nvmlDeviceGetCurrentClocksThrottleReasons)]),
-            ("memory", [call("nvmlDeviceGetMemoryInfo:v2", nv.nvmlDeviceGetMemoryInfo, pynvml.nvmlMemory_v2),
-                        call("nvmlDeviceGetMemoryInfo", nv.nvmlDeviceGetMemoryInfo)]),
-            ("pstate", [call("nvmlDeviceGetPerformanceState", nv.nvmlDeviceGetPerformanceState)]),
-            ("pcie_generation", [call("nvmlDeviceGetCurrPcieLinkGeneration", nv.nvmlDeviceGetCurrPcieLinkGeneration)]),
-            ("pcie_width", [call("nvmlDeviceGetCurrPcieLinkWidth", nv.nvmlDeviceGetCurrPcieLinkWidth)]),
-            ("pcie_replay", [call("nvmlDeviceGetPcieReplayCounter", nv.nvmlDeviceGetPcieReplayCounter)]),
-            ("remapped_rows", [call("nvmlDeviceGetRemappedRows", nv.nvmlDeviceGetRemappedRows)]),
+        plan, seen = [], set()
+        for p in POLLED:  # the table's, one plan entry for the readings that share a call
+            name = _plan_name(p) if p.calls else None
+            if name is not None and name not in seen:
+                seen.add(name)
+                plan.append((name, [call(fn, *args) for fn, args in p.calls]))
+        plan += [
+            ("reasons", [call("nvmlDeviceGetCurrentClocksEventReasons"),
+                         call("nvmlDeviceGetCurrentClocksThrottleReasons")]),
+            (_REMAPPED_ROWS, [call(_REMAPPED_ROWS)]),
         ]
         if d.info.ecc_enabled:
-            plan += [(key, [call(key, nv.nvmlDeviceGetTotalEccErrors, t, c)]) for key, t, c in _ECC_CALLS]
+            plan += [(key, [call("nvmlDeviceGetTotalEccErrors", *args)])
+                     for key, args in zip(_ECC_KEYS, _ECC_ARGS, strict=True)]
         if self._processes:
-            plan.append(("processes", [call("nvmlDeviceGetComputeRunningProcesses",
-                                            nv.nvmlDeviceGetComputeRunningProcesses)]))
+            plan.append(("processes", [call("nvmlDeviceGetComputeRunningProcesses")]))
             # each process's SM share over the driver's recent samples (0: all it keeps)
-            plan.append(("process_util", [call("nvmlDeviceGetProcessUtilization:0",
-                                               nv.nvmlDeviceGetProcessUtilization, 0)]))
+            plan.append(("process_util", [call("nvmlDeviceGetProcessUtilization", 0)]))
         fans = d.info.fan_count
         if fans is None:  # an old driver without a fan count: one fan, the old call
-            plan.append(("fan0", [call("nvmlDeviceGetFanSpeed", nv.nvmlDeviceGetFanSpeed)]))
+            plan.append(("fan0", [call("nvmlDeviceGetFanSpeed")]))
             d.fans = (("fan0", "", ""),)
         else:  # fans == 0 on passive boards: the call would take 0.6 ms a poll to fail
             # the speed NVML reports is the intended one (a blocked fan still reports it); the
             # target is what the driver asks for; only the rpm is measured
             d.fans = tuple((f"fan{i}", f"target{i}", f"rpm{i}") for i in range(fans))
             for i in range(fans):
-                plan += [(f"fan{i}", [call(f"nvmlDeviceGetFanSpeed_v2:{i}", nv.nvmlDeviceGetFanSpeed_v2, i)]),
-                         (f"target{i}", [call(f"nvmlDeviceGetTargetFanSpeed:{i}", nv.nvmlDeviceGetTargetFanSpeed,
-                                              i)]),
-                         (f"rpm{i}", [call(f"nvmlDeviceGetFanSpeedRPM:{i}", nv.nvmlDeviceGetFanSpeedRPM, i)])]
+                plan += [(f"fan{i}", [call("nvmlDeviceGetFanSpeed_v2", i)]),
+                         (f"target{i}", [call("nvmlDeviceGetTargetFanSpeed", i)]),
+                         (f"rpm{i}", [call("nvmlDeviceGetFanSpeedRPM", i)])]
         return [(name, [a for a in alternatives if a[0] not in d.unsupported]) for name, alternatives in plan]
 
     def _run_plan(self, d: _Device, slow: bool = False) -> dict[str, Any]:
@@ -539,11 +551,9 @@ class GpuReader:
         if d.slow_raw:
             raw.update(d.slow_raw)
         get = raw.get
-        utilization = get("utilization")
-        memory = get("memory")
         reasons = get("reasons")
         ecc = [_num(get(key)) for key in _ECC_KEYS]
-        rows = get("remapped_rows")
+        rows = get(_REMAPPED_ROWS)
         procs = get("processes")
         if isinstance(procs, list):
             # the energy counter at every change of the GPU's processes and the poll after, so a
@@ -557,41 +567,12 @@ class GpuReader:
         if d.fans:  # none on passive boards
             speeds, targets, rpms = (_per_fan(raw, d.fans, 0, 100), _per_fan(raw, d.fans, 1, 100),
                                      _per_fan(raw, d.fans, 2, 1))
-        fields = self._fields(d, _POLL_FIELDS) if d.poll_fields else _NO_FIELDS
-        return _reading((  # GpuReading's fields in order (checked at import), without keyword binding
-            d.index,  # index
-            d.info.uuid,  # uuid
-            False,  # lost
-            _watts(get("power")),  # power_watts
-            _watts(get("limit")),  # power_limit_watts
-            _watts(get("pm_limit")),  # power_management_limit_watts
-            d.energy,  # energy_joules
-            _celsius(get("temperature")),  # temperature_celsius
-            _celsius(fields.get(FIELD_MEMORY_TEMP)),  # memory_temperature_celsius
-            _ratio(_attr(utilization, "gpu")),  # utilization_gpu_ratio
-            _ratio(_attr(utilization, "memory")),  # utilization_memory_ratio
-            _hertz(get("graphics_clock")),  # graphics_clock_hertz
-            _hertz(get("sm_clock")),  # sm_clock_hertz
-            _hertz(get("memory_clock")),  # memory_clock_hertz
-            ClockEvents.decode(reasons, d.supported_events) if isinstance(reasons, int) else None,  # clock_events
-            d.throttle,  # throttle_seconds
-            _attr(memory, "used"),  # memory_used_bytes
-            _attr(memory, "total"),  # memory_total_bytes
-            _num(get("pstate")),  # performance_state
-            speeds,  # fan_speed_ratios
-            targets,  # fan_target_ratios
-            rpms,  # fan_speed_rpm
-            _num(get("pcie_generation")),  # pcie_generation
-            _num(get("pcie_width")),  # pcie_width
-            _num(get("pcie_replay")),  # pcie_replay_total
-            d.pcie_rx,  # pcie_rx_bytes_per_second
-            d.pcie_tx,  # pcie_tx_bytes_per_second
-            EccCounts(*ecc) if any(c is not None for c in ecc) else None,  # ecc_errors
-            # remapped_rows
+        return _build(
+            d, get, self._fields(d, _POLL_FIELDS) if d.poll_fields else _NO_FIELDS,
+            ClockEvents.decode(reasons, d.supported_events) if isinstance(reasons, int) else None,
+            speeds, targets, rpms, EccCounts(*ecc) if any(c is not None for c in ecc) else None,
             RemappedRows(rows[0], rows[1], bool(rows[2]), bool(rows[3])) if _numbers(rows, 4) else None,
-            d.retired_pages,  # retired_pages
-            _processes(procs, get("process_util")),  # processes
-        ))
+            _processes(procs, get("process_util")))
 
     def _read_slow(self, d: _Device) -> None:
         nv = self._nvml
@@ -790,3 +771,6 @@ def _celsius(value: float | None) -> float | None:
 
 def _cuda_version(value: int | None) -> str | None:
     return f"{value // 1000}.{value % 1000 // 10}" if value else None
+
+
+_build = _builder()
