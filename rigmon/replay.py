@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .readers.procs import MAX_ANCESTORS
+from .readers.procs import walk_up
 from .recording import VALUE_FIELDS, Recording, call_key
 
 NVML_ERROR_NOT_SUPPORTED = 3
@@ -471,13 +471,10 @@ class ReplayHost:
             return {}
         out = {}
         for pid in pids:
-            key = str(pid)
-            for _ in range(MAX_ANCESTORS + 1):
-                info = answer.get(key)
-                if not isinstance(info, dict) or key in out:
-                    break
-                out[key] = info
-                key = str(info.get("ppid"))
+            info = answer.get(str(pid))
+            if isinstance(info, dict):
+                out[str(pid)] = info
+                out.update((str(p), e) for p, e in walk_up(pid, lambda p: answer.get(str(p))))
         return out
 
     def start_times(self, pids: list[int]) -> dict:

@@ -279,3 +279,25 @@ class Replayed:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class CallLog:
+    """A backend (NVML, or the host's) that keeps every call made on it: ``calls`` as (name,
+    arguments without the device handle), to check what a reader asks; ``bound`` as (function,
+    all arguments), to replay them bare in a benchmark."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.calls: list[tuple] = []
+        self.bound: list[tuple] = []
+
+    def __getattr__(self, name):
+        target = getattr(self._inner, name)
+        if not callable(target):
+            return target
+
+        def call(*args):
+            self.calls.append((name, args[1:] if name.startswith("nvmlDevice") else args))
+            self.bound.append((target, args))
+            return target(*args)
+        return call

@@ -36,6 +36,20 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1, what: str 
     raise TimeoutError(f"timed out waiting for {what}" + (f" (last error: {last_error})" if last_error else ""))
 
 
+def metric_at(url: str, name: str, labels: str = "") -> float:
+    """A sample's value on a rigmon's /metrics (0 where it is absent)."""
+    body = http_get(url, {"Accept": "text/plain"})[1].decode()
+    match = re.search(rf"^{re.escape(name + labels)} (\S+)$", body, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+def wait_polls_at(url: str, count: int, timeout: float = 60.0) -> float:
+    """Until the rigmon at ``url`` has made ``count`` more polls; its poll count then."""
+    want = metric_at(url, "rigmon_polls_total") + count
+    return wait_for(lambda: (n := metric_at(url, "rigmon_polls_total")) >= want and n, timeout,
+                    what=f"{count} more polls")
+
+
 def http_get(url: str, headers: dict | None = None, timeout: float = 10.0, context=None) -> tuple[int, bytes]:
     request = urllib.request.Request(url, headers=headers or {})
     try:
@@ -82,6 +96,16 @@ class Rigmon:
                 raise RuntimeError(f"rigmon exited {self.proc.returncode}: {self.output()}")
             return http_get(self.url, timeout=2)[0] in (200, 401)
         wait_for(up, timeout, what="rigmon to serve metrics")
+
+    def metric(self, name: str, labels: str = "") -> float:
+        return metric_at(self.url, name, labels)
+
+    def wait_polls(self, count: int, timeout: float = 60.0) -> float:
+        return wait_polls_at(self.url, count, timeout)
+
+    def wait_output(self, text: str, timeout: float = 30.0) -> None:
+        """Until the daemon's log says ``text``."""
+        wait_for(lambda: text in self.output(), timeout, what=f"the log to say {text!r}")
 
     def output(self) -> str:
         self.log.flush()
@@ -207,121 +231,42 @@ bind-address = "127.0.0.1:{self.rpc_port}"
         return int(series[0]["values"][0][1]) if series else 0
 
 
-class V2Gateway:
-    """A test-side InfluxDB v2 write endpoint: checks the token, org, bucket and precision of
-    /api/v2/write as InfluxDB 2.x does, then forwards the body to a real 1.x server's /write."""
+class LoopbackHTTP:
+    """An HTTP server of the test's own on loopback, on a thread: each POST counted and handed to
+    ``answer(path, headers, body)``, which returns (status, [(header, value)], body) or None to
+    send nothing. Stopped and started again on the same port; the fake servers below are these."""
 
-    def __init__(self, influx: InfluxDB, token: str, org: str, bucket: str):
-        import gzip as gzipmod
+    protocol = "HTTP/1.0"  # each answer closes its connection
+
+    def __init__(self, port: int = 0):
+        self.requests = 0
+        self.port = port
+        self._server = None
+        self.start()
+
+    def answer(self, path: str, headers, body: bytes) -> tuple | None:
+        raise NotImplementedError
+
+    def start(self) -> None:
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-        self.requests = 0
-        gateway = self
+        server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                gateway.requests += 1
-                url = urllib.parse.urlparse(self.path)
-                q = urllib.parse.parse_qs(url.query)
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                if self.headers.get("Content-Encoding") == "gzip":
-                    body = gzipmod.decompress(body)
-                if url.path != "/api/v2/write":
-                    return self._answer(404, {"code": "not found", "message": "path not found"})
-                if self.headers.get("Authorization") != f"Token {token}":
-                    return self._answer(401, {"code": "unauthorized", "message": "unauthorized access"})
-                if q.get("org") != [org]:
-                    return self._answer(404, {"code": "not found", "message": f'organization name "{q.get("org")}" '
-                                                                              f'not found'})
-                if q.get("bucket") != [bucket]:
-                    return self._answer(404, {"code": "not found", "message": f'bucket "{q.get("bucket")}" not found'})
-                precision = q.get("precision", ["ns"])[0]
-                if precision not in ("ns", "us", "ms", "s"):
-                    return self._answer(400, {"code": "invalid", "message": "invalid precision"})
-                forward = urllib.request.Request(
-                    f"{influx.url}/write?db={bucket}&precision={'u' if precision == 'us' else precision}", data=body)
-                try:
-                    with urllib.request.urlopen(forward, timeout=30):
-                        pass
-                except urllib.error.HTTPError as e:
-                    return self._answer(e.code, {"code": "error", "message": e.read().decode()})
-                except OSError as e:
-                    return self._answer(503, {"code": "unavailable", "message": str(e)})
-                self.send_response(204)
-                self.end_headers()
-
-            def _answer(self, status, payload):
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
-class FaultProxy:
-    """An HTTP proxy in front of a real server whose answers a test sets: ``mode`` is "pass"
-    (forward), "down" (refuse connections), "hang" (accept and never answer), or an HTTP
-    status to answer with (``retry_after`` adds the header). Counts the requests it saw."""
-
-    def __init__(self, target: str):
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        self.target = target
-        self.mode: str | int = "pass"
-        self.retry_after: str | None = None
-        self.max_body: int | None = None  # a larger body is answered 413, as a server's size limit does
-        self.requests = 0
-        self.answered: list[int] = []
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.0"
+            protocol_version = server.protocol
 
             def do_POST(self):
-                proxy.requests += 1
+                server.requests += 1
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                mode = proxy.mode
-                if mode == "hang":
-                    time.sleep(3600)
-                    return
-                if mode == "down":  # closing without a word: a refused connection to the client
+                answer = server.answer(self.path, self.headers, body)
+                if answer is None:
                     self.close_connection = True
                     return
-                if isinstance(mode, int):
-                    return self._answer(mode, b'{"error":"injected"}')
-                if proxy.max_body is not None and len(body) > proxy.max_body:
-                    return self._answer(413, b'{"error":"Request Entity Too Large"}')
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-                request = urllib.request.Request(proxy.target + self.path, data=body, headers=headers)
-                try:
-                    with urllib.request.urlopen(request, timeout=30) as response:
-                        return self._answer(response.status, response.read())
-                except urllib.error.HTTPError as e:
-                    return self._answer(e.code, e.read())
-
-            def _answer(self, status, payload):
-                proxy.answered.append(status)
+                status, headers, payload = answer
                 self.send_response(status)
-                if proxy.retry_after is not None and status != 204:
-                    self.send_header("Retry-After", proxy.retry_after)
+                for name, value in headers:
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
@@ -329,8 +274,11 @@ class FaultProxy:
             def log_message(self, *args):
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        class Server(ThreadingHTTPServer):
+            allow_reuse_address = True
+            daemon_threads = True
+
+        self._server = Server(("127.0.0.1", self.port), Handler)
         self.port = self._server.server_address[1]
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
@@ -341,3 +289,85 @@ class FaultProxy:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class V2Gateway(LoopbackHTTP):
+    """A test-side InfluxDB v2 write endpoint: checks the token, org, bucket and precision of
+    /api/v2/write as InfluxDB 2.x does, then forwards the body to a real 1.x server's /write."""
+
+    protocol = "HTTP/1.1"
+
+    def __init__(self, influx: InfluxDB, token: str, org: str, bucket: str):
+        self.influx, self.token, self.org, self.bucket = influx, token, org, bucket
+        super().__init__()
+
+    def answer(self, path, headers, body):
+        import gzip
+
+        url = urllib.parse.urlparse(path)
+        q = urllib.parse.parse_qs(url.query)
+        if headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        if url.path != "/api/v2/write":
+            return _json(404, {"code": "not found", "message": "path not found"})
+        if headers.get("Authorization") != f"Token {self.token}":
+            return _json(401, {"code": "unauthorized", "message": "unauthorized access"})
+        if q.get("org") != [self.org]:
+            return _json(404, {"code": "not found", "message": f'organization name "{q.get("org")}" not found'})
+        if q.get("bucket") != [self.bucket]:
+            return _json(404, {"code": "not found", "message": f'bucket "{q.get("bucket")}" not found'})
+        precision = q.get("precision", ["ns"])[0]
+        if precision not in ("ns", "us", "ms", "s"):
+            return _json(400, {"code": "invalid", "message": "invalid precision"})
+        forward = urllib.request.Request(
+            f"{self.influx.url}/write?db={self.bucket}&precision={'u' if precision == 'us' else precision}", data=body)
+        try:
+            with urllib.request.urlopen(forward, timeout=30):
+                pass
+        except urllib.error.HTTPError as e:
+            return _json(e.code, {"code": "error", "message": e.read().decode()})
+        except OSError as e:
+            return _json(503, {"code": "unavailable", "message": str(e)})
+        return 204, [], b""
+
+
+def _json(status: int, payload: dict) -> tuple:
+    return status, [("Content-Type", "application/json")], json.dumps(payload).encode()
+
+
+class FaultProxy(LoopbackHTTP):
+    """An HTTP proxy in front of a real server whose answers a test sets: ``mode`` is "pass"
+    (forward), "down" (refuse connections), "hang" (accept and never answer), or an HTTP
+    status to answer with (``retry_after`` adds the header). Counts the requests it saw."""
+
+    def __init__(self, target: str):
+        self.target = target
+        self.mode: str | int = "pass"
+        self.retry_after: str | None = None
+        self.max_body: int | None = None  # a larger body is answered 413, as a server's size limit does
+        self.answered: list[int] = []
+        super().__init__()
+
+    def answer(self, path, headers, body):
+        mode = self.mode
+        if mode == "hang":
+            time.sleep(3600)
+            return None
+        if mode == "down":  # closing without a word: a refused connection to the client
+            return None
+        if isinstance(mode, int):
+            return self._answer(mode, b'{"error":"injected"}')
+        if self.max_body is not None and len(body) > self.max_body:
+            return self._answer(413, b'{"error":"Request Entity Too Large"}')
+        forward = {k: v for k, v in headers.items() if k.lower() not in ("host", "content-length")}
+        request = urllib.request.Request(self.target + path, data=body, headers=forward)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return self._answer(response.status, response.read())
+        except urllib.error.HTTPError as e:
+            return self._answer(e.code, e.read())
+
+    def _answer(self, status: int, payload: bytes) -> tuple:
+        self.answered.append(status)
+        extra = [("Retry-After", self.retry_after)] if self.retry_after is not None and status != 204 else []
+        return status, extra, payload

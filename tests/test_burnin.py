@@ -336,9 +336,8 @@ def test_an_interrupted_run_says_so_and_claims_no_verdict(tmp_path, signame, cod
     proc = subprocess.Popen([sys.executable, "-m", "rigmon", "burnin", "--report", str(report), "--minutes", "5"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not list(report.glob("worker-*.log")):
-        time.sleep(0.2)
-    time.sleep(3)
+    while time.monotonic() < deadline and not any(p.stat().st_size for p in report.glob("worker-*.log")):
+        time.sleep(0.2)  # until a worker has said something: it is training, not starting
     proc.send_signal(getattr(signal, signame))
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err

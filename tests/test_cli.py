@@ -54,12 +54,10 @@ def test_watch_refreshes_until_interrupted():
     proc = subprocess.Popen([sys.executable, "-m", "rigmon", "status", "--demo", "--watch", "0.2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     import signal
-    import time
 
-    first = proc.stdout.readline()  # the first frame is out: rigmon is running, not starting
-    while "rigmon status" not in first:
-        first = proc.stdout.readline()
-    time.sleep(1.5)
+    frames = 0
+    while frames < 2:  # two frames out: rigmon is running and refreshing, not starting
+        frames += "rigmon status" in proc.stdout.readline()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
@@ -192,10 +190,7 @@ summary = "GPU {gpu} is watched"
     daemon = Rigmon(tmp_path, replay=sc.H200, config=config, extra_args=["--replay-gpus", "2"])
     try:
         daemon.wait_ready()
-        wait_for(lambda: "Busy" in daemon.output(), 30, what="the daemon's alert")
-        import time
-
-        time.sleep(2)
+        wait_for(lambda: daemon.output().count("Busy") >= 2, 30, what="the daemon's alert on both GPUs")
         conf = tmp_path / "status.toml"
         conf.write_text(daemon.config.read_text() + f"\n[prometheus]\nport = {daemon.port}\n")
         done = rigmon("status", "--config", str(conf))
@@ -209,14 +204,17 @@ summary = "GPU {gpu} is watched"
 
 def test_watch_without_a_terminal_does_not_clear_and_json_is_one_object_per_line():
     import signal
-    import time
 
     for extra, check in ((["--json"], "json"), ([], "text")):
         proc = subprocess.Popen([sys.executable, "-m", "rigmon", "status", "--demo", "--watch", "0.2", *extra],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(3)
+        seen, frames = [], 0
+        while frames < 2:  # two frames out
+            seen.append(proc.stdout.readline())
+            frames += seen[-1].startswith("{") if check == "json" else "rigmon status" in seen[-1]
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
+        out = "".join(seen) + out
         assert proc.returncode == 0, err
         assert "\x1b[" not in out
         if check == "json":

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import readme
 import scenarios as sc
-from servers import Rigmon, http_get
+from servers import Rigmon, http_get, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,13 +76,17 @@ def test_readme_metrics_table_matches_the_exporter(tmp_path):
     rigmon = Rigmon(tmp_path, sc.write(sc.rich(sc.h200()), tmp_path / "rich.rec.jsonl"), config)
     try:
         rigmon.wait_ready()
-        import time
 
-        time.sleep(1.5)  # the XID tick
-        body = http_get(rigmon.url, {"Accept": "text/plain"})[1].decode()
+        def exported():  # counters carry _total here
+            body = http_get(rigmon.url, {"Accept": "text/plain"})[1].decode()
+            return set(re.findall(r"^# TYPE (rigmon_[a-z0-9_]+) ", body, re.M))
+
+        try:  # what the first polls show, once every documented family is there (the XID tick's too)
+            names = wait_for(lambda: (n := exported()) >= documented and n, 10, what="every documented family")
+        except TimeoutError:
+            names = exported()
     finally:
         rigmon.stop()
-    names = set(re.findall(r"^# TYPE (rigmon_[a-z0-9_]+) ", body, re.M))  # counters carry _total here
     assert names - documented == set(), "exported but not in README"
     assert documented - names == set(), "in README but not exported"
 

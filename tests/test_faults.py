@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import scenarios as sc
 from receiver import Receiver
-from servers import FaultProxy, Rigmon, free_port, http_get, wait_for
+from servers import FaultProxy, Rigmon, free_port, http_get, metric_at, wait_for, wait_polls_at
 from test_daemon import _self_signed
 from test_influxdb import gpu_points, metric, polls_from_log
 
@@ -80,8 +80,10 @@ def test_idle_and_slow_tls_clients_never_block_a_scrape(tmp_path):
         assert max(times) < 2, times
         # 200 slow clients: bounded threads, then every one times out and scrapes are served again
         idle += [socket.create_connection(("127.0.0.1", rigmon.port)) for _ in range(200)]
-        time.sleep(1)
-        threads = threads_of(rigmon.proc.pid)
+        threads = 0
+        for _ in range(10):  # the most threads over the next second, however many connect
+            time.sleep(0.1)
+            threads = max(threads, threads_of(rigmon.proc.pid))
         assert threads <= 64 + 16, threads
         wait_for(lambda: http_get(url, context=context, timeout=2)[0] == 200, 30, what="scrapes after the timeout")
         print(f"\n5 scrapes beside an idle connection: {max(times) * 1000:.0f} ms at most; "
@@ -114,12 +116,13 @@ def test_a_full_disk_loses_nothing(tmp_path, influx, eight_gpus):
         wait_for(lambda: http_get(metrics, timeout=2)[0] == 200, 30, what="rigmon")
         wait_for(lambda: "cannot write the spool" in (tmp_path / "rigmon.log").read_text(), 60,
                  what="the disk to fill")
-        time.sleep(5)  # five more seconds of samples with the disk full
+        wait_for(lambda: metric_at(metrics, "rigmon_influxdb_memory_points") > 0, 60,
+                 what="samples held in memory for want of disk")
+        wait_polls_at(metrics, 20)  # two more seconds of samples with the disk full
         proxy.mode = "pass"
         body = lambda: http_get(metrics, timeout=2)[1].decode()  # noqa: E731
         wait_for(lambda: "rigmon_influxdb_spool_points 0.0" in body() and "rigmon_influxdb_memory_points 0.0" in
                  body(), 90, what="the spool and memory to drain")
-        time.sleep(1)
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(30)
@@ -159,7 +162,7 @@ def test_bytes_that_are_not_utf8_are_set_aside_and_the_rest_written(api, tmp_pat
     try:
         rigmon.wait_ready()
         wait_for(lambda: influx.count("SELECT count(value) FROM seeded") == 40, 30, what="the seeded points")
-        time.sleep(1)
+        wait_for(lambda: metric(rigmon, "rigmon_influxdb_points_failed_total") > 0, 30, what="the bad line counted")
         failed = metric(rigmon, "rigmon_influxdb_points_failed_total")
     finally:
         assert rigmon.stop() == 0
@@ -176,12 +179,11 @@ def test_a_transient_400_sets_nothing_aside(tmp_path, influx, eight_gpus):
     rigmon = Rigmon(tmp_path, eight_gpus, influx_config(proxy.url, state))
     try:
         rigmon.wait_ready()
-        time.sleep(1)
-        proxy.mode = 400  # a proxy in front of InfluxDB answers 400 for 4 s
-        time.sleep(4)
+        rigmon.wait_polls(3)
+        proxy.mode = 400  # a proxy in front of InfluxDB answers 400 for a while
+        wait_for(lambda: proxy.answered.count(400) >= 3, 30, what="three answers of 400")
         proxy.mode = "pass"
         wait_for(lambda: metric(rigmon, "rigmon_influxdb_spool_points") == 0, 60, what="the spool to drain")
-        time.sleep(0.5)
         failed = metric(rigmon, "rigmon_influxdb_points_failed_total")
     finally:
         assert rigmon.stop() == 0
@@ -273,7 +275,8 @@ def test_an_hour_long_retry_after_does_not_freeze_influxdb_writes(tmp_path, infl
     try:
         rigmon.wait_ready()
         proxy.mode, proxy.retry_after = 503, "3600"
-        time.sleep(2)
+        wait_for(lambda: 503 in proxy.answered, 30, what="a 503 with an hour's Retry-After")
+        rigmon.wait_polls(3)
         proxy.mode = "pass"
         started = time.monotonic()
         wait_for(lambda: metric(rigmon, "rigmon_influxdb_spool_points") == 0, 30, what="writes to resume")
@@ -296,7 +299,7 @@ def test_a_chat_webhooks_429_does_not_silence_later_alerts():
     notifier = Notifier(NotifierConfig(type="slack", url=receiver.url, retry_initial=0.1, retry_max=1), "box")
     try:
         notifier.submit(transition(1))
-        time.sleep(0.5)
+        wait_for(lambda: receiver.requests >= 1, 10, what="the 429")
         receiver.status, receiver.retry_after = 200, None
         notifier.submit(transition(1, "resolved"))
         wait_for(lambda: notifier.sent == 2, 10, what="both messages")
@@ -322,9 +325,11 @@ def test_warm_stop_with_hanging_servers_exits_0_in_time_and_spools_the_last_poll
     rigmon = Rigmon(tmp_path, eight_gpus, config)
     try:
         rigmon.wait_ready()
-        time.sleep(2)
+        wait_for(lambda: all(h.requests for h in hooks) and hang.requests, 30, what="the alert at every notifier")
+        rigmon.wait_polls(3)
+        asked = proxy.requests
         proxy.mode = "hang"  # InfluxDB stops answering mid-run
-        time.sleep(2)
+        wait_for(lambda: proxy.requests > asked, 30, what="a write that hangs")
         started = time.monotonic()
         rigmon.proc.send_signal(signal.SIGTERM)
         code = rigmon.proc.wait(30)

@@ -9,23 +9,7 @@ import scenarios as sc
 from rigmon.readers.gpu import GpuReader, make_error
 from rigmon.replay import ReplayClock, ReplayEventSet, replay_backend
 
-
-class Counting:
-    """Counts the calls the reader makes on the backend (to check what it asks again)."""
-
-    def __init__(self, inner):
-        self._inner = inner
-        self.calls: list[tuple] = []
-
-    def __getattr__(self, name):
-        target = getattr(self._inner, name)
-        if not callable(target):
-            return target
-
-        def call(*args):
-            self.calls.append((name, args[1:] if name.startswith("nvmlDevice") else args))
-            return target(*args)
-        return call
+Counting = sc.CallLog
 
 
 def open_reader(recording, at=0.0, **kw):

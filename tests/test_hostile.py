@@ -134,7 +134,7 @@ def test_status_jobs_and_logs_show_no_escape_sequence(hostile_processes, tmp_pat
     try:
         daemon.wait_ready()
         wait_for(lambda: (tmp_path / "state" / "jobs.sqlite").exists(), 20, what="the ledger")
-        time.sleep(1)
+        wait_for(lambda: daemon.output().count("job #") >= 3, 20, what="the three jobs logged")
     finally:
         assert daemon.stop() == 0
     log = daemon.output()
@@ -401,7 +401,7 @@ def test_a_413_sends_the_batch_in_smaller_parts(tmp_path, influx, eight_gpus):
     try:
         rigmon.wait_ready()
         proxy.mode = 503
-        time.sleep(3)
+        wait_for(lambda: proxy.answered.count(503) >= 3, 30, what="three writes refused")
         proxy.max_body = 2000
         proxy.mode = "pass"
         wait_for(lambda: 413 in proxy.answered, 20, what="a 413")

@@ -68,6 +68,7 @@ class _Crowd:
     def __init__(self, port: int, count: int):
         self.port, self.count = port, count
         self.reconnects = 0
+        self.connected = threading.Event()  # every client has connected once
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -82,6 +83,7 @@ class _Crowd:
         selector = selectors.DefaultSelector()
         for _ in range(self.count):
             self._connect(selector)
+        self.connected.set()
         while not self._stop.is_set():
             for key, _ in selector.select(0.1):
                 s = key.fileobj
@@ -126,7 +128,7 @@ def test_idle_reconnecting_clients_never_keep_a_scraper_out(tmp_path, eight_gpus
     try:
         wait_for(lambda: http_get(url, headers, context=context, timeout=2)[0] == 200, 30, what="the endpoint")
         crowd = _Crowd(rigmon.port, crowd_size)
-        time.sleep(1)
+        assert crowd.connected.wait(30)
         answered = 0
         for _ in range(30):
             try:

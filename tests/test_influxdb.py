@@ -44,7 +44,7 @@ def test_v1_writes_and_reads_back_in_base_units(tmp_path, influx, eight_gpus):
     rigmon = Rigmon(tmp_path, eight_gpus, v1_config(influx, tmp_path))
     try:
         rigmon.wait_ready()
-        time.sleep(2)
+        rigmon.wait_polls(5)
     finally:
         assert rigmon.stop() == 0
     polls = polls_from_log(rigmon.output())
@@ -82,7 +82,7 @@ flush_interval = 0.2
     rigmon = Rigmon(tmp_path, eight_gpus, config, env={"RIGMON_TEST_TOKEN": "s3cret-token"})
     try:
         rigmon.wait_ready()
-        time.sleep(2)
+        wait_for(lambda: gateway.requests >= 2, 30, what="two writes through the gateway")
     finally:
         assert rigmon.stop() == 0
         gateway.stop()
@@ -96,17 +96,16 @@ def test_outage_loses_nothing_and_writes_each_point_once(tmp_path, influx, eight
     rigmon = Rigmon(tmp_path, eight_gpus, v1_config(influx, tmp_path, interval=0.2))
     try:
         rigmon.wait_ready()
-        time.sleep(2)
+        rigmon.wait_polls(5)
         influx.stop()
-        time.sleep(5)
-        assert metric(rigmon, "rigmon_influxdb_spool_points") > 0
+        wait_for(lambda: metric(rigmon, "rigmon_influxdb_spool_points") > 0, 30, what="points spooled")
+        rigmon.wait_polls(10)  # two seconds of polls while the server is away
         influx.start()
         wait_for(lambda: metric(rigmon, "rigmon_influxdb_spool_points") == 0, 60, what="the spool to drain")
-        time.sleep(0.5)
     finally:
         assert rigmon.stop() == 0
     polls = polls_from_log(rigmon.output())
-    assert polls >= 30
+    assert polls >= 15
     assert gpu_points(influx, "0") == polls  # every poll stored, once
     assert influx.count("SELECT count(power_watts) FROM gpu") == polls * GPUS
     assert "InfluxDB write failed" in rigmon.output() and "InfluxDB writes resume" in rigmon.output()
@@ -118,9 +117,10 @@ def test_sigkill_during_an_outage_loses_nothing(tmp_path, influx, eight_gpus):
     first = Rigmon(tmp_path / "a", eight_gpus, config)
     try:
         first.wait_ready()
-        time.sleep(1.5)
+        first.wait_polls(5)
         influx.stop()
-        time.sleep(3)
+        wait_for(lambda: metric(first, "rigmon_influxdb_spool_points") > 0, 30, what="points spooled")
+        first.wait_polls(5)
         polls_before = metric(first, "rigmon_polls_total")
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait(10)
@@ -130,10 +130,9 @@ def test_sigkill_during_an_outage_loses_nothing(tmp_path, influx, eight_gpus):
     second = Rigmon(tmp_path / "b", eight_gpus, config)  # same state_dir, so the same spool
     try:
         second.wait_ready()
-        time.sleep(1)
+        second.wait_polls(3)  # polls of its own while the server is still away
         influx.start()
         wait_for(lambda: metric(second, "rigmon_influxdb_spool_points") == 0, 60, what="the spool to drain")
-        time.sleep(0.5)
     finally:
         assert second.stop() == 0
     polls_after = polls_from_log(second.output())
@@ -148,10 +147,12 @@ def test_spool_bound_drops_the_oldest_and_counts(tmp_path, influx, eight_gpus):
     rigmon = Rigmon(tmp_path, eight_gpus, config)
     try:
         rigmon.wait_ready()
-        time.sleep(1)
+        rigmon.wait_polls(5)
         influx.stop()
         outage_started = time.time()
-        time.sleep(6)
+        # the 64 KB spool overflows, and the outage lasts long enough that its first seconds go
+        wait_for(lambda: metric(rigmon, "rigmon_influxdb_points_dropped_total") > 0, 60, what="points dropped")
+        rigmon.wait_polls(max(0, int((outage_started + 2.5 - time.time()) / 0.1)) + 5)
         influx.start()
         recovered = time.time()  # a 64 KB spool holds about 5 samples of 8 GPUs (~1.2 KB a GPU line)
 
@@ -204,7 +205,8 @@ retry_max = "30s"
     rigmon = Rigmon(tmp_path, eight_gpus, config)
     try:
         rigmon.wait_ready()
-        time.sleep(4)
+        rigmon.wait_output("InfluxDB refused the write")
+        rigmon.wait_polls(15)  # three more seconds of retries: the error is not said again
         spooled = metric(rigmon, "rigmon_influxdb_spool_points")
         written = metric(rigmon, "rigmon_influxdb_points_written_total")
     finally:

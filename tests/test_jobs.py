@@ -193,9 +193,7 @@ def test_a_real_daemon_restarted_mid_job_keeps_the_job(tmp_path):
         try:
             daemon.wait_ready()
             wait_for(lambda d=daemon: running(d), 20, what="the job")
-            import time
-
-            time.sleep(2.0)
+            daemon.wait_polls(4)  # the job runs on a while
         finally:
             assert daemon.stop() == 0
         jobs = ledger()

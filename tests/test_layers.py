@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1] / "rigmon"
 LAYERS = [
     ("text, logs, retry, systemd, durations: no rigmon below them",
      ["rigmon.text", "rigmon.logs", "rigmon.retry", "rigmon.systemd", "rigmon.durations"]),
-    ("the data: a sample, the per-poll NVML table, a recording", ["rigmon.sample", "rigmon.polled", "rigmon.recording"]),
+    ("the data: a sample, the per-poll NVML table, a recording",
+     ["rigmon.sample", "rigmon.polled", "rigmon.recording"]),
     ("the table of readings and the code made from it; argument types",
      ["rigmon.readings", "rigmon.project", "rigmon.args"]),
     ("reading the hardware, live or replayed", ["rigmon.readers", "rigmon.replay", "rigmon.record"]),

@@ -89,7 +89,7 @@ def test_receiver_down_for_a_stretch_then_back_loses_nothing_and_keeps_order():
         for i in range(3, 20):
             n.submit(transition(i, "firing" if i % 2 else "resolved"))
             time.sleep(0.05)
-        time.sleep(1.5)  # a stretch of refused connections and retries
+        wait_for(lambda: n.backing_off, 10, what="the notifier to back off from refused connections")
         assert n.pending == 17 and n.sent == 3
         receiver = Receiver(port)
         wait_for(lambda: len(receiver.bodies) == 17, 20, what="the queued transitions")
@@ -107,7 +107,7 @@ def test_server_errors_are_retried_and_client_errors_are_not():
     try:
         receiver.status = 503
         n.submit(transition(1))
-        time.sleep(0.5)
+        wait_for(lambda: receiver.requests >= 2, 10, what="a retry after the 503")
         assert receiver.bodies == [] and n.pending == 1
         receiver.status = 200
         wait_for(lambda: len(receiver.bodies) == 1, 10)

@@ -91,10 +91,9 @@ def test_twenty_sighups_under_load(tmp_path):
             rigmon.proc.send_signal(signal.SIGHUP)
             time.sleep(rng.uniform(0.05, 1.5))
             assert rigmon.proc.poll() is None, rigmon.output()[-3000:]
-        time.sleep(3)
         wait_for(lambda: rigmon.proc.poll() is None and http_get(rigmon.url, timeout=5)[0] == 200, 30,
                  what="the daemon after the reloads")
-        time.sleep(3)
+        rigmon.wait_polls(4)  # the last reload done: the daemon polls on, the scraper scrapes on
     finally:
         if scraper is not None:
             scraper.stop()
@@ -129,7 +128,7 @@ def test_a_reload_to_a_bad_certificate_keeps_the_running_config(tmp_path):
         rigmon.config.write_text(rigmon.config.read_text() + f'[prometheus]\ntls_cert = "{tmp_path / "bad.pem"}"\n'
                                                              f'tls_key = "{tmp_path / "bad.pem"}"\n')
         rigmon.proc.send_signal(signal.SIGHUP)
-        time.sleep(2)
+        rigmon.wait_output("the running config stays")
         assert rigmon.proc.poll() is None and http_get(rigmon.url)[0] == 200
     finally:
         if scraper is not None:
@@ -163,7 +162,8 @@ def test_a_reload_to_a_busy_port_keeps_serving_on_the_old_one(tmp_path):
             busy = taken.getsockname()[1]
             config.write_text(config.read_text().replace(f"port = {port}", f"port = {busy}"))
             proc.send_signal(signal.SIGHUP)
-            time.sleep(2)
+            wait_for(lambda: "the running config stays" in (tmp_path / "log").read_text(), 30,
+                     what="the reload refused")
             assert proc.poll() is None and http_get(url)[0] == 200
         scraper.stop()
     finally:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import pwd
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,14 +69,9 @@ def raw(pids: list[int], proc: str | Path = "/proc", launchers: tuple[str, ...] 
         entry = read(pid)
         if entry is None or unit_of(entry["cgroup"]) is not None:
             continue  # a container's, a service's or a Slurm job's: the unit is the job
-        current = pid
-        for _ in range(MAX_ANCESTORS):
-            parent = entry["ppid"]
-            if parent <= 1 or (current != pid and entry["sid"] == current):
-                break  # the top, or the session's leader (the login shell): no launcher above
-            entry, current = read(parent), parent
-            if entry is None or launcher_of(entry["cmdline"], launchers) is not None:
-                break
+        # up to a launcher, or to the session's leader (the login shell): nothing above is the job's
+        for _ in walk_up(pid, read, lambda p, e: e["sid"] == p or launcher_of(e["cmdline"], launchers) is not None):
+            pass
     return out
 
 
@@ -172,20 +168,31 @@ def _shown(cmdline: Any) -> str | None:
 
 def _launcher_above(pid: int, answer: dict, launchers: tuple[str, ...]) -> tuple[str, int] | None:
     """(launcher name, its PID) of the nearest ancestor of ``pid`` in ``answer`` that is a launcher."""
-    seen = {pid}
-    entry = answer.get(str(pid))
-    for _ in range(MAX_ANCESTORS):
-        parent = _int(entry.get("ppid")) if isinstance(entry, dict) else None
-        if parent is None or parent <= 1 or parent in seen:
-            return None
-        seen.add(parent)
-        entry = answer.get(str(parent))
-        if not isinstance(entry, dict):
-            return None
+    for parent, entry in walk_up(pid, lambda p: answer.get(str(p))):
         name = launcher_of(_text(entry.get("cmdline")), launchers)
         if name is not None:
             return name, parent
     return None
+
+
+def walk_up(pid: int, lookup: Callable[[int], Any], stop: Callable[[int, dict], bool] | None = None
+            ) -> Iterator[tuple[int, dict]]:
+    """The ancestors of ``pid``, nearest first, as ``lookup(pid)`` gives their /proc answers: at
+    most MAX_ANCESTORS, never init, never round a loop (a damaged recording), and none after the
+    first one ``stop(pid, answer)`` is true of. The one walk /proc, a recording and a replay share."""
+    seen = {pid}
+    entry = lookup(pid)
+    for _ in range(MAX_ANCESTORS):
+        parent = _int(entry.get("ppid")) if isinstance(entry, dict) else None
+        if parent is None or parent <= 1 or parent in seen:
+            return
+        seen.add(parent)
+        entry = lookup(parent)
+        if not isinstance(entry, dict):
+            return
+        yield parent, entry
+        if stop is not None and stop(parent, entry):
+            return
 
 
 def launcher_of(cmdline: str, extra: tuple[str, ...] = ()) -> str | None:

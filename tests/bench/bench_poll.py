@@ -85,9 +85,9 @@ def measure(gpus: int, polls: int, repeats: int, scenario: str = "rich", firing:
     per_poll = []
     for t in at:
         source.clock.set(t)
-        n0, h0 = len(nvml.calls), len(host.calls)
+        n0, h0 = len(nvml.bound), len(host.bound)
         daemon.poller.poll()
-        per_poll.append(nvml.calls[n0:] + host.calls[h0:])
+        per_poll.append(nvml.bound[n0:] + host.bound[h0:])
 
     def bare() -> float:
         return replay_calls(source, at, per_poll)

@@ -31,22 +31,7 @@ except ImportError:  # before 0.2
     from rigmon.replay import ReplayHost
 
 
-class Capture:
-    """Wraps a backend and keeps (bound function, args) of every call, to replay them bare."""
-
-    def __init__(self, inner):
-        self._inner = inner
-        self.calls: list[tuple] = []
-
-    def __getattr__(self, name):
-        target = getattr(self._inner, name)
-        if not callable(target):
-            return target
-
-        def call(*args):
-            self.calls.append((target, args))
-            return target(*args)
-        return call
+Capture = sc.CallLog  # its ``bound`` calls replay bare
 
 
 def replay_calls(source, at: list[float], per_poll: list[list]) -> float:
@@ -84,15 +69,15 @@ def measure(gpus: int, polls: int, repeats: int = 9) -> dict:
     # 1. capture the calls the readers make over the run
     cap_source, gpu, hostr, nvml, host = make(capture=True)
     source = cap_source
-    nvml.calls.clear()
-    host.calls.clear()
+    nvml.bound.clear()
+    host.bound.clear()
     per_poll: list[list] = []
     for t in at:
         source.clock.set(t)
-        n0, h0 = len(nvml.calls), len(host.calls)
+        n0, h0 = len(nvml.bound), len(host.bound)
         gpu.read()
         hostr.read()
-        per_poll.append(nvml.calls[n0:] + host.calls[h0:])
+        per_poll.append(nvml.bound[n0:] + host.bound[h0:])
     calls_per_poll = sum(len(c) for c in per_poll) / polls
 
     # 2. the readers, timed
