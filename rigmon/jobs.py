@@ -41,13 +41,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from .durations import format_duration
 from .readers.procs import executable
-from .sample import SLOWDOWNS, Sample
+from .sample import SLOWDOWNS, GpuReading, Sample
 from .text import printable
 
 if TYPE_CHECKING:
@@ -248,6 +248,15 @@ def ledger_path(config: Config) -> Path:
     return Path(config.daemon.state_dir) / "jobs.sqlite"
 
 
+class _LastPoll(NamedTuple):
+    """A GPU at its last poll: the interval from it to the next is booked to the jobs then on it."""
+
+    time: float
+    joules: float | None  # its energy counter
+    shares: dict[str, float]  # {job key: share of the GPU}
+    reading: GpuReading | None = None  # None where restored from the ledger
+
+
 class JobLedger:
     """A sink: each sample books GPU time and energy to the jobs on the GPUs."""
 
@@ -260,13 +269,11 @@ class JobLedger:
         self._unwritable = False
         self._lock = threading.Lock()  # the poll thread writes; scrapes read the totals
         self.running: dict[str, Job] = {}
-        # each GPU's last reading and the jobs then on it: (time, joules, {job key: share})
-        self._gpus: dict[str, tuple[float, float | None, dict[str, float]]] = {}
+        self._gpus: dict[str, _LastPoll] = {}  # each GPU (by UUID) at its last poll
         # each GPU's energy counter where it last moved, and the intervals since, waiting for
         # its next move: [(power × time, {job: part of the interval})]
         self._counter: dict[str, float] = {}
         self._pending: dict[str, list[tuple[float, dict[Job, float]]]] = {}
-        self._readings: dict[str, object] = {}  # each GPU's last reading
         self._energy_by_user: dict[str, float] = {}
         self._next_id = 1  # while the ledger cannot be written: ids in memory
         self._last_prune = float("-inf")
@@ -301,7 +308,8 @@ class JobLedger:
         for r in self._db.execute("SELECT * FROM gpu_energy"):
             keys = {k for k in _json_list(r["jobs"]) if isinstance(k, str)}
             if isinstance(r["time"], (int, float)) and isinstance(r["joules"], (int, float)):
-                self._gpus[r["uuid"]] = (float(r["time"]), float(r["joules"]), {k: 1 / len(keys) for k in keys})
+                shares = {k: 1 / len(keys) for k in keys}
+                self._gpus[r["uuid"]] = _LastPoll(float(r["time"]), float(r["joules"]), shares)
                 self._counter[r["uuid"]] = float(r["joules"])
         for r in self._db.execute("SELECT user, SUM(e) AS e FROM (SELECT user, energy_joules AS e FROM jobs WHERE "
                                   "ended IS NOT NULL UNION ALL SELECT user, joules FROM pruned_energy) GROUP BY user"):
@@ -315,7 +323,7 @@ class JobLedger:
             self._db.close()
             self._db = None
         self.running, self._gpus, self._energy_by_user = {}, {}, {}
-        self._counter, self._pending, self._readings = {}, {}, {}
+        self._counter, self._pending = {}, {}
         aside = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}")
         try:
             self.path.rename(aside)
@@ -442,14 +450,13 @@ class JobLedger:
             uuid = g.uuid
             last = self._gpus.get(uuid)
             energy = g.energy_joules
-            self._gpus[uuid] = (now, energy, on_gpu.get(g.index, {}))
-            at_start = self._readings.get(uuid, g)  # how the GPU ran: as read at the interval's start
-            self._readings[uuid] = g
+            self._gpus[uuid] = _LastPoll(now, energy, on_gpu.get(g.index, {}), g)
             if last is None:
                 if energy is not None:
                     self._counter[uuid] = energy
                 continue
-            then, _, shares = last
+            then, _, shares, at_start = last
+            at_start = at_start or g  # how the GPU ran: as read at the interval's start (restored: as now)
             dt = now - then
             if dt <= 0 or dt > MAX_GAP_SECONDS:
                 self._pending.pop(uuid, None)
@@ -526,8 +533,8 @@ class JobLedger:
             return
         with self._lock:
             jobs = list(self.running.values())
-            gpus = [(uuid, t, e, json.dumps(sorted(shares))) for uuid, (t, e, shares) in self._gpus.items()
-                    if e is not None]
+            gpus = [(uuid, last.time, last.joules, json.dumps(sorted(last.shares))) for uuid, last in self._gpus.items()
+                    if last.joules is not None]
         try:
             with self._db:
                 for job in jobs:
