@@ -157,7 +157,7 @@ class HostReader:
             reused = False
         if wanted != set(self._processes) or reused:
             answer = self._section("processes", lambda: self._backend.processes(sorted(wanted))) or {}
-            found = procs.parse(answer, self._launchers)
+            found = procs.parse(answer, self._launchers, wanted)
             self._processes = {pid: found.get(pid) or ProcessInfo(pid, job=f"pid:{pid}") for pid in wanted}
         return tuple(self._processes[pid] for pid in sorted(wanted))
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import pwd
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,16 +128,19 @@ def _boot_time(base: Path) -> float | None:
     return None
 
 
-def parse(answer: dict[str, dict[str, Any]], launchers: tuple[str, ...] = ()) -> dict[int, ProcessInfo]:
-    """Entries of ``raw`` (live or recorded) as ``ProcessInfo``. Every string is made printable
-    here, once: a user's command line, cgroup or name reaches terminals, logs, the ledger and
-    the line protocol only as text without control characters or line breaks."""
+def parse(answer: dict[str, dict[str, Any]], launchers: tuple[str, ...] = (),
+          pids: Iterable[int] | None = None) -> dict[int, ProcessInfo]:
+    """Entries of ``raw`` (live or recorded) as ``ProcessInfo``: those of ``pids`` (every one
+    where None; the ancestors the answer holds serve to name the jobs). Every string is made
+    printable here, once: a user's command line, cgroup or name reaches terminals, logs, the
+    ledger and the line protocol only as text without control characters or line breaks."""
     out = {}
-    for key, p in answer.items():
+    for key in (answer if pids is None else map(str, pids)):
         try:
             pid = int(key)
         except (TypeError, ValueError):
             continue
+        p = answer.get(key)
         if not isinstance(p, dict):
             continue
         command = _shown(p.get("cmdline"))
