@@ -43,8 +43,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
 from .durations import format_duration
 from .readers.procs import executable
 from .sample import SLOWDOWNS, GpuReading, Sample
@@ -580,6 +578,8 @@ class JobLedger:
 
     # --- exported state -------------------------------------------------------------------------
     def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # `rigmon jobs` needs none
+
         with self._lock:
             by_user = dict(self._energy_by_user)
             for job in self.running.values():

@@ -33,8 +33,8 @@ def pytest_collection_modifyitems(config, items):
 def pytest_configure(config):
     config.addinivalue_line("markers", "system: needs a server (Prometheus, InfluxDB, Alertmanager), root, "
                                        "systemd, Chromium or torch; tests/run --fast leaves it out")
-    config.addinivalue_line("markers", "slow: a soak, fuzz or install run of its own (tens of seconds); "
-                                       "tests/run --fast leaves it out")
+    config.addinivalue_line("markers", "slow: a soak, flood, fuzz or install run of its own (seconds to "
+                                       "minutes); tests/run --fast leaves it out")
     import rigmon
 
     if Path(rigmon.__file__).resolve().is_relative_to(ROOT / "rigmon"):

@@ -522,6 +522,7 @@ def test_daemon_history_is_accepted_with_a_deprecation_warning(tmp_path):
 
 
 # Fuzz: generated configs and mutated recordings never give a traceback ------------------------
+@pytest.mark.slow
 def test_fuzz_configs_and_recordings_are_accepted_or_refused_clearly(tmp_path):
     import random
 

@@ -16,6 +16,8 @@ import pytest
 from servers import Rigmon, http_get, wait_for
 from test_daemon import _self_signed
 
+pytestmark = pytest.mark.slow  # floods and crowds of connections: tens of seconds on two cores
+
 GET = b"GET /metrics HTTP/1.1\r\nHost: rigmon\r\n\r\n"
 
 

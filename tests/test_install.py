@@ -42,6 +42,7 @@ def dist(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_wheel_and_sdist_carry_every_package_file(dist):
     files = [f for f in tracked("rigmon") if not f.endswith(".py")]
     assert "rigmon/alerts/builtin.toml" in files and "rigmon/data/h200-matmul-load.rec.jsonl" in files

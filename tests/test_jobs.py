@@ -177,7 +177,7 @@ def test_a_real_daemon_restarted_mid_job_keeps_the_job(tmp_path):
     from servers import Rigmon, http_get, wait_for
 
     path = sc.write(sc.rich(sc.h200(), gpus=4), tmp_path / "rich.rec.jsonl")
-    config = "[daemon]\ninterval = 0.5\n"
+    config = "[daemon]\ninterval = 0.25\n"
 
     def ledger():
         done = jobs_cli(tmp_path, "--json")
@@ -291,6 +291,7 @@ def expected_joules(rec) -> dict[int, float]:
     return out
 
 
+@pytest.mark.slow
 def test_every_job_energy_within_one_percent_on_a_day_with_the_default_config(tmp_path):
     """Jobs of 30 s to 2 h, back to back and sharing a GPU, the energy counter read on the default
     slow_interval (5 s) and at each change of a GPU's processes: each job's booked energy against

@@ -113,6 +113,7 @@ def _sample_with_a_process():
         poller.close()
 
 
+@pytest.mark.slow
 def test_jobs_limit_reads_only_what_it_prints(tmp_path):
     """400,000 jobs (years of a busy shared box): --limit 5 is quick and small."""
     state = tmp_path / "state"

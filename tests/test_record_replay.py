@@ -143,6 +143,7 @@ def test_carried_answers_are_the_same_from_any_tick_and_for_large_files(lazy, tm
             assert got.get(key) == want[index][0].get(key), (index, key)
 
 
+@pytest.mark.slow
 def test_a_large_recording_replays_in_bounded_memory(tmp_path):
     """Recordings of 20 and 40 MB (hours of an 8-GPU box): each further MB of recording costs
     the replay about 2 MB of memory (parsed whole it cost ten), with --replay-gpus 8 (widened

@@ -165,6 +165,7 @@ def test_a_reload_to_a_busy_port_keeps_serving_on_the_old_one(tmp_path):
             wait_for(lambda: "the running config stays" in (tmp_path / "log").read_text(), 30,
                      what="the reload refused")
             assert proc.poll() is None and http_get(url)[0] == 200
+            wait_for(lambda: scraper.ok > 10, 30, what="scrapes answered after the refused reload")
         scraper.stop()
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .. import args as argtypes
-from ..burnin.run import cmd_burnin
 from .common import add_config
 
 
@@ -29,3 +28,9 @@ def add_parser(sub) -> None:
                    help="the hardware's answers from a recording (rigmon record): with --cpu the model trains on "
                         "the CPU and the report judges and draws the recorded GPUs, no GPU needed")
     p.set_defaults(func=cmd_burnin)
+
+
+def cmd_burnin(args) -> int:
+    from ..burnin.run import cmd_burnin as run
+
+    return run(args)

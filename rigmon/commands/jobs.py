@@ -7,7 +7,6 @@ import json
 import sys
 import time
 
-from .. import jobs as ledger
 from ..text import printable_lines
 from .common import UsageError, add_config, load_config
 
@@ -28,6 +27,8 @@ def add_parser(sub) -> None:
 
 
 def cmd_jobs(args) -> int:
+    from .. import jobs as ledger
+
     config = load_config(args)
     path = ledger.ledger_path(config)
     price, currency = config.jobs.price_per_kwh, config.jobs.currency
@@ -114,6 +115,8 @@ def _unit(j: dict) -> str:
 
 
 def show(j: dict) -> str:
+    from .. import jobs as ledger
+
     lines = [f"job #{j['id']}: {j['job']}" + (" (running)" if j["running"] else "")]
     fields = [
         ("user", j["user"] or "?"), ("command", j["command"] or "?"), ("unit", _unit(j)),

@@ -15,13 +15,15 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from .. import args as argtypes
 from .. import config as configmod
 from .. import logs
-from ..daemon import STOP_GRACE_SECONDS, Daemon
 from .common import UsageError, add_config, add_source, replay_source
+
+if TYPE_CHECKING:  # the daemon and all it builds are imported by cmd_run alone: other commands start quicker
+    from ..daemon import Daemon
 
 log = logging.getLogger("rigmon.daemon")
 
@@ -71,6 +73,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             start, replay_start = time.time(), source.clock()
             wall = lambda: start + source.clock() - replay_start  # noqa: E731
     try:
+        from ..daemon import Daemon
+
         daemon = Daemon.from_config(config, source, speed=speed, wall=wall)
     except OSError as e:  # the spool's state directory cannot be made or written
         raise UsageError(f"{getattr(e, 'filename', '') or ''}: {e.strerror or e}".lstrip(": ")) from None
@@ -266,6 +270,8 @@ def _lock_state_dir(state_dir) -> int | None:
 
 def _stop_within_grace(daemon: Daemon, reloading: bool = False) -> bool:
     """Warm stop within STOP_GRACE_SECONDS (plus the running poll); True when it finished."""
+    from ..daemon import STOP_GRACE_SECONDS
+
     deadline = time.monotonic() + STOP_GRACE_SECONDS
     stopper = threading.Thread(target=daemon.stop, args=(deadline, reloading), daemon=True)
     stopper.start()
