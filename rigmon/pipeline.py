@@ -13,25 +13,25 @@ from __future__ import annotations
 
 import logging
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry
-
-from .exporters.burnin import BurninReports
-from .exporters.prometheus import BuildInfo, SampleCollector
-from .jobs import JobLedger
 from .poller import Poller, build_poller, wants_rare_counters_every_poll
 from .sinks.alerts import AlertSink, compile_rules
 from .sinks.base import PollResult, Sink, close_side_by_side
-from .sinks.influxdb import InfluxSink
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from .config import Config
+    from .exporters.prometheus import SampleCollector
+    from .jobs import JobLedger
     from .replay import ReplaySource
     from .sample import Sample
+    from .sinks.influxdb import InfluxSink
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,12 @@ class Pipeline:
                                announce=announce)
         jobs, own, collectors = None, [], []
         try:
-            if outputs:
+            if outputs:  # imported here: a loop that only shows or records never loads the outputs
+                from .exporters.burnin import BurninReports
+                from .exporters.prometheus import SampleCollector
+                from .jobs import JobLedger
+                from .sinks.influxdb import InfluxSink
+
                 own.append(SampleCollector(config.gpu.process_series))
                 if config.influxdb.enabled:
                     own.append(InfluxSink(config, host))
@@ -125,15 +130,22 @@ class Pipeline:
 
     @property
     def influx(self) -> InfluxSink | None:
-        return next((s for s in self.sinks if isinstance(s, InfluxSink)), None)
+        return self._sink("rigmon.sinks.influxdb", "InfluxSink")
 
     @property
     def collector(self) -> SampleCollector | None:
-        return next((s for s in self.sinks if isinstance(s, SampleCollector)), None)
+        return self._sink("rigmon.exporters.prometheus", "SampleCollector")
+
+    def _sink(self, module: str, name: str):
+        """The sink of that class, if any: where its module was never imported, there is none."""
+        loaded = sys.modules.get(module)
+        return next((s for s in self.sinks if isinstance(s, getattr(loaded, name))), None) if loaded else None
 
     def metric_collectors(self, *first) -> Iterator:
         """What /metrics shows, in order: the build, ``first`` (the daemon's own health), the
         alerts, the sinks' and ledger's state, NVML's errors, the burn-in reports, the sample."""
+        from .exporters.prometheus import BuildInfo, SampleCollector
+
         yield BuildInfo()
         yield from first
         if self.alerts is not None:
@@ -148,6 +160,8 @@ class Pipeline:
             yield self.collector
 
     def registry(self, *first) -> CollectorRegistry:
+        from prometheus_client import CollectorRegistry
+
         registry = CollectorRegistry(auto_describe=False)
         for collector in self.metric_collectors(*first):
             registry.register(collector)

@@ -24,13 +24,15 @@ class Polled(NamedTuple):
     convert: str  # watts (from mW), celsius, hertz (from MHz), ratio (from %), count (a number as it is)
     attr: str | None = None  # the member of the answer (a struct) that holds the value
     field_id: int | None = None  # read through nvmlDeviceGetFieldValues (NVML_FI_DEV_*), batched per GPU
-    rare: bool = False  # changes rarely: read every slow_interval unless a rule wants it every poll
+    rare: bool = False  # changes rarely (a counter of faults, a setting): read every slow_interval unless a
+    # rule looks at it over a short window
 
 
 POLLED: tuple[Polled, ...] = (
     Polled("power_watts", (("nvmlDeviceGetPowerUsage", ()),), "watts"),
     Polled("power_limit_watts", (("nvmlDeviceGetEnforcedPowerLimit", ()),), "watts"),
-    Polled("power_management_limit_watts", (("nvmlDeviceGetPowerManagementLimit", ()),), "watts"),
+    # set by an administrator (nvidia-smi -pl), not by load: 164 µs a GPU on an H200, every slow_interval
+    Polled("power_management_limit_watts", (("nvmlDeviceGetPowerManagementLimit", ()),), "watts", rare=True),
     Polled("temperature_celsius", (("nvmlDeviceGetTemperatureV", (0,)), ("nvmlDeviceGetTemperature", (0,))),
            "celsius"),
     Polled("memory_temperature_celsius", (), "celsius", field_id=82),  # NVML_FI_DEV_MEMORY_TEMP

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .polled import POLLED
 from .readers.gpu import GpuReader
 from .readers.host import HostReader, SystemHost
 from .replay import replay_backend
@@ -119,9 +120,10 @@ def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=Non
 
 
 # Rule variables of the counters read every slow_interval (see readers.gpu._RARE).
-RARE_COUNTER_VARIABLES = frozenset({"pcie_replays", "ecc_corrected_volatile", "ecc_uncorrected_volatile",
-                                    "ecc_corrected_aggregate", "ecc_uncorrected_aggregate", "remap_pending",
-                                    "remap_failure", "remapped_rows_correctable", "remapped_rows_uncorrectable"})
+RARE_COUNTER_VARIABLES = frozenset({*(p.field for p in POLLED if p.rare), "ecc_corrected_volatile",
+                                    "ecc_uncorrected_volatile", "ecc_corrected_aggregate", "ecc_uncorrected_aggregate",
+                                    "remap_pending", "remap_failure", "remapped_rows_correctable",
+                                    "remapped_rows_uncorrectable"})
 SHORT_WINDOW = 60.0  # a rule looking at a rare counter over less than this wants it every poll
 
 

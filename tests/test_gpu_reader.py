@@ -289,3 +289,24 @@ def test_a_rule_with_a_short_window_on_a_rare_counter_reads_it_every_poll():
             poller.poll()
         poller.close()
         assert _calls(backend, "nvmlDeviceGetPcieReplayCounter") == (10 if every_poll else 1), rules
+
+
+def test_the_power_limit_set_is_read_on_the_slow_interval_and_when_the_enforced_limit_moves():
+    """nvmlDeviceGetPowerManagementLimit (164 µs a GPU on an H200) changes by an administrator's
+    hand, not by load: read every slow_interval, and at once where the enforced limit moves."""
+    def modify(t, tick):
+        watts = 700_000 if t < 6 else 450_000  # nvidia-smi -pl 450 six seconds in
+        sc.set_gpu(tick, nvmlDeviceGetEnforcedPowerLimit=watts, nvmlDeviceGetPowerManagementLimit=watts)
+
+    reader, source, backend = open_reader(sc.timeline(12, 1, modify=modify), slow_interval=5.0)
+    asked, seen = [], []
+    for second in range(12):
+        source.clock.set(float(second))
+        reader._monotonic = lambda s=second: float(s)  # the slow interval on the replay's clock
+        before = len(backend.calls)
+        (gpu,), _ = reader.read()
+        asked.append(sum(name == "nvmlDeviceGetPowerManagementLimit" for name, _ in backend.calls[before:]))
+        seen.append(gpu.power_management_limit_watts)
+    reader.close()
+    assert asked == [1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 0], asked  # slow reads at 0, 5, 10 s; the move at 6 s
+    assert seen[5] == 700 and seen[6] == 450 and seen[-1] == 450

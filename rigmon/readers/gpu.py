@@ -82,6 +82,9 @@ _REMAPPED_ROWS = "nvmlDeviceGetRemappedRows"
 # Counters that change rarely (link errors, ECC, row remaps), read every slow_interval unless a
 # rule looks at them over a short window: PCIe replays alone are ~18 % of a poll's NVML time.
 _RARE = frozenset({*(_plan_name(p) for p in POLLED if p.rare), _REMAPPED_ROWS, *_ECC_KEYS})
+# The enforced power limit, read every poll: where it moves, a setting may have (the limit set
+# with nvidia-smi -pl is read on the slow interval), so the rare ones are read again at once.
+_ENFORCED_LIMIT = _plan_name(next(p for p in POLLED if p.field == "power_limit_watts"))
 
 
 def _builder() -> Callable:
@@ -157,7 +160,7 @@ class _Device:
     __slots__ = ("index", "handle", "info", "unsupported", "lost", "errors", "last_slow", "energy", "throttle",
                  "pcie_rx", "pcie_tx", "supported_events", "fields_unsupported", "plan", "slow_plan", "slow_raw",
                  "poll_fields", "probe_at", "not_recorded", "unrecorded", "pids", "energy_again",
-                 "retired_pages", "read_retired_pages", "fans")
+                 "retired_pages", "read_retired_pages", "fans", "enforced")
 
     def __init__(self, index: int, handle: Any):
         self.index = index
@@ -185,6 +188,7 @@ class _Device:
         self.retired_pages: RetiredPages | None = None
         self.read_retired_pages = False  # an ECC board without row remapping (pre-Ampere)
         self.fans: tuple[tuple[str, str, str], ...] = ()  # per fan: its (speed, target, rpm) plan names
+        self.enforced: Any = None  # the enforced power limit at the last poll
 
     def get(self, key: str, fn: Callable, *args: Any) -> Any:
         """Call ``fn(handle, *args)`` under the error policy; None where there is no answer."""
@@ -548,6 +552,11 @@ class GpuReader:
             d.last_slow = now
             d.poll_fields = any(f not in d.fields_unsupported for f in _POLL_FIELDS)
         raw = self._run_plan(d)
+        enforced = raw.get(_ENFORCED_LIMIT)
+        if enforced != d.enforced:
+            if d.enforced is not None and not slow and d.slow_plan:
+                d.slow_raw = self._run_plan(d, slow=True)
+            d.enforced = enforced
         if d.slow_raw:
             raw.update(d.slow_raw)
         get = raw.get
