@@ -82,12 +82,13 @@ def measure(gpus: int, polls: int, repeats: int, scenario: str = "rich", firing:
     at = [(i * 1.0) % recording.duration for i in range(polls)]
 
     source, daemon, _, nvml, host = build(recording, capture=True, firing=firing)
-    per_poll = []
+    per_poll, named = [], []
     for t in at:
         source.clock.set(t)
-        n0, h0 = len(nvml.bound), len(host.bound)
+        n0, h0, c0 = len(nvml.bound), len(host.bound), len(nvml.calls)
         daemon.poller.poll()
         per_poll.append(nvml.bound[n0:] + host.bound[h0:])
+        named.append(nvml.calls[c0:])
 
     def bare() -> float:
         return replay_calls(source, at, per_poll)
@@ -139,7 +140,49 @@ def measure(gpus: int, polls: int, repeats: int, scenario: str = "rich", firing:
     best.update({k: min(p[k] for p in part_runs) for k in part_runs[0]})
     us = {k: round(v / polls * 1e6, 1) for k, v in best.items()}
     return {"gpus": gpus, "polls": polls, "alerts_firing": firing_seen[-1], "cpu_us_per_poll": us,
-            "ratio_to_bare": {k: round(v / best["bare"], 2) for k, v in best.items() if k != "bare"}}
+            "ratio_to_bare": {k: round(v / best["bare"], 2) for k, v in best.items() if k != "bare"},
+            "real_h200": real_h200(named, (best["poll"] - best["bare"]) / polls)}
+
+
+SURFACE = HERE.parents[2] / "shared" / "fixtures" / "h200" / "nvml_surface.json"
+
+
+def real_h200(named: list[list[tuple]], own_seconds: float) -> dict | None:
+    """The same polls on a real H200 box: each NVML call the readers made, at the median latency
+    the fixture measured for it on a real H200 (nvml_surface.json), plus rigmon's own CPU."""
+    if not SURFACE.exists():
+        return None
+    costs = {}
+    for c in json.loads(SURFACE.read_text())["devices"][0]["calls"]:
+        costs[(c["fn"], tuple(c["args"]))] = c["us_median"]
+
+    def cost(name, args):
+        if name == "nvmlDeviceGetFieldValues":  # the fixture: 19 fields in 5.5 ms, energy 3.1 of it
+            return (5.5 - 3.1) / 18 * 1000 * (len(args[0]) if args and args[0] else 0)
+        key = (name, tuple(a for a in args if isinstance(a, int)))
+        return costs.get(key, costs.get((name, ())))
+
+    calls: dict[str, list[float]] = {}
+    polls = []
+    for poll in named:
+        total = 0.0
+        for name, args in poll:
+            us = cost(name, args)
+            if us is None or not name.startswith("nvmlDevice"):
+                continue
+            total += us
+            shown = [str(a) for a in args if isinstance(a, int)] or ([f"{len(args[0])} fields"] if args else [])
+            key = name + (f"({','.join(shown)})" if shown else "")
+            calls.setdefault(key, []).append(us)
+        polls.append(total)
+    ordered = sorted(polls)
+    per_call = {k: {"calls_per_poll": round(len(v) / len(named), 2), "us": round(v[0], 2)}
+                for k, v in sorted(calls.items(), key=lambda kv: -sum(kv[1]))}
+    own_ms = own_seconds * 1e3
+    return {"poll_ms_median": round(ordered[len(ordered) // 2] / 1e3 + own_ms, 2),
+            "poll_ms_mean": round(sum(polls) / len(polls) / 1e3 + own_ms, 2),
+            "poll_ms_max": round(ordered[-1] / 1e3 + own_ms, 2), "own_cpu_ms": round(own_ms, 2),
+            "per_call": per_call}
 
 
 def main(argv=None) -> int:
@@ -161,6 +204,13 @@ def main(argv=None) -> int:
     for key, value in result["cpu_us_per_poll"].items():
         ratio = result["ratio_to_bare"].get(key)
         print(f"  {key:>8} {value:>9.1f} µs" + (f"  {ratio:>5.2f}x" if ratio is not None else ""))
+    real = result["real_h200"]
+    if real is not None:
+        print(f"on a real 8×H200 box (each call at its median latency on the fixture's H200, plus rigmon's own "
+              f"{real['own_cpu_ms']} ms): poll median {real['poll_ms_median']} ms, mean {real['poll_ms_mean']} ms "
+              f"(the slow counters every slow_interval), max {real['poll_ms_max']} ms; NVML calls, by time spent:")
+        for name, c in real["per_call"].items():
+            print(f"  {name:<48} {c['calls_per_poll']:>6.2f} a poll  {c['us']:>9.2f} µs")
     return 0
 
 
