@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 from .recording import MAX_GPUS  # NVML's own limit per box; also the most a recording may replay
+
+DEFAULT_CONFIG = Path("/etc/rigmon/rigmon.toml")  # read where no --config is given, if it exists
 
 
 class UsageError(Exception):

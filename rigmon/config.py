@@ -17,9 +17,10 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from .alerts.rules import RuleOverride, RuleSpec, merge
+from .args import DEFAULT_CONFIG
 from .durations import Duration
 
-DEFAULT_PATH = Path("/etc/rigmon/rigmon.toml")
+DEFAULT_PATH = DEFAULT_CONFIG
 # Not node_exporter's 9100, dcgm-exporter's 9400 or nvidia_gpu_exporter's 9835. Prometheus's
 # 9100-9999 exporter range is fully allocated, so any default collides with something: it is a setting.
 DEFAULT_PORT = 9963

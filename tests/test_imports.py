@@ -40,3 +40,17 @@ def test_a_one_shot_command_loads_nothing_of_the_daemon(args, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     modules = json.loads(loaded.read_text())
     assert [m for m in modules if m.split(".")[0] in FORBIDDEN or m.startswith(FORBIDDEN)] == [], args
+
+
+def test_the_cli_entry_and_help_load_nothing_heavy():
+    """``rigmon --help`` and the entry module: no config models (pydantic), no NVML, no psutil, no
+    Prometheus client; each command imports its own needs on dispatch."""
+    probe = ("import json, sys, contextlib, io\nfrom rigmon.commands import main\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n"
+             "    try:\n        main(['--help'])\n    except SystemExit:\n        pass\n"
+             "print(json.dumps(sorted(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    modules = json.loads(done.stdout)
+    heavy = ("pydantic", "rigmon.config", "pynvml", "psutil", "prometheus_client", "rigmon.readers", "rigmon.alerts")
+    assert [m for m in modules if m.startswith(heavy)] == []

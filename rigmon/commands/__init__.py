@@ -8,7 +8,6 @@ import logging
 import sys
 
 from .. import __version__, logs
-from .. import config as configmod
 from ..recording import RecordingError
 from ..text import printable, printable_lines
 from . import burnin, jobs, record, rules, run, status
@@ -28,6 +27,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    from .. import config as configmod  # on dispatch: --help and --version build no config models
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logs.SafeFormatter(logs.FORMAT))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])

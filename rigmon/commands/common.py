@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import args as argtypes
-from .. import config as configmod
-from ..args import UsageError
+from ..args import DEFAULT_CONFIG, UsageError
 from ..recording import Recording, demo_path
+
+if TYPE_CHECKING:
+    from ..config import Config
 
 __all__ = ["UsageError", "add_config", "add_source", "demo_path", "load_config", "replay_source",
            "stop_on_signals"]
@@ -18,7 +21,7 @@ __all__ = ["UsageError", "add_config", "add_source", "demo_path", "load_config",
 
 def add_config(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", metavar="FILE",
-                   help=f"config file (default {configmod.DEFAULT_PATH} if it exists)")
+                   help=f"config file (default {DEFAULT_CONFIG} if it exists)")
 
 
 def add_source(p: argparse.ArgumentParser) -> None:
@@ -29,8 +32,10 @@ def add_source(p: argparse.ArgumentParser) -> None:
                    help=f"widen the replayed recording to N GPUs (1 to {argtypes.MAX_GPUS})")
 
 
-def load_config(args) -> configmod.Config:
-    return configmod.load(args.config)
+def load_config(args) -> Config:
+    from ..config import load
+
+    return load(args.config)
 
 
 def replay_source(args, *, at: float = 0.0, realtime: bool = True, loop: bool = True, speed: float = 1.0):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 
-from .. import config as configmod
 from .common import add_config
 
 
@@ -23,6 +22,8 @@ def add_parser(sub) -> None:
 
 
 def cmd_config_check(args) -> int:
+    from .. import config as configmod
+
     data, source = configmod.read(args.file or args.config)
     config = configmod.parse(data, source) if data else configmod.Config()
     print(f"# effective config from {source}; secrets masked")
@@ -32,10 +33,14 @@ def cmd_config_check(args) -> int:
 
 
 def cmd_config_schema(args) -> int:
+    from .. import config as configmod
+
     print(json.dumps(configmod.schema(), indent=2))
     return 0
 
 
 def cmd_config_example(args) -> int:
+    from .. import config as configmod
+
     sys.stdout.write(configmod.example())
     return 0

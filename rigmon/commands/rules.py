@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from .. import config as configmod
-from ..alerts.entities import KINDS
-from ..alerts.rules import Rule
 from ..recording import Recording, RecordingError
-from .common import UsageError, add_config, add_source, demo_path, replay_source
+from .common import UsageError, add_config, add_source, demo_path, load_config, replay_source
+
+if TYPE_CHECKING:
+    from ..alerts.rules import Rule
 
 
 def add_parser(sub) -> None:
@@ -50,7 +51,7 @@ def cmd_rules_list(args) -> int:
             for name, doc in variables.items():
                 print(textwrap.fill(doc, width, initial_indent=f"  {name:<38} ", subsequent_indent=" " * 41))
         return 0
-    config = configmod.load(args.config)
+    config = load_config(args)
     for spec in config.alerts.effective_rules():
         head = f"{spec.name:<26} {spec.severity:<8} {spec.kind:<6}"
         head += f" for {format_duration(spec.for_)}" if spec.for_ else ""
@@ -69,7 +70,7 @@ def cmd_rules_list(args) -> int:
 def cmd_rules_test(args) -> int:
     from ..offline import replay_rules
 
-    config = configmod.load(args.config)
+    config = load_config(args)
     if args.replay is None and not args.demo:
         raise UsageError("rules test runs the rules on a recording: give --replay FILE (rigmon record makes one), "
                          "or --demo for the bundled H200 one")
@@ -105,7 +106,7 @@ def cmd_doctor(args) -> int:
     from ..pipeline import Pipeline, opened
     from ..sinks.alerts import build_engine
 
-    config = configmod.load(args.config)
+    config = load_config(args)
     source, label = replay_source(args)
     pipeline = Pipeline.from_config(config, source, outputs=False, rules=False, event_thread=False)
     with opened(pipeline):
@@ -121,6 +122,8 @@ def cmd_doctor(args) -> int:
     print()
     problems = evaluable = 0
     said: dict[str, list[str]] = {}  # each reason, said in full once, and the rules it keeps from evaluating
+    from ..alerts.rules import Rule
+
     for rule in [Rule(s) for s in config.alerts.effective_rules()]:
         if not rule.spec.enabled:
             print(f"  {rule.name:<26} disabled in the config")
@@ -247,6 +250,8 @@ def _why_not(rule: Rule, entities: dict, sample, poller, config) -> str | None:
     detail = {"processes": "process list not readable (containers hide other PIDs)",
               "processes_memory_bytes": "process list not readable",
               "cpu_utilization_ratio": "CPU utilisation not read"}
+
+    from ..readings import KINDS
 
     def absent(variables: set[str]) -> list[str]:
         return sorted(v for v in variables if v in KINDS[rule.kind] and all(e.get(v) is None for e in mine))

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from .. import args as argtypes
-from .. import config as configmod
 from .. import logs
 from .common import UsageError, add_config, add_source, replay_source
 
 if TYPE_CHECKING:  # the daemon and all it builds are imported by cmd_run alone: other commands start quicker
+    from .. import config as configmod
     from ..daemon import Daemon
 
 log = logging.getLogger("rigmon.daemon")
@@ -44,6 +44,8 @@ RELOAD_ENV = "RIGMON_RELOAD"  # set by a reload for the process it execs: where 
 
 
 def _config(args) -> configmod.Config:
+    from .. import config as configmod
+
     config = configmod.load(args.config)
     overrides = {k: v for k, v in (("listen", args.listen), ("port", args.port)) if v is not None}
     if overrides:
@@ -54,6 +56,8 @@ def _config(args) -> configmod.Config:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from .. import config as configmod
+
     config = _config(args)
     logs.setup(config.daemon.log_level, args.verbose)
     _lock = _lock_state_dir(config.daemon.state_dir)  # held until exit (an exec for SIGHUP takes it anew)
