@@ -61,8 +61,9 @@ class Pipeline:
         transition logged and sent to the config's notifiers. ``engine``: rules whose alerts
         go on from an earlier replay (``status --at``)."""
         host = host or socket.gethostname()
+        # compiled once, for the poller (a rule may want the rare counters every poll) and the engine
+        compiled = compile_rules(config) if config.alerts.enabled else []
         evaluate = rules and config.alerts.enabled
-        compiled = compile_rules(config) if evaluate else []  # once, for the poller and the engine
         poller = build_poller(config, source, nvml=nvml, host_backend=host_backend, wall=wall,
                               event_thread=event_thread, rare_every_poll=wants_rare_counters_every_poll(compiled))
         alerts = None
