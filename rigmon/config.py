@@ -16,9 +16,9 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
-from .alerts.rules import RuleOverride, RuleSpec, merge
+from .alerts.specs import Duration, RuleOverride, RuleSpec, merge
 from .args import DEFAULT_CONFIG
-from .durations import Duration
+from .settings import ConfigError, Secret, Settings
 
 DEFAULT_PATH = DEFAULT_CONFIG
 # Not node_exporter's 9100, dcgm-exporter's 9400 or nvidia_gpu_exporter's 9835. Prometheus's
@@ -295,16 +295,6 @@ class Config(_Section):
         JobsConfig())
 
 
-class ConfigError(Exception):
-    """A config that cannot be used. ``problems`` lists (field path, message)."""
-
-    def __init__(self, source: str, problems: list[tuple[str, str]]):
-        self.source = source
-        self.problems = problems
-        super().__init__("\n".join(f"{source}: {path}: {msg}" if path else f"{source}: {msg}"
-                                   for path, msg in problems))
-
-
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -381,6 +371,26 @@ def load(path: str | Path | None = None, env: dict[str, str] | None = None) -> C
     """The config at ``path``; with no path, the default file if it exists, else defaults."""
     data, source = read(path)
     return parse(data, source, env) if data else Config()
+
+
+def settings(config: Config) -> Settings:
+    """The validated config as plain data (``rigmon.settings``): what runs with it needs no pydantic."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, BaseModel):
+            data = {name: plain(getattr(value, name)) for name in type(value).model_fields}
+            if isinstance(value, AlertsConfig):
+                data["effective_rules"] = tuple(plain(spec) for spec in value.effective_rules())
+            return Settings(data)
+        if isinstance(value, SecretStr):
+            return Secret(value.get_secret_value())
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(plain(v) for v in value)
+        return value
+
+    return plain(config)
 
 
 MASK = "********"

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any
-
-from pydantic import BeforeValidator, PlainSerializer
+from typing import Any
 
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)w)?\s*(?:(\d+(?:\.\d+)?)d)?\s*(?:(\d+(?:\.\d+)?)h)?\s*"
                        r"(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*$")
@@ -41,7 +39,3 @@ def format_duration(seconds: float) -> str:
     m, s = divmod(rest, 60)
     return "".join(f"{n}{unit}" for n, unit in ((d, "d"), (h, "h"), (m, "m"), (s, "s")) if n)
 
-
-# Seconds, or a string like "30s", "10m", "1h30m"; written back (JSON and TOML) as the string.
-Duration = Annotated[float, BeforeValidator(parse_duration), PlainSerializer(format_duration, return_type=str,
-                                                                              when_used="json")]

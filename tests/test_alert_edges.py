@@ -12,7 +12,8 @@ import scenarios as sc
 from scenarios import set_gpu, timeline
 
 from rigmon.alerts.engine import AlertEngine
-from rigmon.alerts.rules import Expression, Rule, RuleSpec
+from rigmon.alerts.rules import Expression, Rule
+from rigmon.alerts.specs import RuleSpec
 from rigmon.config import Config, parse
 from rigmon.offline import replay_rules
 from rigmon.recording import Recording

@@ -23,7 +23,8 @@ from test_daemon import _self_signed
 from test_influxdb import gpu_points, metric, polls_from_log
 
 from rigmon.alerts.engine import AlertEngine
-from rigmon.alerts.rules import Expression, Rule, RuleSpec
+from rigmon.alerts.rules import Expression, Rule
+from rigmon.alerts.specs import RuleSpec
 from rigmon.config import ConfigError, parse
 from rigmon.recording import Recording, RecordingError
 from rigmon.retry import backoff

@@ -19,7 +19,8 @@ LAYERS = [
      ["rigmon.readings", "rigmon.project", "rigmon.args"]),
     ("reading the hardware, live or replayed", ["rigmon.readers", "rigmon.replay", "rigmon.record"]),
     ("the rule language and its engine (no I/O)", ["rigmon.alerts"]),
-    ("the config", ["rigmon.config"]),
+    ("the config: validated (pydantic), and as the plain data that runs with it",
+     ["rigmon.config", "rigmon.settings", "rigmon.validate"]),
     ("what is built from a config: the poller, the sinks (the alert sink and its notifiers among them), "
      "the exporters, the ledger, status", ["rigmon.poller", "rigmon.sinks", "rigmon.exporters", "rigmon.jobs",
                                           "rigmon.status"]),
@@ -107,6 +108,6 @@ def test_the_check_sees_an_arrow_back_up():
     """The graph is read from the source as it is: a low module that imports a high one is found."""
     modules = _modules()
     edges = _imports(modules)
-    assert "rigmon.alerts.rules" in edges["rigmon.config"]  # config is built on the rule language
+    assert "rigmon.alerts.specs" in edges["rigmon.config"]  # config is built on the rule language
     assert "rigmon.config" in edges["rigmon.sinks.alerts"] and _layer("rigmon.sinks.alerts") > _layer("rigmon.config")
     assert _layer("rigmon.text") < _layer("rigmon.commands.status")

@@ -27,13 +27,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from .. import config as configmod  # on dispatch: --help and --version build no config models
+    from ..settings import ConfigError  # no config models: a command builds them if it needs them
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logs.SafeFormatter(logs.FORMAT))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     try:
         return args.func(args)
-    except configmod.ConfigError as e:
+    except ConfigError as e:
         for path, message in e.problems:
             print(printable(f"{e.source}: {path}: {message}" if path else f"{e.source}: {message}"),
                   file=sys.stderr)

@@ -14,8 +14,9 @@ from ..recording import Recording, demo_path
 
 if TYPE_CHECKING:
     from ..config import Config
+    from ..settings import Settings
 
-__all__ = ["UsageError", "add_config", "add_source", "demo_path", "load_config", "replay_source",
+__all__ = ["UsageError", "add_config", "add_source", "demo_path", "load_config", "load_settings", "replay_source",
            "stop_on_signals"]
 
 
@@ -38,6 +39,19 @@ def load_config(args) -> Config:
     return load(args.config)
 
 
+def load_settings(args) -> Settings:
+    """The config as a one-shot command reads it: validated once per change of the file (or of
+    the environment it names), kept in the user's cache without its secrets (rigmon.settings)."""
+    from ..settings import cached
+
+    def validate(path):
+        from .. import config as configmod
+
+        return configmod.settings(configmod.load(path))
+
+    return cached(args.config, validate)
+
+
 def replay_source(args, *, at: float = 0.0, realtime: bool = True, loop: bool = True, speed: float = 1.0):
     """The replay that --replay or --demo asks for, and a label for it; (None, "") for the hardware."""
     path = demo_path() if args.demo else args.replay
@@ -55,7 +69,7 @@ def replay_source(args, *, at: float = 0.0, realtime: bool = True, loop: bool = 
     if at > recording.duration:
         raise UsageError(f"--at {at:g}: the recording lasts {recording.duration:.1f} s")
     if args.replay_gpus is not None:
-        recording = recording.widened(args.replay_gpus)
+        recording = recording.widened(args.replay_gpus, shared=True)  # read only
     clock = ReplayClock(start_at=at, speed=speed, realtime=realtime)
     return ReplaySource(recording, clock, loop=loop), f"[replay {Path(path).name}]"
 

@@ -10,7 +10,7 @@ import time
 
 from .. import args as argtypes
 from ..text import printable_lines
-from .common import add_config, add_source, demo_path, load_config, replay_source, stop_on_signals
+from .common import add_config, add_source, demo_path, load_settings, replay_source, stop_on_signals
 
 
 def add_parser(sub) -> None:
@@ -33,7 +33,7 @@ def cmd_status(args) -> int:
     from ..sinks.alerts import alert_dict, build_engine
     from ..status import as_json, exit_code, render
 
-    config = load_config(args)
+    config = load_settings(args)
     source, label = replay_source(args, at=args.at, realtime=bool(args.watch))
     # a watch keeps its own rules from the moment it started (shown where no daemon answers);
     # one look shows the daemon's alerts, or a recording's as of --at

@@ -1,0 +1,173 @@
+"""What a rule says, as a TOML table: pydantic's models for the config's rules and the changes
+to built-in ones, and the merge of both into the effective list. Validated when a config
+loads; ``rigmon.alerts.rules`` compiles them into rules ready to evaluate."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import difflib
+import functools
+import math
+import string
+import tomllib
+from importlib import resources
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError, model_validator
+
+from ..durations import format_duration, parse_duration
+from .entities import DEPRECATED
+from .rules import Expression, Severity, _warn_deprecated, check_template, did_you_mean, template_names
+
+# Seconds, or a string like "30s", "10m", "1h30m"; written back (JSON and TOML) as the string.
+Duration = Annotated[float, BeforeValidator(parse_duration), PlainSerializer(format_duration, return_type=str,
+                                                                              when_used="json")]
+
+
+def _param(value: Any) -> Any:
+    """A threshold: a number or true/false, said in one line (not pydantic's three)."""
+    if isinstance(value, bool) or (isinstance(value, (int, float)) and math.isfinite(value)):
+        return value
+    raise ValueError("a param is a number or true/false")
+
+
+Param = Annotated[float | int | bool, BeforeValidator(_param)]
+
+
+class RuleSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$", description="The alert's name.",
+                               examples=["GpuHot"])]
+    kind: Annotated[Literal["gpu", "gpu_fan", "fan", "cpu", "host", "psu", "sensor"], Field(
+        description="What it watches: every entity of this kind.", examples=["gpu"])]
+    when: Annotated[str, Field(description="Fires while this is true (rigmon rules list shows the variables).",
+                               examples=["temperature_celsius >= limit_celsius"])]
+    clear: Annotated[str | None, Field(
+        description="Resolves only when this is true (default: when 'when' is false).",
+        examples=["temperature_celsius < limit_celsius - 5"])] = None
+    for_: Annotated[Duration, Field(alias="for", description="How long 'when' must hold before it fires.")] = 0.0
+    severity: Annotated[Severity, Field(description="How bad it is.", examples=["warning"])]
+    summary: Annotated[str, Field(description="One line; {gpu}, {value} and the variables are filled in.",
+                                  examples=["GPU {gpu} at {temperature_celsius:.0f} °C"])]
+    description: Annotated[str, Field(description="More about what it means.")] = ""
+    hint: Annotated[str, Field(description="What to do about it.")] = ""
+    params: Annotated[dict[str, Param], Field(description="Thresholds, named in the expressions.",
+                                              examples=[{"limit_celsius": 83}])] = {}
+    values: Annotated[dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str], Field(
+        description="Named expressions computed when the alert fires, for the summary and description.",
+        examples=[{"over_by": "temperature_celsius - limit_celsius"}])] = {}
+    enabled: Annotated[bool, Field(description="Evaluate this rule.")] = True
+    inhibits: Annotated[tuple[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$")], ...], Field(
+        description="Rules of the same kind this one supersedes: while it fires on an entity, theirs on that "
+                    "entity are held back (one event, one page).",
+        examples=[["GpuNearSlowdown"]])] = ()
+
+    @model_validator(mode="after")
+    def _expressions(self) -> RuleSpec:
+        old = DEPRECATED.get(self.kind, {})
+        names = template_names(self.kind, self.params, self.values)
+        for field in ("summary", "description", "hint"):
+            check_template(getattr(self, field), field, self.params, names)
+            for _, name, _, _ in string.Formatter().parse(getattr(self, field)):
+                if name in old and name not in self.params and name not in self.values:
+                    _warn_deprecated(self.name, field, name, old[name])
+        named = [("when", self.when), ("clear", self.clear)] + [(f"values.{k}", v) for k, v in self.values.items()]
+        used: set[str] = set()
+        for field, text in named:
+            if text is not None:
+                try:
+                    expression = Expression(text, self.kind, self.params)
+                except ValueError as e:
+                    raise ValueError(f"{field}: {e}") from None
+                for name, new in expression.deprecated.items():
+                    _warn_deprecated(self.name, field, name, new)
+                used |= {n.id for n in ast.walk(ast.parse(text.strip(), mode="eval")) if isinstance(n, ast.Name)}
+        for field in ("summary", "description"):
+            used |= {name for _, name, _, _ in string.Formatter().parse(getattr(self, field)) if name}
+        for param in sorted(set(self.params) - used):  # a misspelt threshold leaves the one it meant in force
+            raise ValueError(f"params.{param}: no condition, value or text of the rule reads it"
+                             f"{did_you_mean(param, used)}")
+        return self
+
+
+class RuleOverride(BaseModel):
+    """Changes to a built-in rule: turn it off, re-threshold it, or rewrite it."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
+
+    enabled: Annotated[bool | None, Field(description="false turns the rule off.", examples=[False])] = None
+    when: Annotated[str | None, Field(description="A new condition.")] = None
+    clear: Annotated[str | None, Field(description="A new resolve condition.")] = None
+    for_: Annotated[Duration | None, Field(alias="for", description="A new waiting time.", examples=["1m"])] = None
+    severity: Annotated[Severity | None, Field(description="A new severity.")] = None
+    summary: Annotated[str | None, Field(description="A new summary.")] = None
+    description: Annotated[str | None, Field(description="A new description.")] = None
+    hint: Annotated[str | None, Field(description="A new hint.")] = None
+    params: Annotated[dict[str, Param] | None, Field(
+        description="New thresholds; the others keep their values.")] = None
+    values: Annotated[dict[str, str] | None, Field(
+        description="New or changed named expressions for the summary; the others stay.")] = None
+    inhibits: Annotated[tuple[str, ...] | None, Field(
+        description="A new list of the rules it supersedes.", examples=[[]])] = None
+
+
+def builtin_specs() -> dict[str, dict]:
+    return copy.deepcopy(_builtin_specs())
+
+
+@functools.lru_cache(maxsize=1)
+def _builtin_specs() -> dict[str, dict]:
+    text = (resources.files("rigmon.alerts") / "builtin.toml").read_text(encoding="utf-8")
+    return {rule["name"]: rule for rule in tomllib.loads(text)["rules"]}
+
+
+def merge(overrides: dict[str, RuleOverride], custom: list[RuleSpec]) -> list[RuleSpec]:
+    """Built-in rules with the config's overrides applied, then the user's own rules.
+    Raises ValueError with the rule's name in the message on a conflict."""
+    builtins = builtin_specs()
+    unknown = set(overrides) - set(builtins)
+    if unknown:
+        first = sorted(unknown)[0]
+        close = difflib.get_close_matches(first, builtins, n=1, cutoff=0.6)
+        raise ValueError(f"no built-in rule named {', '.join(sorted(unknown))}"
+                         + (f" (did you mean {close[0]}?)" if close else "")
+                         + f"; built-in rules: {', '.join(sorted(builtins))}")
+    out = []
+    for name, raw in builtins.items():
+        override = overrides.get(name)
+        if override is not None:
+            changes = override.model_dump(by_alias=True, exclude_none=True)
+            for merged in ("params", "values"):
+                if merged in changes:
+                    changes[merged] = {**raw.get(merged, {}), **changes[merged]}
+            raw = {**raw, **changes}
+        try:
+            out.append(RuleSpec.model_validate(raw))
+        except ValidationError as e:
+            err = e.errors()[0]
+            field = ".".join(str(p) for p in err["loc"])
+            raise ValueError(f"builtin.{name}{'.' + field if field else ''}: "
+                             f"{err['msg'].removeprefix('Value error, ')}") from None
+    for spec in custom:
+        if spec.name in builtins:
+            raise ValueError(f"{spec.name} is a built-in rule: change it under [alerts.builtin.{spec.name}]")
+        out.append(spec)
+    check_inhibits(out)
+    return out
+
+
+def check_inhibits(specs: list[RuleSpec]) -> None:
+    """Each name a rule inhibits is another rule of its kind; ValueError naming the field if not."""
+    kinds = {spec.name: spec.kind for spec in specs}
+    for spec in specs:
+        where = f"builtin.{spec.name}" if spec.name in _builtin_specs() else spec.name
+        for target in spec.inhibits:
+            if target == spec.name:
+                raise ValueError(f"{where}.inhibits: a rule cannot inhibit itself")
+            if target not in kinds:
+                raise ValueError(f"{where}.inhibits: no rule named {target}{did_you_mean(target, kinds)}")
+            if kinds[target] != spec.kind:
+                raise ValueError(f"{where}.inhibits: {target} watches {kinds[target]} entities, {spec.name} "
+                                 f"{spec.kind}: a rule inhibits only rules of its own kind")

@@ -1,0 +1,278 @@
+"""A validated config as plain data, for the code that runs with it.
+
+``rigmon.config`` validates a config with pydantic's models; importing them costs about 60 ms
+and 20 MiB before a single field is read. What the daemon and ``status`` need afterwards is
+the values, so they get this: ``Settings``, a read-only view with the models' attribute names
+(``config.gpu.interval``, ``config.alerts.effective_rules()``, secrets' ``get_secret_value()``),
+holding only Python's own types. Two ways to one:
+
+- ``validated(path, overrides)`` has a child Python validate the file and hand the result
+  back through a pipe: the daemon, which holds its config for weeks, never imports pydantic;
+- ``cached(path)`` keeps the result, secrets left out, in the user's cache directory (a file
+  per config path), with a digest of everything the result depends on (rigmon's version,
+  the file's bytes, the environment variables it names): a one-shot command validates a
+  config once per change, not at every run.
+
+A bad config raises ``ConfigError`` either way, with the same field paths and messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import pickle
+import re
+import stat
+import sys
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .args import DEFAULT_CONFIG
+
+CACHE_FILES = 8  # configs a user's cache keeps (the oldest goes)
+MAX_CACHE_BYTES = 1 << 20
+_NAMES = re.compile(rb"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class ConfigError(Exception):
+    """A config that cannot be used. ``problems`` lists (field path, message)."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]):
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(f"{source}: {path}: {msg}" if path else f"{source}: {msg}"
+                                   for path, msg in problems))
+
+    def __reduce__(self):
+        return ConfigError, (self.source, self.problems)
+
+
+class Secret:
+    """A secret value (a token, a webhook URL): shown as stars, read with ``get_secret_value``."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str | None):
+        object.__setattr__(self, "_value", value)
+
+    def get_secret_value(self) -> str:
+        if self._value is None:  # a cached config leaves secrets out: what needs one validates afresh
+            raise RuntimeError("this copy of the config was cached without its secrets")
+        return self._value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a secret is read-only")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __reduce__(self):
+        return Secret, (self._value,)
+
+    def __repr__(self) -> str:
+        return "Secret('**********')"
+
+    __str__ = __repr__
+
+
+class Settings:
+    """One table of a validated config: its fields as attributes, read-only."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: dict[str, Any]):
+        object.__setattr__(self, "_data", data)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._data[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a validated config is read-only")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Settings) and other._data == self._data
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self):
+        return Settings, (self._data,)
+
+    def __repr__(self) -> str:
+        return f"Settings({', '.join(self._data)})"
+
+    def effective_rules(self) -> list:
+        """The alerts table's rules: the built-in ones with the config's changes, then its own."""
+        return list(self._data["effective_rules"])
+
+    def model_dump(self) -> dict[str, Any]:
+        """The values as plain dicts, lists and tuples, named as the fields (``for_``; secrets stay
+        ``Secret``): what pydantic's ``model_dump()`` gives for the model it came from."""
+        return _dump(self)
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, Settings):
+        return {k: _dump(v) for k, v in value._data.items() if k != "effective_rules"}
+    if isinstance(value, dict):
+        return {k: _dump(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_dump(v) for v in value)
+    return value
+
+
+def _without_secrets(value: Any) -> Any:
+    if isinstance(value, Secret):
+        return Secret(None)
+    if isinstance(value, Settings):
+        return Settings({k: _without_secrets(v) for k, v in value._data.items()})
+    if isinstance(value, dict):
+        return {k: _without_secrets(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_without_secrets(v) for v in value)
+    return value
+
+
+# --- validated by a child -----------------------------------------------------------------------
+
+def validated(path: str | Path | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> Settings:
+    """The config at ``path`` (or the default), validated by a child Python, with ``overrides``
+    ({table: {field: value}}, the command line's) applied before validation. Its warnings (a
+    deprecated name) go to this process's standard error as the child logs them."""
+    import json
+    import subprocess
+
+    request = json.dumps({"path": None if path is None else str(path), "overrides": overrides or {}})
+    done = subprocess.run([sys.executable, "-m", "rigmon.validate", request], stdout=subprocess.PIPE,
+                          stdin=subprocess.DEVNULL)
+    if done.returncode != 0 or not done.stdout:
+        raise RuntimeError(f"validating the config: {sys.executable} -m rigmon.validate exited {done.returncode}")
+    answer = pickle.loads(done.stdout)  # our own child's, through our own pipe
+    if isinstance(answer, ConfigError):
+        raise answer
+    return answer
+
+
+# --- cached for one-shot commands ---------------------------------------------------------------
+
+def cached(path: str | Path | None, validate: Callable[[str | Path | None], Settings]) -> Settings:
+    """The config at ``path`` (or the default) as validated before, where nothing it depends on
+    has changed since; else ``validate(path)`` now, kept with its secrets left out. What the
+    validation warned of (a deprecated name) is kept too, and warned of again on every use."""
+    text, where = _read(path)
+    inputs = _inputs(text, where)
+    directory = _cache_dir()
+    # one file per config path; what it was validated from is kept in it and compared whole
+    file = directory / f"config-{zlib.crc32(where.encode(errors='surrogateescape')):08x}.pickle" \
+        if directory and inputs is not None else None
+    found = _read_cache(file) if file is not None else None
+    if found is not None and found[0] == inputs:
+        _, settings, warnings = found
+        for name, level, message in warnings:
+            logging.getLogger(name).log(level, "%s", message)
+        return settings
+    records: list[logging.LogRecord] = []
+    catch = _Catch(records)
+    logger = logging.getLogger("rigmon")
+    logger.addHandler(catch)
+    try:
+        settings = validate(path)
+    finally:
+        logger.removeHandler(catch)
+    if file is not None:
+        warnings = [(r.name, r.levelno, r.getMessage()) for r in records]
+        _write_cache(file, (inputs, _without_secrets(settings), warnings))
+    return settings
+
+
+class _Catch(logging.Handler):
+    """What a validation logs at WARNING or above, to be told again when the cache answers."""
+
+    def __init__(self, records: list[logging.LogRecord]):
+        super().__init__(logging.WARNING)
+        self.records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _read(path: str | Path | None) -> tuple[bytes | None, str]:
+    where = Path(path) if path is not None else DEFAULT_CONFIG
+    try:
+        return where.read_bytes(), str(where.resolve())
+    except OSError:
+        return None, str(where)  # validation says what is wrong (or uses the defaults)
+
+
+def _inputs(text: bytes | None, where: str) -> str | None:
+    """A digest of everything a validation's result depends on (the file and its bytes, the
+    environment variables it names, rigmon's and Python's versions), which holds none of
+    them: the file and the variables may be secrets. None where it cannot be cached."""
+    h = hashlib.sha256()
+    for part in (__version__, sys.version, where):
+        h.update(part.encode(errors="surrogateescape") + b"\0")
+    if text is not None:
+        h.update(b"file\0" + text)
+        names = sorted(set(_NAMES.findall(text)))
+        if names and os.environ.get("CREDENTIALS_DIRECTORY"):
+            return None  # systemd credentials are files of their own: never cached
+        for name in names:
+            value = os.environ.get(name.decode())
+            h.update(b"\0" + name + (b"\0unset" if value is None else b"=" + value.encode(errors="surrogateescape")))
+    return h.hexdigest()
+
+
+def _cache_dir() -> Path | None:
+    base = os.environ.get("XDG_CACHE_HOME") or (os.path.join(os.path.expanduser("~"), ".cache"))
+    if not os.path.isabs(base):
+        return None
+    return Path(base) / "rigmon"
+
+
+def _read_cache(file: Path) -> tuple[str, Settings, list] | None:
+    """The cached settings where the file is this user's own and no one else can write it
+    (as Python trusts its own __pycache__); else None."""
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022
+                or st.st_size > MAX_CACHE_BYTES):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            found = pickle.load(f)
+        if (isinstance(found, tuple) and len(found) == 3 and isinstance(found[1], Settings)
+                and isinstance(found[2], list)):
+            return found
+        return None
+    except Exception:  # a damaged or foreign file: validate afresh
+        return None
+    finally:
+        os.close(fd)
+
+
+def _write_cache(file: Path, entry: tuple[str, Settings, list]) -> None:
+    """Atomically, readable by this user only; a cache that cannot be written is no cache."""
+    try:
+        file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = file.with_name(f".{file.name}.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(entry, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, file)
+        kept = sorted(file.parent.glob("config-*.pickle"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in kept[CACHE_FILES:]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass

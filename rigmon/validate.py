@@ -1,0 +1,38 @@
+"""``python -m rigmon.validate REQUEST``: validate a config and write it to standard output as
+pickled ``rigmon.settings.Settings`` (or the ``ConfigError``), for ``settings.validated``: the
+parent, a daemon, gets its config without importing pydantic. REQUEST is JSON:
+{"path": file or null, "overrides": {table: {field: value}}}."""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import sys
+
+from . import config as configmod
+from . import logs
+
+
+def main(argv: list[str]) -> int:
+    handler = logging.StreamHandler(sys.stderr)  # a deprecated name's warning, as the daemon logs
+    handler.setFormatter(logs.SafeFormatter(logs.FORMAT))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    request = json.loads(argv[1])
+    try:
+        config = configmod.load(request["path"])
+        overrides = request["overrides"]
+        if overrides:
+            data = config.model_dump()
+            for table, fields in overrides.items():
+                data[table].update(fields)
+            config = configmod.parse(data, "command line")
+        answer = configmod.settings(config)
+    except configmod.ConfigError as e:
+        answer = e
+    sys.stdout.buffer.write(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,210 @@
+"""The config as plain data (rigmon.settings): what the daemon gets from a child's validation and
+what one-shot commands keep in the user's cache reads exactly as the validated models do; the
+cache follows every change of the file and of the environment it names, keeps no secret, and
+trusts no file it did not write; a bad config fails the same way on every path."""
+
+import json
+import os
+import pickle
+import re
+import subprocess
+import sys
+
+import pytest
+from pydantic import BaseModel
+
+from rigmon import config as configmod
+from rigmon.settings import ConfigError, Secret, Settings, cached, validated
+
+RICH = """
+[daemon]
+interval = 2
+state_dir = "{tmp}/state"
+[gpu]
+indices = [0, 2]
+[prometheus]
+port = 9999
+[prometheus.basic_auth]
+username = "admin"
+password_sha256 = "${{PROM_HASH}}"
+[alerts.builtin.FanStalled]
+for = "1m"
+[[alerts.rules]]
+name = "HotBox"
+kind = "host"
+when = "cpu_utilization_ratio > limit"
+params = {{ limit = 0.9 }}
+severity = "warning"
+summary = "CPU {{cpu_utilization_ratio}}"
+[[notifiers]]
+type = "ntfy"
+url = "https://ntfy.example/${{TOPIC}}"
+token = "tk_secret"
+"""
+HASH = "a" * 64
+
+
+def _validate(path):
+    return configmod.settings(configmod.load(path))
+
+
+@pytest.fixture
+def rich(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("PROM_HASH", HASH)
+    monkeypatch.setenv("TOPIC", "gpus")
+    path = tmp_path / "rigmon.toml"
+    path.write_text(RICH.format(tmp=tmp_path))
+    return path
+
+
+def _same(view, model):
+    """Every field of the pydantic model reads the same through the view."""
+    for name in type(model).model_fields:
+        a, b = getattr(view, name), getattr(model, name)
+        if isinstance(b, BaseModel):
+            _same(a, b)
+        elif hasattr(b, "get_secret_value"):
+            assert a.get_secret_value() == b.get_secret_value(), name
+        elif isinstance(b, list) and b and isinstance(b[0], BaseModel):
+            for x, y in zip(a, b, strict=True):
+                _same(x, y)
+        elif isinstance(b, dict) and b and isinstance(next(iter(b.values())), BaseModel):
+            assert a.keys() == b.keys(), name
+            for key in b:
+                _same(a[key], b[key])
+        else:
+            assert a == b, name
+
+
+def test_the_view_reads_as_the_models_do(rich):
+    model = configmod.load(rich)
+    view = configmod.settings(model)
+    _same(view, model)
+    assert [s.name for s in view.alerts.effective_rules()] == [s.name for s in model.alerts.effective_rules()]
+    fan = next(s for s in view.alerts.effective_rules() if s.name == "FanStalled")
+    assert fan.for_ == 60.0
+    assert view.notifiers[0].url.get_secret_value() == "https://ntfy.example/gpus"
+    assert "tk_secret" not in repr(view.notifiers[0].token) and "tk_secret" not in str(view.notifiers[0].token)
+    with pytest.raises(AttributeError):
+        view.daemon.interval = 5
+    assert pickle.loads(pickle.dumps(view)) == view
+
+
+def test_the_cache_keeps_no_secret_and_follows_the_file_and_its_environment(rich, tmp_path, monkeypatch):
+    first = cached(rich, _validate)
+    assert first.notifiers[0].token.get_secret_value() == "tk_secret"  # validated now: all of it
+    files = list((tmp_path / "cache" / "rigmon").glob("config-*.pickle"))
+    assert len(files) == 1
+    assert oct(files[0].stat().st_mode & 0o777) == "0o600"
+    raw = files[0].read_bytes()
+    assert b"tk_secret" not in raw and HASH.encode() not in raw and b"ntfy.example" not in raw
+
+    calls = []
+
+    def counting(path):
+        calls.append(path)
+        return _validate(path)
+
+    again = cached(rich, counting)
+    assert calls == [] and again.daemon.interval == 2.0 and again.gpu.indices == [0, 2]
+    with pytest.raises(RuntimeError, match="without its secrets"):
+        again.notifiers[0].token.get_secret_value()
+
+    rich.write_text(rich.read_text().replace("interval = 2", "interval = 3"))  # the file changed
+    assert cached(rich, counting).daemon.interval == 3.0 and len(calls) == 1
+    monkeypatch.setenv("TOPIC", "other")  # a variable it names changed
+    cached(rich, counting)
+    assert len(calls) == 2
+    monkeypatch.setenv("UNRELATED", "x")  # one it does not name: still a hit
+    cached(rich, counting)
+    assert len(calls) == 2
+
+
+def test_a_cache_file_others_could_write_or_a_damaged_one_is_not_trusted(rich, tmp_path):
+    cached(rich, _validate)
+    (file,) = (tmp_path / "cache" / "rigmon").glob("config-*.pickle")
+    calls = []
+
+    def counting(path):
+        calls.append(path)
+        return _validate(path)
+
+    os.chmod(file, 0o666)
+    assert cached(rich, counting).daemon.interval == 2.0 and len(calls) == 1  # group/world-writable: ignored
+    file.write_bytes(b"\x80\x05garbage")
+    assert cached(rich, counting).daemon.interval == 2.0 and len(calls) == 2  # damaged: validated afresh
+
+
+def test_systemd_credentials_are_never_cached(rich, tmp_path, monkeypatch):
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
+    cached(rich, _validate)
+    assert not (tmp_path / "cache" / "rigmon").exists()
+
+
+def test_a_bad_config_names_its_field_on_every_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[daemon]\ninterval = -1\n")
+    for load in (lambda: cached(bad, _validate), lambda: validated(bad)):
+        with pytest.raises(ConfigError) as e:
+            load()
+        assert e.value.problems[0][0] == "daemon.interval" and str(bad) in e.value.source
+    assert not list((tmp_path / "cache").rglob("config-*"))  # nothing cached for a bad file
+
+
+def test_the_child_validates_with_the_command_lines_overrides_and_secrets(rich):
+    view = validated(rich, {"prometheus": {"port": 9100, "listen": "127.0.0.1"}})
+    assert view.prometheus.port == 9100 and view.prometheus.listen == "127.0.0.1"
+    assert view.notifiers[0].token.get_secret_value() == "tk_secret"
+    assert view.prometheus.basic_auth.password_sha256.get_secret_value() == HASH
+    assert view == validated(rich, {"prometheus": {"port": 9100, "listen": "127.0.0.1"}})  # a reload's check
+    assert view != validated(rich)
+    assert isinstance(view, Settings) and isinstance(view.notifiers[0].token, Secret)
+
+
+def test_the_daemon_and_status_load_no_pydantic(rich, tmp_path):
+    """What runs for weeks and what a user runs often: neither imports pydantic's models
+    (status: once its config is cached)."""
+    probe = """
+import json, sys
+from rigmon.settings import validated
+from rigmon.daemon import Daemon
+from rigmon.pipeline import Pipeline
+config = validated(sys.argv[1])
+pipeline = Pipeline.from_config(config, None, outputs=True)
+print(json.dumps(sorted(sys.modules)))
+"""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", probe, str(rich)], capture_output=True, text=True, timeout=60,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [m for m in json.loads(done.stdout) if m.startswith(("pydantic", "rigmon.config", "rigmon.alerts.specs"))] \
+        == []
+    status = [sys.executable, "-X", "importtime", "-m", "rigmon", "status", "--demo", "--config", str(rich)]
+    for run in range(2):
+        done = subprocess.run(status, capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        loaded = re.search(r"\|\s+pydantic$", done.stderr, re.M) is not None
+        assert loaded is (run == 0)  # the first run validates and caches; the next loads no models
+
+
+def test_what_the_validation_warned_of_is_told_on_every_cached_run(tmp_path):
+    """A deprecated name in the config is not validated again while the file stays the same,
+    but status still says so every time it runs."""
+    config = tmp_path / "rigmon.toml"
+    config.write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\nhistory = 600\n'
+                      '[[alerts.rules]]\nname = "Busy"\nkind = "host"\nwhen = "cpu_utilization > 0.99"\n'
+                      'severity = "info"\nsummary = "busy"\n')
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    told = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-m", "rigmon", "status", "--demo", "--config", str(config)],
+                              capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        told.append(sorted(line.split(": ", 1)[-1] for line in done.stderr.splitlines() if "WARNING" in line))
+    assert len(list((tmp_path / "cache" / "rigmon").glob("config-*.pickle"))) == 1
+    assert told[0] == told[1] and len(told[0]) == 2, told
+    assert any("daemon.history" in line for line in told[0]) and any("'cpu_utilization'" in line for line in told[0])
