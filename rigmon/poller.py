@@ -131,9 +131,9 @@ def rules_want_rare_counters_every_poll(config: Config) -> bool:
     """``wants_rare_counters_every_poll`` of the config's rules."""
     if not config.alerts.enabled:
         return False
-    from .alerts.rules import Rule
+    from .sinks.alerts import compile_rules  # the rules as the alert sink compiles them
 
-    return wants_rare_counters_every_poll([Rule(spec) for spec in config.alerts.effective_rules() if spec.enabled])
+    return wants_rare_counters_every_poll(compile_rules(config))
 
 
 def wants_rare_counters_every_poll(rules) -> bool:

@@ -452,13 +452,29 @@ def _burnin() -> Callable:
     return w.compile("burnin_gpu")
 
 
-fill_prometheus = _prometheus()
-influx_gpu_line, influx_gpu_info_fields, influx_host_lines = _influx()
-gpu_entities, host_entities = _entities()
-burnin_gpu = _burnin()
+# Each output's code is generated when that output first asks for it (PEP 562): a one-shot
+# status, which only evaluates rules, writes no Prometheus, InfluxDB or burn-in code.
+_GENERATED: dict[str, Callable[[], tuple[Callable, ...]]] = {
+    "fill_prometheus": lambda: (_prometheus(),),
+    "influx_gpu_line influx_gpu_info_fields influx_host_lines": _influx,
+    "gpu_entities host_entities": _entities,
+    "burnin_gpu": lambda: (_burnin(),),
+}
+
+
+def __getattr__(name: str) -> Callable:
+    for names, generate in _GENERATED.items():
+        if name in names.split():
+            globals().update(zip(names.split(), generate(), strict=True))
+            return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
+    fill_prometheus = __getattr__("fill_prometheus")
+    influx_gpu_line, influx_gpu_info_fields, influx_host_lines = (
+        __getattr__(n) for n in ("influx_gpu_line", "influx_gpu_info_fields", "influx_host_lines"))
+    gpu_entities, host_entities, burnin_gpu = (__getattr__(n) for n in ("gpu_entities", "host_entities", "burnin_gpu"))
     for fn in (fill_prometheus, influx_gpu_line, influx_gpu_info_fields, influx_host_lines, gpu_entities,
                host_entities, burnin_gpu):
         print(fn.source, end="\n\n")

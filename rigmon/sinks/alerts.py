@@ -16,16 +16,14 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
 from ..alerts.engine import AlertEngine, PsuGroup, Transition
 from ..alerts.rules import Rule
 from ..sample import Sample
 from .base import AlertState, Budget, FiringAlert, close_side_by_side
-from .notify import Notifier
 
 if TYPE_CHECKING:
     from ..config import Config
+    from .notify import Notifier
 
 log = logging.getLogger("rigmon.alerts")
 _ALERT_LABELS = ("alertname", "severity", "subject")  # the alert's own: its subject's labels never replace them
@@ -41,9 +39,15 @@ def alert_dict(alert) -> dict:
     return firing_alert(alert).as_dict()
 
 
+def _notifier(config, host: str):
+    from .notify import Notifier  # urllib's client: only where a webhook is configured
+
+    return Notifier(config, host)
+
+
 def fingerprint(spec) -> str:
     """A rule as it is configured: equal before and after a reload when the reload left it alone."""
-    return json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True)
+    return json.dumps(spec.model_dump(), sort_keys=True)  # a specs.RuleSpec or its settings view alike
 
 
 def compile_rules(config: Config) -> list[Rule]:
@@ -74,7 +78,7 @@ class AlertSink:
         self.announce = announce
         self.latest: Sample | None = None
         self.notifiers = notifiers if notifiers is not None else [
-            Notifier(n, host or socket.gethostname()) for n in config.notifiers]
+            _notifier(n, host or socket.gethostname()) for n in config.notifiers]
         self.repeat_interval = config.alerts.repeat_interval
         self.transitions: Counter[tuple[str, str, str]] = Counter()
         self._last_sent: dict[str, float] = {}
@@ -160,6 +164,9 @@ class AlertSink:
             notifier.submit(transition, reminder)
 
     def collect(self):
+        # on a scrape: one-shot commands (status) evaluate rules and never load the Prometheus client
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
         state = self.state  # one poll's state, whatever the poll thread does meanwhile
         # each alert with its subject's own labels (gpu, uuid; chip, fan; socket; psu…), as
         # Prometheus's ALERTS: a query joins an alert to the GPU's other series on gpu
