@@ -184,9 +184,11 @@ class Recording:
             ticks.append(line if lazy else tick)
         return cls(header, LazyTicks(ticks, times) if lazy else ticks)
 
-    def widened(self, count: int) -> Recording:
+    def widened(self, count: int, shared: bool = False) -> Recording:
         """The same recording with ``count`` GPUs, copies of the recorded ones with their own
-        identities: a way to drive an 8-GPU box from a 1-GPU recording."""
+        identities: a way to drive an 8-GPU box from a 1-GPU recording. ``shared``: the
+        copies' ticks are the recorded answers themselves, not copies of them (a replay, which
+        only reads them, holds one GPU's answers, not eight)."""
         source = self.header.get("gpus", [])
         if not source:
             raise RecordingError("a recording without GPUs cannot be widened")
@@ -194,7 +196,9 @@ class Recording:
         def copy(entries: list[dict], with_identity: bool) -> list[dict]:
             out = []
             for i in range(count):
-                entry = dict(entries[i % len(entries)])
+                entry = entries[i % len(entries)]
+                if not (shared and not with_identity):
+                    entry = dict(entry)
                 if with_identity and i >= len(entries):
                     _give_identity(entry, i)
                 out.append(entry)
