@@ -41,15 +41,47 @@ def add_parser(sub) -> None:
 
 
 RELOAD_ENV = "RIGMON_RELOAD"  # set by a reload for the process it execs: where its hand-over lies
+RELOAD_CONFIG_ENV = "RIGMON_RELOAD_CONFIG_FD"  # and the config it validated, in a memfd it inherits
 
 
 def _config(args) -> Settings:
     """The config, validated by a child Python: pydantic's models (60 ms, 20 MiB) never load in
     the process that runs for weeks."""
-    from ..settings import validated
+    from ..settings import Settings, validated
 
+    handed = _handed_config()
+    if isinstance(handed, Settings):  # a reload validated it a moment ago: not twice
+        return handed
     overrides = {k: v for k, v in (("listen", args.listen), ("port", args.port)) if v is not None}
     return validated(args.config, {"prometheus": overrides} if overrides else None)
+
+
+def _hand_config(config: Settings) -> None:
+    """The config a reload validated, for the process it execs, in an anonymous file (memfd:
+    never on disk, secrets included) that the exec inherits."""
+    import pickle
+
+    try:
+        fd = os.memfd_create("rigmon-config", 0)  # not close-on-exec
+    except (AttributeError, OSError):
+        return  # the next process validates again
+    os.write(fd, pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL))
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.environ[RELOAD_CONFIG_ENV] = str(fd)
+
+
+def _handed_config():
+    """The config the process before a reload validated, or None."""
+    import pickle
+
+    fd = os.environ.pop(RELOAD_CONFIG_ENV, None)
+    if fd is None:
+        return None
+    try:
+        with os.fdopen(int(fd), "rb") as f:
+            return pickle.load(f)  # written by this daemon's previous self, just before its exec
+    except (OSError, ValueError, EOFError, pickle.UnpicklingError):
+        return None
 
 
 def _describe_source(path: str | None) -> str:
@@ -232,6 +264,7 @@ def _reload(daemon: Daemon, old: Settings, new: Settings) -> None:
         os.environ[RELOAD_ENV] = str(path)
     except OSError as e:
         log.warning("reload: cannot write %s (%s); the next process starts without the alerts", path, e)
+    _hand_config(new)
     daemon.notifier.reloading()
     _stop_within_grace(daemon, reloading=True)
     logging.shutdown()

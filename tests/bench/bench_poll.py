@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -139,8 +140,14 @@ def measure(gpus: int, polls: int, repeats: int, scenario: str = "rich", firing:
     best = {k: min(v) for k, v in runs.items()}
     best.update({k: min(p[k] for p in part_runs) for k in part_runs[0]})
     us = {k: round(v / polls * 1e6, 1) for k, v in best.items()}
+    # each run's part over the same run's bare calls: the spread README quotes
+    per_run = {k: sorted((runs[k][i] if k in runs else part_runs[i][k]) / runs["bare"][i] for i in range(repeats))
+               for k in best if k != "bare"}
+    spread = {k: {"min": round(v[0], 2), "median": round(statistics.median(v), 2), "max": round(v[-1], 2)}
+              for k, v in per_run.items()}
     return {"gpus": gpus, "polls": polls, "alerts_firing": firing_seen[-1], "cpu_us_per_poll": us,
             "ratio_to_bare": {k: round(v / best["bare"], 2) for k, v in best.items() if k != "bare"},
+            "ratio_to_bare_runs": spread,
             # the first lap of the recording: the replay's clock (which paces the slow counters) runs
             # back at a lap's end
             "real_h200": real_h200(named[:next((i for i in range(1, len(at)) if at[i] < at[i - 1]), len(at))],
@@ -202,11 +209,13 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"8 GPUs ({args.scenario}), {args.polls} polls, best of {args.repeats}, {result['alerts_firing']} alerts "
-          f"firing at the end; CPU µs per poll and ratio to the bare calls")
+    print(f"8 GPUs ({args.scenario}), {args.polls} polls, {args.repeats} interleaved runs, "
+          f"{result['alerts_firing']} alerts firing at the end; CPU µs per poll (best run), and the ratio to the "
+          f"bare calls of the same run (min / median / max over the runs)")
     for key, value in result["cpu_us_per_poll"].items():
-        ratio = result["ratio_to_bare"].get(key)
-        print(f"  {key:>8} {value:>9.1f} µs" + (f"  {ratio:>5.2f}x" if ratio is not None else ""))
+        s = result["ratio_to_bare_runs"].get(key)
+        print(f"  {key:>8} {value:>9.1f} µs" + (f"  {s['min']:>5.2f} / {s['median']:.2f} / {s['max']:.2f}x"
+                                                   if s is not None else ""))
     real = result["real_h200"]
     if real is not None:
         print(f"on a real 8×H200 box (each call at its median latency on the fixture's H200, plus rigmon's own "
