@@ -450,3 +450,28 @@ def test_inhibits_names_rules_of_its_kind(tmp_path, inhibits, error):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and error in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_each_variable_is_kept_as_long_as_its_own_rules_look_back():
+    """A 15-minute max_over keeps about 16 minutes of utilisation, though another rule looks an
+    hour back at a counter: two hours at 1 Hz hold a bounded history, and both rules still see
+    their whole windows."""
+    specs = [{"name": "Idle", "kind": "cpu", "when": "max_over(cpu_utilization_ratio, '15m') < 0.05",
+              "severity": "warning", "summary": "idle"},
+             {"name": "Rising", "kind": "cpu", "when": "increase(celsius, '1h') > 30", "severity": "warning",
+              "summary": "rising"}]
+    engine = AlertEngine([Rule(RuleSpec.model_validate(s)) for s in specs])
+    values = {"socket": "0", "sensor": "Tctl"}
+    engine.entities = lambda sample, complete=True: {("cpu", "0"): dict(values)}
+    fired = {}
+    for t in range(2 * 3600):
+        values["cpu_utilization_ratio"] = 0.5 + (t % 7) / 100 if t < 5000 else 0.01  # busy, then idle
+        values["celsius"] = 40.0 + t / 200  # a slow rise: 18 °C an hour
+        for x in engine.evaluate(at(t), float(t)):
+            if x.status == "firing":
+                fired.setdefault(x.alertname, t)
+    series = {var: len(times) for (key, var), (times, _, _) in engine._series.items()}
+    assert series["cpu_utilization_ratio"] <= 16 * 60 + 2  # 15 min and a minute more, not the hour
+    assert 3600 <= series["celsius"] <= 61 * 60 + 2
+    assert fired["Idle"] == 5000 + 15 * 60  # its whole 15-minute window idle: the first point it could
+    assert "Rising" not in fired  # 18 °C an hour: the hour-long window saw all of it, never 30

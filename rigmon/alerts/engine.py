@@ -300,7 +300,13 @@ class AlertEngine:
         self._averaged = {(rule.kind, var) for rule in self.rules for var in rule.averaged}
         self._kinds = {rule.kind for rule in self.rules}
         self._series: dict[tuple, tuple[array, array, array]] = {}
-        self._window_limit = max((rule.longest_window for rule in self.rules), default=0.0) + 60.0
+        # how far back each variable is kept: the longest window of the rules that look back at it
+        # (a minute more), not the longest of all: GPU utilisation over 15 minutes is not held for
+        # the hour an ECC counter's rule looks back, and the history stops growing sooner
+        self._keep: dict[tuple[str, str], float] = {}
+        for rule in self.rules:
+            for var in rule.history_variables:
+                self._keep[(rule.kind, var)] = max(self._keep.get((rule.kind, var), 0.0), rule.longest_window + 60.0)
         for name in expected_sensors:
             self._seen_sensors.add(_expected_key(name))
         self._unknown = {kind: dict.fromkeys(names) for kind, names in KINDS.items()}
@@ -451,8 +457,7 @@ class AlertEngine:
     def _track(self, entities: dict[tuple, dict], time: float) -> None:
         """Append the newest values of the variables history functions use; keep for each a
         reset-corrected running total (so increase() is a subtraction) and the largest value."""
-        horizon = time - self._window_limit
-        all_series, tracked, averaged = self._series, self._tracked_by_kind, self._averaged
+        all_series, tracked, averaged, keep = self._series, self._tracked_by_kind, self._averaged, self._keep
         for key, values in entities.items():
             kind = key[0]
             names = tracked.get(kind)
@@ -481,6 +486,7 @@ class AlertEngine:
                     vals.append(value)
                 if value > ever.get(var, -math.inf):
                     ever[var] = value
+                horizon = time - keep[(kind, var)]
                 if times[0] < horizon:  # forget what no window reaches
                     cut = bisect.bisect_left(times, horizon)
                     del times[:cut], vals[:cut], counted[:cut]
