@@ -61,8 +61,10 @@ class Pipeline:
         transition logged and sent to the config's notifiers. ``engine``: rules whose alerts
         go on from an earlier replay (``status --at``)."""
         host = host or socket.gethostname()
-        # compiled once, for the poller (a rule may want the rare counters every poll) and the engine
-        compiled = compile_rules(config) if config.alerts.enabled else []
+        # compiled once, for the poller (a rule may want the rare counters every poll) and the engine;
+        # an engine handed in has them compiled already
+        compiled = (list(engine.rules) if engine is not None else compile_rules(config)) if config.alerts.enabled \
+            else []
         evaluate = rules and config.alerts.enabled
         poller = build_poller(config, source, nvml=nvml, host_backend=host_backend, wall=wall,
                               event_thread=event_thread, rare_every_poll=wants_rare_counters_every_poll(compiled))

@@ -37,13 +37,14 @@ def cmd_status(args) -> int:
     source, label = replay_source(args, at=args.at, realtime=bool(args.watch))
     # a watch keeps its own rules from the moment it started (shown where no daemon answers);
     # one look shows the daemon's alerts, or a recording's as of --at
+    replayed = config.alerts.enabled and source is not None and not args.watch
+    engine = build_engine(config) if replayed else None  # the rules compiled once, for both pipelines
     pipeline = Pipeline.from_config(config, source, outputs=False, rules=bool(args.watch), announce=False,
-                                    event_thread=bool(args.watch))  # one read: no XID thread to wait for
+                                    event_thread=bool(args.watch), engine=engine)  # one read: no XID thread
     alerts, note, daemon, alerts_now = None, "", None, None
-    if config.alerts.enabled and source is not None and not args.watch:
+    if replayed:
         from ..offline import replay_rules  # the recording's alerts as of --at
 
-        engine = build_engine(config)
         replay_rules(source.recording, config, until=args.at, engine=engine, source=source)
         source.clock.set(args.at)  # where the status looks: the tick the rules ended on, decoded already
         alerts = [alert_dict(a) for a in engine.firing()]
