@@ -255,14 +255,18 @@ def _point_head(key: tuple, measurement: str, tags: dict) -> str:
     return head
 
 
-_FLOATS: dict[float, str] = {}  # repr of the floats that recur (limits, clocks, whole degrees): 0.1-0.5 µs each
+# repr of the floats that recur (limits, clocks, whole degrees): 0.1-0.5 µs each. Bounded small:
+# readings that vary fill it, slowly (on the rich replay, 4,096 took about 90 minutes, a creep
+# the daemon's RSS showed for that long); 1,024 hold the recurring ones and fill within minutes
+_FLOATS: dict[float, str] = {}
+_FLOATS_KEPT = 1024
 
 
 def _float_text(value: float) -> str:
     """repr(value), kept for the next time it comes (not for ±0.0: equal, written apart)."""
     text = repr(value)
     if value:
-        if len(_FLOATS) >= 4096:
+        if len(_FLOATS) >= _FLOATS_KEPT:
             _FLOATS.clear()
         _FLOATS[value] = text
     return text
