@@ -360,13 +360,6 @@ def read(path: str | Path | None = None) -> tuple[dict, str]:
         raise ConfigError(str(path), [("", f"not valid TOML: {e}")]) from None
 
 
-def describe_source(path: str | Path | None = None) -> str:
-    """Which file a config comes from, for the log: ``path``, the default file, or none."""
-    if path is not None:
-        return str(path)
-    return str(DEFAULT_PATH) if DEFAULT_PATH.exists() else f"built-in defaults (no {DEFAULT_PATH})"
-
-
 def load(path: str | Path | None = None, env: dict[str, str] | None = None) -> Config:
     """The config at ``path``; with no path, the default file if it exists, else defaults."""
     data, source = read(path)

@@ -142,6 +142,13 @@ def _without_secrets(value: Any) -> Any:
     return value
 
 
+def describe_source(path: str | Path | None = None) -> str:
+    """Which file a config comes from, for the log: ``path``, the default file, or none."""
+    if path is not None:
+        return str(path)
+    return str(DEFAULT_CONFIG) if DEFAULT_CONFIG.exists() else f"built-in defaults (no {DEFAULT_CONFIG})"
+
+
 # --- validated by a child -----------------------------------------------------------------------
 
 def validated(path: str | Path | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> Settings:

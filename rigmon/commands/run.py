@@ -84,21 +84,13 @@ def _handed_config():
         return None
 
 
-def _describe_source(path: str | None) -> str:
-    """Which file the config comes from, for the log: the one given, the default, or none."""
-    if path is not None:
-        return path
-    default = argtypes.DEFAULT_CONFIG
-    return str(default) if default.exists() else f"built-in defaults (no {default})"
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..settings import ConfigError
+    from ..settings import ConfigError, describe_source
 
     config = _config(args)
     logs.setup(config.daemon.log_level, args.verbose)
     _lock = _lock_state_dir(config.daemon.state_dir)  # held until exit (an exec for SIGHUP takes it anew)
-    log.info("config: %s", _describe_source(args.config))
+    log.info("config: %s", describe_source(args.config))
     _raise_open_files()
     handed = _handed_over(config)
     cert_times = _cert_times(config)
