@@ -14,8 +14,18 @@ from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from .alerts.rules import analysed
 from .alerts.specs import Duration, RuleOverride, RuleSpec, merge
 from .args import DEFAULT_CONFIG
 from .settings import ConfigError, Secret, Settings
@@ -178,13 +188,15 @@ class AlertsConfig(_Section):
         description="Sensors that must be there from the start: 'fan:chip/label', 'temperature:chip/label', "
                     "'NVML'.", examples=[["fan:nct6798/fan2", "NVML"]])] = []
 
+    _effective: list[RuleSpec] = PrivateAttr(default_factory=list)
+
     @model_validator(mode="after")
     def _merge(self) -> AlertsConfig:
-        merge(self.builtin, self.rules)  # raises ValueError naming the rule and field
-        return self
+        self._effective = merge(self.builtin, self.rules)  # raises ValueError naming the rule and field
+        return self  # the table is frozen: its merged rules stay as checked here
 
     def effective_rules(self) -> list[RuleSpec]:
-        return merge(self.builtin, self.rules)
+        return list(self._effective)
 
 
 class NotifierConfig(_Section):
@@ -373,7 +385,11 @@ def settings(config: Config) -> Settings:
         if isinstance(value, BaseModel):
             data = {name: plain(getattr(value, name)) for name in type(value).model_fields}
             if isinstance(value, AlertsConfig):
-                data["effective_rules"] = tuple(plain(spec) for spec in value.effective_rules())
+                specs = value.effective_rules()
+                data["effective_rules"] = tuple(plain(spec) for spec in specs)
+                # what checking their expressions found (the checks ran here): a process given
+                # these settings compiles the rules without parsing them again
+                data["analysed"] = analysed(specs)
             return Settings(data)
         if isinstance(value, SecretStr):
             return Secret(value.get_secret_value())

@@ -14,7 +14,6 @@ import ctypes
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -109,10 +108,20 @@ class LazyTicks(Sequence):
         return LazyTicks(self._lines, self.times, (lambda t: transform(inner(t))) if inner else transform)
 
 
-@dataclass
 class Recording:
-    header: dict
-    ticks: list[dict] | LazyTicks = field(default_factory=list)
+    """A recording: its header and its ticks (a list, or LazyTicks decoding each when read)."""
+
+    def __init__(self, header: dict, ticks: list[dict] | LazyTicks | None = None):
+        self.header = header
+        self.ticks = [] if ticks is None else ticks
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Recording) and (self.header, self.ticks) == (other.header, other.ticks)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Recording({self.gpu_count} GPU(s), {len(self.ticks)} tick(s))"
 
     @property
     def gpu_count(self) -> int:

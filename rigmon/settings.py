@@ -18,7 +18,6 @@ A bad config raises ``ConfigError`` either way, with the same field paths and me
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import pickle
@@ -31,10 +30,17 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+
+try:  # CPython's own SHA-256: hashlib would load OpenSSL first, a third of this module's import
+    from _sha256 import sha256
+except ImportError:  # another Python, or 3.12's _sha2
+    from hashlib import sha256
+
 from .args import DEFAULT_CONFIG
 
 CACHE_FILES = 8  # configs a user's cache keeps (the oldest goes)
 MAX_CACHE_BYTES = 1 << 20
+CACHE_FORMAT = "2"  # what a cached entry holds (2: the rules' analysis too); a change validates afresh
 _NAMES = re.compile(rb"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -122,7 +128,7 @@ class Settings:
 
 def _dump(value: Any) -> Any:
     if isinstance(value, Settings):
-        return {k: _dump(v) for k, v in value._data.items() if k != "effective_rules"}
+        return {k: _dump(v) for k, v in value._data.items() if k not in ("effective_rules", "analysed")}
     if isinstance(value, dict):
         return {k: _dump(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -224,8 +230,8 @@ def _inputs(text: bytes | None, where: str) -> str | None:
     """A digest of everything a validation's result depends on (the file and its bytes, the
     environment variables it names, rigmon's and Python's versions), which holds none of
     them: the file and the variables may be secrets. None where it cannot be cached."""
-    h = hashlib.sha256()
-    for part in (__version__, sys.version, where):
+    h = sha256()
+    for part in (CACHE_FORMAT, __version__, sys.version, where):
         h.update(part.encode(errors="surrogateescape") + b"\0")
     if text is not None:
         h.update(b"file\0" + text)

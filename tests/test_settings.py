@@ -165,6 +165,33 @@ def test_the_child_validates_with_the_command_lines_overrides_and_secrets(rich):
     assert isinstance(view, Settings) and isinstance(view.notifiers[0].token, Secret)
 
 
+def test_the_rules_are_checked_once_and_compiled_from_the_check_elsewhere(rich):
+    """The validation checks every rule's expressions; the settings carry what it found, so the
+    daemon (or a cached status) compiles the rules without parsing one again, to the same code."""
+    probe = """
+import ast, json, sys
+from rigmon.settings import validated
+config = validated(sys.argv[1])
+parsed = []
+real = ast.parse
+ast.parse = lambda *a, **k: parsed.append(a[0]) or real(*a, **k)
+from rigmon.sinks.alerts import build_engine
+engine = build_engine(config)
+print(json.dumps({"parsed": parsed, "rules": sorted((r.name, r.when.body, sorted(r.when.reads))
+                                                    for r in engine.rules)}))
+"""
+    done = subprocess.run([sys.executable, "-c", probe, str(rich)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout)
+    assert found["parsed"] == []
+    from rigmon.sinks.alerts import build_engine  # checked here, in this process, from scratch
+
+    fresh = build_engine(configmod.load(rich))
+    assert found["rules"] == [list(r) for r in sorted((r.name, r.when.body, sorted(r.when.reads))
+                                                      for r in fresh.rules)]
+    assert "HotBox" in {name for name, _, _ in found["rules"]}
+
+
 def test_the_daemon_and_status_load_no_pydantic(rich, tmp_path):
     """What runs for weeks and what a user runs often: neither imports pydantic's models
     (status: once its config is cached)."""

@@ -22,8 +22,8 @@ import logging
 import math
 import string
 from array import array
+from collections import namedtuple
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..project import entities_for
@@ -35,13 +35,15 @@ from .xid import xid_meaning
 log = logging.getLogger("rigmon.alerts")
 
 
-@dataclass(frozen=True)
-class PsuGroup:
-    name: str
-    watts: float
-    gpus: tuple[int, ...] | None = None  # None: every GPU
-    include_cpu: bool = False
-    sensor: str | None = None  # an hwmon power input measuring the group (chip/sensor or chip/device/sensor)
+# Plain classes and namedtuples, no dataclasses: a one-shot `rigmon status` builds the engine,
+# and the dataclasses module with its class building costs it more than all its rules' compile.
+
+class PsuGroup(namedtuple("PsuGroup", "name watts gpus include_cpu sensor", defaults=(None, False, None))):
+    """One power budget: ``name`` and ``watts``; ``gpus`` the GPU indexes it feeds (None: every
+    GPU); ``include_cpu`` adds the CPU package's power; ``sensor`` an hwmon power input that
+    measures the group (chip/sensor or chip/device/sensor)."""
+
+    __slots__ = ()
 
 
 def subject_of(labels: dict[str, str], sep: str = ", ") -> str:
@@ -54,24 +56,35 @@ def notification_key(alertname: str, labels: dict[str, str]) -> str:
     return alertname + "".join(f",{k}={v}" for k, v in sorted(labels.items()))
 
 
-@dataclass
 class Alert:
-    rule: Rule
-    key: tuple
-    labels: dict[str, str]
-    active_since: float
-    state: str = "pending"  # pending | firing
-    fired_at: float | None = None
-    context: dict[str, Any] = field(default_factory=dict)  # what its texts were last written from
-    summary: str = ""
-    description: str = ""
-    unknown_since: float | None = None  # when its condition became unknown, while it stays so
-    # whether its firing was told (notified, exported): a firing alert that a rule of the same
-    # entity inhibits is held back, and told once that rule resolves
-    announced: bool = False
-    # each text's template -> (the values it read, the text): a text is written again only
-    # when one of the values it reads changed
-    written: dict[str, tuple[tuple, str]] = field(default_factory=dict)
+    """One rule's alert on one entity, pending or firing."""
+
+    __slots__ = ("rule", "key", "labels", "active_since", "state", "fired_at", "context", "summary", "description",
+                 "unknown_since", "announced", "written")
+
+    def __init__(self, rule: Rule, key: tuple, labels: dict[str, str], active_since: float, state: str = "pending",
+                 fired_at: float | None = None, context: dict[str, Any] | None = None, summary: str = "",
+                 description: str = "", unknown_since: float | None = None, announced: bool = False,
+                 written: dict[str, tuple[tuple, str]] | None = None):
+        self.rule = rule
+        self.key = key
+        self.labels = labels
+        self.active_since = active_since
+        self.state = state  # pending | firing
+        self.fired_at = fired_at
+        self.context = {} if context is None else context  # what its texts were last written from
+        self.summary = summary
+        self.description = description
+        self.unknown_since = unknown_since  # when its condition became unknown, while it stays so
+        # whether its firing was told (notified, exported): a firing alert that a rule of the same
+        # entity inhibits is held back, and told once that rule resolves
+        self.announced = announced
+        # each text's template -> (the values it read, the text): a text is written again only
+        # when one of the values it reads changed
+        self.written = {} if written is None else written
+
+    def __repr__(self) -> str:
+        return f"<Alert {self.rule.name} {self.state} {self.labels}>"
 
     @property
     def values(self) -> dict[str, Any]:
@@ -95,20 +108,14 @@ class Alert:
         return notification_key(self.rule.name, self.labels)
 
 
-@dataclass(frozen=True)
-class Transition:
-    status: str  # firing | resolved
-    alertname: str
-    severity: str
-    labels: dict[str, str]
-    summary: str
-    description: str
-    hint: str
-    starts_at: float
-    ends_at: float | None
-    time: float
-    values: dict[str, Any]
-    reason: str = ""  # why a resolved alert resolved, when not because its condition cleared
+class Transition(namedtuple("Transition", "status alertname severity labels summary description hint starts_at "
+                                          "ends_at time values reason", defaults=("",))):
+    """An alert that fired (``status`` "firing") or resolved ("resolved"): its rule's name and
+    severity, the entity's labels, the texts, when it started and ended, when this happened,
+    the values it was described with, and ``reason``: why a resolved alert resolved, when not
+    because its condition cleared."""
+
+    __slots__ = ()
 
     @property
     def subject(self) -> str:

@@ -57,7 +57,7 @@ class Expression:
     def __init__(self, text: str, kind: str, params: dict[str, Any]):
         self.text = text
         self.errors = 0  # evaluations that raised (counted; the first is logged)
-        key = (text, kind, repr(sorted(params.items())))
+        key = _key(text, kind, params)
         known = _ANALYSED.get(key)
         if known is None:
             self._analyse(text, kind, params)
@@ -67,7 +67,7 @@ class Expression:
         else:  # the same text, kind and params were checked before (a config is checked, then used)
             for name, value in zip(_ANALYSIS, known, strict=True):
                 setattr(self, name, value.copy() if isinstance(value, (set, dict, list)) else value)
-        self._fn = batch([self])  # alone here; the engine compiles a kind's conditions together
+        self._fn = None  # compiled alone when first evaluated alone; the engine compiles a kind's together
 
     def _analyse(self, text: str, kind: str, params: dict[str, Any]) -> None:
         if len(text) > MAX_EXPRESSION_CHARS:
@@ -149,6 +149,8 @@ class Expression:
         """The value: True, False, a number, or None (unknown) where a value it needs is missing
         or the evaluation failed: a failure is unknown for this rule only, counted, logged once.
         ``history`` is what increase(), rate()… ask (else ``names["_h"]``; none: unknown)."""
+        if self._fn is None:
+            self._fn = batch([self])
         return self._fn(names, names.get("_h") if history is None else history)[0]
 
     def failed(self, error: Exception) -> None:
@@ -234,6 +236,31 @@ def batch(expressions: list[Expression]) -> Callable[[dict, Any], tuple]:
 _ANALYSIS = ("text", "deprecated", "variables", "history_variables", "averaged", "windows", "reads", "body")
 _ANALYSED: dict[tuple, tuple] = {}
 _COMPILED: dict[str, Any] = {}
+
+
+def _key(text: str, kind: str, params: dict[str, Any]) -> tuple:
+    return text, kind, repr(sorted(params.items()))
+
+
+def analysed(specs) -> dict[tuple, tuple]:
+    """What checking the rules' expressions found, as plain data: handed with a validated config
+    (``rigmon.settings``) to ``remember`` in the process that runs it, which then compiles them
+    without parsing them again. Only the expressions checked in this process are in it."""
+    found = {}
+    for spec in specs:
+        for text in (spec.when, spec.clear, *spec.values.values()):
+            if text:
+                key = _key(text, spec.kind, spec.params)
+                if key in _ANALYSED:
+                    found[key] = _ANALYSED[key]
+    return found
+
+
+def remember(found: dict[tuple, tuple]) -> None:
+    """Take what ``analysed`` gave, from the validation of this config (bounded as the rest)."""
+    if len(_ANALYSED) + len(found) > 4096:
+        _ANALYSED.clear()
+    _ANALYSED.update(found)
 
 
 # What the compiled expressions call (the logic and comparisons are inline, see _Inline):

@@ -17,7 +17,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from ..alerts.engine import AlertEngine, PsuGroup, Transition
-from ..alerts.rules import Rule
+from ..alerts.rules import Rule, remember
 from ..sample import Sample
 from .base import AlertState, Budget, FiringAlert, close_side_by_side
 
@@ -51,6 +51,9 @@ def fingerprint(spec) -> str:
 
 
 def compile_rules(config: Config) -> list[Rule]:
+    found = getattr(config.alerts, "analysed", None)  # the validation's findings, in rigmon.settings
+    if found:
+        remember(found)
     return [Rule(spec) for spec in config.alerts.effective_rules()]
 
 

@@ -7,7 +7,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
@@ -48,8 +47,7 @@ class AlertState(NamedTuple):
     budgets: tuple[Budget, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class PollResult:
+class PollResult(NamedTuple):
     """One poll and what it made: the sample, the alerts' transitions and state after it, the
     jobs it ended, and any points its loop adds (the burn-in's progress). ``sample`` is None
     for what happens between polls: the alerts a reload resolves, the burn-in's verdict."""

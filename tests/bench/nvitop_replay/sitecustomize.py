@@ -18,7 +18,7 @@ if os.environ.get("RIGMON_REPLAY"):
 
     _recording = Recording.load(os.environ["RIGMON_REPLAY"])
     if os.environ.get("RIGMON_REPLAY_GPUS"):
-        _recording = _recording.widened(int(os.environ["RIGMON_REPLAY_GPUS"]))
+        _recording = _recording.widened(int(os.environ["RIGMON_REPLAY_GPUS"]), shared=True)  # as status does
     _nvml = replay_backend(ReplaySource(_recording, ReplayClock(start_at=0.0, realtime=False)))
     for _name in list(vars(pynvml)):
         if _name.startswith("nvml") and callable(getattr(pynvml, _name)):
