@@ -194,12 +194,24 @@ class Daemon:
         self.pipeline.open()
         self.poll_once()  # the first sample exists before anyone can scrape
         if serve_http and self.config.prometheus.enabled:
+            routes, slow = {"/state": lambda query: self._state_json()}, {}
+            history = self.pipeline.history
+            if history is not None:  # the page at / and its API read the history
+                from .web import Page
+
+                page = Page(self.pipeline, history, self.config)
+                routes.update(page.routes)
+                slow.update(page.slow_routes)
             app = MetricsApp(self.registry(), lambda: self.stats.generation, basic_auth(self.config.prometheus),
-                             routes={"/state": self._state_json})
+                             routes=routes, slow_routes=slow)
             self._server, _ = serve(app, self.config.prometheus, sock)
             scheme = "https" if self.config.prometheus.tls_cert else "http"
-            log.info("serving metrics on %s://%s:%d/metrics", scheme, self.config.prometheus.listen,
-                     self._server.server_address[1])
+            listen = self.config.prometheus.listen
+            shown = "localhost" if listen in ("0.0.0.0", "::", "") else f"[{listen}]" if ":" in listen else listen
+            where = f"{scheme}://{shown}:{self._server.server_address[1]}"
+            log.info("serving metrics on %s/metrics", where)
+            if history is not None:
+                log.info("the page: %s/", where)
         interval = self.config.daemon.interval / self.speed
         self._scheduler = BackgroundScheduler(job_defaults={"max_instances": 1, "coalesce": True,
                                                             "misfire_grace_time": max(interval, 1.0)})

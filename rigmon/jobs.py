@@ -577,6 +577,11 @@ class JobLedger:
         self._ended.append(job)
 
     # --- exported state -------------------------------------------------------------------------
+    def snapshot(self, price_per_kwh: float = 0.0, currency: str = "") -> list[dict]:
+        """The running jobs as plain data (the daemon's page), from any thread."""
+        with self._lock:
+            return [job.as_dict(price_per_kwh, currency) for job in self.running.values()]
+
     def collect(self):
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # `rigmon jobs` needs none
 

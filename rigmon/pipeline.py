@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from .config import Config
     from .exporters.prometheus import SampleCollector
+    from .history import History
     from .jobs import JobLedger
     from .replay import ReplaySource
     from .sample import Sample
@@ -86,6 +87,12 @@ class Pipeline:
                 if config.jobs.enabled and config.gpu.processes:
                     jobs = JobLedger(config, host)
                 collectors.append(BurninReports(config.burnin.reports_dir))
+                if config.daemon.history:
+                    from pathlib import Path
+
+                    from .history import History
+
+                    own.append(History(Path(config.daemon.state_dir) / "history.bin", config.daemon.interval))
         except BaseException:
             for sink in own:
                 sink.close(time.monotonic())
@@ -134,6 +141,10 @@ class Pipeline:
     @property
     def influx(self) -> InfluxSink | None:
         return self._sink("rigmon.sinks.influxdb", "InfluxSink")
+
+    @property
+    def history(self) -> History | None:
+        return self._sink("rigmon.history", "History")
 
     @property
     def collector(self) -> SampleCollector | None:

@@ -46,6 +46,10 @@ class BurninReports:
                 log.warning("cannot read burn-in report %s: %s", newest, e)
         return self._report
 
+    def html_path(self) -> Path | None:
+        """The last report's page (beside its summary), where one was found."""
+        return self._path.parent / "burnin.html" if self._path is not None else None
+
     def collect(self):
         report = self.latest()
         started = GaugeMetricFamily("rigmon_burnin_last_run_timestamp_seconds", "Unix time the last burn-in "

@@ -158,6 +158,7 @@ class _Request(NamedTuple):
     accept: str = ""
     zipped: bool = False
     cache_key: tuple = ()  # (the exposition's content type for ``accept``, zipped): its cached answer's key
+    query: str = ""  # after the ?, as sent (the page's API reads it)
 
 
 def _parse(head: bytes) -> _Request:
@@ -177,8 +178,9 @@ def _parse(head: bytes) -> _Request:
     connection = headers.get("connection", "").lower()
     keep = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
     accept, zipped = headers.get("accept", ""), "gzip" in headers.get("accept-encoding", "")
-    return _Request(keep, path.split("?", 1)[0], method == "HEAD", None, headers.get("authorization", ""), accept,
-                    zipped, (_encoder(accept)[1], zipped))
+    path, _, query = path.partition("?")
+    return _Request(keep, path, method == "HEAD", None, headers.get("authorization", ""), accept,
+                    zipped, (_encoder(accept)[1], zipped), query)
 
 
 class BasicAuth:
@@ -224,15 +226,26 @@ class BasicAuth:
         return hmac.compare_digest(hashlib.sha256(password).hexdigest().encode(), self._sha256) & ok
 
 
+class Deferred(NamedTuple):
+    """An answer made off the serving loop (the page's charts, a week of history): ``make()``
+    runs on the server's page thread; the connection waits, the others are served meanwhile."""
+    make: object  # () -> Response
+
+
 class MetricsApp:
     """What /metrics and the other paths answer: the exposition rendered once per poll, format
     and encoding, then the same bytes (and their prebuilt headers) for every scrape until the
-    next poll; optional basic auth. Called from the server's loop thread only."""
+    next poll; optional basic auth, the same for every path. Called from the server's loop
+    thread only.
+
+    ``routes``: path -> fn(query) -> (content type, body), answered on the loop (small and
+    quick: the page, /state); ``slow_routes`` the same, made on the page thread (Deferred)."""
 
     def __init__(self, registry: CollectorRegistry, generation, auth: BasicAuth | None = None,
-                 routes: dict | None = None):
+                 routes: dict | None = None, slow_routes: dict | None = None):
         self._registry = registry
-        self._routes = routes or {}  # path -> () -> (content type, body): the daemon's /state
+        self._routes = routes or {}
+        self._slow_routes = slow_routes or {}
         self._generation = generation  # changes when a new sample arrives
         self.auth = auth
         self._cache: dict[tuple, Response] = {}
@@ -256,11 +269,12 @@ class MetricsApp:
                     log.exception("rendering /metrics failed")
                     return _RENDER_FAILED
             return cached
+        if path in self._routes:
+            return _routed(self._routes[path], request)
+        if path in self._slow_routes:
+            return Deferred(functools.partial(_routed, self._slow_routes[path], request))
         if path in ("/", ""):
             return _ROOT
-        if path in self._routes:
-            content_type, body = self._routes[path]()
-            return response(200, content_type, body)
         return _NOT_FOUND
 
     def _render(self, accept: str, zipped: bool) -> Response:
@@ -270,6 +284,24 @@ class MetricsApp:
             # level 1: 8-GPU exposition 53 KB -> 6.3 KB in ~0.1 ms; level 5 gains 0.7 KB for 2.5x the CPU
             body = gzip.compress(body, compresslevel=1)
         return response(200, content_type, body, (("Content-Encoding", "gzip"),) if zipped else ())
+
+
+def _routed(route, request: _Request) -> Response:
+    """A route's answer: 404 for what it does not know (None), 400 for a bad query (ValueError,
+    its message), gzip where asked and worth it."""
+    try:
+        answer = route(request.query)
+    except ValueError as e:
+        return response(400, "text/plain; charset=utf-8", f"{e}\n".encode("utf-8", "backslashreplace"))
+    except Exception:
+        log.exception("answering %s failed", request.path)
+        return _RENDER_FAILED
+    if answer is None:
+        return _NOT_FOUND
+    content_type, body = answer
+    if request.zipped and len(body) > 1024:
+        return response(200, content_type, gzip.compress(body, compresslevel=1), (("Content-Encoding", "gzip"),))
+    return response(200, content_type, body)
 
 
 class MetricsServer:
@@ -302,6 +334,7 @@ class MetricsServer:
         self.connections: set[_Connection] = set()
         self._heads: dict[bytes, _Request] = {}  # used on the loop's thread only
         self._auth_pool: concurrent.futures.ThreadPoolExecutor | None = None  # bcrypt checks, one at a time
+        self._page_pool: concurrent.futures.ThreadPoolExecutor | None = None  # Deferred answers, one at a time
         self._loop = asyncio.new_event_loop()
         ready: concurrent.futures.Future = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._run, args=(listen, port, ready), name="rigmon-http",
@@ -334,8 +367,9 @@ class MetricsServer:
                 connection.abort()
             self._loop.run_until_complete(asyncio.sleep(0))
             self._loop.close()
-            if self._auth_pool is not None:
-                self._auth_pool.shutdown(wait=False, cancel_futures=True)
+            for pool in (self._auth_pool, self._page_pool):
+                if pool is not None:
+                    pool.shutdown(wait=False, cancel_futures=True)
 
     def _sweep(self) -> None:
         """Close what is past its deadline: no request (or no whole one) in time, or a client
@@ -361,6 +395,14 @@ class MetricsServer:
             self._auth_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rigmon-auth")
         future = self._loop.run_in_executor(self._auth_pool, self.app.auth.verify, header)
         future.add_done_callback(lambda f: done(not f.cancelled() and f.exception() is None and f.result()))
+
+    def defer(self, deferred: Deferred, done) -> None:
+        """``deferred.make()`` off the loop; ``done(answer)`` on the loop afterwards."""
+        if self._page_pool is None:
+            self._page_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rigmon-page")
+        future = self._loop.run_in_executor(self._page_pool, deferred.make)
+        future.add_done_callback(lambda f: done(f.result() if not f.cancelled() and f.exception() is None
+                                                else _RENDER_FAILED))
 
     def request(self, head: bytes) -> _Request:
         """``head`` parsed. A scraper sends the very same bytes every scrape, so each distinct
@@ -519,8 +561,37 @@ class _Connection(asyncio.Protocol):
             if not verdict:
                 self._refuse(request)
                 return
+        self._respond(request)
+
+    def _respond(self, request: _Request) -> bool:
+        """Answer ``request``; False where its answer is made off the loop (the connection waits
+        for it, as for a verdict, and goes on in ``_made``)."""
         answer = self.server.app.respond(request)
+        if isinstance(answer, Deferred):
+            self.checking = True
+            self.waiting_since = None
+            self.transport.pause_reading()
+            self.server.defer(answer, lambda made: self._made(request, made))
+            return False
         self._write(answer, request.keep and answer is not _RENDER_FAILED, request.head_only)
+        return True
+
+    def _made(self, request: _Request, answer: Response) -> None:
+        try:
+            if self.closing:
+                return
+            self.checking = False
+            self._write(answer, request.keep and answer is not _RENDER_FAILED, request.head_only)
+            self._resume()
+        except Exception:  # a bug answering one request: that connection only
+            log.exception("answering a request failed")
+            self.abort()
+
+    def _resume(self) -> None:
+        if not (self.closing or self.paused):  # else resume_writing goes on once the client reads
+            self.transport.resume_reading()
+            if self.buffer:
+                self._serve()
 
     def _checked(self, request: _Request, ok: bool) -> None:
         try:
@@ -537,12 +608,8 @@ class _Connection(asyncio.Protocol):
         if not ok:
             self._refuse(request)
             return
-        answer = self.server.app.respond(request)
-        self._write(answer, request.keep and answer is not _RENDER_FAILED, request.head_only)
-        if not (self.closing or self.paused):  # else resume_writing goes on once the client reads
-            self.transport.resume_reading()
-            if self.buffer:
-                self._serve()
+        if self._respond(request):
+            self._resume()
 
     def _refuse(self, request: _Request) -> None:
         """401, and the connection closes: at once without credentials (a browser asks for them

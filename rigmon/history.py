@@ -1,0 +1,418 @@
+"""The box's last week, kept by the daemon for its page (``/``) and ``/api/history``: a sink.
+
+Every reading the page charts is kept three ways, each a ring of fixed size, so memory is
+bounded by the number of series (at most MAX_SERIES) whatever runs how long:
+
+- every poll for the last hour (RAW_SECONDS), one float32 per series and poll;
+- one-minute buckets for the last day and five-minute buckets for the last week, each the
+  min, mean and max of what fell in it, so a spike shows in every view.
+
+For 8 GPUs (about 110 series) that is about 7 MB. The rings are saved to ``state_dir`` atomically
+every SAVE_SECONDS and at stop, and loaded at start, so a restart or a reboot keeps the week;
+a file that cannot be read is set aside (``.damaged``) with one warning, and the history starts
+empty. Series names carry hwmon's chip and fan labels: they are made printable and cut short,
+and a sample cannot add series past the bound.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+import time
+import zlib
+from array import array
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .text import printable
+
+if TYPE_CHECKING:
+    from .sinks.base import PollResult
+
+log = logging.getLogger(__name__)
+
+RAW_SECONDS = 3600.0
+MAX_RAW_POINTS = 7200  # an interval under 0.5 s keeps less than the hour
+BUCKETS = ((60.0, 1440), (300.0, 2016))  # (seconds, how many): a day of minutes, a week of five minutes
+MAX_SERIES = 256
+MAX_NAME = 80
+MAX_FANS = 16  # host fans kept (a board reports a dozen headers at most)
+MAX_MARKS = 512  # alert transitions kept for the charts (the last day's)
+SAVE_SECONDS = 300.0
+FORMAT = b"rigmon-history 1\n"
+MAX_FILE_BYTES = 256 << 20  # decompressed: far above what MAX_SERIES can fill
+NAN = float("nan")
+
+
+def _name(*parts: str) -> str:
+    return "/".join(printable(str(p)).replace("/", "_")[:MAX_NAME] for p in parts)[:3 * MAX_NAME]
+
+
+def _mean(values) -> float | None:
+    got = [v for v in values if v is not None]
+    return sum(got) / len(got) if got else None
+
+
+def readings(result: PollResult, energy: dict) -> dict[str, float]:
+    """The charted readings of one poll, by series name (base units). ``energy`` keeps each RAPL
+    zone's last (time, joules) between calls, for its power."""
+    sample = result.sample
+    out: dict[str, float] = {}
+
+    def put(name: str, value) -> None:
+        if value is not None and not isinstance(value, bool):
+            out[name] = float(value)
+
+    for g in sample.gpus:
+        if g.lost:
+            continue
+        p = f"gpu{g.index}/"
+        for field in ("power_watts", "power_limit_watts", "temperature_celsius", "memory_temperature_celsius",
+                      "utilization_gpu_ratio", "sm_clock_hertz", "memory_used_bytes", "memory_total_bytes",
+                      "pcie_generation", "pcie_width", "pcie_replays"):
+            put(p + field, getattr(g, field))
+        put(p + "fan_target_ratio", _mean(g.fan_target_ratios or ()))
+        put(p + "fan_speed_ratio", _mean(g.fan_speed_ratios or ()))
+    host = sample.host
+    if host is not None:
+        for t in host.cpu_temperatures:
+            put(f"host/cpu{t.socket}_celsius", t.celsius)
+        for fan in host.fans[:MAX_FANS]:
+            put("host/fan/" + _name(fan.chip + (f".{fan.device}" if fan.device else ""), fan.label), fan.rpm)
+        put("host/load1", host.load1)
+        put("host/cpu_utilization_ratio", host.cpu_utilization_ratio)
+        if host.cpu_energy:
+            joules = sum(z.joules for z in host.cpu_energy)
+            last = energy.get("rapl")
+            energy["rapl"] = (sample.time, joules)
+            if last is not None and sample.time > last[0] and joules >= last[1]:
+                put("host/rapl_watts", (joules - last[1]) / (sample.time - last[0]))
+    if result.alerts is not None:
+        for b in result.alerts.budgets:
+            put("psu/" + _name(b.psu) + "/draw_watts", b.draw_watts)
+            put("psu/" + _name(b.psu) + "/budget_watts", b.budget_watts)
+    return out
+
+
+class _Ring:
+    """One resolution: a time per slot and, per series, ``width`` float32 per slot (1: the
+    reading; 3: min, mean, max)."""
+
+    def __init__(self, capacity: int, width: int):
+        self.capacity, self.width = capacity, width
+        self.times = array("d", [NAN]) * capacity
+        self.values: dict[str, array] = {}
+        self.pos = 0  # the next slot written
+
+    def column(self, name: str) -> array:
+        values = self.values.get(name)
+        if values is None:
+            values = self.values[name] = array("f", [NAN]) * (self.capacity * self.width)
+        return values
+
+    def write(self, t: float, row: dict) -> None:
+        """One slot: ``row`` maps each series to its reading (width 1) or (min, mean, max)."""
+        slot = self.pos
+        self.times[slot] = t
+        if self.width == 1:
+            for name, values in self.values.items():
+                values[slot] = row.get(name, NAN)
+            for name in row.keys() - self.values.keys():
+                self.column(name)[slot] = row[name]
+        else:
+            at = slot * 3
+            for name, values in self.values.items():
+                values[at:at + 3] = array("f", row.get(name, (NAN, NAN, NAN)))
+            for name in row.keys() - self.values.keys():
+                self.column(name)[at:at + 3] = array("f", row[name])
+        self.pos = (slot + 1) % self.capacity
+
+    def slots(self, since: float, until: float) -> list[int]:
+        """The slots with a time in [since, until], oldest first."""
+        order = list(range(self.pos, self.capacity)) + list(range(self.pos))
+        times = self.times
+        return [i for i in order if since <= times[i] <= until]
+
+    def oldest(self) -> float | None:
+        found = [t for t in self.times if not math.isnan(t)]
+        return min(found) if found else None
+
+
+class History:
+    """A sink; queried from the HTTP server's thread (``query``, ``marks``)."""
+
+    name = "history"
+
+    def __init__(self, path: Path | None, interval: float, save_every: float = SAVE_SECONDS):
+        self.path = path
+        self.interval = interval
+        self.raw = _Ring(min(MAX_RAW_POINTS, max(60, math.ceil(RAW_SECONDS / interval))), 1)
+        self.rings = [_Ring(capacity, 3) for _, capacity in BUCKETS]
+        self._acc: list[tuple[float, dict[str, list]] | None] = [None] * len(BUCKETS)
+        self._series: set[str] = set()
+        self._energy: dict = {}
+        self.latest: float | None = None  # the last poll's time: "now" for the queries (a replay's clock too)
+        self.marks: deque[tuple[float, str, str, dict]] = deque(maxlen=MAX_MARKS)
+        self._lock = threading.Lock()
+        self._dirty = False
+        self._save_every = save_every
+        self._stop = threading.Event()
+        self._saver: threading.Thread | None = None
+        if path is not None:
+            self._load()
+            self._saver = threading.Thread(target=self._save_loop, name="rigmon-history", daemon=True)
+            self._saver.start()
+
+    # --- the sink ------------------------------------------------------------------------
+    def consume(self, result: PollResult) -> None:
+        for tr in result.transitions:
+            self.marks.append((tr.time, tr.status, tr.alertname, dict(tr.labels)))
+        if result.sample is None:
+            return
+        row = readings(result, self._energy)
+        t = result.sample.time
+        with self._lock:
+            new = row.keys() - self._series
+            if new:  # a new GPU, fan or PSU group; past MAX_SERIES nothing new is kept
+                keep = set(sorted(new)[:max(0, MAX_SERIES - len(self._series))])
+                row = {k: v for k, v in row.items() if k in self._series or k in keep}
+                self._series |= keep
+            self.raw.write(t, row)
+            self._bucket(0, t, row)
+            self.latest = t
+            self._dirty = True
+
+    def _bucket(self, tier: int, t: float, row: dict[str, float], weights: dict[str, int] | None = None,
+                lows: dict | None = None, highs: dict | None = None) -> None:
+        """Add to the tier's open bucket; close it (into its ring, and the next tier's bucket)
+        when ``t`` falls in a later one."""
+        step = BUCKETS[tier][0]
+        start = math.floor(t / step) * step
+        acc = self._acc[tier]
+        if acc is not None and acc[0] != start:
+            self._close(tier)
+            acc = None
+        if acc is None:
+            acc = self._acc[tier] = (start, {})
+        open_ = acc[1]
+        for name, v in row.items():
+            n = weights[name] if weights else 1
+            lo = lows[name] if lows else v
+            hi = highs[name] if highs else v
+            cell = open_.get(name)
+            if cell is None:
+                open_[name] = [lo, v * n, n, hi]
+            else:
+                if lo < cell[0]:
+                    cell[0] = lo
+                if hi > cell[3]:
+                    cell[3] = hi
+                cell[1] += v * n
+                cell[2] += n
+        # the open bucket shows in queries too: a chart's last minute is not a minute late
+
+    def _close(self, tier: int) -> None:
+        start, open_ = self._acc[tier]
+        self._acc[tier] = None
+        row = {name: (lo, total / n, hi) for name, (lo, total, n, hi) in open_.items()}
+        self.rings[tier].write(start, row)
+        if tier + 1 < len(BUCKETS):
+            self._bucket(tier + 1, start, {k: m for k, (_, m, _) in row.items()},
+                         weights={k: c[2] for k, c in open_.items()}, lows={k: r[0] for k, r in row.items()},
+                         highs={k: r[2] for k, r in row.items()})
+
+    def close(self, deadline: float | None = None) -> None:
+        self._stop.set()
+        if self._saver is not None:
+            self._saver.join(timeout=max(0.0, (deadline or time.monotonic() + 2) - time.monotonic()))
+        if self.path is not None:
+            self.save()
+
+    # --- queries -------------------------------------------------------------------------
+    def series_names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._series)
+
+    def query(self, names: list[str], since: float, until: float, step: float | None = None,
+              max_points: int = 10000) -> dict:
+        """Each series' [t, min, mean, max] points in [since, until], at the finest resolution
+        that covers the span (every poll for the last hour, then minutes, then five minutes),
+        grouped into ``step`` seconds where given (or where more than ``max_points`` would come)."""
+        span = max(until - since, 0.0)
+        with self._lock:
+            now = self.latest if self.latest is not None else time.time()
+            if since >= now - RAW_SECONDS - self.interval:
+                ring, resolution = self.raw, self.interval
+            elif since >= now - BUCKETS[0][0] * (BUCKETS[0][1] - 1):
+                ring, resolution = self.rings[0], BUCKETS[0][0]
+            else:
+                ring, resolution = self.rings[1], BUCKETS[1][0]
+            step = max(step or 0.0, resolution, span / max_points if max_points else 0.0)
+            slots = ring.slots(since, until)
+            times = [ring.times[i] for i in slots]
+            out = {}
+            for name in names:
+                values = ring.values.get(name)
+                if values is None:
+                    continue
+                if ring.width == 1:
+                    pts = [(t, v, v, v) for t, i in zip(times, slots, strict=True) if not math.isnan(v := values[i])]
+                else:
+                    pts = [(t, values[3 * i], values[3 * i + 1], values[3 * i + 2])
+                           for t, i in zip(times, slots, strict=True) if not math.isnan(values[3 * i + 1])]
+                out[name] = pts
+            if ring is not self.raw:  # the open buckets: the minutes (or five) not closed yet
+                tier = self.rings.index(ring)
+                for t_acc in self._open_rows(tier):
+                    start, row = t_acc
+                    if since <= start <= until:
+                        for name in names:
+                            if name in row:
+                                out.setdefault(name, []).append((start, *row[name]))
+        if step > resolution:
+            out = {name: _regroup(pts, step) for name, pts in out.items()}
+        return {"since": since, "until": until, "step": step,
+                "series": {name: [[round(p[0], 3), *(float(f"{v:.6g}") for v in p[1:])] for p in pts]
+                           for name, pts in out.items()}}
+
+    def _open_rows(self, tier: int) -> list[tuple[float, dict[str, tuple]]]:
+        """The tier's open bucket, and for the week's tier the minutes not folded in yet."""
+        rows = []
+        for k in range(tier, -1, -1):
+            acc = self._acc[k]
+            if acc is not None:
+                rows.append((acc[0], {n: (lo, total / c, hi) for n, (lo, total, c, hi) in acc[1].items()}))
+                break
+        return rows
+
+    # --- the file ------------------------------------------------------------------------
+    def save(self) -> None:
+        """Atomically: the rings and the open buckets, then a rename over the last save."""
+        if self.path is None:
+            return
+        with self._lock:
+            rings = [self.raw, *self.rings]
+            header = {"interval": self.interval, "saved": time.time(), "series": sorted(self._series),
+                      "rings": [{"capacity": r.capacity, "width": r.width, "pos": r.pos} for r in rings],
+                      "open": [[a[0], a[1]] if a is not None else None for a in self._acc],
+                      "marks": list(self.marks)}
+            blobs = [r.times.tobytes() for r in rings]
+            blobs += [(r.values.get(n) or array("f", [NAN]) * (r.capacity * r.width)).tobytes()
+                      for r in rings for n in header["series"]]
+            self._dirty = False
+        body = json.dumps(header).encode() + b"\n" + b"".join(blobs)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(FORMAT + zlib.compress(body, 1))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError as e:
+            log.warning("cannot save the history to %s: %s", self.path, e)
+            tmp.unlink(missing_ok=True)
+
+    def _save_loop(self) -> None:
+        while not self._stop.wait(self._save_every):
+            if self._dirty:
+                self.save()
+
+    def _load(self) -> None:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            log.warning("cannot read the history %s (%s): starting empty", self.path, e)
+            return
+        try:
+            self._restore(data)
+        except Exception as e:  # damaged, truncated, another format: never fatal
+            aside = self.path.with_name(self.path.name + ".damaged")
+            try:
+                os.replace(self.path, aside)
+                where = f"set aside as {aside.name}"
+            except OSError:
+                where = "left as it is"
+            log.warning("the history %s cannot be read (%s): %s; starting empty", self.path,
+                        printable(str(e))[:200], where)
+
+    def _restore(self, data: bytes) -> None:
+        """Everything checked first, then taken: a damaged file changes nothing."""
+        if not data.startswith(FORMAT):
+            raise ValueError("not a rigmon history file")
+        inflate = zlib.decompressobj()
+        body = inflate.decompress(data[len(FORMAT):], MAX_FILE_BYTES)
+        if inflate.unconsumed_tail or not inflate.eof:
+            raise ValueError("truncated, or larger than a history can be")
+        head, _, blob = body.partition(b"\n")
+        header = json.loads(head)
+        names = header["series"]
+        if not isinstance(names, list) or len(names) > MAX_SERIES or not all(
+                isinstance(n, str) and len(n) <= 3 * MAX_NAME for n in names):
+            raise ValueError("bad series list")
+        specs = header["rings"]
+        rings = [self.raw, *self.rings]
+        if not isinstance(specs, list) or len(specs) != len(rings):
+            raise ValueError("bad rings")
+        for spec, ring in zip(specs, rings, strict=True):
+            if not (isinstance(spec["capacity"], int) and isinstance(spec["pos"], int) and spec["width"] in (1, 3)
+                    and 0 < spec["capacity"] <= MAX_RAW_POINTS and 0 <= spec["pos"] < spec["capacity"]):
+                raise ValueError("bad ring")
+            if ring is not self.raw and (spec["capacity"], spec["width"]) != (ring.capacity, ring.width):
+                raise ValueError("the buckets' sizes changed")
+        sizes = [s["capacity"] * 8 for s in specs] + [s["capacity"] * s["width"] * 4 for s in specs for _ in names]
+        if sum(sizes) != len(blob):
+            raise ValueError(f"{len(blob)} bytes of data where {sum(sizes)} were expected")
+        view, offset, loaded = memoryview(blob), 0, []
+        for spec in specs:
+            times = array("d")
+            times.frombytes(view[offset:offset + spec["capacity"] * 8])
+            offset += spec["capacity"] * 8
+            loaded.append((spec, times, {}))
+        for spec, _, values in loaded:
+            n = spec["capacity"] * spec["width"] * 4
+            for name in names:
+                column = array("f")
+                column.frombytes(view[offset:offset + n])
+                offset += n
+                values[name] = column
+        opened = []
+        for acc in header.get("open") or []:
+            opened.append(None if acc is None else (float(acc[0]), {
+                str(k): [float(v[0]), float(v[1]), int(v[2]), float(v[3])] for k, v in acc[1].items() if k in names}))
+        marks = [(float(t), str(status), str(alertname), {str(k): str(v) for k, v in labels.items()})
+                 for t, status, alertname, labels in (header.get("marks") or [])[-MAX_MARKS:]]
+        # checked: taken
+        for ring, (spec, times, values) in zip(rings, loaded, strict=True):
+            if ring is self.raw and spec["capacity"] != ring.capacity:
+                continue  # the interval changed: the last hour's polls do not fit; the buckets do
+            ring.times, ring.values, ring.pos = times, values, spec["pos"]
+        for tier, acc in enumerate(opened[:len(self._acc)]):
+            self._acc[tier] = acc
+        self.marks.extend(marks)
+        self._series = set(names)
+        log.info("history: %d series of the last week loaded from %s", len(names), self.path)
+
+
+def _regroup(pts: list[tuple], step: float) -> list[tuple]:
+    """Points grouped into ``step``-second buckets: the min of mins, mean of means, max of maxes."""
+    out: list[tuple] = []
+    group: list[tuple] = []
+    start = None
+    for p in pts:
+        b = math.floor(p[0] / step) * step
+        if start is not None and b != start:
+            out.append((start, min(q[1] for q in group), sum(q[2] for q in group) / len(group),
+                        max(q[3] for q in group)))
+            group = []
+        start = b
+        group.append(p)
+    if group:
+        out.append((start, min(q[1] for q in group), sum(q[2] for q in group) / len(group), max(q[3] for q in group)))
+    return out

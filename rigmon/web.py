@@ -1,0 +1,312 @@
+"""The daemon's page at ``/`` and its API (``/api/state``, ``/api/history``, ``/api/jobs``),
+on the metrics listener with its TLS and basic auth.
+
+The page is one self-contained HTML file (inline CSS and script, no CDN, no font): it asks
+``api/state`` every poll and ``api/charts`` for its charts, which are drawn here by
+``rigmon.charts``, the burn-in report's module, so the two read alike. It reads what the
+pipeline's sinks already hold (the latest sample, the alerts' state, the history, the job
+ledger, the last burn-in's summary) and changes none of it. Every text it shows came from
+NVML, hwmon, /proc or a file: the script sets it as text, never as markup, and the charts'
+SVG escapes its own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import threading
+import time
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qs
+
+from . import __version__
+from .charts import CHART_CSS, COLORS, chart
+from .history import History
+from .sample import to_jsonable
+
+if TYPE_CHECKING:
+    from .pipeline import Pipeline
+
+RANGES = {"1h": 3600.0, "6h": 6 * 3600.0, "24h": 86400.0, "7d": 7 * 86400.0}
+CHART_POINTS = 240  # per series and chart: about two pixels each, with the min-max band for the rest
+MAX_QUERY_SERIES = 64
+MAX_QUERY_POINTS = 20000
+MAX_REPORT_BYTES = 32 << 20
+RECENT_JOBS = 20
+MARK_COLORS = {"firing": "#d62728", "resolved": "#2ca02c"}
+JSON = "application/json"
+
+
+def _page() -> bytes:
+    text = resources.files("rigmon").joinpath("data/page.html").read_text(encoding="utf-8")
+    return text.replace("/*CHART_CSS*/", CHART_CSS).encode()
+
+
+class Page:
+    """The routes: ``routes`` answered on the serving loop (small), ``slow_routes`` off it."""
+
+    def __init__(self, pipeline: Pipeline, history: History, config, started: float | None = None,
+                 host: str | None = None):
+        self.pipeline = pipeline
+        self.history = history
+        self.config = config
+        self.host = host or socket.gethostname()
+        self.started = started if started is not None else time.time()
+        self._html = _page()
+        self._charts: dict[str, tuple[float | None, bytes]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def routes(self) -> dict:
+        return {"/": self.index, "/api/state": self.state}
+
+    @property
+    def slow_routes(self) -> dict:
+        return {"/api/charts": self.charts, "/api/history": self.history_json, "/api/jobs": self.jobs,
+                "/burnin/report": self.burnin_report}
+
+    # --- the page and its state -------------------------------------------------------------
+    def index(self, query: str) -> tuple[str, bytes]:
+        return "text/html; charset=utf-8", self._html
+
+    def state(self, query: str) -> tuple[str, bytes]:
+        return JSON, _json(self.state_dict())
+
+    def state_dict(self) -> dict:
+        sample = self.pipeline.latest
+        alerts = self.pipeline.alerts.state if self.pipeline.alerts is not None else None
+        now = sample.time if sample is not None else time.time()
+        out = {"host": self.host, "rigmon": __version__, "started": self.started, "time": now,
+               "interval": self.config.daemon.interval, "boot": _boot_time(), "driver": None, "cuda": None,
+               "gpus": [], "sensors": None, "budgets": [], "alerts": [], "transitions": [], "burnin": None}
+        if sample is not None:
+            system = sample.system
+            out["driver"], out["cuda"] = system.driver_version, system.cuda_driver_version
+            info = {i.index: i for i in sample.gpu_info}
+            for g in sample.gpus:
+                i = info.get(g.index)
+                fans = [r for r in g.fan_speed_ratios or () if r is not None]
+                asked = [r for r in g.fan_target_ratios or () if r is not None]
+                out["gpus"].append({
+                    "index": g.index, "uuid": g.uuid, "name": i.name if i else None, "lost": g.lost,
+                    "power_watts": g.power_watts, "power_limit_watts": g.power_limit_watts,
+                    "temperature_celsius": g.temperature_celsius,
+                    "memory_temperature_celsius": g.memory_temperature_celsius,
+                    "slowdown_celsius": i.temperature_thresholds.slowdown if i else None,
+                    "utilization_gpu_ratio": g.utilization_gpu_ratio, "sm_clock_hertz": g.sm_clock_hertz,
+                    "memory_used_bytes": g.memory_used_bytes, "memory_total_bytes": g.memory_total_bytes,
+                    "fan_speed_ratio": sum(fans) / len(fans) if fans else None,
+                    "fan_target_ratio": sum(asked) / len(asked) if asked else None,
+                    "pcie_generation": g.pcie_generation, "pcie_width": g.pcie_width,
+                    "max_pcie_generation": i.max_pcie_generation if i else None,
+                    "max_pcie_width": i.max_pcie_width if i else None, "pcie_replays": g.pcie_replays,
+                    "clock_events": list(g.clock_events.active()) if g.clock_events is not None else [],
+                })
+            host = sample.host
+            if host is not None:
+                rapl = self.history.query(["host/rapl_watts"], now - 30, now)["series"].get("host/rapl_watts")
+                out["sensors"] = {
+                    "cpu_temperatures": [{"socket": t.socket, "sensor": f"{t.chip}/{t.sensor}", "celsius": t.celsius,
+                                          "high_celsius": t.high_celsius} for t in host.cpu_temperatures],
+                    "fans": [{"name": f"{f.chip}/{f.label}", "rpm": f.rpm, "turned": f.turned} for f in host.fans],
+                    "load1": host.load1, "cpu_utilization_ratio": host.cpu_utilization_ratio,
+                    "cpu_count": host.cpu_count, "rapl_watts": rapl[-1][2] if rapl else None}
+        if alerts is not None:
+            out["budgets"] = [b._asdict() for b in alerts.budgets]
+            out["alerts"] = [{**a.as_dict(), "age_seconds": now - a.since if a.since is not None else None}
+                             for a in alerts.firing]
+        out["transitions"] = [{"time": t, "status": status, "alertname": name, "labels": labels}
+                              for t, status, name, labels in list(self.history.marks) if t >= now - 86400]
+        burnin = self._burnin()
+        if burnin is not None:
+            summary, html = burnin
+            out["burnin"] = {"verdict": summary.get("verdict"), "started_unix": summary.get("started_unix"),
+                             "duration_seconds": summary.get("duration_seconds"),
+                             "report": "burnin/report" if html is not None else None}
+        return out
+
+    # --- the charts -----------------------------------------------------------------------------
+    def charts(self, query: str) -> tuple[str, bytes]:
+        """Every card's charts for ``range`` as SVG, drawn once per poll and range."""
+        span_name = _one(query, "range", "1h")
+        if span_name not in RANGES:
+            raise ValueError(f"range: one of {', '.join(RANGES)}")
+        latest = self.history.latest
+        with self._lock:
+            cached = self._charts.get(span_name)
+            if cached is not None and cached[0] == latest:
+                return JSON, cached[1]
+        body = json.dumps(self.draw(span_name)).encode()
+        with self._lock:
+            self._charts[span_name] = (latest, body)
+        return JSON, body
+
+    def draw(self, span_name: str) -> dict:
+        span = RANGES[span_name]
+        sample = self.pipeline.latest
+        now = self.history.latest or time.time()
+        since = now - span
+        step = span / CHART_POINTS
+        names = self.history.series_names()
+        got = self.history.query(names, since, now, step=step)["series"]
+
+        def pts(name: str, scale: float = 1.0) -> list:
+            return [(p[0] - since, p[1] * scale, p[2] * scale, p[3] * scale) for p in got.get(name, ())]
+
+        def marks(match) -> list:
+            return [(t - since, MARK_COLORS.get(status, "#555"), f"{status} {name} {_subject(labels)}")
+                    for t, status, name, labels in list(self.history.marks) if t >= since and match(labels)]
+
+        kw = {"span": span, "ago": True, "width": 460, "height": 190}
+        info = {i.index: i for i in sample.gpu_info} if sample is not None else {}
+        gpus = {}
+        for g in sample.gpus if sample is not None else ():
+            p = f"gpu{g.index}/"
+            i = info.get(g.index)
+            m = marks(lambda labels, index=str(g.index): labels.get("gpu") == index)
+            limit = g.power_limit_watts
+            slowdown = i.temperature_thresholds.slowdown if i else None
+            total = g.memory_total_bytes
+            gpus[str(g.index)] = [
+                chart("power", [("power", pts(p + "power_watts"), COLORS[0]),
+                                ("limit", pts(p + "power_limit_watts"), "#888")], "W",
+                      [("limit", limit, "#555")] if limit else [], zero=True, above=limit, marks=m, **kw),
+                chart("temperature", [("GPU", pts(p + "temperature_celsius"), COLORS[1]),
+                                      ("memory", pts(p + "memory_temperature_celsius"), COLORS[4])], "°C",
+                      [("slowdown", slowdown, "#d62728")] if slowdown else [], above=slowdown,
+                      mark_over=("slowdown", slowdown) if slowdown else None, marks=m, **kw),
+                chart("utilisation", [("GPU", pts(p + "utilization_gpu_ratio", 100), COLORS[2])], "%",
+                      zero=True, above=100, marks=m, **kw),
+                chart("SM clock", [("SM", pts(p + "sm_clock_hertz", 1e-6), COLORS[3])], "MHz",
+                      [("max", i.max_sm_clock_hertz / 1e6, "#555")] if i and i.max_sm_clock_hertz else [],
+                      zero=True, marks=m, **kw),
+                chart("memory used", [("used", pts(p + "memory_used_bytes", 2 ** -30), COLORS[5])], "GiB",
+                      [("total", total / 2 ** 30, "#555")] if total else [], zero=True, marks=m, **kw),
+                chart("fans", [("asked", pts(p + "fan_target_ratio", 100), COLORS[6]),
+                               ("turning", pts(p + "fan_speed_ratio", 100), COLORS[7])], "%", zero=True, above=100,
+                      marks=m, **kw),
+                chart("PCIe link", [("generation", pts(p + "pcie_generation"), COLORS[0]),
+                                    ("width", pts(p + "pcie_width"), COLORS[3]),
+                                    ("replays", pts(p + "pcie_replays"), COLORS[1])], "",
+                      [(f"max gen {i.max_pcie_generation}", i.max_pcie_generation, "#555")]
+                      if i and i.max_pcie_generation else [], zero=True, marks=m, **kw),
+            ]
+        hm = marks(lambda labels: "gpu" not in labels)
+        sockets = sorted(n for n in names if n.startswith("host/cpu") and n.endswith("_celsius"))
+        fans = sorted(n for n in names if n.startswith("host/fan/"))
+        psus = sorted({n.split("/")[1] for n in names if n.startswith("psu/")})
+        host = [
+            chart("CPU temperature", [(n[5:-8], pts(n), COLORS[k % 8]) for k, n in enumerate(sockets)], "°C",
+                  marks=hm, **kw),
+            chart("fans", [(n[9:], pts(n), COLORS[k % 8]) for k, n in enumerate(fans)], "rpm", zero=True, marks=hm,
+                  **kw),
+            chart("load", [("load 1 min", pts("host/load1"), COLORS[0]),
+                           ("CPU %", pts("host/cpu_utilization_ratio", 100), COLORS[2])], "", zero=True, marks=hm,
+                  **kw),
+            chart("CPU package power (RAPL)", [("RAPL", pts("host/rapl_watts"), COLORS[4])], "W", zero=True,
+                  marks=hm, **kw),
+        ]
+        if psus:
+            host.append(chart("PSU budgets", [(name, pts(f"psu/{name}/draw_watts"), COLORS[k % 8])
+                                              for k, name in enumerate(psus)], "W",
+                              [(f"{name} budget", got[f"psu/{name}/budget_watts"][-1][2], COLORS[k % 8])
+                               for k, name in enumerate(psus) if got.get(f"psu/{name}/budget_watts")],
+                              zero=True, marks=hm, **kw))
+        return {"range": span_name, "time": now, "gpus": gpus, "host": host}
+
+    # --- for scripts ----------------------------------------------------------------------------
+    def history_json(self, query: str) -> tuple[str, bytes]:
+        """``series`` (names, or prefixes ending in ``*``; comma-separated), ``since`` (unix
+        seconds, or negative: seconds before the last poll; default -3600), ``until``,
+        ``step`` (seconds)."""
+        q = parse_qs(query, max_num_fields=8)
+        now = self.history.latest or time.time()
+        known = self.history.series_names()
+        wanted = [w for part in q.get("series", ["*"]) for w in part.split(",") if w][:MAX_QUERY_SERIES]
+        names = [n for n in known if any(n == w or (w.endswith("*") and n.startswith(w[:-1])) for w in wanted)]
+        since = _number(q, "since", -3600.0)
+        since = now + since if since < 0 else since
+        until = _number(q, "until", now)
+        step = _number(q, "step", 0.0) or None
+        if step is not None and step <= 0:
+            raise ValueError("step: seconds, above 0")
+        found = self.history.query(names[:MAX_QUERY_SERIES], since, until, step,
+                                   max_points=MAX_QUERY_POINTS // max(1, len(names)))
+        return JSON, _json(found)
+
+    def jobs(self, query: str) -> tuple[str, bytes]:
+        """The running jobs and the last RECENT_JOBS that ended, as ``rigmon jobs --json``."""
+        from .jobs import LedgerError, ledger_path, load
+
+        price = self.config.jobs.price_per_kwh
+        currency = self.config.jobs.currency
+        ledger = self.pipeline.jobs
+        running = ledger.snapshot(price, currency) if ledger is not None else []
+        ended, error = [], None
+        try:
+            ended = [j.as_dict(price, currency) for j in load(ledger_path(self.config), limit=RECENT_JOBS * 4)
+                     if j.ended is not None][:RECENT_JOBS]
+        except LedgerError as e:
+            error = str(e)
+        return JSON, _json({"running": running, "recent": ended, "error": error})
+
+    def burnin_report(self, query: str) -> tuple[str, bytes] | None:
+        found = self._burnin()
+        if found is None or found[1] is None:
+            return None
+        with open(found[1], "rb") as f:
+            body = f.read(MAX_REPORT_BYTES + 1)
+        if len(body) > MAX_REPORT_BYTES:
+            raise ValueError("the report is larger than the page serves")
+        return "text/html; charset=utf-8", body
+
+    def _burnin(self) -> tuple[dict, Path | None] | None:
+        reports = next((c for c in self.pipeline.collectors if hasattr(c, "latest")), None)
+        summary = reports.latest() if reports is not None else None
+        if summary is None:
+            return None
+        page = reports.html_path()
+        return summary, page if page is not None and page.is_file() else None
+
+
+def _subject(labels: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in labels.items() if k not in ("uuid", "name")) or "host"
+
+
+def _one(query: str, name: str, default: str) -> str:
+    got = parse_qs(query, max_num_fields=8).get(name)
+    return got[0] if got else default
+
+
+def _number(q: dict, name: str, default: float) -> float:
+    if name not in q:
+        return default
+    try:
+        value = float(q[name][0])
+    except ValueError:
+        raise ValueError(f"{name}: a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{name}: a finite number")
+    return value
+
+
+def _json(value) -> bytes:
+    """Plain JSON: records as objects, NaN and infinities as null, every string ASCII-escaped."""
+    return json.dumps(to_jsonable(value), allow_nan=False).encode()
+
+
+_BOOT: list[float | None] = []
+
+
+def _boot_time() -> float | None:
+    if not _BOOT:
+        try:
+            import psutil
+
+            _BOOT.append(psutil.boot_time())
+        except Exception:
+            _BOOT.append(None)
+    return _BOOT[0]

@@ -1,0 +1,90 @@
+"""A real headless Chromium driven over the DevTools protocol (``--remote-debugging-pipe``: JSON
+messages on file descriptors 3 and 4, no websocket library): open a page at a given width,
+read its DOM with JavaScript, take screenshots, as a person's browser would show it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+
+class Chromium:
+    def __init__(self, profile: Path):
+        browser = shutil.which("chromium") or shutil.which("chromium-browser")
+        assert browser, "tests/run installs Debian's chromium"
+        to_child, self._out = os.pipe()  # we write, it reads on fd 3
+        self._in, from_child = os.pipe()  # it writes on fd 4, we read
+        cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
+               "--disable-background-networking", "--disable-component-update", "--hide-scrollbars",
+               "--remote-debugging-pipe", f"--user-data-dir={profile}", "about:blank"]
+        # the shell puts the pipe's ends at 3 and 4, where Chromium looks for them
+        self.proc = subprocess.Popen(["bash", "-c", f'exec 3<&{to_child} 4>&{from_child}; exec "$@"', "chromium", *cmd],
+                                     pass_fds=(to_child, from_child), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        os.close(to_child)
+        os.close(from_child)
+        self._id = 0
+        self._buffer = b""
+        target = self.send("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.send("Page.enable", session=True)
+        self.send("Runtime.enable", session=True)
+
+    def send(self, method: str, session: bool = False, **params) -> dict:
+        self._id += 1
+        message = {"id": self._id, "method": method, "params": params}
+        if session:
+            message["sessionId"] = self.session
+        os.write(self._out, json.dumps(message).encode() + b"\0")
+        while True:
+            reply = self._read()
+            if reply.get("id") == self._id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+
+    def _read(self) -> dict:
+        while b"\0" not in self._buffer:
+            chunk = os.read(self._in, 1 << 20)
+            if not chunk:
+                raise RuntimeError("chromium closed its pipe")
+            self._buffer += chunk
+        message, _, self._buffer = self._buffer.partition(b"\0")
+        return json.loads(message)
+
+    def open(self, url: str, width: int, height: int = 900) -> None:
+        self.send("Emulation.setDeviceMetricsOverride", session=True, width=width, height=height,
+                  deviceScaleFactor=1, mobile=width < 600)
+        self.send("Page.navigate", session=True, url=url)
+
+    def js(self, expression: str):
+        """The expression's value (awaited where it is a promise), as JSON."""
+        found = self.send("Runtime.evaluate", session=True, expression=expression, returnByValue=True,
+                          awaitPromise=True)
+        if "exceptionDetails" in found:
+            raise RuntimeError(f"{expression}: {found['exceptionDetails']}")
+        return found["result"].get("value")
+
+    def screenshot(self, path: Path) -> None:
+        data = self.send("Page.captureScreenshot", session=True, format="png", captureBeyondViewport=True)["data"]
+        path.write_bytes(base64.b64decode(data))
+
+    def close(self) -> None:
+        try:
+            self.send("Browser.close")
+        except (RuntimeError, OSError):
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for fd in (self._in, self._out):
+            try:
+                os.close(fd)
+            except OSError:
+                pass

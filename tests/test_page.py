@@ -1,0 +1,144 @@
+"""The daemon's page at / in a real Chromium, against ``rigmon run --replay`` of an 8-GPU box with
+a GPU throttling for heat and a CPU fan that stopped: what a person sees, read from the DOM;
+it updates without a reload; it fits a 1400 px screen and a 400 px phone without scrolling
+sideways. And its API, behind the same basic auth as /metrics."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+
+import pytest
+import scenarios as sc
+from browser import Chromium
+from servers import Rigmon, http_get, wait_for
+
+HOT_GPU = 2
+CONFIG = """
+[alerts.builtin.GpuThermalSlowdown]
+for = "1s"
+[alerts.builtin.FanStalled]
+for = "2s"
+[alerts.power_budget]
+watts = 6000
+[jobs]
+price_per_kwh = 0.3
+currency = "EUR"
+"""
+
+
+def throttling_box(tmp_path):
+    """sc.rich's 8 H200s (jobs, an XID on GPU 3), GPU 2 held in hardware thermal slowdown, and
+    the nct6798's second fan turning for the first 4 s of each loop, then stopped."""
+    rec = copy.deepcopy(sc.rich(sc.h200()))
+    t0 = rec.ticks[0]["t"]
+    for entry in [rec.header, *rec.ticks]:
+        entry["gpus"][HOT_GPU]["nvmlDeviceGetCurrentClocksEventReasons"] = 0x40
+    for tick in rec.ticks:
+        fans = copy.deepcopy(sc.FAN_STOPPED)
+        fans["nct6798"][1][1] = 900 if tick["t"] - t0 < 4 else 0
+        tick["host"]["sensors_fans"] = fans
+    return sc.write(rec, tmp_path / "box.rec.jsonl")
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    rigmon = Rigmon(tmp_path, throttling_box(tmp_path), CONFIG)
+    rigmon.wait_ready()
+    yield rigmon
+    rigmon.stop()
+
+
+@pytest.fixture
+def chromium(tmp_path):
+    browser = Chromium(tmp_path / "chromium")
+    yield browser
+    browser.close()
+
+
+def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, chromium, tmp_path):
+    daemon.wait_output("the page: http://127.0.0.1:")  # rigmon run says where the page is
+    page = daemon.url.replace("/metrics", "/")
+    chromium.open(page, 1400)
+    wait_for(lambda: chromium.js("document.querySelectorAll('#gpus .card').length") == 8, 30,
+             what="eight GPU cards")
+    assert chromium.js("document.getElementById('host').textContent") == json.loads(
+        http_get(page + "api/state")[1])["host"]
+    names = chromium.js("[...document.querySelectorAll('.gpu-name')].map(e => e.textContent)")
+    assert names == ["NVIDIA H200"] * 8
+    powers = chromium.js("[...document.querySelectorAll('.gpu-power')].map(e => e.textContent)")
+    assert len(powers) == 8 and all(p.endswith(" W") and float(p[:-2]) > 0 for p in powers)
+
+    # the firing alerts, with their subjects: the hot GPU and the stopped fan
+    def alerts():
+        return chromium.js("[...document.querySelectorAll('#alerts tr.alert')].map(r => [...r.cells].map("
+                           "c => c.textContent))")
+    found = wait_for(lambda: (rows := alerts()) and {r[1] for r in rows} >= {"GpuThermalSlowdown", "FanStalled"}
+                     and rows, 40, what="the thermal and fan alerts on the page")
+    assert [r[2] for r in found if r[1] == "GpuThermalSlowdown"] == [f"gpu={HOT_GPU}"]
+    assert any("nct6798" in r[2] for r in found if r[1] == "FanStalled")
+    # the jobs table: the training job on all eight GPUs, its energy and cost
+    jobs = wait_for(lambda: chromium.js("[...document.querySelectorAll('#jobs tr.job')].map(r => [...r.cells].map("
+                                        "c => c.textContent))"), 30, what="the jobs table")
+    assert jobs[0][1] == "pgid:4242" and jobs[0][3] == "0,1,2,3,4,5,6,7" and jobs[0][4] == "running"
+    assert jobs[0][6].endswith(" kWh") and jobs[0][7].endswith(" EUR")
+
+    # a chart's last point moves with the polls, without a reload
+    last_point = ("(() => { const l = document.querySelector('#gpu-0 svg[data-chart=power] polyline');"
+                  " return l ? l.getAttribute('points').split(' ').pop() : null })()")
+    first = wait_for(lambda: chromium.js(last_point), 30, what="the power chart")
+    chromium.js("window.__same_page = 1")
+    wait_for(lambda: chromium.js(last_point) != first, 30, what="the chart's last point to move")
+    assert chromium.js("window.__same_page") == 1  # the same document: no reload
+    # the alert's transition is marked on the hot GPU's charts
+    assert chromium.js(f"document.querySelectorAll('#gpu-{HOT_GPU} line.mark').length") > 0
+
+    for width in (1400, 400):
+        chromium.open(page, width)
+        wait_for(lambda: chromium.js("document.querySelectorAll('#gpus .card svg').length") >= 8 * 7, 30,
+                 what=f"the charts at {width} px")
+        sideways = chromium.js("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        assert sideways <= 0, f"{sideways} px of horizontal scroll at {width} px"
+        shot = tmp_path / f"page-{width}.png"
+        chromium.screenshot(shot)
+        assert shot.stat().st_size > 30_000
+
+
+def test_the_api_answers_scripts(daemon):
+    base = daemon.url.replace("/metrics", "")
+    daemon.wait_polls(3)
+    status, body = http_get(base + "/api/history?series=gpu0/power_watts,gpu1/*&since=-60&step=5")
+    assert status == 200
+    found = json.loads(body)
+    assert {"since", "until", "step", "series"} <= found.keys() and found["step"] == 5
+    assert "gpu0/power_watts" in found["series"] and "gpu1/temperature_celsius" in found["series"]
+    assert all(len(p) == 4 and p[1] <= p[2] <= p[3] for p in found["series"]["gpu0/power_watts"])
+    assert "gpu2/power_watts" not in found["series"]
+    state = json.loads(http_get(base + "/api/state")[1])
+    assert len(state["gpus"]) == 8 and state["driver"] and state["interval"] == 1
+    jobs = json.loads(http_get(base + "/api/jobs")[1])
+    assert jobs["running"][0]["job"] == "pgid:4242"
+    assert http_get(base + "/api/history?since=nan")[0] == 400
+    assert http_get(base + "/api/charts?range=2y")[0] == 400
+    assert http_get(base + "/burnin/report")[0] == 404  # no burn-in ran here
+
+
+def test_basic_auth_guards_the_page_the_api_and_metrics(tmp_path):
+    import hashlib
+
+    config = CONFIG + f"""
+[prometheus.basic_auth]
+username = "admin"
+password_sha256 = "{hashlib.sha256(b"s3cret").hexdigest()}"
+"""
+    rigmon = Rigmon(tmp_path, throttling_box(tmp_path), config)
+    try:
+        rigmon.wait_ready()
+        base = rigmon.url.replace("/metrics", "")
+        paths = ["/", "/api/state", "/api/history", "/api/jobs", "/api/charts", "/metrics"]
+        assert [http_get(base + p)[0] for p in paths] == [401] * len(paths)
+        good = {"Authorization": "Basic " + base64.b64encode(b"admin:s3cret").decode()}
+        assert [http_get(base + p, good)[0] for p in paths] == [200] * len(paths)
+    finally:
+        rigmon.stop()
