@@ -145,11 +145,12 @@ def chart(title: str, series: list[tuple[str, list, str]], unit: str, lines=(), 
         pts = [p for p in pts if not log or p[1] > 0]
         if not pts:
             continue
+        xs = [f"{px(p[0]):.1f}," for p in pts]  # each point's x once, for the band and the line
         if any(p[1] != p[3] for p in pts):  # downsampled: the band from min to max
-            upper = " ".join(f"{px(p[0]):.1f},{py(p[3]):.1f}" for p in pts)
-            lower = " ".join(f"{px(p[0]):.1f},{py(p[1]):.1f}" for p in reversed(pts))
+            upper = " ".join(f"{x}{py(p[3]):.1f}" for x, p in zip(xs, pts, strict=True))
+            lower = " ".join(f"{x}{py(p[1]):.1f}" for x, p in zip(reversed(xs), reversed(pts), strict=True))
             out.append(f'<polygon points="{upper} {lower}" fill="{color}" fill-opacity="0.18" stroke="none"/>')
-        line = " ".join(f"{px(p[0]):.1f},{py(p[2]):.1f}" for p in pts)
+        line = " ".join(f"{x}{py(p[2]):.1f}" for x, p in zip(xs, pts, strict=True))
         out.append(f'<polyline points="{line}" fill="none" stroke="{color}" stroke-width="1.5"/>')
         peak = max(pts, key=lambda p: p[3])
         if mark_over is not None and peak[3] >= mark_over[1]:

@@ -37,7 +37,13 @@ log = logging.getLogger(__name__)
 
 RAW_SECONDS = 3600.0
 MAX_RAW_POINTS = 7200  # an interval under 0.5 s keeps less than the hour
-BUCKETS = ((60.0, 1440), (300.0, 2016))  # (seconds, how many): a day of minutes, a week of five minutes
+# (seconds, how many, the finer tier it is folded from): a day of minutes and a week of five
+# minutes for scripts; and 240 buckets for each of the page's ranges (1 h, 6 h, 24 h, 7 d), so a
+# chart reads its points as kept, never regrouping a week at every poll. Each bucket is folded
+# from closed buckets of the finer tier, whose boundaries fall inside it.
+BUCKETS = ((15.0, 250, None), (60.0, 1500, 15.0), (90.0, 250, 15.0), (300.0, 2100, 60.0), (360.0, 250, 90.0),
+           (2520.0, 250, 360.0))
+_FROM = {step: [k for k, (_, _, parent) in enumerate(BUCKETS) if parent == step] for step, _, _ in BUCKETS}
 MAX_SERIES = 256
 MAX_NAME = 80
 MAX_FANS = 16  # host fans kept (a board reports a dozen headers at most)
@@ -151,7 +157,7 @@ class History:
         self.path = path
         self.interval = interval
         self.raw = _Ring(min(MAX_RAW_POINTS, max(60, math.ceil(RAW_SECONDS / interval))), 1)
-        self.rings = [_Ring(capacity, 3) for _, capacity in BUCKETS]
+        self.rings = [_Ring(capacity, 3) for _, capacity, _ in BUCKETS]
         self._acc: list[tuple[float, dict[str, list]] | None] = [None] * len(BUCKETS)
         self._series: set[str] = set()
         self._energy: dict = {}
@@ -220,10 +226,12 @@ class History:
         self._acc[tier] = None
         row = {name: (lo, total / n, hi) for name, (lo, total, n, hi) in open_.items()}
         self.rings[tier].write(start, row)
-        if tier + 1 < len(BUCKETS):
-            self._bucket(tier + 1, start, {k: m for k, (_, m, _) in row.items()},
-                         weights={k: c[2] for k, c in open_.items()}, lows={k: r[0] for k, r in row.items()},
-                         highs={k: r[2] for k, r in row.items()})
+        if _FROM[BUCKETS[tier][0]]:
+            means = {k: m for k, (_, m, _) in row.items()}
+            weights = {k: c[2] for k, c in open_.items()}
+            lows, highs = {k: r[0] for k, r in row.items()}, {k: r[2] for k, r in row.items()}
+            for coarser in _FROM[BUCKETS[tier][0]]:
+                self._bucket(coarser, start, means, weights, lows, highs)
 
     def close(self, deadline: float | None = None) -> None:
         self._stop.set()
@@ -239,18 +247,21 @@ class History:
 
     def query(self, names: list[str], since: float, until: float, step: float | None = None,
               max_points: int = 10000) -> dict:
-        """Each series' [t, min, mean, max] points in [since, until], at the finest resolution
+        """Each series' (t, min, mean, max) points in [since, until], at the finest resolution
         that covers the span (every poll for the last hour, then minutes, then five minutes),
         grouped into ``step`` seconds where given (or where more than ``max_points`` would come)."""
         span = max(until - since, 0.0)
         with self._lock:
             now = self.latest if self.latest is not None else time.time()
-            if since >= now - RAW_SECONDS - self.interval:
-                ring, resolution = self.raw, self.interval
-            elif since >= now - BUCKETS[0][0] * (BUCKETS[0][1] - 1):
-                ring, resolution = self.rings[0], BUCKETS[0][0]
-            else:
-                ring, resolution = self.rings[1], BUCKETS[1][0]
+            back = now - since
+            # the tiers that reach back to ``since``: the finest, or the coarsest no coarser than ``step``
+            tiers = [(self.interval, self.raw, None)] if back <= RAW_SECONDS + self.interval else []
+            tiers += [(b[0], self.rings[k], k) for k, b in enumerate(BUCKETS) if back <= b[0] * (b[1] - 1)]
+            tiers.sort(key=lambda x: x[0])
+            if not tiers:
+                tiers = [(BUCKETS[-1][0], self.rings[-1], len(BUCKETS) - 1)]
+            fitting = [x for x in tiers if step and x[0] <= step]
+            resolution, ring, tier = fitting[-1] if fitting else tiers[0]
             step = max(step or 0.0, resolution, span / max_points if max_points else 0.0)
             slots = ring.slots(since, until)
             times = [ring.times[i] for i in slots]
@@ -265,29 +276,15 @@ class History:
                     pts = [(t, values[3 * i], values[3 * i + 1], values[3 * i + 2])
                            for t, i in zip(times, slots, strict=True) if not math.isnan(values[3 * i + 1])]
                 out[name] = pts
-            if ring is not self.raw:  # the open buckets: the minutes (or five) not closed yet
-                tier = self.rings.index(ring)
-                for t_acc in self._open_rows(tier):
-                    start, row = t_acc
-                    if since <= start <= until:
-                        for name in names:
-                            if name in row:
-                                out.setdefault(name, []).append((start, *row[name]))
+            acc = self._acc[tier] if tier is not None else None
+            if acc is not None and since <= acc[0] <= until:  # the open bucket: the last one is not a bucket late
+                for name in names:
+                    cell = acc[1].get(name)
+                    if cell is not None:
+                        out.setdefault(name, []).append((acc[0], cell[0], cell[1] / cell[2], cell[3]))
         if step > resolution:
             out = {name: _regroup(pts, step) for name, pts in out.items()}
-        return {"since": since, "until": until, "step": step,
-                "series": {name: [[round(p[0], 3), *(float(f"{v:.6g}") for v in p[1:])] for p in pts]
-                           for name, pts in out.items()}}
-
-    def _open_rows(self, tier: int) -> list[tuple[float, dict[str, tuple]]]:
-        """The tier's open bucket, and for the week's tier the minutes not folded in yet."""
-        rows = []
-        for k in range(tier, -1, -1):
-            acc = self._acc[k]
-            if acc is not None:
-                rows.append((acc[0], {n: (lo, total / c, hi) for n, (lo, total, c, hi) in acc[1].items()}))
-                break
-        return rows
+        return {"since": since, "until": until, "step": step, "series": out}
 
     # --- the file ------------------------------------------------------------------------
     def save(self) -> None:

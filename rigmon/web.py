@@ -235,6 +235,8 @@ class Page:
             raise ValueError("step: seconds, above 0")
         found = self.history.query(names[:MAX_QUERY_SERIES], since, until, step,
                                    max_points=MAX_QUERY_POINTS // max(1, len(names)))
+        found["series"] = {name: [[round(p[0], 3), *(float(f"{v:.6g}") for v in p[1:])] for p in pts]
+                           for name, pts in found["series"].items()}  # float32's digits, no more
         return JSON, _json(found)
 
     def jobs(self, query: str) -> tuple[str, bytes]:

@@ -1,0 +1,111 @@
+"""What the page's week of history costs the daemon, for 8 GPUs over a full week at 1 s polls:
+the project's pipeline polls the rich 8-GPU replay once; its PollResult, with the clock moved on
+a second each time, is then handed to ``History.consume`` 604,800 times (a week of polls).
+
+Prints the series kept, the bytes the rings hold, the process's RSS growth over the week, the
+CPU per poll (and as a share of one core at 1 s polls), the save's time and file size (and its
+share of a core at one save per 5 minutes), the load at start, and the page's chart drawing
+(per poll while a page is open). Budget (issue 34): at most +20 MB RSS and +0.5 % of a core.
+
+    python tests/bench/bench_history.py [--days 7] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import scenarios as sc  # noqa: E402
+
+from rigmon import config as configmod  # noqa: E402
+from rigmon.history import SAVE_SECONDS, History  # noqa: E402
+from rigmon.pipeline import Pipeline  # noqa: E402
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--days", type=float, default=7.0)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    config = configmod.parse({"alerts": {"power_budget": {"watts": 6000}}}, "bench")
+    pipeline = Pipeline.from_config(config, sc.source(sc.rich(sc.h200()), at=sc.LOAD_AT), outputs=False,
+                                    announce=False, event_thread=False)
+    pipeline.open()
+    result = pipeline.step()
+    sample = result.sample
+    polls = int(args.days * 86400)
+    t0 = 1_800_000_000.0
+    results = [result._replace(sample=sample._replace(time=t0 + k)) for k in range(3600)]  # made before measuring
+    gc.collect()
+    before = rss_mib()
+    with tempfile.TemporaryDirectory() as tmp:
+        history = History(None, interval=1.0)
+        started = time.process_time()
+        for k in range(polls):
+            r = results[k % 3600]
+            if k >= 3600:
+                r = r._replace(sample=r.sample._replace(time=t0 + k))
+            history.consume(r)
+        cpu = time.process_time() - started
+        gc.collect()
+        grown = rss_mib() - before
+        held = sum(a.itemsize * len(a) for ring in (history.raw, *history.rings)
+                   for a in (ring.times, *ring.values.values()))
+        history.path = Path(tmp) / "history.bin"
+        t = time.perf_counter()
+        history.save()
+        save_s = time.perf_counter() - t
+        size = history.path.stat().st_size
+        t = time.perf_counter()
+        loaded = History(history.path, interval=1.0)
+        load_s = time.perf_counter() - t
+        loaded.close()
+        from rigmon.web import Page
+
+        pipeline.latest = sample._replace(time=t0 + polls - 1)
+        page = Page(pipeline, history, config)
+        draws = {}
+        for span in ("1h", "7d"):
+            t = time.perf_counter()
+            body = json.dumps(page.draw(span)).encode()
+            draws[span] = {"ms": round((time.perf_counter() - t) * 1000, 1), "bytes": len(body)}
+    pipeline.close(time.monotonic() + 2)
+    per_poll_us = cpu / polls * 1e6
+    out = {"gpus": len(sample.gpus), "days": args.days, "polls": polls, "series": len(history.series_names()),
+           "rings_mib": round(held / 2**20, 2), "rss_growth_mib": round(grown, 1),
+           "cpu_per_poll_us": round(per_poll_us, 1), "core_share_at_1s_percent": round(per_poll_us / 1e4, 3),
+           "save_ms": round(save_s * 1000, 1), "file_mib": round(size / 2**20, 2),
+           "save_core_share_percent": round(save_s / SAVE_SECONDS * 100, 4), "load_ms": round(load_s * 1000, 1),
+           "draw_per_open_page_poll": draws}
+    out["within_budget"] = out["rss_growth_mib"] <= 20 * 1e6 / 2**20 and \
+        out["core_share_at_1s_percent"] + out["save_core_share_percent"] <= 0.5
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"history of {out['gpus']} GPUs, {out['days']:g} days of 1 s polls ({polls} polls), {out['series']} series")
+    print(f"  rings hold {out['rings_mib']} MiB; RSS grew {out['rss_growth_mib']} MiB over the week (budget 20 MB)")
+    print(f"  CPU per poll {out['cpu_per_poll_us']} us = {out['core_share_at_1s_percent']} % of a core at 1 s polls")
+    print(f"  save every {SAVE_SECONDS:g} s: {out['save_ms']} ms, {out['file_mib']} MiB file "
+          f"({out['save_core_share_percent']} % of a core); load at start {out['load_ms']} ms")
+    print(f"  with the page open, per poll: charts 1 h {draws['1h']['ms']} ms ({draws['1h']['bytes']} bytes), "
+          f"7 d {draws['7d']['ms']} ms ({draws['7d']['bytes']} bytes)")
+    print(f"  within budget (+20 MB, +0.5 % of a core): {out['within_budget']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

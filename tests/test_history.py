@@ -1,0 +1,107 @@
+"""The daemon's week of history (rigmon.history), fed by the project's own pipeline on a replayed
+8-GPU box with a replayed clock: a restart keeps the week; a damaged file starts empty with one
+warning and is set aside; memory stays bounded whatever runs how long."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import pytest
+import scenarios as sc
+
+from rigmon import config as configmod
+from rigmon.history import MAX_SERIES, History
+from rigmon.pipeline import Pipeline
+
+WEEK = 7 * 86400.0
+
+
+def pipeline_with(history: History, now: list[float]) -> Pipeline:
+    config = configmod.parse({"alerts": {"power_budget": {"watts": 6000}}}, "test")
+    source = sc.source(sc.rich(sc.h200()), at=sc.LOAD_AT)
+    pipeline = Pipeline.from_config(config, source, sinks=[history], outputs=False, announce=False,
+                                    wall=lambda: now[0], event_thread=False)
+    pipeline.open()
+    return pipeline
+
+
+def run_for(pipeline: Pipeline, now: list[float], seconds: float, step: float) -> None:
+    end = now[0] + seconds
+    while now[0] < end:
+        now[0] += step
+        pipeline.step()
+
+
+def test_a_restart_keeps_the_week(tmp_path):
+    path = tmp_path / "history.bin"
+    now = [1_800_000_000.0]
+    first = History(path, interval=60.0)
+    pipeline = pipeline_with(first, now)
+    run_for(pipeline, now, WEEK + 3600, 60.0)  # a week and an hour, a poll a minute
+    week = first.query(["gpu0/power_watts", "host/cpu0_celsius"], now[0] - WEEK, now[0])
+    hour = first.query(["gpu7/temperature_celsius"], now[0] - 3600, now[0])
+    assert week["step"] == 300 and 2000 <= len(week["series"]["gpu0/power_watts"]) <= 2017
+    assert 59 <= len(hour["series"]["gpu7/temperature_celsius"]) <= 61
+    assert all(p[1] <= p[2] <= p[3] for p in week["series"]["gpu0/power_watts"])
+    for span, step in ((3600, 15), (6 * 3600, 90), (86400, 360), (WEEK, 2520)):  # the page's charts: 240 points
+        chart = first.query(["gpu0/power_watts"], now[0] - span, now[0], step=span / 240)
+        expected = span / max(step, 60)  # a poll a minute: a 15 s bucket a minute
+        assert chart["step"] == step and expected - 5 <= len(chart["series"]["gpu0/power_watts"]) <= expected + 2
+    assert len(first.series_names()) > 8 * 10  # every GPU's readings, the host's, the PSU budget
+    pipeline.close(time.monotonic() + 5)  # the daemon's stop: the history saves
+    assert path.exists()
+
+    again = History(path, interval=60.0)  # the daemon started again, the same week
+    assert again.series_names() == first.series_names()
+    again.latest = now[0]
+    assert again.query(["gpu0/power_watts", "host/cpu0_celsius"], now[0] - WEEK, now[0]) == week
+    assert again.query(["gpu7/temperature_celsius"], now[0] - 3600, now[0]) == hour
+    # and goes on from there
+    pipeline = pipeline_with(again, now)
+    run_for(pipeline, now, 600, 60.0)
+    after = again.query(["gpu0/power_watts"], now[0] - 86400, now[0])["series"]["gpu0/power_watts"]
+    assert after[-1][0] >= now[0] - 120
+    pipeline.close(time.monotonic() + 5)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
+def test_a_damaged_history_starts_empty_with_one_warning(tmp_path, caplog, damage):
+    path = tmp_path / "history.bin"
+    now = [1_800_000_000.0]
+    history = History(path, interval=60.0)
+    pipeline = pipeline_with(history, now)
+    run_for(pipeline, now, 3600, 60.0)
+    pipeline.close(time.monotonic() + 5)
+    data = path.read_bytes()
+    path.write_bytes({"garbage": b"\x00not a history" * 100, "truncated": data[:len(data) // 2],
+                      "empty": b""}[damage])
+    with caplog.at_level(logging.WARNING, logger="rigmon.history"):
+        fresh = History(path, interval=60.0)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "starting empty" in warnings[0].getMessage()
+    assert fresh.series_names() == []
+    assert (tmp_path / "history.bin.damaged").exists() and not path.exists()
+    pipeline = pipeline_with(fresh, now)  # and it keeps working
+    run_for(pipeline, now, 300, 60.0)
+    pipeline.close(time.monotonic() + 5)
+    assert path.exists() and History(path, 60.0).series_names() == fresh.series_names()
+
+
+def test_memory_is_bounded_by_the_series_whatever_the_samples_say(tmp_path):
+    """A box (or a recording) that reports ever new fans and PSU groups cannot grow the history
+    past MAX_SERIES, and every ring stays its size."""
+    from rigmon.sample import FanReading, HostReading, Sample, SystemInfo
+    from rigmon.sinks.base import PollResult
+
+    history = History(None, interval=1.0)
+    for n in range(400):
+        fans = tuple(FanReading(f"chip{n}\x1b[31m", f"fan{k}", 1000.0) for k in range(16))
+        history.consume(PollResult(Sample(1e9 + n, HostReading(fans=fans, load1=1.0), (), (), SystemInfo())))
+    names = history.series_names()
+    assert len(names) == MAX_SERIES
+    assert all(name.isprintable() and "\x1b" not in name for name in names)
+    assert all(len(v) == history.raw.capacity for v in history.raw.values.values())
+    assert all(len(v) == ring.capacity * 3 for ring in history.rings for v in ring.values.values())
+    assert not any(math.isnan(p[2]) for p in history.query(["host/load1"], 1e9, 1e9 + 400)["series"]["host/load1"])
