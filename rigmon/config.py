@@ -59,7 +59,7 @@ class DaemonConfig(_Section):
     log_level: Annotated[Literal["debug", "info", "warning", "error"], Field(
         description="Least severe log message written.")] = "info"
     history: Annotated[bool, Field(
-        description="Keep the last week of the charted readings for the page at / and /api/history (about 7 MB "
+        description="Keep the last week of the charted readings for the page at / and /api/history (about 8 MB "
                     "for 8 GPUs, saved in state_dir).")] = True
 
     @model_validator(mode="before")

@@ -7,7 +7,7 @@ bounded by the number of series (at most MAX_SERIES) whatever runs how long:
 - one-minute buckets for the last day and five-minute buckets for the last week, each the
   min, mean and max of what fell in it, so a spike shows in every view.
 
-For 8 GPUs (about 110 series) that is about 7 MB. The rings are saved to ``state_dir`` atomically
+For 8 GPUs (about 115 series) that is about 8 MB. The rings are saved to ``state_dir`` atomically
 every SAVE_SECONDS and at stop, and loaded at start, so a restart or a reboot keeps the week;
 a file that cannot be read is set aside (``.damaged``) with one warning, and the history starts
 empty. Series names carry hwmon's chip and fan labels: they are made printable and cut short,

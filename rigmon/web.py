@@ -130,14 +130,19 @@ class Page:
 
     # --- the charts -----------------------------------------------------------------------------
     def charts(self, query: str) -> tuple[str, bytes]:
-        """Every card's charts for ``range`` as SVG, drawn once per poll and range."""
+        """Every card's charts for ``range`` as SVG, shared by every open page: drawn again once a
+        third of the range's bucket has passed (5 s for the hour's 15 s buckets), or every poll
+        where polls are further apart. Drawing 8 GPUs' charts takes tens of milliseconds: every
+        poll, it would cost an open page several per cent of a core."""
         span_name = _one(query, "range", "1h")
         if span_name not in RANGES:
             raise ValueError(f"range: one of {', '.join(RANGES)}")
         latest = self.history.latest
+        every = max(RANGES[span_name] / CHART_POINTS / 3, self.config.daemon.interval)
         with self._lock:
             cached = self._charts.get(span_name)
-            if cached is not None and cached[0] == latest:
+            if cached is not None and (cached[0] == latest or (latest is not None and cached[0] is not None
+                                                               and latest - cached[0] < every)):
                 return JSON, cached[1]
         body = json.dumps(self.draw(span_name)).encode()
         with self._lock:
@@ -164,6 +169,7 @@ class Page:
         info = {i.index: i for i in sample.gpu_info} if sample is not None else {}
         gpus = {}
         for g in sample.gpus if sample is not None else ():
+            time.sleep(0)  # drawn on the page thread: the serving loop gets the GIL between cards
             p = f"gpu{g.index}/"
             i = info.get(g.index)
             m = marks(lambda labels, index=str(g.index): labels.get("gpu") == index)

@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parents[1] / "rigmon"
 
 # lowest first; a module belongs to the longest prefix that names it
 LAYERS = [
-    ("text, logs, retry, systemd, durations: no rigmon below them",
-     ["rigmon.text", "rigmon.logs", "rigmon.retry", "rigmon.systemd", "rigmon.durations"]),
+    ("text, logs, retry, systemd, durations, charts: no rigmon below them",
+     ["rigmon.text", "rigmon.logs", "rigmon.retry", "rigmon.systemd", "rigmon.durations", "rigmon.charts"]),
     ("the data: a sample, the per-poll NVML table, a recording",
      ["rigmon.sample", "rigmon.polled", "rigmon.recording"]),
     ("the table of readings and the code made from it; argument types",
@@ -21,11 +21,12 @@ LAYERS = [
     ("the rule language and its engine (no I/O)", ["rigmon.alerts"]),
     ("the config: validated (pydantic), and as the plain data that runs with it",
      ["rigmon.config", "rigmon.settings", "rigmon.validate"]),
-    ("what is built from a config: the poller, the sinks (the alert sink and its notifiers among them), "
-     "the exporters, the ledger, status", ["rigmon.poller", "rigmon.sinks", "rigmon.exporters", "rigmon.jobs",
-                                          "rigmon.status"]),
+    ("what is built from a config: the poller, the sinks (the alert sink and its notifiers among them, the "
+     "history), the exporters, the ledger, status", ["rigmon.poller", "rigmon.sinks", "rigmon.exporters",
+                                                     "rigmon.jobs", "rigmon.status", "rigmon.history"]),
     ("composition: the pipeline every loop steps", ["rigmon.pipeline"]),
-    ("the daemon, the burn-in and the offline rules", ["rigmon.daemon", "rigmon.burnin", "rigmon.offline"]),
+    ("the daemon, its page, the burn-in and the offline rules",
+     ["rigmon.daemon", "rigmon.web", "rigmon.burnin", "rigmon.offline"]),
     ("the command line", ["rigmon.commands", "rigmon.__main__"]),
 ]
 

@@ -1,0 +1,127 @@
+"""The page at / on ``rigmon run --demo --replay-gpus 8`` (1 s polls, the history on): what it
+ships (the page's bytes, and each poll's state and charts, plain and gzipped as a browser asks
+for them), its first render in a real headless Chromium (from navigation to all eight GPU cards
+drawn with their charts), and /metrics under 10 kept-alive scrapers (bench_http's client) with
+no page open, with a script asking what an open page asks each second (the daemon's own cost),
+and with Chromium showing the page (Chromium's drawing shares this machine's CPUs too);
+interleaved rounds; min / median / max.
+
+    python tests/bench/bench_page.py [--rounds 3] [--seconds 5] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+from bench_http import load, wait_port  # noqa: E402
+from browser import Chromium  # noqa: E402
+
+ENV = {**os.environ, "PYTHONSAFEPATH": "1"}
+CARDS_DRAWN = "document.querySelectorAll('#gpus .card svg').length >= 8 * 7"
+
+
+def get(url: str, zipped: bool = False) -> bytes:
+    request = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"} if zipped else {})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return r.read()
+
+
+def as_a_page(base: str, stop) -> None:
+    """What an open page asks each second: its state and its hour of charts (gzipped)."""
+    while not stop.wait(1.0):
+        get(base + "api/state", True)
+        get(base + "api/charts?range=1h", True)
+
+
+def spread(values: list[float]) -> dict:
+    return {"min": round(min(values), 1), "median": round(statistics.median(values), 1), "max": round(max(values), 1)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="rigmon-bench-"))
+    from servers import free_port
+
+    port = free_port()
+    (tmp / "rigmon.toml").write_text(f'[daemon]\nstate_dir = "{tmp}/state"\n[prometheus]\nlisten = "127.0.0.1"\n'
+                                     f'port = {port}\n')
+    daemon = subprocess.Popen([sys.executable, "-m", "rigmon", "run", "--demo", "--replay-gpus", "8", "-c",
+                               str(tmp / "rigmon.toml")], env=ENV, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}/"
+    runs: dict[str, list[float]] = {"first_render_ms": []}
+    for what in ("closed", "polled", "open"):
+        runs[f"{what}_scrapes_per_s"], runs[f"{what}_p99_ms"] = [], []
+    try:
+        wait_port(port)
+        time.sleep(3)
+        sizes = {"page_bytes": len(get(base)), "page_gzip_bytes": len(gzip.compress(get(base), 6)),
+                 "state_bytes": len(get(base + "api/state")), "state_gzip_bytes": len(get(base + "api/state", True)),
+                 "charts_1h_bytes": len(get(base + "api/charts?range=1h")),
+                 "charts_1h_gzip_bytes": len(get(base + "api/charts?range=1h", True))}
+        for n in range(args.rounds):
+            closed = load(port, "keepalive", 10, args.seconds)
+            stop = threading.Event()
+            poller = threading.Thread(target=as_a_page, args=(base, stop))
+            poller.start()
+            polled = load(port, "keepalive", 10, args.seconds)
+            stop.set()
+            poller.join()
+            browser = Chromium(tmp / f"chromium{n}")
+            try:
+                started = time.perf_counter()
+                browser.open(base, 1400)
+                while not browser.js(CARDS_DRAWN):
+                    time.sleep(0.01)
+                runs["first_render_ms"].append((time.perf_counter() - started) * 1000)
+                opened = load(port, "keepalive", 10, args.seconds)  # the page polling beside the scrapers
+            finally:
+                browser.close()
+            for what, figures in (("closed", closed), ("polled", polled), ("open", opened)):
+                runs[f"{what}_scrapes_per_s"].append(figures["per_second"])
+                runs[f"{what}_p99_ms"].append(figures["p99_ms"])
+    finally:
+        daemon.terminate()
+        daemon.wait(30)
+    result = {**sizes, **{k: spread(v) for k, v in runs.items()}}
+    for what in ("polled", "open"):
+        result[f"{what}_to_closed_throughput"] = round(result[f"{what}_scrapes_per_s"]["median"] /
+                                                       result["closed_scrapes_per_s"]["median"], 2)
+        result[f"{what}_to_closed_p99"] = round(result[f"{what}_p99_ms"]["median"] /
+                                                result["closed_p99_ms"]["median"], 2)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"the page on 8 replayed GPUs, {args.rounds} rounds (min / median / max)")
+    print(f"  page {sizes['page_bytes']} bytes ({sizes['page_gzip_bytes']} gzipped); each poll: state "
+          f"{sizes['state_bytes']} ({sizes['state_gzip_bytes']} gzipped), 1 h charts {sizes['charts_1h_bytes']} "
+          f"({sizes['charts_1h_gzip_bytes']} gzipped)")
+    for key in runs:
+        s = result[key]
+        print(f"  {key:<22} {s['min']:>9.1f} {s['median']:>9.1f} {s['max']:>9.1f}")
+    for what, said in (("polled", "the page's requests by a script"), ("open", "the page open in Chromium")):
+        print(f"  /metrics with {said} / with none: throughput {result[f'{what}_to_closed_throughput']}x, "
+              f"p99 {result[f'{what}_to_closed_p99']}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
