@@ -1,6 +1,8 @@
 """The daemon's resident memory once it has settled: ``rigmon run --demo --replay-gpus 8`` on
 the built-in defaults (alerts on, InfluxDB off; a state directory of its own), scraped every
 5 s, its VmRSS read after --seconds. Several rounds, each a fresh daemon; min / median / max.
+Twice: with the page's week of history (the default) and without it (``[daemon] history =
+false``: the daemon as it was before the page), interleaved.
 Which heavy modules the daemon holds is printed beside it (from /proc/PID/maps and the log).
 
     python tests/bench/bench_memory.py [--rounds 3] [--seconds 60] [--json]
@@ -36,11 +38,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def one_round(seconds: float) -> dict:
+def one_round(seconds: float, history: bool = True) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         config = Path(tmp) / "rigmon.toml"
-        config.write_text(f'[daemon]\nstate_dir = "{tmp}/state"\n[prometheus]\nlisten = "127.0.0.1"\nport = {port}\n')
+        config.write_text(f'[daemon]\nstate_dir = "{tmp}/state"\nhistory = {str(history).lower()}\n'
+                          f'[prometheus]\nlisten = "127.0.0.1"\nport = {port}\n')
         proc = subprocess.Popen([sys.executable, "-m", "rigmon", "run", "--demo", "--replay-gpus", "8", "-c",
                                  str(config)], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -68,19 +71,24 @@ def main(argv=None) -> int:
     p.add_argument("--seconds", type=float, default=60)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    rounds = [one_round(args.seconds) for _ in range(args.rounds)]
-    values = [r["rss_mib"] for r in rounds]
-    result = {"gpus": 8, "seconds": args.seconds, "rounds": args.rounds,
-              "rss_mib": {"min": round(min(values), 1), "median": round(statistics.median(values), 1),
-                          "max": round(max(values), 1)},
-              "scrapes": [r["scrapes"] for r in rounds], "pydantic_loaded": any(r["pydantic_loaded"] for r in rounds)}
+    rounds = [(history, one_round(args.seconds, history)) for _ in range(args.rounds) for history in (True, False)]
+
+    def spread(history: bool) -> dict:
+        values = [r["rss_mib"] for h, r in rounds if h is history]
+        return {"min": round(min(values), 1), "median": round(statistics.median(values), 1),
+                "max": round(max(values), 1)}
+
+    result = {"gpus": 8, "seconds": args.seconds, "rounds": args.rounds, "rss_mib": spread(True),
+              "rss_mib_without_history": spread(False), "scrapes": [r["scrapes"] for _, r in rounds],
+              "pydantic_loaded": any(r["pydantic_loaded"] for _, r in rounds)}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    s = result["rss_mib"]
-    print(f"rigmon run --demo --replay-gpus 8, {args.rounds} daemons, VmRSS after {args.seconds:g} s "
+    print(f"rigmon run --demo --replay-gpus 8, {args.rounds} daemons each way, VmRSS after {args.seconds:g} s "
           f"(scraped every 5 s)")
-    print(f"  RSS MiB (min / median / max): {s['min']:.1f} / {s['median']:.1f} / {s['max']:.1f}")
+    for key, said in (("rss_mib", "with the history (default)"), ("rss_mib_without_history", "history = false")):
+        s = result[key]
+        print(f"  RSS MiB {said} (min / median / max): {s['min']:.1f} / {s['median']:.1f} / {s['max']:.1f}")
     print(f"  pydantic in the daemon: {'yes' if result['pydantic_loaded'] else 'no'}")
     return 0
 
