@@ -58,9 +58,9 @@ class DaemonConfig(_Section):
         "/var/lib/rigmon")
     log_level: Annotated[Literal["debug", "info", "warning", "error"], Field(
         description="Least severe log message written.")] = "info"
-    history: Annotated[bool, Field(
-        description="Keep the last week of the charted readings for the page at / and /api/history (about 8 MB "
-                    "for 8 GPUs, saved in state_dir).")] = True
+    page: Annotated[bool, Field(
+        description="Serve the page at / and its API, and keep the last week of the charted readings for them "
+                    "(about 8 MB for 8 GPUs, saved in state_dir).")] = True
 
     @model_validator(mode="before")
     @classmethod

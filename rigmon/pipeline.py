@@ -87,7 +87,7 @@ class Pipeline:
                 if config.jobs.enabled and config.gpu.processes:
                     jobs = JobLedger(config, host)
                 collectors.append(BurninReports(config.burnin.reports_dir))
-                if config.daemon.history:
+                if config.daemon.page:
                     from pathlib import Path
 
                     from .history import History

@@ -1,7 +1,7 @@
 """The daemon's resident memory once it has settled: ``rigmon run --demo --replay-gpus 8`` on
 the built-in defaults (alerts on, InfluxDB off; a state directory of its own), scraped every
 5 s, its VmRSS read after --seconds. Several rounds, each a fresh daemon; min / median / max.
-Twice: with the page's week of history (the default) and without it (``[daemon] history =
+Twice: with the page and its week of history (the default) and without them (``[daemon] page =
 false``: the daemon as it was before the page), interleaved.
 Which heavy modules the daemon holds is printed beside it (from /proc/PID/maps and the log).
 
@@ -42,7 +42,7 @@ def one_round(seconds: float, history: bool = True) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         config = Path(tmp) / "rigmon.toml"
-        config.write_text(f'[daemon]\nstate_dir = "{tmp}/state"\nhistory = {str(history).lower()}\n'
+        config.write_text(f'[daemon]\nstate_dir = "{tmp}/state"\npage = {str(history).lower()}\n'
                           f'[prometheus]\nlisten = "127.0.0.1"\nport = {port}\n')
         proc = subprocess.Popen([sys.executable, "-m", "rigmon", "run", "--demo", "--replay-gpus", "8", "-c",
                                  str(config)], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
         return 0
     print(f"rigmon run --demo --replay-gpus 8, {args.rounds} daemons each way, VmRSS after {args.seconds:g} s "
           f"(scraped every 5 s)")
-    for key, said in (("rss_mib", "with the history (default)"), ("rss_mib_without_history", "history = false")):
+    for key, said in (("rss_mib", "with the history (default)"), ("rss_mib_without_history", "page = false")):
         s = result[key]
         print(f"  RSS MiB {said} (min / median / max): {s['min']:.1f} / {s['median']:.1f} / {s['max']:.1f}")
     print(f"  pydantic in the daemon: {'yes' if result['pydantic_loaded'] else 'no'}")
