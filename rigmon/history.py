@@ -165,6 +165,7 @@ class History:
         self.marks: deque[tuple[float, str, str, dict]] = deque(maxlen=MAX_MARKS)
         self._lock = threading.Lock()
         self._dirty = False
+        self._unsaved = False  # the last save failed (told once)
         self._save_every = save_every
         self._stop = threading.Event()
         self._saver: threading.Thread | None = None
@@ -310,9 +311,16 @@ class History:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
+            self._unsaved = False
         except OSError as e:
-            log.warning("cannot save the history to %s: %s", self.path, e)
-            tmp.unlink(missing_ok=True)
+            if not self._unsaved:  # once, not every five minutes: the page goes on from memory
+                log.warning("cannot save the history to %s (%s): it is kept in memory only", self.path,
+                            e.strerror or e)
+            self._unsaved = True
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
 
     def _save_loop(self) -> None:
         while not self._stop.wait(self._save_every):
