@@ -16,14 +16,16 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
 import scenarios as sc  # noqa: E402
+from bench_memory import rss_mib as rss_of  # noqa: E402
 
 from rigmon import config as configmod  # noqa: E402
 from rigmon.history import SAVE_SECONDS, History  # noqa: E402
@@ -31,10 +33,7 @@ from rigmon.pipeline import Pipeline  # noqa: E402
 
 
 def rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    return rss_of(os.getpid())
 
 
 def main(argv=None) -> int:
