@@ -149,7 +149,7 @@ class _Ring:
 
 
 class History:
-    """A sink; queried from the HTTP server's thread (``query``, ``marks``)."""
+    """A sink; queried from the HTTP server's threads (``query``, ``marks_since``)."""
 
     name = "history"
 
@@ -176,8 +176,9 @@ class History:
 
     # --- the sink ------------------------------------------------------------------------
     def consume(self, result: PollResult) -> None:
-        for tr in result.transitions:
-            self.marks.append((tr.time, tr.status, tr.alertname, dict(tr.labels)))
+        if result.transitions:
+            with self._lock:
+                self.marks.extend((tr.time, tr.status, tr.alertname, dict(tr.labels)) for tr in result.transitions)
         if result.sample is None:
             return
         row = readings(result, self._energy)
@@ -242,6 +243,11 @@ class History:
             self.save()
 
     # --- queries -------------------------------------------------------------------------
+    def marks_since(self, since: float) -> list[tuple[float, str, str, dict]]:
+        """The alerts' transitions from ``since`` on: (time, status, alertname, labels)."""
+        with self._lock:
+            return [m for m in self.marks if m[0] >= since]
+
     def series_names(self) -> list[str]:
         with self._lock:
             return sorted(self._series)

@@ -119,7 +119,7 @@ class Page:
             out["alerts"] = [{**a.as_dict(), "age_seconds": now - a.since if a.since is not None else None}
                              for a in alerts.firing]
         out["transitions"] = [{"time": t, "status": status, "alertname": name, "labels": labels}
-                              for t, status, name, labels in list(self.history.marks) if t >= now - 86400]
+                              for t, status, name, labels in self.history.marks_since(now - 86400)]
         burnin = self._burnin()
         if burnin is not None:
             summary, html = burnin
@@ -163,7 +163,7 @@ class Page:
 
         def marks(match) -> list:
             return [(t - since, MARK_COLORS.get(status, "#555"), f"{status} {name} {_subject(labels)}")
-                    for t, status, name, labels in list(self.history.marks) if t >= since and match(labels)]
+                    for t, status, name, labels in self.history.marks_since(since) if match(labels)]
 
         kw = {"span": span, "ago": True, "width": 460, "height": 190}
         info = {i.index: i for i in sample.gpu_info} if sample is not None else {}
