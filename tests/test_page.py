@@ -142,3 +142,24 @@ password_sha256 = "{hashlib.sha256(b"s3cret").hexdigest()}"
         assert [http_get(base + p, good)[0] for p in paths] == [200] * len(paths)
     finally:
         rigmon.stop()
+
+
+def test_the_last_burn_in_and_its_report(tmp_path):
+    """The page links the last burn-in's report, served from [burnin] reports_dir."""
+    run = tmp_path / "reports" / "2026-12-04T10-00-00"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({
+        "format": "rigmon-burnin-summary", "version": 1, "host": "box", "started_unix": 1_796_000_000,
+        "duration_seconds": 3600, "verdict": "fail", "units": [], "energy": {}}))
+    (run / "burnin.html").write_text("<!doctype html><title>burn-in</title><p id=verdict>FAIL</p>")
+    config = CONFIG + f'\n[burnin]\nreports_dir = "{tmp_path / "reports"}"\n'
+    rigmon = Rigmon(tmp_path, throttling_box(tmp_path), config)
+    try:
+        rigmon.wait_ready()
+        base = rigmon.url.replace("/metrics", "/")
+        burnin = json.loads(http_get(base + "api/state")[1])["burnin"]
+        assert burnin["verdict"] == "fail" and burnin["duration_seconds"] == 3600
+        status, page = http_get(base + burnin["report"])
+        assert status == 200 and b"<p id=verdict>FAIL</p>" in page
+    finally:
+        rigmon.stop()
