@@ -143,10 +143,6 @@ class _Ring:
         times = self.times
         return [i for i in order if since <= times[i] <= until]
 
-    def oldest(self) -> float | None:
-        found = [t for t in self.times if not math.isnan(t)]
-        return min(found) if found else None
-
 
 class History:
     """A sink; queried from the HTTP server's threads (``query``, ``marks_since``)."""

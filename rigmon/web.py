@@ -12,6 +12,7 @@ SVG escapes its own.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import socket
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
 from . import __version__
+from .alerts.engine import subject_of
 from .charts import CHART_CSS, COLORS, chart
 from .history import History
 from .sample import to_jsonable
@@ -162,7 +164,7 @@ class Page:
             return [(p[0] - since, p[1] * scale, p[2] * scale, p[3] * scale) for p in got.get(name, ())]
 
         def marks(match) -> list:
-            return [(t - since, MARK_COLORS.get(status, "#555"), f"{status} {name} {_subject(labels)}")
+            return [(t - since, MARK_COLORS.get(status, "#555"), f"{status} {name} {subject_of(labels)}")
                     for t, status, name, labels in self.history.marks_since(since) if match(labels)]
 
         kw = {"span": span, "ago": True, "width": 460, "height": 190}
@@ -280,10 +282,6 @@ class Page:
         return summary, page if page is not None and page.is_file() else None
 
 
-def _subject(labels: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in labels.items() if k not in ("uuid", "name")) or "host"
-
-
 def _one(query: str, name: str, default: str) -> str:
     got = parse_qs(query, max_num_fields=8).get(name)
     return got[0] if got else default
@@ -306,15 +304,11 @@ def _json(value) -> bytes:
     return json.dumps(to_jsonable(value), allow_nan=False).encode()
 
 
-_BOOT: list[float | None] = []
-
-
+@functools.cache
 def _boot_time() -> float | None:
-    if not _BOOT:
-        try:
-            import psutil
+    try:
+        import psutil
 
-            _BOOT.append(psutil.boot_time())
-        except Exception:
-            _BOOT.append(None)
-    return _BOOT[0]
+        return psutil.boot_time()
+    except Exception:
+        return None
