@@ -37,32 +37,32 @@ def run_for(pipeline: Pipeline, now: list[float], seconds: float, step: float) -
 def test_a_restart_keeps_the_week(tmp_path):
     path = tmp_path / "history.bin"
     now = [1_800_000_000.0]
-    first = History(path, interval=60.0)
+    first = History(path, interval=300.0)
     pipeline = pipeline_with(first, now)
-    run_for(pipeline, now, WEEK + 3600, 60.0)  # a week and an hour, a poll a minute
+    run_for(pipeline, now, WEEK + 3600, 300.0)  # a week and an hour, a poll every five minutes
     week = first.query(["gpu0/power_watts", "host/cpu0_celsius"], now[0] - WEEK, now[0])
     hour = first.query(["gpu7/temperature_celsius"], now[0] - 3600, now[0])
     assert week["step"] == 300 and 2000 <= len(week["series"]["gpu0/power_watts"]) <= 2017
-    assert 59 <= len(hour["series"]["gpu7/temperature_celsius"]) <= 61
+    assert 12 <= len(hour["series"]["gpu7/temperature_celsius"]) <= 13
     assert all(p[1] <= p[2] <= p[3] for p in week["series"]["gpu0/power_watts"])
     for span, step in ((3600, 15), (6 * 3600, 90), (86400, 360), (WEEK, 2520)):  # the page's charts: 240 points
         chart = first.query(["gpu0/power_watts"], now[0] - span, now[0], step=span / 240)
-        expected = span / max(step, 60)  # a poll a minute: a 15 s bucket a minute
+        expected = span / max(step, 300)  # a poll every 5 min: a 15 s bucket every 5 min
         assert chart["step"] == step and expected - 5 <= len(chart["series"]["gpu0/power_watts"]) <= expected + 2
     assert len(first.series_names()) > 8 * 10  # every GPU's readings, the host's, the PSU budget
     pipeline.close(time.monotonic() + 5)  # the daemon's stop: the history saves
     assert path.exists()
 
-    again = History(path, interval=60.0)  # the daemon started again, the same week
+    again = History(path, interval=300.0)  # the daemon started again, the same week
     assert again.series_names() == first.series_names()
     again.latest = now[0]
     assert again.query(["gpu0/power_watts", "host/cpu0_celsius"], now[0] - WEEK, now[0]) == week
     assert again.query(["gpu7/temperature_celsius"], now[0] - 3600, now[0]) == hour
     # and goes on from there
     pipeline = pipeline_with(again, now)
-    run_for(pipeline, now, 600, 60.0)
+    run_for(pipeline, now, 900, 300.0)
     after = again.query(["gpu0/power_watts"], now[0] - 86400, now[0])["series"]["gpu0/power_watts"]
-    assert after[-1][0] >= now[0] - 120
+    assert after[-1][0] >= now[0] - 360
     pipeline.close(time.monotonic() + 5)
 
 
