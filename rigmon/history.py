@@ -7,7 +7,8 @@ bounded by the number of series (at most MAX_SERIES) whatever runs how long:
 - one-minute buckets for the last day and five-minute buckets for the last week, each the
   min, mean and max of what fell in it, so a spike shows in every view.
 
-For 8 GPUs (about 115 series) that is about 8 MB. The rings are saved to ``state_dir`` atomically
+For 8 GPUs (about 115 series) that is about 8 MB once the week is full; a ring's memory is
+taken as its slots are written, so a fresh daemon holds little of it. The rings are saved to ``state_dir`` atomically
 every SAVE_SECONDS and at stop, and loaded at start, so a restart or a reboot keeps the week;
 a file that cannot be read is set aside (``.damaged``) with one warning, and the history starts
 empty. Series names carry hwmon's chip and fan labels: they are made printable and cut short,
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import mmap
 import os
 import threading
 import time
@@ -58,7 +60,8 @@ def _name(*parts: str) -> str:
     return "/".join(printable(str(p)).replace("/", "_")[:MAX_NAME] for p in parts)[:3 * MAX_NAME]
 
 
-def _mean(values) -> float | None:
+def mean_of(values) -> float | None:
+    """The mean of the readings there are (None: none)."""
     got = [v for v in values if v is not None]
     return sum(got) / len(got) if got else None
 
@@ -81,8 +84,8 @@ def readings(result: PollResult, energy: dict) -> dict[str, float]:
                       "utilization_gpu_ratio", "sm_clock_hertz", "memory_used_bytes", "memory_total_bytes",
                       "pcie_generation", "pcie_width", "pcie_replays"):
             put(p + field, getattr(g, field))
-        put(p + "fan_target_ratio", _mean(g.fan_target_ratios or ()))
-        put(p + "fan_speed_ratio", _mean(g.fan_speed_ratios or ()))
+        put(p + "fan_target_ratio", mean_of(g.fan_target_ratios or ()))
+        put(p + "fan_speed_ratio", mean_of(g.fan_speed_ratios or ()))
     host = sample.host
     if host is not None:
         for t in host.cpu_temperatures:
@@ -104,44 +107,104 @@ def readings(result: PollResult, energy: dict) -> dict[str, float]:
     return out
 
 
+def _zeroed(nbytes: int) -> mmap.mmap:
+    """Anonymous memory that costs nothing until written: a fresh daemon holds only the slots
+    it has filled, and a week's rings come to their full size as the week passes."""
+    return mmap.mmap(-1, max(nbytes, mmap.PAGESIZE))
+
+
 class _Ring:
     """One resolution: a time per slot and, per series, ``width`` float32 per slot (1: the
-    reading; 3: min, mean, max)."""
+    reading; 3: min, mean, max). A slot's readings lie together (row by row), so the memory a
+    ring holds grows with the slots written, not with the series it has room for."""
 
     def __init__(self, capacity: int, width: int):
         self.capacity, self.width = capacity, width
-        self.times = array("d", [NAN]) * capacity
-        self.values: dict[str, array] = {}
+        self.times = memoryview(_zeroed(capacity * 8)).cast("d")[:capacity]  # 0.0: never written
+        self.index: dict[str, int] = {}  # series -> its column
+        self.stride = 0  # columns a row has room for
+        self.values = memoryview(_zeroed(0)).cast("f")[:0]
         self.pos = 0  # the next slot written
+        self.filled = 0
+        self._blank = array("f")
 
-    def column(self, name: str) -> array:
-        values = self.values.get(name)
-        if values is None:
-            values = self.values[name] = array("f", [NAN]) * (self.capacity * self.width)
-        return values
+    def add(self, names) -> None:
+        """Columns for new series; the slots already written had no reading of them."""
+        first = len(self.index)
+        for name in names:
+            self.index.setdefault(name, len(self.index))
+        if len(self.index) > self.stride:
+            self._widen(-(-len(self.index) // 8) * 8)
+        width = self.width
+        for k in range(first, len(self.index)):
+            for slot in self._written():
+                at = (slot * self.stride + k) * width
+                self.values[at:at + width] = self._blank[:width]
+
+    def _widen(self, stride: int) -> None:
+        old, old_stride, width = self.values, self.stride, self.width
+        self.values = memoryview(_zeroed(self.capacity * stride * width * 4)).cast("f")[:self.capacity * stride * width]
+        self.stride = stride
+        self._blank = array("f", [NAN]) * (stride * width)
+        for slot in self._written():  # the new columns' cells are filled by add()
+            self.values[slot * stride * width:(slot * stride + old_stride) * width] = \
+                old[slot * old_stride * width:(slot + 1) * old_stride * width]
+
+    def _written(self) -> range:
+        return range(self.capacity) if self.filled >= self.capacity else range(self.filled)
 
     def write(self, t: float, row: dict) -> None:
         """One slot: ``row`` maps each series to its reading (width 1) or (min, mean, max)."""
-        slot = self.pos
-        self.times[slot] = t
+        index = self.index
+        if row.keys() - index.keys():
+            self.add(sorted(row.keys() - index.keys()))
+        line = self._blank[:]
         if self.width == 1:
-            for name, values in self.values.items():
-                values[slot] = row.get(name, NAN)
-            for name in row.keys() - self.values.keys():
-                self.column(name)[slot] = row[name]
+            for name, v in row.items():
+                line[index[name]] = v
         else:
-            at = slot * 3
-            for name, values in self.values.items():
-                values[at:at + 3] = array("f", row.get(name, (NAN, NAN, NAN)))
-            for name in row.keys() - self.values.keys():
-                self.column(name)[at:at + 3] = array("f", row[name])
+            for name, (lo, mean, hi) in row.items():
+                k = index[name] * 3
+                line[k], line[k + 1], line[k + 2] = lo, mean, hi
+        slot = self.pos
+        self.values[slot * len(line):(slot + 1) * len(line)] = line
+        self.times[slot] = t
         self.pos = (slot + 1) % self.capacity
+        self.filled = min(self.filled + 1, self.capacity)
+
+    def column(self, name: str) -> array | None:
+        """A series' cells slot by slot, as the history file keeps them (None: no column)."""
+        k = self.index.get(name)
+        if k is None:
+            return None
+        width, step = self.width, self.stride * self.width
+        if width == 1:
+            return array("f", self.values[k::step].tobytes())
+        out = array("f", bytes(self.capacity * 12))
+        for j in range(3):
+            out[j::3] = array("f", self.values[3 * k + j::step].tobytes())
+        return out
+
+    def load(self, times: memoryview, columns: dict[str, memoryview], pos: int) -> None:
+        """Take a file's ring (checked): its times and each series' cells, slot by slot."""
+        self.index, self.stride, self.pos = {}, 0, pos
+        self.times[:] = times
+        self.filled = sum(1 for t in self.times if t == t and t)  # 0.0 or NaN: never written
+        self.add(columns)
+        step = self.stride * self.width
+        for name, cells in columns.items():
+            k = self.index[name] * self.width
+            for j in range(self.width):
+                self.values[k + j::step] = cells[j::self.width]
+
+    def get(self, name: str, slot: int, cell: int = 0) -> float:
+        return self.values[(slot * self.stride + self.index[name]) * self.width + cell]
 
     def slots(self, since: float, until: float) -> list[int]:
         """The slots with a time in [since, until], oldest first."""
         order = list(range(self.pos, self.capacity)) + list(range(self.pos))
         times = self.times
-        return [i for i in order if since <= times[i] <= until]
+        return [i for i in order if since <= times[i] <= until and times[i]]
 
 
 class History:
@@ -269,15 +332,18 @@ class History:
             slots = ring.slots(since, until)
             times = [ring.times[i] for i in slots]
             out = {}
+            values, row = ring.values, ring.stride * ring.width
             for name in names:
-                values = ring.values.get(name)
-                if values is None:
+                k = ring.index.get(name)
+                if k is None:
                     continue
                 if ring.width == 1:
-                    pts = [(t, v, v, v) for t, i in zip(times, slots, strict=True) if not math.isnan(v := values[i])]
+                    pts = [(t, v, v, v) for t, i in zip(times, slots, strict=True)
+                           if not math.isnan(v := values[i * row + k])]
                 else:
-                    pts = [(t, values[3 * i], values[3 * i + 1], values[3 * i + 2])
-                           for t, i in zip(times, slots, strict=True) if not math.isnan(values[3 * i + 1])]
+                    k *= 3
+                    pts = [(t, values[i * row + k], values[i * row + k + 1], values[i * row + k + 2])
+                           for t, i in zip(times, slots, strict=True) if not math.isnan(values[i * row + k + 1])]
                 out[name] = pts
             acc = self._acc[tier] if tier is not None else None
             if acc is not None and since <= acc[0] <= until:  # the open bucket: the last one is not a bucket late
@@ -291,25 +357,33 @@ class History:
 
     # --- the file ------------------------------------------------------------------------
     def save(self) -> None:
-        """Atomically: the rings and the open buckets, then a rename over the last save."""
+        """Atomically: the rings and the open buckets, then a rename over the last save. The
+        rings are compressed a column at a time, so a save never holds a copy of them all."""
         if self.path is None:
             return
+        deflate = zlib.compressobj(1)
         with self._lock:
             rings = [self.raw, *self.rings]
             header = {"interval": self.interval, "saved": time.time(), "series": sorted(self._series),
                       "rings": [{"capacity": r.capacity, "width": r.width, "pos": r.pos} for r in rings],
                       "open": [[a[0], a[1]] if a is not None else None for a in self._acc],
                       "marks": list(self.marks)}
-            blobs = [r.times.tobytes() for r in rings]
-            blobs += [(r.values.get(n) or array("f", [NAN]) * (r.capacity * r.width)).tobytes()
-                      for r in rings for n in header["series"]]
+            out = [FORMAT, deflate.compress(json.dumps(header).encode() + b"\n")]
+            out += [deflate.compress(r.times) for r in rings]
+            for r in rings:
+                empty = None
+                for name in header["series"]:
+                    column = r.column(name)
+                    if column is None:  # a series this ring has not had yet
+                        column = empty = empty or array("f", [NAN]) * (r.capacity * r.width)
+                    out.append(deflate.compress(column))
+            out.append(deflate.flush())
             self._dirty = False
-        body = json.dumps(header).encode() + b"\n" + b"".join(blobs)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as f:
-                f.write(FORMAT + zlib.compress(body, 1))
+                f.writelines(out)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
@@ -378,17 +452,13 @@ class History:
             raise ValueError(f"{len(blob)} bytes of data where {sum(sizes)} were expected")
         view, offset, loaded = memoryview(blob), 0, []
         for spec in specs:
-            times = array("d")
-            times.frombytes(view[offset:offset + spec["capacity"] * 8])
+            loaded.append((spec, view[offset:offset + spec["capacity"] * 8].cast("d"), {}))
             offset += spec["capacity"] * 8
-            loaded.append((spec, times, {}))
-        for spec, _, values in loaded:
+        for spec, _, columns in loaded:
             n = spec["capacity"] * spec["width"] * 4
             for name in names:
-                column = array("f")
-                column.frombytes(view[offset:offset + n])
+                columns[name] = view[offset:offset + n].cast("f")
                 offset += n
-                values[name] = column
         opened = []
         for acc in header.get("open") or []:
             opened.append(None if acc is None else (float(acc[0]), {
@@ -399,7 +469,7 @@ class History:
         for ring, (spec, times, values) in zip(rings, loaded, strict=True):
             if ring is self.raw and spec["capacity"] != ring.capacity:
                 continue  # the interval changed: the last hour's polls do not fit; the buckets do
-            ring.times, ring.values, ring.pos = times, values, spec["pos"]
+            ring.load(times, values, spec["pos"])
         for tier, acc in enumerate(opened[:len(self._acc)]):
             self._acc[tier] = acc
         self.marks.extend(marks)

@@ -26,7 +26,7 @@ from urllib.parse import parse_qs
 from . import __version__
 from .alerts.engine import subject_of
 from .charts import CHART_CSS, COLORS, chart
-from .history import History
+from .history import History, mean_of
 from .sample import to_jsonable
 
 if TYPE_CHECKING:
@@ -90,8 +90,6 @@ class Page:
             info = {i.index: i for i in sample.gpu_info}
             for g in sample.gpus:
                 i = info.get(g.index)
-                fans = [r for r in g.fan_speed_ratios or () if r is not None]
-                asked = [r for r in g.fan_target_ratios or () if r is not None]
                 out["gpus"].append({
                     "index": g.index, "uuid": g.uuid, "name": i.name if i else None, "lost": g.lost,
                     "power_watts": g.power_watts, "power_limit_watts": g.power_limit_watts,
@@ -100,8 +98,8 @@ class Page:
                     "slowdown_celsius": i.temperature_thresholds.slowdown if i else None,
                     "utilization_gpu_ratio": g.utilization_gpu_ratio, "sm_clock_hertz": g.sm_clock_hertz,
                     "memory_used_bytes": g.memory_used_bytes, "memory_total_bytes": g.memory_total_bytes,
-                    "fan_speed_ratio": sum(fans) / len(fans) if fans else None,
-                    "fan_target_ratio": sum(asked) / len(asked) if asked else None,
+                    "fan_speed_ratio": mean_of(g.fan_speed_ratios or ()),
+                    "fan_target_ratio": mean_of(g.fan_target_ratios or ()),
                     "pcie_generation": g.pcie_generation, "pcie_width": g.pcie_width,
                     "max_pcie_generation": i.max_pcie_generation if i else None,
                     "max_pcie_width": i.max_pcie_width if i else None, "pcie_replays": g.pcie_replays,

@@ -102,6 +102,8 @@ def test_memory_is_bounded_by_the_series_whatever_the_samples_say(tmp_path):
     names = history.series_names()
     assert len(names) == MAX_SERIES
     assert all(name.isprintable() and "\x1b" not in name for name in names)
-    assert all(len(v) == history.raw.capacity for v in history.raw.values.values())
-    assert all(len(v) == ring.capacity * 3 for ring in history.rings for v in ring.values.values())
+    assert len(history.raw.index) == MAX_SERIES
+    for ring in (history.raw, *history.rings):
+        assert len(ring.index) <= ring.stride <= MAX_SERIES
+        assert len(ring.values) == ring.capacity * ring.stride * ring.width and len(ring.times) == ring.capacity
     assert not any(math.isnan(p[2]) for p in history.query(["host/load1"], 1e9, 1e9 + 400)["series"]["host/load1"])

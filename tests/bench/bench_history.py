@@ -63,8 +63,7 @@ def main(argv=None) -> int:
         cpu = time.process_time() - started
         gc.collect()
         grown = rss_mib() - before
-        held = sum(a.itemsize * len(a) for ring in (history.raw, *history.rings)
-                   for a in (ring.times, *ring.values.values()))
+        held = sum(a.nbytes for ring in (history.raw, *history.rings) for a in (ring.times, ring.values))
         history.path = Path(tmp) / "history.bin"
         t = time.perf_counter()
         history.save()
