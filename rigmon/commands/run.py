@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import errno
 import gc
-import json
 import logging
 import os
 import signal
@@ -14,7 +13,6 @@ import socket
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from .. import args as argtypes
@@ -40,59 +38,62 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_run)
 
 
-RELOAD_ENV = "RIGMON_RELOAD"  # set by a reload for the process it execs: where its hand-over lies
-RELOAD_CONFIG_ENV = "RIGMON_RELOAD_CONFIG_FD"  # and the config it validated, in a memfd it inherits
+RELOAD_ENV = "RIGMON_RELOAD_FD"  # set by a reload for the process it execs: the file it hands over
 
 
 def _config(args) -> Settings:
     """The config, validated by a child Python: pydantic's models (60 ms, 20 MiB) never load in
     the process that runs for weeks."""
-    from ..settings import Settings, validated
+    from ..settings import validated
 
-    handed = _handed_config()
-    if isinstance(handed, Settings):  # a reload validated it a moment ago: not twice
-        return handed
     overrides = {k: v for k, v in (("listen", args.listen), ("port", args.port)) if v is not None}
     return validated(args.config, {"prometheus": overrides} if overrides else None)
 
 
-def _hand_config(config: Settings) -> None:
-    """The config a reload validated, for the process it execs, in an anonymous file (memfd:
-    never on disk, secrets included) that the exec inherits."""
+def _hand_over(handed: dict) -> None:
+    """What a reload hands to the process it execs (the config it validated, its listening
+    socket's descriptor, its alerts), in an anonymous file that the exec inherits: a memfd,
+    never on disk, so the config's secrets go with it."""
     import pickle
 
     try:
-        fd = os.memfd_create("rigmon-config", 0)  # not close-on-exec
-    except (AttributeError, OSError):
-        return  # the next process validates again
-    os.write(fd, pickle.dumps(config, protocol=pickle.HIGHEST_PROTOCOL))
-    os.lseek(fd, 0, os.SEEK_SET)
-    os.environ[RELOAD_CONFIG_ENV] = str(fd)
+        fd = os.memfd_create("rigmon-reload", 0)  # not close-on-exec
+        os.write(fd, pickle.dumps(handed, protocol=pickle.HIGHEST_PROTOCOL))
+        os.lseek(fd, 0, os.SEEK_SET)
+    except (AttributeError, OSError) as e:
+        log.warning("reload: cannot hand over (%s); the next process validates the config again and "
+                    "starts without the alerts", e)
+        return
+    os.environ[RELOAD_ENV] = str(fd)
 
 
-def _handed_config():
-    """The config the process before a reload validated, or None."""
+def _taken_over() -> dict:
+    """What the process before a reload handed over; {} when this is no reload."""
     import pickle
 
-    fd = os.environ.pop(RELOAD_CONFIG_ENV, None)
+    fd = os.environ.pop(RELOAD_ENV, None)
     if fd is None:
-        return None
+        return {}
     try:
         with os.fdopen(int(fd), "rb") as f:
-            return pickle.load(f)  # written by this daemon's previous self, just before its exec
+            handed = pickle.load(f)  # written by this daemon's previous self, just before its exec
     except (OSError, ValueError, EOFError, pickle.UnpicklingError):
-        return None
+        return {}
+    return handed if isinstance(handed, dict) else {}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..settings import ConfigError, describe_source
+    from ..settings import ConfigError, Settings, describe_source
 
-    config = _config(args)
+    handed = _taken_over()
+    config = handed.get("config")
+    if not isinstance(config, Settings):  # a reload validated it a moment ago: not twice
+        config = _config(args)
     logs.setup(config.daemon.log_level, args.verbose)
     _lock = _lock_state_dir(config.daemon.state_dir)  # held until exit (an exec for SIGHUP takes it anew)
     log.info("config: %s", describe_source(args.config))
     _raise_open_files()
-    handed = _handed_over(config)
+    handed = _handed_over(config, handed)
     cert_times = _cert_times(config)
     speed = args.speed or 1.0
     if args.speed is not None and not (args.replay or args.demo):
@@ -165,19 +166,11 @@ class _HandedOver(NamedTuple):
     alerts: list = []
 
 
-def _handed_over(config: Settings) -> _HandedOver:
+def _handed_over(config: Settings, state: dict) -> _HandedOver:
     """What the process before a reload left: its listening socket (used where this config
     listens on the same address and port) and its alerts."""
-    path = os.environ.pop(RELOAD_ENV, None)
-    if not path:
-        return _HandedOver()
-    try:
-        state = json.loads(Path(path).read_text())
-        Path(path).unlink(missing_ok=True)
-    except (OSError, ValueError):
-        return _HandedOver()
     sock = None
-    fd = state.get("fd") if isinstance(state, dict) else None
+    fd = state.get("fd")
     if isinstance(fd, int):
         try:
             sock = socket.socket(fileno=fd)
@@ -187,7 +180,7 @@ def _handed_over(config: Settings) -> _HandedOver:
                 sock = None
         except OSError:
             sock = None
-    alerts = state.get("alerts") if isinstance(state, dict) else None
+    alerts = state.get("alerts")
     return _HandedOver(sock, alerts if isinstance(alerts, list) else [])
 
 
@@ -247,16 +240,8 @@ def _reload(daemon: Daemon, old: Settings, new: Settings) -> None:
         last = daemon.latest.time if daemon.latest is not None else time.time()
         state["alerts"], resolved = daemon.alerts.carry(specs, last)
         daemon.pipeline.between_polls(resolved)  # kept with the jobs, written to InfluxDB
-    path = Path(new.daemon.state_dir) / "reload.json"
-    try:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
-        os.chmod(tmp, 0o600)
-        tmp.replace(path)
-        os.environ[RELOAD_ENV] = str(path)
-    except OSError as e:
-        log.warning("reload: cannot write %s (%s); the next process starts without the alerts", path, e)
-    _hand_config(new)
+    state["config"] = new
+    _hand_over(state)
     daemon.notifier.reloading()
     _stop_within_grace(daemon, reloading=True)
     logging.shutdown()
