@@ -28,7 +28,7 @@ from pydantic import (
 from .alerts.rules import analysed
 from .alerts.specs import Duration, RuleOverride, RuleSpec, merge
 from .args import DEFAULT_CONFIG
-from .settings import ConfigError, Secret, Settings
+from .settings import AlertsSettings, ConfigError, Secret, Settings
 
 DEFAULT_PATH = DEFAULT_CONFIG
 # Not node_exporter's 9100, dcgm-exporter's 9400 or nvidia_gpu_exporter's 9835. Prometheus's
@@ -393,7 +393,7 @@ def settings(config: Config) -> Settings:
                 # what checking their expressions found (the checks ran here): a process given
                 # these settings compiles the rules without parsing them again
                 data["analysed"] = analysed(specs)
-            return Settings(data)
+            return AlertsSettings(data) if isinstance(value, AlertsConfig) else Settings(data)
         if isinstance(value, SecretStr):
             return Secret(value.get_secret_value())
         if isinstance(value, dict):

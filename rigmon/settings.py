@@ -40,7 +40,9 @@ from .args import DEFAULT_CONFIG
 
 CACHE_FILES = 8  # configs a user's cache keeps (the oldest goes)
 MAX_CACHE_BYTES = 1 << 20
-CACHE_FORMAT = "2"  # what a cached entry holds (2: the rules' analysis too); a change validates afresh
+# what a cached entry holds (2: the rules' analysis too; 3: the alerts' table its own class);
+# a change validates afresh
+CACHE_FORMAT = "3"
 _NAMES = re.compile(rb"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -111,19 +113,25 @@ class Settings:
     __hash__ = None  # type: ignore[assignment]
 
     def __reduce__(self):
-        return Settings, (self._data,)
+        return type(self), (self._data,)
 
     def __repr__(self) -> str:
         return f"Settings({', '.join(self._data)})"
-
-    def effective_rules(self) -> list:
-        """The alerts table's rules: the built-in ones with the config's changes, then its own."""
-        return list(self._data["effective_rules"])
 
     def model_dump(self) -> dict[str, Any]:
         """The values as plain dicts, lists and tuples, named as the fields (``for_``; secrets stay
         ``Secret``): what pydantic's ``model_dump()`` gives for the model it came from."""
         return _dump(self)
+
+
+class AlertsSettings(Settings):
+    """The ``[alerts]`` table, with the rules it makes."""
+
+    __slots__ = ()
+
+    def effective_rules(self) -> list:
+        """The built-in rules with the config's changes, then its own."""
+        return list(self._data["effective_rules"])
 
 
 def _dump(value: Any) -> Any:
@@ -140,7 +148,7 @@ def _without_secrets(value: Any) -> Any:
     if isinstance(value, Secret):
         return Secret(None)
     if isinstance(value, Settings):
-        return Settings({k: _without_secrets(v) for k, v in value._data.items()})
+        return type(value)({k: _without_secrets(v) for k, v in value._data.items()})
     if isinstance(value, dict):
         return {k: _without_secrets(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
