@@ -135,20 +135,19 @@ class _Ring:
             self.index.setdefault(name, len(self.index))
         if len(self.index) > self.stride:
             self._widen(-(-len(self.index) // 8) * 8)
-        width = self.width
-        for k in range(first, len(self.index)):
-            for slot in self._written():
-                at = (slot * self.stride + k) * width
-                self.values[at:at + width] = self._blank[:width]
+        width, step, written = self.width, self.stride * self.width, len(self._written())
+        blank = self._blank[:1] * written
+        for at in range(first * width, len(self.index) * width):  # each new cell of every written slot
+            self.values[at:written * step:step] = blank
 
     def _widen(self, stride: int) -> None:
         old, old_stride, width = self.values, self.stride, self.width
         self.values = memoryview(_zeroed(self.capacity * stride * width * 4)).cast("f")[:self.capacity * stride * width]
         self.stride = stride
         self._blank = array("f", [NAN]) * (stride * width)
-        for slot in self._written():  # the new columns' cells are filled by add()
-            self.values[slot * stride * width:(slot * stride + old_stride) * width] = \
-                old[slot * old_stride * width:(slot + 1) * old_stride * width]
+        written, new_row, old_row = len(self._written()), stride * width, old_stride * width
+        for at in range(old_row):  # the written slots' cells; add() fills the new columns'
+            self.values[at:written * new_row:new_row] = old[at:written * old_row:old_row]
 
     def _written(self) -> range:
         return range(self.capacity) if self.filled >= self.capacity else range(self.filled)
@@ -187,10 +186,10 @@ class _Ring:
 
     def load(self, times: memoryview, columns: dict[str, memoryview], pos: int) -> None:
         """Take a file's ring (checked): its times and each series' cells, slot by slot."""
-        self.index, self.stride, self.pos = {}, 0, pos
+        self.index, self.stride, self.pos, self.filled = {}, 0, pos, 0
+        self.add(columns)  # nothing written yet: nothing to copy or fill
         self.times[:] = times
         self.filled = sum(1 for t in self.times if t == t and t)  # 0.0 or NaN: never written
-        self.add(columns)
         step = self.stride * self.width
         for name, cells in columns.items():
             k = self.index[name] * self.width
