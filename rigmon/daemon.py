@@ -26,6 +26,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from . import heap
 from .exporters.prometheus import MetricsApp, basic_auth, serve
 from .pipeline import Pipeline
 from .sample import Sample
@@ -90,18 +91,6 @@ class PollStats:
                 reader_success.add_metric([status.name], int(status.ok))
             yield reader_duration
             yield reader_success
-
-
-def _give_back_startup_memory() -> None:
-    """Start-up's garbage (the config's parse, the rules' compile, a recording's JSON) is freed
-    but stays in glibc's heap: hand it back to the system, once, so the resident size a user
-    sees is what the daemon holds (about 1 MiB). Elsewhere than glibc, nothing to do."""
-    import ctypes
-
-    try:
-        ctypes.CDLL(None).malloc_trim(0)  # the process's own symbols: glibc's, where it is glibc
-    except (OSError, AttributeError):
-        pass
 
 
 class Daemon:
@@ -226,7 +215,10 @@ class Daemon:
         self._status = self.status_line()
         self.notifier.ready(self._status)
         self._ready = True
-        _give_back_startup_memory()
+        # start-up's garbage (the config's parse, the rules' compile, a recording's JSON) is freed
+        # but stays in glibc's heap: handed back, the resident size a user sees is what the daemon
+        # holds (about 1 MiB less)
+        heap.give_back()
         log.info("rigmon started: %d GPU(s), polling every %g s", gpus, interval)
 
     def _state_json(self) -> tuple[str, bytes]:

@@ -30,6 +30,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import heap
 from .text import printable
 
 if TYPE_CHECKING:
@@ -357,32 +358,16 @@ class History:
     # --- the file ------------------------------------------------------------------------
     def save(self) -> None:
         """Atomically: the rings and the open buckets, then a rename over the last save. The
-        rings are compressed a column at a time, so a save never holds a copy of them all."""
+        rings are compressed into the file a column at a time, so a save never holds a copy of
+        them; what it allocated goes back to the system after (heap.give_back)."""
         if self.path is None:
             return
-        deflate = zlib.compressobj(1)
-        with self._lock:
-            rings = [self.raw, *self.rings]
-            header = {"interval": self.interval, "saved": time.time(), "series": sorted(self._series),
-                      "rings": [{"capacity": r.capacity, "width": r.width, "pos": r.pos} for r in rings],
-                      "open": [[a[0], a[1]] if a is not None else None for a in self._acc],
-                      "marks": list(self.marks)}
-            out = [FORMAT, deflate.compress(json.dumps(header).encode() + b"\n")]
-            out += [deflate.compress(r.times) for r in rings]
-            for r in rings:
-                empty = None
-                for name in header["series"]:
-                    column = r.column(name)
-                    if column is None:  # a series this ring has not had yet
-                        column = empty = empty or array("f", [NAN]) * (r.capacity * r.width)
-                    out.append(deflate.compress(column))
-            out.append(deflate.flush())
-            self._dirty = False
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as f:
-                f.writelines(out)
+                with self._lock:
+                    self._write(f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
@@ -396,6 +381,28 @@ class History:
                 tmp.unlink(missing_ok=True)
             except OSError:
                 pass
+        heap.give_back()  # else glibc keeps the save's buffers, a little more after each save
+
+    def _write(self, f) -> None:
+        deflate = zlib.compressobj(1)
+        rings = [self.raw, *self.rings]
+        header = {"interval": self.interval, "saved": time.time(), "series": sorted(self._series),
+                  "rings": [{"capacity": r.capacity, "width": r.width, "pos": r.pos} for r in rings],
+                  "open": [[a[0], a[1]] if a is not None else None for a in self._acc],
+                  "marks": list(self.marks)}
+        f.write(FORMAT)
+        f.write(deflate.compress(json.dumps(header).encode() + b"\n"))
+        for r in rings:
+            f.write(deflate.compress(r.times))
+        for r in rings:
+            empty = None
+            for name in header["series"]:
+                column = r.column(name)
+                if column is None:  # a series this ring has not had yet
+                    column = empty = empty or array("f", [NAN]) * (r.capacity * r.width)
+                f.write(deflate.compress(column))
+        f.write(deflate.flush())
+        self._dirty = False
 
     def _save_loop(self) -> None:
         while not self._stop.wait(self._save_every):

@@ -11,8 +11,9 @@ ROOT = Path(__file__).resolve().parents[1] / "rigmon"
 
 # lowest first; a module belongs to the longest prefix that names it
 LAYERS = [
-    ("text, logs, retry, systemd, durations, charts: no rigmon below them",
-     ["rigmon.text", "rigmon.logs", "rigmon.retry", "rigmon.systemd", "rigmon.durations", "rigmon.charts"]),
+    ("text, logs, retry, systemd, durations, charts, heap: no rigmon below them",
+     ["rigmon.text", "rigmon.logs", "rigmon.retry", "rigmon.systemd", "rigmon.durations", "rigmon.charts",
+      "rigmon.heap"]),
     ("the data: a sample, the per-poll NVML table, a recording",
      ["rigmon.sample", "rigmon.polled", "rigmon.recording"]),
     ("the table of readings and the code made from it; argument types",
