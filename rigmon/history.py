@@ -126,7 +126,7 @@ class _Ring:
         self.stride = 0  # columns a row has room for
         self.values = memoryview(_zeroed(0)).cast("f")[:0]
         self.pos = 0  # the next slot written
-        self.filled = 0
+        self.filled = 0  # slots from the first that hold a write: all once the ring has come round
         self._blank = array("f")
 
     def add(self, names) -> None:
@@ -136,7 +136,7 @@ class _Ring:
             self.index.setdefault(name, len(self.index))
         if len(self.index) > self.stride:
             self._widen(-(-len(self.index) // 8) * 8)
-        width, step, written = self.width, self.stride * self.width, len(self._written())
+        width, step, written = self.width, self.stride * self.width, self.filled
         blank = self._blank[:1] * written
         for at in range(first * width, len(self.index) * width):  # each new cell of every written slot
             self.values[at:written * step:step] = blank
@@ -146,18 +146,16 @@ class _Ring:
         self.values = memoryview(_zeroed(self.capacity * stride * width * 4)).cast("f")[:self.capacity * stride * width]
         self.stride = stride
         self._blank = array("f", [NAN]) * (stride * width)
-        written, new_row, old_row = len(self._written()), stride * width, old_stride * width
+        written, new_row, old_row = self.filled, stride * width, old_stride * width
         for at in range(old_row):  # the written slots' cells; add() fills the new columns'
             self.values[at:written * new_row:new_row] = old[at:written * old_row:old_row]
-
-    def _written(self) -> range:
-        return range(self.capacity) if self.filled >= self.capacity else range(self.filled)
 
     def write(self, t: float, row: dict) -> None:
         """One slot: ``row`` maps each series to its reading (width 1) or (min, mean, max)."""
         index = self.index
-        if row.keys() - index.keys():
-            self.add(sorted(row.keys() - index.keys()))
+        new = row.keys() - index.keys()
+        if new:
+            self.add(sorted(new))
         line = self._blank[:]
         if self.width == 1:
             for name, v in row.items():
@@ -196,9 +194,6 @@ class _Ring:
             k = self.index[name] * self.width
             for j in range(self.width):
                 self.values[k + j::step] = cells[j::self.width]
-
-    def get(self, name: str, slot: int, cell: int = 0) -> float:
-        return self.values[(slot * self.stride + self.index[name]) * self.width + cell]
 
     def slots(self, since: float, until: float) -> list[int]:
         """The slots with a time in [since, until], oldest first."""
