@@ -83,8 +83,10 @@ def _taken_over() -> dict:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from .. import heap
     from ..settings import ConfigError, Settings, describe_source
 
+    heap.tune()  # before any thread: they all share one arena
     handed = _taken_over()
     config = handed.get("config")
     if not isinstance(config, Settings):  # a reload validated it a moment ago: not twice
