@@ -3,8 +3,9 @@ ships (the page's bytes, and each poll's state and charts, plain and gzipped as 
 for them), its first render in a real headless Chromium (from navigation to all eight GPU cards
 drawn with their charts), and /metrics under 10 kept-alive scrapers (bench_http's client) with
 no page open, with a script asking what an open page asks each second (the daemon's own cost),
-and with Chromium showing the page (Chromium's drawing shares this machine's CPUs too);
-interleaved rounds; min / median / max.
+with Chromium showing the page (Chromium's drawing shares this machine's CPUs too), and with
+Chromium showing a blank page (what Chromium costs the scrapers whatever it shows); interleaved
+rounds; min / median / max.
 
     python tests/bench/bench_page.py [--rounds 3] [--seconds 5] [--json]
 """
@@ -68,7 +69,7 @@ def main(argv=None) -> int:
                               stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}/"
     runs: dict[str, list[float]] = {"first_render_ms": []}
-    for what in ("closed", "polled", "open"):
+    for what in ("closed", "polled", "open", "blank"):
         runs[f"{what}_scrapes_per_s"], runs[f"{what}_p99_ms"] = [], []
     try:
         wait_port(port)
@@ -95,18 +96,27 @@ def main(argv=None) -> int:
                 opened = load(port, "keepalive", 10, args.seconds)  # the page polling beside the scrapers
             finally:
                 browser.close()
-            for what, figures in (("closed", closed), ("polled", polled), ("open", opened)):
+            browser = Chromium(tmp / f"blank{n}")
+            try:
+                browser.open("about:blank", 1400)
+                blank = load(port, "keepalive", 10, args.seconds)
+            finally:
+                browser.close()
+            for what, figures in (("closed", closed), ("polled", polled), ("open", opened), ("blank", blank)):
                 runs[f"{what}_scrapes_per_s"].append(figures["per_second"])
                 runs[f"{what}_p99_ms"].append(figures["p99_ms"])
     finally:
         daemon.terminate()
         daemon.wait(30)
     result = {**sizes, **{k: spread(v) for k, v in runs.items()}}
-    for what in ("polled", "open"):
+    for what in ("polled", "open", "blank"):
         result[f"{what}_to_closed_throughput"] = round(result[f"{what}_scrapes_per_s"]["median"] /
                                                        result["closed_scrapes_per_s"]["median"], 2)
         result[f"{what}_to_closed_p99"] = round(result[f"{what}_p99_ms"]["median"] /
                                                 result["closed_p99_ms"]["median"], 2)
+    result["open_to_blank_throughput"] = round(result["open_scrapes_per_s"]["median"] /
+                                               result["blank_scrapes_per_s"]["median"], 2)
+    result["open_to_blank_p99"] = round(result["open_p99_ms"]["median"] / result["blank_p99_ms"]["median"], 2)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -117,9 +127,12 @@ def main(argv=None) -> int:
     for key in runs:
         s = result[key]
         print(f"  {key:<22} {s['min']:>9.1f} {s['median']:>9.1f} {s['max']:>9.1f}")
-    for what, said in (("polled", "the page's requests by a script"), ("open", "the page open in Chromium")):
+    for what, said in (("polled", "the page's requests by a script"), ("open", "the page open in Chromium"),
+                       ("blank", "a blank page open in Chromium")):
         print(f"  /metrics with {said} / with none: throughput {result[f'{what}_to_closed_throughput']}x, "
               f"p99 {result[f'{what}_to_closed_p99']}x")
+    print(f"  /metrics with the page open in Chromium / with a blank page: throughput "
+          f"{result['open_to_blank_throughput']}x, p99 {result['open_to_blank_p99']}x")
     return 0
 
 
