@@ -110,6 +110,7 @@ class Daemon:
         self._scheduler: BackgroundScheduler | None = None
         self._server = None
         self._last_ping = 0.0
+        self._tidied = time.monotonic()
         self._signals = 0
         self._ready = False
         self._status = ""  # the STATUS= systemd was last told
@@ -170,6 +171,9 @@ class Daemon:
         except Exception:
             self.stats.failed += 1
             log.exception("poll failed")
+        if time.monotonic() - self._tidied >= heap.TIDY_SECONDS:  # after a poll: the next one is a whole interval away
+            heap.tidy()
+            self._tidied = time.monotonic()
 
     def _on_event(self, event) -> None:
         if event.code in (EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED):
