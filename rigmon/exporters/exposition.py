@@ -122,14 +122,14 @@ class Exposition:
         prefixes, heads = self._prefixes[om], self._heads
         keep = {} if len(prefixes) > 2 * self._live[om] + _SLACK else None  # this render's series only
         count = 0
-        out: list[str] = []
-        append = out.append
+        out: list[str] = []  # a string per family: its lines live only while it is written
         for metric in registry.collect():
             key = (om, metric.name, metric.type, metric.documentation, metric.unit)
             head = heads.get(key)
             if head is None:
                 head = heads[key] = self._head(metric, om)
-            append(head)
+            lines = [head]
+            append = lines.append
             if type(metric) is Family:
                 name, labelnames = metric.sample_name, metric.labelnames
                 for labels, v in metric.rows:
@@ -142,6 +142,7 @@ class Exposition:
                         keep[series] = prefix
                     append(f"{prefix}{_value(v)}\n" if v is not None or not om else f"{prefix}\n")
                 count += len(metric.rows)
+                out.append("".join(lines))
                 continue
             for s in metric.samples:
                 if s.timestamp is not None or s.exemplar is not None or getattr(s, "native_histogram", None):
@@ -155,8 +156,9 @@ class Exposition:
                 count += 1
                 v = s.value
                 append(f"{prefix}{_value(v)}\n" if v is not None or not om else f"{prefix}\n")
+            out.append("".join(lines))
         if om:
-            append("# EOF\n")
+            out.append("# EOF\n")
         self._live[om] = count
         if keep is not None:
             self._prefixes[om] = keep
