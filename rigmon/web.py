@@ -144,7 +144,9 @@ class Page:
             if cached is not None and (cached[0] == latest or (latest is not None and cached[0] is not None
                                                                and latest - cached[0] < every)):
                 return JSON, cached[1]
-        body = json.dumps(self.draw(span_name)).encode()
+        drawn = self.draw(span_name)
+        drawn["next"] = latest + every if latest is not None else None  # the page asks again from then
+        body = json.dumps(drawn).encode()
         with self._lock:
             self._charts[span_name] = (latest, body)
         return JSON, body

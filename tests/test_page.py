@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import time
 
 import pytest
 import scenarios as sc
@@ -91,6 +92,13 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
     chromium.js("window.__same_page = 1")
     wait_for(lambda: chromium.js(last_point) != first, 30, what="the chart's last point to move")
     assert chromium.js("window.__same_page") == 1  # the same document: no reload
+    # each poll's state, but the charts only when the daemon has drawn them again (every 5 s for the hour)
+    chromium.js("window.__asked = []; const f = window.fetch; "
+                "window.fetch = (u, o) => { window.__asked.push(String(u)); return f(u, o); }; 0")
+    time.sleep(10.5)
+    asked = chromium.js("window.__asked")
+    states, charts = (sum(u.startswith(what) for u in asked) for what in ("api/state", "api/charts"))
+    assert states >= 8 and 1 <= charts <= 3, asked
     # the alert's transition is marked on the hot GPU's charts
     assert chromium.js(f"document.querySelectorAll('#gpu-{HOT_GPU} line.mark').length") > 0
 

@@ -4,8 +4,9 @@ for them), its first render in a real headless Chromium (from navigation to all 
 drawn with their charts), and /metrics under 10 kept-alive scrapers (bench_http's client) with
 no page open, with a script asking what an open page asks each second (the daemon's own cost),
 with Chromium showing the page (Chromium's drawing shares this machine's CPUs too), and with
-Chromium showing a blank page (what Chromium costs the scrapers whatever it shows); interleaved
-rounds; min / median / max.
+Chromium showing a blank page (what Chromium costs the scrapers whatever it shows); and
+Chromium's own CPU (all its processes) showing the page and the blank page, nothing else asked of
+the box; interleaved rounds; min / median / max.
 
     python tests/bench/bench_page.py [--rounds 3] [--seconds 5] [--json]
 """
@@ -41,11 +42,47 @@ def get(url: str, zipped: bool = False) -> bytes:
         return r.read()
 
 
+def unzip(body: bytes) -> bytes:
+    return gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body  # small answers go plain
+
+
 def as_a_page(base: str, stop) -> None:
-    """What an open page asks each second: its state and its hour of charts (gzipped)."""
+    """What an open page asks (gzipped): its state each second, and its hour of charts when the
+    daemon has drawn them again."""
+    due = None
     while not stop.wait(1.0):
-        get(base + "api/state", True)
-        get(base + "api/charts?range=1h", True)
+        state = json.loads(unzip(get(base + "api/state", True)))
+        if due is None or state["time"] >= due:
+            due = json.loads(unzip(get(base + "api/charts?range=1h", True)))["next"]
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds used so far by ``pid`` and every process under it (Chromium's renderer, GPU
+    and utility processes)."""
+    parents, used = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        child = int(stat.parent.name)
+        parents[child] = int(fields[1])
+        used[child] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for child, seconds in used.items():
+        up = child
+        while up > 1 and up != pid:
+            up = parents.get(up, 0)
+        if up == pid:
+            total += seconds
+    return total
+
+
+def browser_cpu(browser, seconds: float) -> float:
+    """Chromium's CPU over ``seconds`` with nothing else asked of the box, in % of a core."""
+    before = tree_cpu(browser.proc.pid)
+    time.sleep(seconds)
+    return (tree_cpu(browser.proc.pid) - before) / seconds * 100
 
 
 def spread(values: list[float]) -> dict:
@@ -68,7 +105,7 @@ def main(argv=None) -> int:
                                str(tmp / "rigmon.toml")], env=ENV, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}/"
-    runs: dict[str, list[float]] = {"first_render_ms": []}
+    runs: dict[str, list[float]] = {"first_render_ms": [], "page_browser_cpu_pct": [], "blank_browser_cpu_pct": []}
     for what in ("closed", "polled", "open", "blank"):
         runs[f"{what}_scrapes_per_s"], runs[f"{what}_p99_ms"] = [], []
     try:
@@ -93,12 +130,15 @@ def main(argv=None) -> int:
                 while not browser.js(CARDS_DRAWN):
                     time.sleep(0.01)
                 runs["first_render_ms"].append((time.perf_counter() - started) * 1000)
+                runs["page_browser_cpu_pct"].append(browser_cpu(browser, args.seconds))
                 opened = load(port, "keepalive", 10, args.seconds)  # the page polling beside the scrapers
             finally:
                 browser.close()
             browser = Chromium(tmp / f"blank{n}")
             try:
                 browser.open("about:blank", 1400)
+                time.sleep(1)
+                runs["blank_browser_cpu_pct"].append(browser_cpu(browser, args.seconds))
                 blank = load(port, "keepalive", 10, args.seconds)
             finally:
                 browser.close()
@@ -122,7 +162,8 @@ def main(argv=None) -> int:
         return 0
     print(f"the page on 8 replayed GPUs, {args.rounds} rounds (min / median / max)")
     print(f"  page {sizes['page_bytes']} bytes ({sizes['page_gzip_bytes']} gzipped); each poll: state "
-          f"{sizes['state_bytes']} ({sizes['state_gzip_bytes']} gzipped), 1 h charts {sizes['charts_1h_bytes']} "
+          f"{sizes['state_bytes']} ({sizes['state_gzip_bytes']} gzipped); the hour's charts, drawn again every 5 s: "
+          f"{sizes['charts_1h_bytes']} "
           f"({sizes['charts_1h_gzip_bytes']} gzipped)")
     for key in runs:
         s = result[key]
