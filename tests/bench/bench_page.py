@@ -59,7 +59,7 @@ def as_a_page(base: str, stop) -> None:
 def tree_cpu(pid: int) -> float:
     """CPU seconds used so far by ``pid`` and every process under it (Chromium's renderer, GPU
     and utility processes)."""
-    parents, used = {}, {}
+    parents, used, tick = {}, {}, os.sysconf("SC_CLK_TCK")
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rpartition(")")[2].split()
@@ -67,7 +67,7 @@ def tree_cpu(pid: int) -> float:
             continue
         child = int(stat.parent.name)
         parents[child] = int(fields[1])
-        used[child] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        used[child] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime, as bench_scrape.cpu_seconds
     total = 0.0
     for child, seconds in used.items():
         up = child
@@ -163,8 +163,7 @@ def main(argv=None) -> int:
     print(f"the page on 8 replayed GPUs, {args.rounds} rounds (min / median / max)")
     print(f"  page {sizes['page_bytes']} bytes ({sizes['page_gzip_bytes']} gzipped); each poll: state "
           f"{sizes['state_bytes']} ({sizes['state_gzip_bytes']} gzipped); the hour's charts, drawn again every 5 s: "
-          f"{sizes['charts_1h_bytes']} "
-          f"({sizes['charts_1h_gzip_bytes']} gzipped)")
+          f"{sizes['charts_1h_bytes']} ({sizes['charts_1h_gzip_bytes']} gzipped)")
     for key in runs:
         s = result[key]
         print(f"  {key:<22} {s['min']:>9.1f} {s['median']:>9.1f} {s['max']:>9.1f}")
