@@ -99,8 +99,31 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
     asked = chromium.js("window.__asked")
     states, charts = (sum(u.startswith(what) for u in asked) for what in ("api/state", "api/charts"))
     assert states >= 8 and 1 <= charts <= 3, asked
+    # the daemon's later drawings go to the cards on screen; a card below the window shows its
+    # charts as first drawn until it scrolls into view, and then the latest at once
+    drawn = "[...document.querySelectorAll('#gpus .card')].map(c => c.dataset.drawn)"
+    cards = wait_for(lambda: len(set(d := chromium.js(drawn))) == 2 and d, 30,
+                     what="a later drawing on the cards on screen only")
+    assert cards[0] != cards[7]  # GPU 0 on screen, drawn again; GPU 7 far below, as first drawn
+    assert chromium.js("document.getElementById('gpu-7').getBoundingClientRect().top") > 900 + 200
+    chromium.js("document.getElementById('gpu-7').scrollIntoView(); 0")
+    wait_for(lambda: chromium.js("document.getElementById('gpu-7').dataset.drawn === shown"), 10,
+             what="GPU 7's charts drawn again as it scrolls into view")
     # the alert's transition is marked on the hot GPU's charts
-    assert chromium.js(f"document.querySelectorAll('#gpu-{HOT_GPU} line.mark').length") > 0
+    chromium.js(f"document.getElementById('gpu-{HOT_GPU}').scrollIntoView(); 0")
+    wait_for(lambda: chromium.js(f"document.querySelectorAll('#gpu-{HOT_GPU} line.mark').length") > 0, 15,
+             what="the thermal alert marked on the hot GPU's charts")
+    # a tab in the background (document.hidden, as the browser sets it) asks nothing; shown again,
+    # it asks at once
+    chromium.js("window.__hidden = true; Object.defineProperty(document, 'hidden', {configurable: true, "
+                "get: () => window.__hidden}); document.dispatchEvent(new Event('visibilitychange')); 0")
+    time.sleep(1.5)  # a request already under way finishes
+    chromium.js("window.__asked = []; 0")
+    time.sleep(4)
+    assert chromium.js("window.__asked") == []
+    chromium.js("window.__hidden = false; document.dispatchEvent(new Event('visibilitychange')); 0")
+    time.sleep(0.5)
+    assert any(u.startswith("api/state") for u in chromium.js("window.__asked"))
 
     for width in (1400, 400):
         chromium.open(page, width)

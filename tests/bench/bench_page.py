@@ -5,8 +5,10 @@ drawn with their charts), and /metrics under 10 kept-alive scrapers (bench_http'
 no page open, with a script asking what an open page asks each second (the daemon's own cost),
 with Chromium showing the page (Chromium's drawing shares this machine's CPUs too), and with
 Chromium showing a blank page (what Chromium costs the scrapers whatever it shows); and
-Chromium's own CPU (all its processes) showing the page and the blank page, nothing else asked of
-the box; interleaved rounds; min / median / max.
+Chromium's own CPU (all its processes), nothing else asked of the box: over the 3 s after the
+first render (Chromium still rasterising the page it has just laid out), then showing the page
+settled, over 10 s (two of the daemon's chart redraws), and showing a blank page; interleaved
+rounds; min / median / max.
 
     python tests/bench/bench_page.py [--rounds 3] [--seconds 5] [--json]
 """
@@ -34,6 +36,8 @@ from browser import Chromium  # noqa: E402
 
 ENV = {**os.environ, "PYTHONSAFEPATH": "1"}
 CARDS_DRAWN = "document.querySelectorAll('#gpus .card svg').length >= 8 * 7"
+SETTLE_S = 3.0  # after the first render: Chromium finishes rasterising the page it has just drawn
+STEADY_S = 10.0  # two of the daemon's chart redraws (every 5 s) in each window
 
 
 def get(url: str, zipped: bool = False) -> bytes:
@@ -105,7 +109,8 @@ def main(argv=None) -> int:
                                str(tmp / "rigmon.toml")], env=ENV, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}/"
-    runs: dict[str, list[float]] = {"first_render_ms": [], "page_browser_cpu_pct": [], "blank_browser_cpu_pct": []}
+    runs: dict[str, list[float]] = {"first_render_ms": [], "settling_browser_cpu_pct": [], "page_browser_cpu_pct": [],
+                                    "blank_browser_cpu_pct": []}
     for what in ("closed", "polled", "open", "blank"):
         runs[f"{what}_scrapes_per_s"], runs[f"{what}_p99_ms"] = [], []
     try:
@@ -130,15 +135,16 @@ def main(argv=None) -> int:
                 while not browser.js(CARDS_DRAWN):
                     time.sleep(0.01)
                 runs["first_render_ms"].append((time.perf_counter() - started) * 1000)
-                runs["page_browser_cpu_pct"].append(browser_cpu(browser, args.seconds))
+                runs["settling_browser_cpu_pct"].append(browser_cpu(browser, SETTLE_S))
+                runs["page_browser_cpu_pct"].append(browser_cpu(browser, STEADY_S))
                 opened = load(port, "keepalive", 10, args.seconds)  # the page polling beside the scrapers
             finally:
                 browser.close()
             browser = Chromium(tmp / f"blank{n}")
             try:
                 browser.open("about:blank", 1400)
-                time.sleep(1)
-                runs["blank_browser_cpu_pct"].append(browser_cpu(browser, args.seconds))
+                time.sleep(SETTLE_S)
+                runs["blank_browser_cpu_pct"].append(browser_cpu(browser, STEADY_S))
                 blank = load(port, "keepalive", 10, args.seconds)
             finally:
                 browser.close()
@@ -149,14 +155,16 @@ def main(argv=None) -> int:
         daemon.terminate()
         daemon.wait(30)
     result = {**sizes, **{k: spread(v) for k, v in runs.items()}}
+    median = {k: statistics.median(v) for k, v in runs.items()}  # the ratios from these, not the rounded figures
+
+    def ratio(what: str, over: str, figure: str) -> float:
+        return round(median[f"{what}_{figure}"] / median[f"{over}_{figure}"], 2)
+
     for what in ("polled", "open", "blank"):
-        result[f"{what}_to_closed_throughput"] = round(result[f"{what}_scrapes_per_s"]["median"] /
-                                                       result["closed_scrapes_per_s"]["median"], 2)
-        result[f"{what}_to_closed_p99"] = round(result[f"{what}_p99_ms"]["median"] /
-                                                result["closed_p99_ms"]["median"], 2)
-    result["open_to_blank_throughput"] = round(result["open_scrapes_per_s"]["median"] /
-                                               result["blank_scrapes_per_s"]["median"], 2)
-    result["open_to_blank_p99"] = round(result["open_p99_ms"]["median"] / result["blank_p99_ms"]["median"], 2)
+        result[f"{what}_to_closed_throughput"] = ratio(what, "closed", "scrapes_per_s")
+        result[f"{what}_to_closed_p99"] = ratio(what, "closed", "p99_ms")
+    result["open_to_blank_throughput"] = ratio("open", "blank", "scrapes_per_s")
+    result["open_to_blank_p99"] = ratio("open", "blank", "p99_ms")
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -165,8 +173,8 @@ def main(argv=None) -> int:
           f"{sizes['state_bytes']} ({sizes['state_gzip_bytes']} gzipped); the hour's charts, drawn again every 5 s: "
           f"{sizes['charts_1h_bytes']} ({sizes['charts_1h_gzip_bytes']} gzipped)")
     for key in runs:
-        s = result[key]
-        print(f"  {key:<22} {s['min']:>9.1f} {s['median']:>9.1f} {s['max']:>9.1f}")
+        figures = runs[key]
+        print(f"  {key:<26} {min(figures):>9.2f} {statistics.median(figures):>9.2f} {max(figures):>9.2f}")
     for what, said in (("polled", "the page's requests by a script"), ("open", "the page open in Chromium"),
                        ("blank", "a blank page open in Chromium")):
         print(f"  /metrics with {said} / with none: throughput {result[f'{what}_to_closed_throughput']}x, "
