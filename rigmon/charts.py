@@ -108,11 +108,19 @@ def chart(title: str, series: list[tuple[str, list, str]], unit: str, lines=(), 
     def ty(v: float) -> float:
         return math.log10(v) if log else v
 
+    xk, yk = (width - left - right) / (t1 - t0), (height - top - bottom) / (y1 - y0)  # px per second, per unit
+
     def px(t: float) -> float:
-        return left + (t - t0) / (t1 - t0) * (width - left - right)
+        return left + (t - t0) * xk
 
     def py(v: float) -> float:
-        return top + (1 - (ty(v) - y0) / (y1 - y0)) * (height - top - bottom)
+        return top + (y1 - ty(v)) * yk
+
+    def ys(pts: list, k: int) -> list[float]:  # the series' y in pixels, inline: a chart has thousands
+        if log:
+            return [py(p[k]) for p in pts]
+        base = top + y1 * yk
+        return [base - p[k] * yk for p in pts]
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" class="chart">',
@@ -145,12 +153,12 @@ def chart(title: str, series: list[tuple[str, list, str]], unit: str, lines=(), 
         pts = [p for p in pts if not log or p[1] > 0]
         if not pts:
             continue
-        xs = [f"{px(p[0]):.1f}," for p in pts]  # each point's x once, for the band and the line
+        xs = [left + (p[0] - t0) * xk for p in pts]  # each point's x once, for the band and the line
         if any(p[1] != p[3] for p in pts):  # downsampled: the band from min to max
-            upper = " ".join(f"{x}{py(p[3]):.1f}" for x, p in zip(xs, pts, strict=True))
-            lower = " ".join(f"{x}{py(p[1]):.1f}" for x, p in zip(reversed(xs), reversed(pts), strict=True))
+            upper = " ".join([f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys(pts, 3), strict=True)])
+            lower = " ".join([f"{x:.1f},{y:.1f}" for x, y in zip(reversed(xs), reversed(ys(pts, 1)), strict=True)])
             out.append(f'<polygon points="{upper} {lower}" fill="{color}" fill-opacity="0.18" stroke="none"/>')
-        line = " ".join(f"{x}{py(p[2]):.1f}" for x, p in zip(xs, pts, strict=True))
+        line = " ".join([f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys(pts, 2), strict=True)])
         out.append(f'<polyline points="{line}" fill="none" stroke="{color}" stroke-width="1.5"/>')
         peak = max(pts, key=lambda p: p[3])
         if mark_over is not None and peak[3] >= mark_over[1]:

@@ -58,7 +58,7 @@ class Page:
         self.host = host or socket.gethostname()
         self.started = started if started is not None else time.time()
         self._html = _page()
-        self._charts: dict[str, tuple[float | None, bytes]] = {}
+        self._charts: dict[tuple[str, str], tuple[float | None, float, list[str]]] = {}  # (range, card): drawn
         self._lock = threading.Lock()
 
     @property
@@ -130,34 +130,55 @@ class Page:
 
     # --- the charts -----------------------------------------------------------------------------
     def charts(self, query: str) -> tuple[str, bytes]:
-        """Every card's charts for ``range`` as SVG, shared by every open page: drawn again once a
-        third of the range's bucket has passed (5 s for the hour's 15 s buckets), or every poll
-        where polls are further apart. Drawing 8 GPUs' charts takes tens of milliseconds: every
-        poll, it would cost an open page several per cent of a core."""
+        """The cards' charts for ``range`` as SVG: ``cards`` (GPU indexes and ``host``, comma-
+        separated; every card where not given), as the page asks for the cards on its screen.
+        Each card's are drawn again once a third of the range's bucket has passed (5 s for the
+        hour's 15 s buckets), or every poll where polls are further apart, and shared by every
+        open page meanwhile. Drawing 8 GPUs' charts takes tens of milliseconds: every poll, it
+        would cost an open page several per cent of a core. The answer says when each card was
+        drawn (``drawn``), how often each is drawn again (``every``), and when the first of them
+        will be (``next``)."""
         span_name = _one(query, "range", "1h")
         if span_name not in RANGES:
             raise ValueError(f"range: one of {', '.join(RANGES)}")
+        sample = self.pipeline.latest
+        known = [str(g.index) for g in sample.gpus] if sample is not None else []
+        known.append("host")
+        asked = _one(query, "cards", "")
+        cards = [c for c in known if c in set(asked.split(","))] if asked else known  # no more than there are
         latest = self.history.latest
         every = max(RANGES[span_name] / CHART_POINTS / 3, self.config.daemon.interval)
         with self._lock:
-            cached = self._charts.get(span_name)
-            if cached is not None and (cached[0] == latest or (latest is not None and cached[0] is not None
-                                                               and latest - cached[0] < every)):
-                return JSON, cached[1]
-        drawn = self.draw(span_name)
-        drawn["next"] = latest + every if latest is not None else None  # the page asks again from then
-        body = json.dumps(drawn).encode()
-        with self._lock:
-            self._charts[span_name] = (latest, body)
-        return JSON, body
+            got = {card: self._charts.get((span_name, card)) for card in cards}
+        stale = [card for card, cached in got.items()
+                 if cached is None or not (cached[0] == latest or (latest is not None and cached[0] is not None
+                                                                   and latest - cached[0] < every))]
+        if stale:
+            drawn = self.draw(span_name, stale)
+            with self._lock:
+                for card in stale:
+                    got[card] = self._charts[(span_name, card)] = (latest, drawn["time"], drawn["cards"].get(card, []))
+        oldest = min((cached[0] for cached in got.values() if cached[0] is not None), default=None)
+        answer = {"range": span_name, "time": max((cached[1] for cached in got.values()), default=latest),
+                  "every": every, "next": oldest + every if oldest is not None else None,  # drawn again from then
+                  "drawn": {card: cached[1] for card, cached in got.items()},
+                  "gpus": {card: cached[2] for card, cached in got.items() if card != "host"}}
+        if "host" in got:
+            answer["host"] = got["host"][2]
+        return JSON, json.dumps(answer).encode()
 
-    def draw(self, span_name: str) -> dict:
+    def draw(self, span_name: str, cards: list[str] | None = None) -> dict:
+        """``{"time", "cards": {card: [svg, ...]}}``: the charts of ``cards`` (GPU indexes as
+        text, and ``host``; every card where None), from the series they chart only."""
         span = RANGES[span_name]
         sample = self.pipeline.latest
         now = self.history.latest or time.time()
         since = now - span
         step = span / CHART_POINTS
-        names = self.history.series_names()
+        every = cards is None
+        wanted = set(cards or ())
+        prefixes = tuple(f"gpu{c}/" for c in wanted if c != "host") + (("host/", "psu/") if "host" in wanted else ())
+        names = [n for n in self.history.series_names() if every or n.startswith(prefixes)]
         got = self.history.query(names, since, now, step=step)["series"]
 
         def pts(name: str, scale: float = 1.0) -> list:
@@ -171,6 +192,8 @@ class Page:
         info = {i.index: i for i in sample.gpu_info} if sample is not None else {}
         gpus = {}
         for g in sample.gpus if sample is not None else ():
+            if not every and str(g.index) not in wanted:
+                continue
             time.sleep(0)  # drawn on the page thread: the serving loop gets the GIL between cards
             p = f"gpu{g.index}/"
             i = info.get(g.index)
@@ -202,6 +225,8 @@ class Page:
                       [(f"max gen {i.max_pcie_generation}", i.max_pcie_generation, "#555")]
                       if i and i.max_pcie_generation else [], zero=True, marks=m, **kw),
             ]
+        if not every and "host" not in wanted:
+            return {"time": now, "cards": gpus}
         hm = marks(lambda labels: "gpu" not in labels)
         sockets = sorted(n for n in names if n.startswith("host/cpu") and n.endswith("_celsius"))
         fans = sorted(n for n in names if n.startswith("host/fan/"))
@@ -223,7 +248,7 @@ class Page:
                               [(f"{name} budget", got[f"psu/{name}/budget_watts"][-1][2], COLORS[k % 8])
                                for k, name in enumerate(psus) if got.get(f"psu/{name}/budget_watts")],
                               zero=True, marks=hm, **kw))
-        return {"range": span_name, "time": now, "gpus": gpus, "host": host}
+        return {"time": now, "cards": {**gpus, "host": host}}
 
     # --- for scripts ----------------------------------------------------------------------------
     def history_json(self, query: str) -> tuple[str, bytes]:

@@ -99,16 +99,19 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
     asked = chromium.js("window.__asked")
     states, charts = (sum(u.startswith(what) for u in asked) for what in ("api/state", "api/charts"))
     assert states >= 8 and 1 <= charts <= 3, asked
-    # the daemon's later drawings go to the cards on screen; a card below the window shows its
-    # charts as first drawn until it scrolls into view, and then the latest at once
-    drawn = "[...document.querySelectorAll('#gpus .card')].map(c => c.dataset.drawn)"
+    on_screen = [u.partition("cards=")[2].split(",") for u in asked if u.startswith("api/charts")]
+    assert all(cards and "7" not in cards and "host" not in cards for cards in on_screen), asked
+    # the page asks for the charts of the cards on screen only: a card below the window shows its
+    # charts as first drawn until it scrolls into view, and then asks for the latest at once
+    drawn = "[...document.querySelectorAll('#gpus .card')].map(c => +c.dataset.time)"
     cards = wait_for(lambda: len(set(d := chromium.js(drawn))) == 2 and d, 30,
                      what="a later drawing on the cards on screen only")
-    assert cards[0] != cards[7]  # GPU 0 on screen, drawn again; GPU 7 far below, as first drawn
+    assert cards[0] > cards[7]  # GPU 0 on screen, drawn again; GPU 7 far below, as first drawn
     assert chromium.js("document.getElementById('gpu-7').getBoundingClientRect().top") > 900 + 200
     chromium.js("document.getElementById('gpu-7').scrollIntoView(); 0")
-    wait_for(lambda: chromium.js("document.getElementById('gpu-7').dataset.drawn === shown"), 10,
-             what="GPU 7's charts drawn again as it scrolls into view")
+    wait_for(lambda: chromium.js("+document.getElementById('gpu-7').dataset.time") > cards[7], 10,
+             what="GPU 7's charts asked for as it scrolls into view")
+    assert any("cards=" in u and "7" in u.partition("cards=")[2].split(",") for u in chromium.js("window.__asked"))
     # the alert's transition is marked on the hot GPU's charts
     chromium.js(f"document.getElementById('gpu-{HOT_GPU}').scrollIntoView(); 0")
     wait_for(lambda: chromium.js(f"document.querySelectorAll('#gpu-{HOT_GPU} line.mark').length") > 0, 15,
@@ -152,6 +155,15 @@ def test_the_api_answers_scripts(daemon):
     assert jobs["running"][0]["job"] == "pgid:4242"
     assert http_get(base + "/api/history?since=nan")[0] == 400
     assert http_get(base + "/api/charts?range=2y")[0] == 400
+    # the charts: every card, or those asked for (as the page asks for the ones on its screen)
+    every = json.loads(http_get(base + "/api/charts?range=1h")[1])
+    assert sorted(every["gpus"], key=int) == [str(k) for k in range(8)] and every["host"]
+    assert all(len(svgs) == 7 and all(s.startswith("<svg") for s in svgs) for svgs in every["gpus"].values())
+    some = json.loads(http_get(base + "/api/charts?range=1h&cards=1,host,9,x")[1])  # no GPU 9, no card x
+    assert list(some["gpus"]) == ["1"] and some["host"] and set(some["drawn"]) == {"1", "host"}
+    assert some["gpus"]["1"] == every["gpus"]["1"] or some["drawn"]["1"] > every["drawn"]["1"]
+    assert some["every"] == 5 and some["next"] >= min(some["drawn"].values())
+    assert json.loads(http_get(base + "/api/charts?range=7d&cards=0")[1])["gpus"].keys() == {"0"}
     assert http_get(base + "/burnin/report")[0] == 404  # no burn-in ran here
 
 
