@@ -144,8 +144,8 @@ class Page:
         sample = self.pipeline.latest
         known = [str(g.index) for g in sample.gpus] if sample is not None else []
         known.append("host")
-        asked = _one(query, "cards", "")
-        cards = [c for c in known if c in set(asked.split(","))] if asked else known  # no more than there are
+        asked = set(_one(query, "cards", "").split(","))
+        cards = [c for c in known if c in asked] if asked != {""} else known  # no more than there are
         latest = self.history.latest
         every = max(RANGES[span_name] / CHART_POINTS / 3, self.config.daemon.interval)
         with self._lock:
@@ -175,10 +175,10 @@ class Page:
         now = self.history.latest or time.time()
         since = now - span
         step = span / CHART_POINTS
-        every = cards is None
-        wanted = set(cards or ())
+        gpus_now = sample.gpus if sample is not None else ()
+        wanted = set(cards) if cards is not None else {*(str(g.index) for g in gpus_now), "host"}
         prefixes = tuple(f"gpu{c}/" for c in wanted if c != "host") + (("host/", "psu/") if "host" in wanted else ())
-        names = [n for n in self.history.series_names() if every or n.startswith(prefixes)]
+        names = [n for n in self.history.series_names() if n.startswith(prefixes)]
         got = self.history.query(names, since, now, step=step)["series"]
 
         def pts(name: str, scale: float = 1.0) -> list:
@@ -191,8 +191,8 @@ class Page:
         kw = {"span": span, "ago": True, "width": 460, "height": 190}
         info = {i.index: i for i in sample.gpu_info} if sample is not None else {}
         gpus = {}
-        for g in sample.gpus if sample is not None else ():
-            if not every and str(g.index) not in wanted:
+        for g in gpus_now:
+            if str(g.index) not in wanted:
                 continue
             time.sleep(0)  # drawn on the page thread: the serving loop gets the GIL between cards
             p = f"gpu{g.index}/"
@@ -225,7 +225,7 @@ class Page:
                       [(f"max gen {i.max_pcie_generation}", i.max_pcie_generation, "#555")]
                       if i and i.max_pcie_generation else [], zero=True, marks=m, **kw),
             ]
-        if not every and "host" not in wanted:
+        if "host" not in wanted:
             return {"time": now, "cards": gpus}
         hm = marks(lambda labels: "gpu" not in labels)
         sockets = sorted(n for n in names if n.startswith("host/cpu") and n.endswith("_celsius"))
