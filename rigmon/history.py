@@ -170,6 +170,25 @@ class _Ring:
         self.pos = (slot + 1) % self.capacity
         self.filled = min(self.filled + 1, self.capacity)
 
+    def cells(self, name: str, spans: list[list[int]]) -> tuple[list, list, list] | None:
+        """A series' (mins, means, maxes) at the slots of ``spans`` ([first, end) each, see
+        ``_spans``), read as strided slices; a reading's three are the one list."""
+        k = self.index.get(name)
+        if k is None:
+            return None
+        step, values = self.stride * self.width, self.values
+
+        def read(at: int) -> list[float]:
+            got: list[float] = []
+            for first, end in spans:
+                got += values[at + first * step:at + end * step:step].tolist()
+            return got
+
+        if self.width == 1:
+            got = read(k)
+            return got, got, got
+        return read(3 * k), read(3 * k + 1), read(3 * k + 2)
+
     def column(self, name: str) -> array | None:
         """A series' cells slot by slot, as the history file keeps them (None: no column)."""
         k = self.index.get(name)
@@ -325,29 +344,25 @@ class History:
             resolution, ring, tier = fitting[-1] if fitting else tiers[0]
             step = max(step or 0.0, resolution, span / max_points if max_points else 0.0)
             slots = ring.slots(since, until)
-            times = [ring.times[i] for i in slots]
-            out = {}
-            values, row = ring.values, ring.stride * ring.width
-            for name in names:
-                k = ring.index.get(name)
-                if k is None:
-                    continue
-                if ring.width == 1:
-                    pts = [(t, v, v, v) for t, i in zip(times, slots, strict=True)
-                           if not math.isnan(v := values[i * row + k])]
-                else:
-                    k *= 3
-                    pts = [(t, values[i * row + k], values[i * row + k + 1], values[i * row + k + 2])
-                           for t, i in zip(times, slots, strict=True) if not math.isnan(values[i * row + k + 1])]
-                out[name] = pts
+            times, spans = [ring.times[i] for i in slots], _spans(slots)
             acc = self._acc[tier] if tier is not None else None
-            if acc is not None and since <= acc[0] <= until:  # the open bucket: the last one is not a bucket late
-                for name in names:
-                    cell = acc[1].get(name)
-                    if cell is not None:
-                        out.setdefault(name, []).append((acc[0], cell[0], cell[1] / cell[2], cell[3]))
-        if step > resolution:
-            out = {name: _regroup(pts, step) for name, pts in out.items()}
+            open_cells = acc[1] if acc is not None and since <= acc[0] <= until else None
+            if open_cells is not None:  # the open bucket: the last one is not a bucket late
+                times.append(acc[0])
+            # the buckets of ``step`` found once for every series, each series' cells read as
+            # columns: a point is made per bucket, not per slot
+            runs = _runs(times, step) if step > resolution else None
+            out = {}
+            for name in names:
+                cells = ring.cells(name, spans)
+                cell = open_cells.get(name) if open_cells is not None else None
+                if cells is None and cell is None:
+                    continue
+                lows, means, highs = cells or ([NAN] * len(slots),) * 3
+                if open_cells is not None:
+                    lo, mean, hi = (cell[0], cell[1] / cell[2], cell[3]) if cell is not None else (NAN,) * 3
+                    lows, means, highs = lows + [lo], means + [mean], highs + [hi]
+                out[name] = _points(times, lows, means, highs, runs)
         return {"since": since, "until": until, "step": step, "series": out}
 
     # --- the file ------------------------------------------------------------------------
@@ -478,19 +493,49 @@ class History:
         log.info("history: %d series of the last week loaded from %s", len(names), self.path)
 
 
-def _regroup(pts: list[tuple], step: float) -> list[tuple]:
-    """Points grouped into ``step``-second buckets: the min of mins, mean of means, max of maxes."""
-    out: list[tuple] = []
-    group: list[tuple] = []
-    start = None
-    for p in pts:
-        b = math.floor(p[0] / step) * step
-        if start is not None and b != start:
-            out.append((start, min(q[1] for q in group), sum(q[2] for q in group) / len(group),
-                        max(q[3] for q in group)))
-            group = []
-        start = b
-        group.append(p)
-    if group:
-        out.append((start, min(q[1] for q in group), sum(q[2] for q in group) / len(group), max(q[3] for q in group)))
+def _spans(slots: list[int]) -> list[list[int]]:
+    """``slots`` as runs of consecutive slots, [first, end) each: one or two for a ring that has
+    come round (more only where the clock went back)."""
+    spans: list[list[int]] = []
+    for i in slots:
+        if spans and spans[-1][1] == i:
+            spans[-1][1] = i + 1
+        else:
+            spans.append([i, i + 1])
+    return spans
+
+
+def _runs(times: list[float], step: float) -> list[tuple[float, int, int]]:
+    """The ``step``-second buckets that ``times`` (oldest first) fall into: (start, first, end)."""
+    runs: list[tuple[float, int, int]] = []
+    start, first = None, 0
+    for j, t in enumerate(times):
+        b = math.floor(t / step) * step
+        if b != start:
+            if start is not None:
+                runs.append((start, first, j))
+            start, first = b, j
+    if start is not None:
+        runs.append((start, first, len(times)))
+    return runs
+
+
+def _points(times: list[float], lows: list[float], means: list[float], highs: list[float],
+            runs: list[tuple[float, int, int]] | None) -> list[tuple]:
+    """(t, min, mean, max) for each cell with a reading (a NaN mean: none), or for each bucket of
+    ``runs`` with one: the min of mins, mean of means and max of maxes."""
+    if runs is None:
+        return [(t, lo, m, hi) for t, lo, m, hi in zip(times, lows, means, highs, strict=True) if m == m]
+    out = []
+    if lows is means:  # readings, not buckets: the one list
+        for start, first, end in runs:
+            got = [v for v in means[first:end] if v == v]
+            if got:
+                out.append((start, min(got), sum(got) / len(got), max(got)))
+        return out
+    for start, first, end in runs:
+        keep = [j for j in range(first, end) if means[j] == means[j]]
+        if keep:
+            out.append((start, min(lows[j] for j in keep), sum(means[j] for j in keep) / len(keep),
+                        max(highs[j] for j in keep)))
     return out
