@@ -30,19 +30,29 @@ def nice_step(span: float, ticks: int = 5) -> float:
     if span <= 0 or not math.isfinite(span):
         return 1.0
     raw = span / ticks
-    power = 10 ** math.floor(math.log10(raw))
+    power = 10.0 ** min(math.floor(math.log10(raw)), 307)  # a float: past 1e308, inf, never a vast int
     return next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
 
 
 def nice_ticks(lo: float, hi: float, ticks: int = 5) -> list[float]:
+    """Round ticks from at or below ``lo`` to at or above ``hi``: at most a few more than
+    ``ticks``, whatever the values (past 2**53 a step can no longer move a float: then the
+    ends alone)."""
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi < lo:
+        return [0.0, 1.0]
     step = nice_step(hi - lo, ticks)
     first = math.floor(lo / step) * step
     out, v = [], first
-    while v <= hi + step * 1e-9:
+    while v <= hi + step * 1e-9 and len(out) <= 4 * ticks:
         out.append(round(v, 10))
+        if v + step == v:
+            break
         v += step
     if out[-1] < hi:
         out.append(round(out[-1] + step, 10))
+    if out[-1] <= out[0]:  # no step moves it: the ends, apart
+        d = max(abs(out[0]) * 1e-6, 1.0)
+        out = [out[0] - d, out[0]] if out[0] > 0 else [out[0], out[0] + d]
     return out
 
 
@@ -54,6 +64,10 @@ def tick_label(v: float) -> str:
     if abs(v) >= 1e4:
         return f"{v / 1e3:g}k"
     return f"{v:g}"
+
+
+def _finite(p) -> bool:
+    return math.isfinite(p[0]) and math.isfinite(p[1]) and math.isfinite(p[2]) and math.isfinite(p[3])
 
 
 def time_axis(seconds: float) -> tuple[float, str]:
@@ -77,6 +91,9 @@ def chart(title: str, series: list[tuple[str, list, str]], unit: str, lines=(), 
     time axis counts back from its end ("now"), for a live chart. ``marks``: (t, colour, text)
     events drawn as thin vertical lines (an alert that fired or resolved), the text as its tooltip."""
     left, right, top, bottom = 52, 10, 40, 30
+    # any float draws, in bounded time: what is not finite (a damaged file, a bad sensor) is no point
+    series = [(label, [p for p in pts if _finite(p)], color) for label, pts, color in series]
+    lines = [line for line in lines if math.isfinite(line[1])]
     values = [v for _, pts, _ in series for p in pts for v in (p[1], p[3])] + [v for _, v, _ in lines]
     times = [p[0] for _, pts, _ in series for p in pts]
     if not times or not values:
@@ -87,9 +104,12 @@ def chart(title: str, series: list[tuple[str, list, str]], unit: str, lines=(), 
     t0, t1 = 0.0, (span or max(times)) or 1.0
     if log:
         positive = [v for v in values if v > 0] or [1.0]
-        lo, hi = math.floor(math.log10(min(positive))), math.ceil(math.log10(max(positive)))
+        lo = max(math.floor(math.log10(min(positive))), -300)  # 10.0 ** 309 is no float
+        hi = min(math.ceil(math.log10(max(positive))), 308)
         hi = hi if hi > lo else lo + 1
-        yticks = [10.0 ** e for e in range(lo, hi + 1)]
+        every = -(-(hi - lo) // 12)  # at most a dozen decades' ticks, whatever the values span
+        hi = lo + -(-(hi - lo) // every) * every
+        yticks = [10.0 ** e for e in range(lo, min(hi, 308) + 1, every)]
         if len(yticks) < 3:  # a narrow range: 1, 2, 5 steps
             yticks = sorted({m * 10.0 ** e for e in range(lo, hi + 1) for m in (1, 2, 5)
                              if 10.0 ** lo <= m * 10.0 ** e <= 10.0 ** hi})

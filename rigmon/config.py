@@ -355,16 +355,17 @@ def parse(data: dict, source: str = "<config>", env: dict[str, str] | None = Non
         raise ConfigError(source, [(_path(err["loc"]), _message(err)) for err in e.errors()]) from None
 
 
-def read(path: str | Path | None = None) -> tuple[dict, str]:
+def read(path: str | Path | None = None, text: str | None = None) -> tuple[dict, str]:
     """The config file's data as written (``${NAME}`` not yet replaced) and where it came from:
-    ``path``; with no path, the default file if it exists, else no data (every default)."""
+    ``path``; with no path, the default file if it exists, else no data (every default).
+    ``text``: the file's text as read before (a reload hands over what it validated)."""
     if path is None:
-        if not DEFAULT_PATH.exists():
+        if text is None and not DEFAULT_PATH.exists():
             return {}, "built-in defaults"
         path = DEFAULT_PATH
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8") if text is None else text
     except OSError as e:
         raise ConfigError(str(path), [("", f"cannot read: {e.strerror or e}")]) from None
     except UnicodeDecodeError:
@@ -375,9 +376,9 @@ def read(path: str | Path | None = None) -> tuple[dict, str]:
         raise ConfigError(str(path), [("", f"not valid TOML: {e}")]) from None
 
 
-def load(path: str | Path | None = None, env: dict[str, str] | None = None) -> Config:
+def load(path: str | Path | None = None, env: dict[str, str] | None = None, text: str | None = None) -> Config:
     """The config at ``path``; with no path, the default file if it exists, else defaults."""
-    data, source = read(path)
+    data, source = read(path, text)
     return parse(data, source, env) if data else Config()
 
 

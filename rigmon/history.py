@@ -55,6 +55,33 @@ SAVE_SECONDS = 300.0
 FORMAT = b"rigmon-history 1\n"
 MAX_FILE_BYTES = 256 << 20  # decompressed: far above what MAX_SERIES can fill
 NAN = float("nan")
+FLOAT32_MAX = 3.4e38
+
+
+def series_range(name: str) -> tuple[str, float, float]:
+    """The reading a series keeps and what it can mean (``rigmon.validity``'s ranges), from its name."""
+    from .readings import READINGS
+    from .validity import UNIT_RANGES, range_of
+
+    kind, _, rest = name.partition("/")
+    last = name.rpartition("/")[2]
+    if kind.startswith("gpu"):
+        if rest in ("fan_target_ratio", "fan_speed_ratio"):
+            return (rest, *range_of("gpu_fan", "speed_ratio", "ratio"))
+        unit = next((r.unit for r in READINGS if r.entity == "gpu" and r.name == rest), None)
+        return (rest, *range_of("gpu", rest, unit)) if unit else (rest, -FLOAT32_MAX, FLOAT32_MAX)
+    if kind == "host":
+        if rest.startswith("fan/"):
+            return ("rpm", *UNIT_RANGES["rpm"])
+        if rest.endswith("_celsius"):
+            return ("celsius", *UNIT_RANGES["celsius"])
+        if rest == "load1":
+            return (rest, *range_of("host", "load1", "count"))
+        if rest.endswith("_ratio"):
+            return (rest, *UNIT_RANGES["ratio"])
+    if name.endswith("_watts"):
+        return (last, *UNIT_RANGES["watts"])
+    return last, -FLOAT32_MAX, FLOAT32_MAX
 
 
 def _name(*parts: str) -> str:
@@ -74,8 +101,8 @@ def readings(result: PollResult, energy: dict) -> dict[str, float]:
     out: dict[str, float] = {}
 
     def put(name: str, value) -> None:
-        if value is not None and not isinstance(value, bool):
-            out[name] = float(value)
+        if value is not None and not isinstance(value, bool) and -FLOAT32_MAX <= value <= FLOAT32_MAX:
+            out[name] = float(value)  # checked at the source; what is left (a derived value) kept finite
 
     for g in sample.gpus:
         if g.lost:
@@ -226,8 +253,11 @@ class History:
 
     name = "history"
 
-    def __init__(self, path: Path | None, interval: float, save_every: float = SAVE_SECONDS):
+    def __init__(self, path: Path | None, interval: float, save_every: float = SAVE_SECONDS, invalid=None,
+                 replay: bool = False):
         self.path = path
+        self.invalid = invalid  # rigmon.validity.Invalid: counts what a loaded file held that no reading can be
+        self.replay = replay  # a replay's history: marked as one, never taken by a daemon of the box
         self.interval = interval
         self.raw = _Ring(min(MAX_RAW_POINTS, max(60, math.ceil(RAW_SECONDS / interval))), 1)
         self.rings = [_Ring(capacity, 3) for _, capacity, _ in BUCKETS]
@@ -397,6 +427,7 @@ class History:
         deflate = zlib.compressobj(1)
         rings = [self.raw, *self.rings]
         header = {"interval": self.interval, "saved": time.time(), "series": sorted(self._series),
+                  "replay": self.replay,
                   "rings": [{"capacity": r.capacity, "width": r.width, "pos": r.pos} for r in rings],
                   "open": [[a[0], a[1]] if a is not None else None for a in self._acc],
                   "marks": list(self.marks)}
@@ -439,6 +470,19 @@ class History:
             log.warning("the history %s cannot be read (%s): %s; starting empty", self.path,
                         printable(str(e))[:200], where)
 
+    def _checked(self, name: str, cells: memoryview, reading: str, lo: float, hi: float):
+        """A column as loaded, with every cell no reading can be (out of range, infinite) made
+        empty (NaN) and counted; NaN is an empty cell already."""
+        bad = [j for j, v in enumerate(cells) if not lo <= v <= hi and v == v]
+        if not bad:
+            return cells
+        if self.invalid is not None:
+            self.invalid.note(reading, (name,), cells[bad[0]], f" in {self.path}", count=len(bad))
+        fixed = array("f", cells)
+        for j in bad:
+            fixed[j] = NAN
+        return memoryview(fixed)
+
     def _restore(self, data: bytes) -> None:
         """Everything checked first, then taken: a damaged file changes nothing."""
         if not data.startswith(FORMAT):
@@ -449,6 +493,9 @@ class History:
             raise ValueError("truncated, or larger than a history can be")
         head, _, blob = body.partition(b"\n")
         header = json.loads(head)
+        if bool(header.get("replay")) != self.replay:
+            raise ValueError("a replay's history, not this box's" if header.get("replay") else
+                             "this box's history, not a replay's")
         names = header["series"]
         if not isinstance(names, list) or len(names) > MAX_SERIES or not all(
                 isinstance(n, str) and len(n) <= 3 * MAX_NAME for n in names):
@@ -470,15 +517,26 @@ class History:
         for spec in specs:
             loaded.append((spec, view[offset:offset + spec["capacity"] * 8].cast("d"), {}))
             offset += spec["capacity"] * 8
+        ranges = {name: series_range(name) for name in names}
         for spec, _, columns in loaded:
             n = spec["capacity"] * spec["width"] * 4
             for name in names:
-                columns[name] = view[offset:offset + n].cast("f")
+                columns[name] = self._checked(name, view[offset:offset + n].cast("f"), *ranges[name])
                 offset += n
         opened = []
         for acc in header.get("open") or []:
-            opened.append(None if acc is None else (float(acc[0]), {
-                str(k): [float(v[0]), float(v[1]), int(v[2]), float(v[3])] for k, v in acc[1].items() if k in names}))
+            cells = {}
+            if acc is not None:
+                for k, v in acc[1].items():
+                    if k in names:
+                        cell = [float(v[0]), float(v[1]), int(v[2]), float(v[3])]
+                        reading, lo, hi = ranges[k]
+                        if cell[2] > 0 and lo <= cell[0] <= hi and lo <= cell[3] <= hi and \
+                                lo <= cell[1] / cell[2] <= hi:
+                            cells[str(k)] = cell
+                        elif self.invalid is not None:
+                            self.invalid.note(reading, (k,), cell[1], f" in {self.path}")
+            opened.append(None if acc is None else (float(acc[0]), cells))
         marks = [(float(t), str(status), str(alertname), {str(k): str(v) for k, v in labels.items()})
                  for t, status, alertname, labels in (header.get("marks") or [])[-MAX_MARKS:]]
         # checked: taken

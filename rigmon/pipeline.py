@@ -92,7 +92,8 @@ class Pipeline:
 
                     from .history import History
 
-                    own.append(History(Path(config.daemon.state_dir) / "history.bin", config.daemon.interval))
+                    own.append(History(Path(config.daemon.state_dir) / "history.bin", config.daemon.interval,
+                                       invalid=poller.invalid, replay=source is not None))
         except BaseException:
             for sink in own:
                 sink.close(time.monotonic())
@@ -162,6 +163,7 @@ class Pipeline:
 
         yield BuildInfo()
         yield from first
+        yield self.poller.invalid
         if self.alerts is not None:
             yield self.alerts
         yield from (s for s in self.sinks if hasattr(s, "collect") and not isinstance(s, SampleCollector))

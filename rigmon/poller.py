@@ -14,6 +14,7 @@ from .readers.gpu import GpuReader
 from .readers.host import HostReader, SystemHost
 from .replay import replay_backend
 from .sample import ReaderStatus, Sample
+from .validity import Invalid
 
 if TYPE_CHECKING:
     from .config import Config
@@ -28,6 +29,7 @@ class Poller:
         self.host = host
         self._wall = wall
         self._failing: dict[str, str] = {}
+        self.invalid = Invalid()  # what the check of each sample threw out (rigmon_readings_invalid_total)
 
     def open(self) -> None:
         for reader in (self.gpu, self.host):
@@ -56,7 +58,8 @@ class Poller:
             except Exception as e:
                 error = self._failure("host", e)
             statuses.append(ReaderStatus("host", error is None, time.perf_counter() - started, error))
-        return Sample(
+        # every value checked at its source, hardware's or a recording's, before anything sees it
+        return self.invalid.check(Sample(
             time=self._wall(),
             host=host,
             gpus=gpus,
@@ -65,7 +68,7 @@ class Poller:
             events=events,
             readers=tuple(statuses),
             processes=processes,
-        )
+        ))
 
     def _failure(self, name: str, exc: Exception) -> str:
         message = f"{type(exc).__name__}: {exc}"

@@ -486,7 +486,13 @@ class ReplayHost:
 
 
 def _number(value: Any) -> float | None:
-    return value if value.__class__ in (int, float) and value == value and abs(value) < 1e300 else None
+    """A number as psutil gives one: any float (NaN and the infinities too: the check of every
+    sample counts and drops what no sensor can mean, as it does the hardware's), an int a C
+    long holds."""
+    cls = value.__class__
+    if cls is float:
+        return value
+    return value if cls is int and -(1 << 63) <= value < 1 << 64 else None
 
 
 def _sensors(answer: Any, width: int) -> dict:

@@ -165,16 +165,18 @@ def describe_source(path: str | Path | None = None) -> str:
 
 # --- validated by a child -----------------------------------------------------------------------
 
-def validated(path: str | Path | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> Settings:
+def validated(path: str | Path | None = None, overrides: dict[str, dict[str, Any]] | None = None,
+              text: str | None = None) -> Settings:
     """The config at ``path`` (or the default), validated by a child Python, with ``overrides``
     ({table: {field: value}}, the command line's) applied before validation. Its warnings (a
-    deprecated name) go to this process's standard error as the child logs them."""
+    deprecated name) go to this process's standard error as the child logs them. ``text``: the
+    file's text as read before, validated in its place."""
     import json
     import subprocess
 
-    request = json.dumps({"path": None if path is None else str(path), "overrides": overrides or {}})
-    done = subprocess.run([sys.executable, "-m", "rigmon.validate", request], stdout=subprocess.PIPE,
-                          stdin=subprocess.DEVNULL)
+    request = json.dumps({"path": None if path is None else str(path), "overrides": overrides or {}, "text": text})
+    # on its standard input: a command line is anyone's to read (ps), and the text may hold secrets
+    done = subprocess.run([sys.executable, "-m", "rigmon.validate"], input=request.encode(), stdout=subprocess.PIPE)
     if done.returncode != 0 or not done.stdout:
         raise RuntimeError(f"validating the config: {sys.executable} -m rigmon.validate exited {done.returncode}")
     answer = pickle.loads(done.stdout)  # our own child's, through our own pipe

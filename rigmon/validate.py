@@ -1,7 +1,7 @@
-"""``python -m rigmon.validate REQUEST``: validate a config and write it to standard output as
+"""``python -m rigmon.validate [REQUEST]`` (else REQUEST on standard input): validate a config and write it to standard output as
 pickled ``rigmon.settings.Settings`` (or the ``ConfigError``), for ``settings.validated``: the
 parent, a daemon, gets its config without importing pydantic. REQUEST is JSON:
-{"path": file or null, "overrides": {table: {field: value}}}."""
+{"path": file or null, "overrides": {table: {field: value}}, "text": the file's text, read before}."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ def main(argv: list[str]) -> int:
     handler = logging.StreamHandler(sys.stderr)  # a deprecated name's warning, as the daemon logs
     handler.setFormatter(logs.SafeFormatter(logs.FORMAT))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
-    request = json.loads(argv[1])
+    request = json.loads(argv[1] if len(argv) > 1 else sys.stdin.buffer.read())
     try:
-        config = configmod.load(request["path"])
+        config = configmod.load(request["path"], text=request.get("text"))
         overrides = request["overrides"]
         if overrides:
             data = config.model_dump()

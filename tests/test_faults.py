@@ -356,11 +356,12 @@ def test_sighup_reloads_a_valid_config_and_keeps_running_on_an_invalid_one(tmp_p
     try:
         rigmon.wait_ready()
         pid = rigmon.proc.pid
-        rigmon.config.write_text("[daemon]\ninterval = -1\n")
+        state = f'state_dir = "{tmp_path / "state"}"\n'  # never the box's own
+        rigmon.config.write_text("[daemon]\ninterval = -1\n" + state)
         rigmon.proc.send_signal(signal.SIGHUP)
         wait_for(lambda: "is not valid, the running config stays" in rigmon.output(), 10, what="the refusal")
         assert http_get(rigmon.url, timeout=5)[0] == 200
-        rigmon.config.write_text("[daemon]\ninterval = 0.25\n")
+        rigmon.config.write_text("[daemon]\ninterval = 0.25\n" + state)
         rigmon.proc.send_signal(signal.SIGHUP)
         wait_for(lambda: "restarting with it" in rigmon.output(), 10, what="the reload")
         wait_for(lambda: b"rigmon_poll_interval_seconds 0.25" in http_get(rigmon.url, timeout=2)[1], 30,

@@ -174,3 +174,103 @@ def test_a_reload_to_a_busy_port_keeps_serving_on_the_old_one(tmp_path):
     text = log.read()
     assert f"SIGHUP: prometheus.port: cannot listen on 127.0.0.1:{busy}" in text and "the running config stays" in text
     assert scraper.failed == [] and scraper.ok > 10
+
+
+def test_a_reload_to_a_state_directory_another_rigmon_holds_keeps_serving(tmp_path):
+    """The new state directory is another daemon's (its lock held): the reload is refused, the
+    running config serves on."""
+    import fcntl
+
+    held = tmp_path / "held"
+    (held / "replay" / "demo").mkdir(parents=True)
+    lock = open(held / "replay" / "demo" / "rigmon.lock", "w")  # as another rigmon replaying the demo holds it
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    rigmon = Rigmon(tmp_path, None, "[daemon]\ninterval = 0.5\n", extra_args=["--demo"])
+    try:
+        rigmon.wait_ready()
+        scraper = Scraper(rigmon.url)
+        rigmon.config.write_text(f'[daemon]\ninterval = 0.25\nstate_dir = "{held}"\n')
+        rigmon.proc.send_signal(signal.SIGHUP)
+        rigmon.wait_output("the running config stays")
+        time.sleep(1.0)
+        assert rigmon.proc.poll() is None and http_get(rigmon.url)[0] == 200
+        assert b"rigmon_poll_interval_seconds 0.5" in http_get(rigmon.url)[1]
+        scraper.stop()
+    finally:
+        assert rigmon.stop() == 0
+        lock.close()
+    log = rigmon.output()
+    assert "SIGHUP: daemon.state_dir: another rigmon daemon uses" in log, log[-2000:]
+    assert "restarting with it" not in log and scraper.failed == [] and scraper.ok > 10
+
+
+def test_a_reload_whose_config_fails_after_the_exec_goes_back_to_the_one_before(tmp_path):
+    """What the checks before the exec cannot see (another rigmon taking the new state directory
+    in between) takes the new process back to the config before it: the daemon never exits.
+    The process is started as an exec'd reload is, with what the process before hands over."""
+    import fcntl
+    import json
+    import os
+    import sys
+
+    from servers import free_port
+
+    held = tmp_path / "held"
+    (held / "replay" / "demo").mkdir(parents=True)
+    lock = open(held / "replay" / "demo" / "rigmon.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    config = tmp_path / "rigmon.toml"
+    before = f'[daemon]\ninterval = 0.5\nstate_dir = "{tmp_path / "state"}"\n'
+    config.write_text(f'[daemon]\ninterval = 0.25\nstate_dir = "{held}"\n')
+    port = free_port()
+    fd = os.memfd_create("test-hand-over", 0)
+    os.write(fd, json.dumps({"config": config.read_text(), "previous": before, "alerts": []}).encode())
+    os.lseek(fd, 0, os.SEEK_SET)
+    proc = subprocess.Popen([sys.executable, "-m", "rigmon", "run", "--config", str(config), "--demo",
+                             "--listen", "127.0.0.1", "--port", str(port)], pass_fds=(fd,),
+                            env={**os.environ, "RIGMON_RELOAD_FD": str(fd)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    os.close(fd)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        wait_for(lambda: http_get(url, timeout=2)[0] == 200, 30, what="rigmon")
+        assert b"rigmon_poll_interval_seconds 0.5" in http_get(url)[1]
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=15)[0].decode()
+        lock.close()
+    assert proc.returncode == 0 and "Traceback" not in out, out
+    assert re.search(r"SIGHUP: the new config cannot start \(another rigmon daemon uses the state directory .*held"
+                     r"/replay/demo.*\); going back to the config before it", out), out
+
+
+def test_what_a_reload_hands_over_is_checked_json(tmp_path):
+    """The hand-over is plain JSON, read with a warning when damaged: the daemon starts afresh."""
+    import json
+    import os
+    import sys
+
+    config = tmp_path / "rigmon.toml"
+    config.write_text(f'[daemon]\ninterval = 0.5\nstate_dir = "{tmp_path / "state"}"\n')
+    from servers import free_port
+
+    port = free_port()
+    for payload in (b"\x80\x04\x95 not json", json.dumps(["a", "list"]).encode(),
+                    json.dumps({"config": 5, "fd": "x", "alerts": {"no": 1}}).encode()):
+        fd = os.memfd_create("test-hand-over", 0)
+        os.write(fd, payload)
+        os.lseek(fd, 0, os.SEEK_SET)
+        proc = subprocess.Popen([sys.executable, "-m", "rigmon", "run", "--config", str(config), "--demo",
+                                 "--listen", "127.0.0.1", "--port", str(port)], pass_fds=(fd,),
+                                env={**os.environ, "RIGMON_RELOAD_FD": str(fd)}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+        os.close(fd)
+        try:
+            wait_for(lambda: http_get(f"http://127.0.0.1:{port}/metrics", timeout=2)[0] == 200, 30, what="rigmon")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out = proc.communicate(timeout=15)[0].decode()
+        assert proc.returncode == 0 and "Traceback" not in out, out
+        if payload.startswith(b"\x80"):
+            assert "handed over cannot be read" in out, out

@@ -6,13 +6,18 @@ from __future__ import annotations
 import argparse
 import errno
 import gc
+import json
 import logging
 import os
+import re
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
+import zlib
+from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from .. import args as argtypes
@@ -41,70 +46,139 @@ def add_parser(sub) -> None:
 RELOAD_ENV = "RIGMON_RELOAD_FD"  # set by a reload for the process it execs: the file it hands over
 
 
-def _config(args) -> Settings:
+class _Validated(NamedTuple):
+    settings: Settings
+    text: str | None  # the file's text, as validated (None: the built-in defaults)
+
+
+def _config(args, text: str | None = None) -> _Validated:
     """The config, validated by a child Python: pydantic's models (60 ms, 20 MiB) never load in
-    the process that runs for weeks."""
-    from ..settings import validated
+    the process that runs for weeks. The file is read here and its text validated, so what a
+    reload hands over is exactly what was checked. ``text``: that text, handed over."""
+    from ..settings import DEFAULT_CONFIG, validated
 
     overrides = {k: v for k, v in (("listen", args.listen), ("port", args.port)) if v is not None}
-    return validated(args.config, {"prometheus": overrides} if overrides else None)
+    if text is None:
+        path = args.config if args.config is not None else (DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
+        try:
+            text = Path(path).read_text(encoding="utf-8") if path is not None else None
+        except (OSError, UnicodeDecodeError):
+            text = None  # the child says what is wrong with it
+    settings = validated(args.config, {"prometheus": overrides} if overrides else None, text=text)
+    return _Validated(_own_state(settings, args), text)
+
+
+def _own_state(config: Settings, args) -> Settings:
+    """A replay is never the box: its history, ledger, spool and lock live in a state directory
+    of its own, ``<state_dir>/replay/<recording>``, never the box's."""
+    if not (args.replay or args.demo):
+        return config
+    where = replay_state_dir(config.daemon.state_dir, args)
+    daemon = type(config.daemon)({**config.daemon._data, "state_dir": where})
+    influx = type(config.influxdb)({**config.influxdb._data, "spool_dir": None})
+    return type(config)({**config._data, "daemon": daemon, "influxdb": influx})
+
+
+def replay_state_dir(state_dir: Path, args) -> Path:
+    """``<state_dir>/replay/demo``, or ``<state_dir>/replay/<file's name>-<its path's hash>``."""
+    if args.demo:
+        return Path(state_dir) / "replay" / "demo"
+    path = Path(args.replay)
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", path.name)[:60].lstrip(".") or "recording"
+    digest = zlib.crc32(str(path.resolve()).encode(errors="surrogateescape"))
+    return Path(state_dir) / "replay" / f"{name}-{digest:08x}"
 
 
 def _hand_over(handed: dict) -> None:
-    """What a reload hands to the process it execs (the config it validated, its listening
-    socket's descriptor, its alerts), in an anonymous file that the exec inherits: a memfd,
-    never on disk, so the config's secrets go with it."""
-    import pickle
-
+    """What a reload hands to the process it execs (the config text it validated and the one
+    before, its listening socket's descriptor, its alerts), as JSON in an anonymous file that
+    the exec inherits: a memfd, never on disk, so the config's secrets go with it."""
     try:
         fd = os.memfd_create("rigmon-reload", 0)  # not close-on-exec
-        os.write(fd, pickle.dumps(handed, protocol=pickle.HIGHEST_PROTOCOL))
+        os.write(fd, json.dumps(handed).encode())
         os.lseek(fd, 0, os.SEEK_SET)
-    except (AttributeError, OSError) as e:
-        log.warning("reload: cannot hand over (%s); the next process validates the config again and "
-                    "starts without the alerts", e)
+    except (AttributeError, OSError, TypeError, ValueError) as e:
+        log.warning("reload: cannot hand over (%s); the next process starts without the alerts", e)
         return
     os.environ[RELOAD_ENV] = str(fd)
 
 
-def _taken_over() -> dict:
-    """What the process before a reload handed over; {} when this is no reload."""
-    import pickle
+MAX_HANDED_BYTES = 16 << 20
 
+
+def _taken_over() -> dict:
+    """What the process before a reload handed over, checked; {} when this is no reload, or
+    (with a warning) when what was handed over cannot be read."""
     fd = os.environ.pop(RELOAD_ENV, None)
     if fd is None:
         return {}
     try:
         with os.fdopen(int(fd), "rb") as f:
-            handed = pickle.load(f)  # written by this daemon's previous self, just before its exec
-    except (OSError, ValueError, EOFError, pickle.UnpicklingError):
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError("not a file")
+            handed = json.loads(f.read(MAX_HANDED_BYTES + 1)[:MAX_HANDED_BYTES + 1])
+    except (OSError, ValueError) as e:
+        logs.setup("INFO", 0)
+        log.warning("reload: what the process before handed over cannot be read (%s); starting afresh", e)
         return {}
-    return handed if isinstance(handed, dict) else {}
+    if not isinstance(handed, dict):
+        log.warning("reload: what the process before handed over is not an object; starting afresh")
+        return {}
+    out = {}
+    for key, kind in (("fd", int), ("listen", list), ("alerts", list)):
+        value = handed.get(key)
+        if isinstance(value, kind) and not isinstance(value, bool):
+            out[key] = value
+    for key in ("config", "previous"):  # a file's text, or None for the built-in defaults
+        if key in handed and (handed[key] is None or isinstance(handed[key], str)):
+            out[key] = handed[key]
+    return out
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .. import heap
-    from ..settings import ConfigError, Settings, describe_source
+    from ..settings import ConfigError
 
     heap.tune()  # before any thread: they all share one arena
     handed = _taken_over()
-    config = handed.get("config")
-    if not isinstance(config, Settings):  # a reload validated it a moment ago: not twice
-        config = _config(args)
+    if "previous" not in handed:  # a start, not a reload: what goes wrong is said and rigmon exits
+        return _run(args, handed)
+    # a reload: the new config was checked, but whatever still keeps it from starting (a state
+    # directory another rigmon took meanwhile, a file changed since) goes back to the one before
+    try:
+        return _run(args, handed)
+    except (UsageError, ConfigError, OSError) as e:
+        logs.setup("INFO", args.verbose)
+        reason = "; ".join(f"{p}: {m}" if p else m for p, m in e.problems) if isinstance(e, ConfigError) else e
+        log.error("SIGHUP: the new config cannot start (%s); going back to the config before it", reason)
+        back = {k: v for k, v in handed.items() if k in ("fd", "listen", "alerts")}
+        back["config"] = handed["previous"]
+        _hand_over(back)
+        logging.shutdown()
+        os.execv(sys.executable, [sys.executable, "-m", "rigmon", *sys.argv[1:]])
+        raise  # not reached: execv returns only by raising
+
+
+def _run(args: argparse.Namespace, handed: dict) -> int:
+    from ..settings import ConfigError, describe_source
+
+    config, text = _config(args, handed["config"]) if "config" in handed else _config(args)
     logs.setup(config.daemon.log_level, args.verbose)
+    speed = args.speed or 1.0
+    if args.speed is not None and not (args.replay or args.demo):
+        raise UsageError("--speed goes only with --replay FILE or --demo: the hardware's clock cannot be hurried")
     _lock = _lock_state_dir(config.daemon.state_dir)  # held until exit (an exec for SIGHUP takes it anew)
     log.info("config: %s", describe_source(args.config))
     _raise_open_files()
     handed = _handed_over(config, handed)
     cert_times = _cert_times(config)
-    speed = args.speed or 1.0
-    if args.speed is not None and not (args.replay or args.demo):
-        raise UsageError("--speed goes only with --replay FILE or --demo: the hardware's clock cannot be hurried")
     source, label = replay_source(args, speed=speed)
     wall = time.time
     if source is not None:
-        log.info("replaying %s (%d GPU(s), %.0f s, looping%s)", label, source.recording.gpu_count,
-                 source.recording.duration, f", {speed:g}× as fast" if speed != 1 else "")
+        log.info("replaying %s (%d GPU(s), %.0f s, looping%s); its state in %s, never the box's", label,
+                 source.recording.gpu_count, source.recording.duration,
+                 f", {speed:g}× as fast" if speed != 1 else "", config.daemon.state_dir)
         if speed != 1:  # the samples' clock: from now, as fast as the replay
             start, replay_start = time.time(), source.clock()
             wall = lambda: start + source.clock() - replay_start  # noqa: E731
@@ -142,7 +216,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         daemon.reload_requested.clear()
         daemon._stop_requested.clear()
         try:
-            new = _config(args)
+            new, new_text = _config(args)
         except ConfigError as e:
             problems = "; ".join(f"{p}: {m}" if p else m for p, m in e.problems)
             log.error("SIGHUP: %s is not valid, the running config stays: %s", e.source, problems)
@@ -155,7 +229,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             log.error("SIGHUP: %s; the running config stays", problem)
             continue
         log.info("SIGHUP: the config is valid; restarting with it")
-        _reload(daemon, config, new)  # never returns: this process becomes the new one
+        _reload(daemon, config, new, new_text, text)  # never returns: this process becomes the new one
     if not _stop_within_grace(daemon):
         return 0  # what could not finish in time is abandoned; the spool keeps the rest
     log.info("stopped after %.0f s, %d polls (%d skipped)", time.monotonic() - started, daemon.stats.polls,
@@ -218,12 +292,17 @@ def _cannot_start(new: Settings, old: Settings, daemon: Daemon) -> str | None:
     if new.daemon.state_dir != old.daemon.state_dir:
         try:
             new.daemon.state_dir.mkdir(parents=True, exist_ok=True)
+            probe = _lock_state_dir(new.daemon.state_dir)  # another rigmon's: the next process could not start
+            if probe is not None:
+                os.close(probe)
         except OSError as e:
             return f"daemon.state_dir: {new.daemon.state_dir}: {e.strerror or e}"
+        except UsageError:
+            return f"daemon.state_dir: another rigmon daemon uses {new.daemon.state_dir}"
     return None
 
 
-def _reload(daemon: Daemon, old: Settings, new: Settings) -> None:
+def _reload(daemon: Daemon, old: Settings, new: Settings, new_text: str | None, old_text: str | None) -> None:
     """Hand over and exec: SIGHUP blocked from here until the next process can take it (the mask
     survives the exec), the listening socket kept open across, the alerts of unchanged rules
     carried, and a RESOLVED sent (by these notifiers, before they flush) for a firing alert
@@ -242,7 +321,7 @@ def _reload(daemon: Daemon, old: Settings, new: Settings) -> None:
         last = daemon.latest.time if daemon.latest is not None else time.time()
         state["alerts"], resolved = daemon.alerts.carry(specs, last)
         daemon.pipeline.between_polls(resolved)  # kept with the jobs, written to InfluxDB
-    state["config"] = new
+    state["config"], state["previous"] = new_text, old_text
     _hand_over(state)
     daemon.notifier.reloading()
     _stop_within_grace(daemon, reloading=True)

@@ -698,6 +698,8 @@ def _processes(procs: Any, samples: Any) -> tuple[GpuProcess, ...] | None:
     latest: dict[Any, tuple[Any, Any]] = {}
     for sample in samples if isinstance(samples, list) else ():
         pid, stamp = _attr(sample, "pid"), _num(_attr(sample, "timeStamp")) or 0
+        if not (isinstance(stamp, int) or math.isfinite(stamp)):
+            stamp = 0
         if pid not in latest or stamp >= latest[pid][0]:
             latest[pid] = (stamp, _attr(sample, "smUtil"))
     return tuple(GpuProcess(_attr(p, "pid"), _attr(p, "usedGpuMemory"),
@@ -744,11 +746,11 @@ def _num(value: Any) -> Any:
     cls = value.__class__
     if cls is int:  # what NVML answers nearly always: one check
         return value
-    if cls is float:
-        return value if value - value == 0.0 else None  # NaN and the infinities are not readings
+    if cls is float:  # NaN and the infinities too: the check of every sample counts and drops them
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return value if isinstance(value, int) or math.isfinite(value) else None
+    return value  # an int or float subclass (numpy's, a ctypes wrapper's)
 
 
 def _attr(obj: Any, name: str) -> Any:
