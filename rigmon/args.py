@@ -34,6 +34,30 @@ def positive(text: str) -> float:
     return value
 
 
+SPEED_RANGE = (0.01, 1000.0)  # a replay's clock: a hundredth of real time to a thousand times as fast
+
+
+def speed(text: str) -> float:
+    """How many times as fast a replay runs: within SPEED_RANGE (past it a poll's interval is no
+    longer a time a scheduler, or the history's buckets, can keep)."""
+    value = _number(text)
+    lo, hi = SPEED_RANGE
+    if not lo <= value <= hi:
+        raise argparse.ArgumentTypeError(f"must be {lo:g} to {hi:g}, not {text!r}")
+    return value
+
+
+def at_least_one(text: str) -> int:
+    """A count of 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value} (--all for every one)")
+    return value
+
+
 def non_negative(text: str) -> float:
     value = _number(text)
     if value < 0:

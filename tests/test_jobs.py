@@ -179,8 +179,16 @@ def test_a_real_daemon_restarted_mid_job_keeps_the_job(tmp_path):
     path = sc.write(sc.rich(sc.h200(), gpus=4), tmp_path / "rich.rec.jsonl")
     config = "[daemon]\ninterval = 0.25\n"
 
-    def ledger():
-        done = jobs_cli(tmp_path, "--json")
+    def ledger():  # the replay's own, never the box's
+        from rigmon.commands.run import replay_state_dir
+
+        class Replay:
+            demo, replay = False, path
+
+        (tmp_path / "read").mkdir(exist_ok=True)
+        (tmp_path / "read" / "rigmon.toml").write_text(
+            f'[daemon]\nstate_dir = "{replay_state_dir(tmp_path / "state", Replay)}"\n')
+        done = jobs_cli(tmp_path / "read", "--json")
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)["jobs"]
 
@@ -353,3 +361,40 @@ def test_a_gpu_without_an_energy_counter_integrates_power_and_says_so(tmp_path):
     shown = subprocess.run([sys.executable, "-m", "rigmon", "jobs", "show", str(job["id"]), "--config",
                             str(_toml(tmp_path, config))], capture_output=True, text=True, timeout=60).stdout
     assert "partly estimated: power × time on a GPU without an energy counter" in shown
+
+
+def test_jobs_reads_any_number_of_rows_in_flat_memory_and_refuses_a_limit_below_one(tmp_path):
+    """100,000 jobs (a row held each would be ~270 MB): ``--all`` and ``--json`` print them all, a row at a time, in about the
+    memory ``--limit 10`` takes; ``--limit`` 0 or -1 is a one-line usage error (exit 2)."""
+    from rigmon import jobs as ledger
+
+    (tmp_path / "rigmon.toml").write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n')
+    db = ledger.connect(tmp_path / "jobs.sqlite")
+    db.executemany("INSERT INTO jobs (key, user, command, started, last_seen, ended, gpus, gpu_seconds) "
+                   "VALUES (?, ?, ?, ?, ?, ?, '[0,1]', 3600)",
+                   ((f"pgid:{n}", f"user{n % 50}", "python train.py " + "x" * 60, 1e9 + n, 1e9 + n + 60,
+                     1e9 + n + 60) for n in range(100_000)))
+    db.commit()
+    db.close()
+
+    def peak(*args) -> tuple[int, int]:
+        script = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE); "
+                  "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.stdout.count(b'\\n'), "
+                  "p.returncode)")
+        done = subprocess.run([sys.executable, "-c", script, sys.executable, "-m", "rigmon", "jobs", "--config",
+                               str(tmp_path / "rigmon.toml"), *args], capture_output=True, text=True, timeout=600)
+        kib, lines, code = map(int, done.stdout.split())
+        assert code == 0, done.stderr
+        return kib, lines
+
+    few, lines = peak("--limit", "10")
+    assert lines == 11
+    every, lines = peak("--all")
+    assert lines == 100_001
+    as_json, lines = peak("--all", "--json")
+    assert lines > 100_000 * 10
+    print(f"\nmax RSS: --limit 10 {few} KiB, --all {every} KiB, --all --json {as_json} KiB")
+    assert every < few * 1.3 and as_json < few * 1.3
+    for bad in ("0", "-1", "x"):
+        done = jobs_cli(tmp_path, "--limit", bad)
+        assert done.returncode == 2 and "--limit" in done.stderr.splitlines()[-1] and "Traceback" not in done.stderr

@@ -7,7 +7,8 @@ import json
 import sys
 import time
 
-from ..text import printable_lines
+from .. import args as argtypes
+from ..text import printable, printable_lines
 from .common import UsageError, add_config, load_config
 
 
@@ -15,7 +16,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("jobs", help="the jobs that used the GPUs: GPU-hours, energy, cost, starved or not")
     add_config(p)
     p.add_argument("--json", action="store_true", help="print the jobs as JSON")
-    p.add_argument("--limit", type=int, default=50, metavar="N", help="the newest N jobs (50; 0: all)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--limit", type=argtypes.at_least_one, default=50, metavar="N", help="the newest N jobs (50)")
+    which.add_argument("--all", action="store_true", help="every job in the ledger (read a row at a time)")
     actions = p.add_subparsers(dest="jobs_command", metavar="ACTION")
     show = actions.add_parser("show", help="one job in full")
     show.add_argument("id", type=int)
@@ -40,18 +43,29 @@ def cmd_jobs(args) -> int:
             job = found[0].as_dict(price, currency)
             print(json.dumps(job, indent=2, allow_nan=False) if args.json else printable_lines(show(job)))
             return 0
-        jobs = ledger.load(path, limit=max(args.limit, 0))
+        limit = 0 if args.all else args.limit
         if args.json:
-            _stream_json(path, (j.as_dict(price, currency) for j in jobs))
+            _stream_json(path, (j.as_dict(price, currency) for j in ledger.load(path, limit=limit)))
             return 0
-        rows = [j.as_dict(price, currency) for j in jobs]
+        # a row at a time, twice (the columns' widths, then the lines): any number of jobs in
+        # the memory of one
+        rows = lambda: (j.as_dict(price, currency) for j in ledger.load(path, limit=limit))  # noqa: E731
+        widths = None
+        for widths in _widths((_cells(row, bool(price)) for row in rows()), bool(price)):
+            pass
     except ledger.LedgerError as e:
         raise UsageError(f"cannot read the jobs ledger {e} (the daemon sets a damaged one aside and starts "
                          f"a new one)") from None
-    if not rows:
+    if widths is None:
         print(f"no jobs in {path} yet (the daemon books them while it runs: rigmon run)")
         return 0
-    print(printable_lines(table(rows, bool(price))))
+    write = sys.stdout.write
+    write(_line(_head(bool(price)), widths))
+    try:
+        for row in rows():
+            write(_line(_cells(row, bool(price)), widths))
+    except ledger.LedgerError as e:
+        raise UsageError(f"cannot read the jobs ledger {e}") from None
     return 0
 
 
@@ -85,23 +99,42 @@ def _flags(job: dict) -> str:
     return " ".join(flags)
 
 
-def table(rows: list[dict], with_cost: bool) -> str:
-    head = ["ID", "USER", "JOB", "GPUS", "STARTED", "TOOK", "GPU-H", "kWh", *(["COST"] if with_cost else []),
+def _head(with_cost: bool) -> list[str]:
+    return ["ID", "USER", "JOB", "GPUS", "STARTED", "TOOK", "GPU-H", "kWh", *(["COST"] if with_cost else []),
             "W/LIMIT", "UTIL", "PEAK°C", "FLAGS", "COMMAND"]
-    out = [head]
-    for j in rows:
-        ratio, util = j["mean_power_ratio"], j["mean_utilization_ratio"]
-        cost = [f"{j['cost']:.2f}{(' ' + j['currency']) if j['currency'] else ''}" if j["cost"] is not None else "—"]
-        out.append([
-            str(j["id"]), j["user"] or "?", j["job"][:24], ",".join(map(str, j["gpus"])) or "—", _when(j["started"]),
-            _duration(j["seconds"]), f"{j['gpu_hours']:.2f}", f"{j['energy_kwh']:.3f}", *(cost if with_cost else []),
-            f"{j['mean_power_watts']:.0f} W/{ratio:.0%}" if ratio is not None and j["mean_power_watts"] else "—",
-            f"{util:.0%}" if util is not None else "—",
-            f"{j['peak_temperature_celsius']:.0f}" if j["peak_temperature_celsius"] is not None else "—",
-            _flags(j), (j["command"] or "?")[:40],
-        ])
-    widths = [max(len(r[i]) for r in out) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in out)
+
+
+def _cells(j: dict, with_cost: bool) -> list[str]:
+    ratio, util = j["mean_power_ratio"], j["mean_utilization_ratio"]
+    cost = [f"{j['cost']:.2f}{(' ' + j['currency']) if j['currency'] else ''}" if j["cost"] is not None else "—"]
+    cells = [
+        str(j["id"]), j["user"] or "?", j["job"][:24], ",".join(map(str, j["gpus"])) or "—", _when(j["started"]),
+        _duration(j["seconds"]), f"{j['gpu_hours']:.2f}", f"{j['energy_kwh']:.3f}", *(cost if with_cost else []),
+        f"{j['mean_power_watts']:.0f} W/{ratio:.0%}" if ratio is not None and j["mean_power_watts"] else "—",
+        f"{util:.0%}" if util is not None else "—",
+        f"{j['peak_temperature_celsius']:.0f}" if j["peak_temperature_celsius"] is not None else "—",
+        _flags(j), (j["command"] or "?")[:40],
+    ]
+    return [printable(c) for c in cells]
+
+
+def _widths(rows, with_cost: bool):
+    """Each column's width so far (the head's first), after each row."""
+    widths = [len(c) for c in _head(with_cost)]
+    for cells in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, cells, strict=True)]
+        yield widths
+
+
+def _line(cells: list[str], widths: list[int]) -> str:
+    return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip() + "\n"
+
+
+def table(rows: list[dict], with_cost: bool) -> str:
+    """The jobs as ``rigmon jobs`` prints them."""
+    cells = [_cells(j, with_cost) for j in rows]
+    widths = list(_widths(cells, with_cost))[-1] if cells else [len(c) for c in _head(with_cost)]
+    return "".join(_line(c, widths) for c in [_head(with_cost), *cells]).rstrip("\n")
 
 
 def _unit(j: dict) -> str:

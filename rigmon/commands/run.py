@@ -37,9 +37,10 @@ def add_parser(sub) -> None:
     add_source(p)
     p.add_argument("--listen", metavar="ADDR", help="override prometheus.listen")
     p.add_argument("--port", type=argtypes.port, help="override prometheus.port (0 picks a free port)")
-    p.add_argument("--speed", type=argtypes.positive, metavar="N",
+    p.add_argument("--speed", type=argtypes.speed, metavar="N",
                    help="with --replay: run the daemon's clock N times as fast (polls, alerts' for, jobs), so a "
-                        "recorded day replays through the whole daemon in minutes")
+                        f"recorded day replays through the whole daemon in minutes ({argtypes.SPEED_RANGE[0]:g} to "
+                        f"{argtypes.SPEED_RANGE[1]:g})")
     p.set_defaults(func=cmd_run)
 
 
