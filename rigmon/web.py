@@ -12,9 +12,12 @@ SVG escapes its own.
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
 import json
 import math
+import re
 import socket
 import threading
 import time
@@ -40,11 +43,20 @@ MAX_REPORT_BYTES = 32 << 20
 RECENT_JOBS = 20
 MARK_COLORS = {"firing": "#d62728", "resolved": "#2ca02c"}
 JSON = "application/json"
+REPORT_CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'; "
+              "base-uri 'none'; form-action 'none'")
 
 
-def _page() -> bytes:
+def _page() -> tuple[bytes, str]:
+    """The page, and its Content-Security-Policy: its own script alone runs (by its hash),
+    nothing is loaded from elsewhere, no other site may frame it."""
     text = resources.files("rigmon").joinpath("data/page.html").read_text(encoding="utf-8")
-    return text.replace("/*CHART_CSS*/", CHART_CSS).encode()
+    text = text.replace("/*CHART_CSS*/", CHART_CSS)
+    scripts = re.findall(r"<script>(.*?)</script>", text, re.S)
+    hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'" for s in scripts)
+    csp = (f"default-src 'self'; script-src {hashes or chr(39) + 'none' + chr(39)}; style-src 'self' 'unsafe-inline'; "
+           "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+    return text.encode(), csp
 
 
 class Page:
@@ -57,7 +69,7 @@ class Page:
         self.config = config
         self.host = host or socket.gethostname()
         self.started = started if started is not None else time.time()
-        self._html = _page()
+        self._html, self._csp = _page()
         self._charts: dict[tuple[str, str], tuple[float | None, float, list[str]]] = {}  # (range, card): drawn
         self._lock = threading.Lock()
 
@@ -71,8 +83,8 @@ class Page:
                 "/burnin/report": self.burnin_report}
 
     # --- the page and its state -------------------------------------------------------------
-    def index(self, query: str) -> tuple[str, bytes]:
-        return "text/html; charset=utf-8", self._html
+    def index(self, query: str) -> tuple[str, bytes, tuple]:
+        return "text/html; charset=utf-8", self._html, (("Content-Security-Policy", self._csp),)
 
     def state(self, query: str) -> tuple[str, bytes]:
         return JSON, _json(self.state_dict())
@@ -296,7 +308,8 @@ class Page:
             body = f.read(MAX_REPORT_BYTES + 1)
         if len(body) > MAX_REPORT_BYTES:
             raise ValueError("the report is larger than the page serves")
-        return "text/html; charset=utf-8", body
+        # a file on disk, served as a page of ours: it may style itself, never run a script
+        return "text/html; charset=utf-8", body, (("Content-Security-Policy", REPORT_CSP),)
 
     def _burnin(self) -> tuple[dict, Path | None] | None:
         reports = next((c for c in self.pipeline.collectors if hasattr(c, "latest")), None)

@@ -94,7 +94,8 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
     assert chromium.js("window.__same_page") == 1  # the same document: no reload
     # each poll's state, but the charts only when the daemon has drawn them again (every 5 s for the hour)
     chromium.js("window.__asked = []; const f = window.fetch; "
-                "window.fetch = (u, o) => { window.__asked.push(String(u)); return f(u, o); }; 0")
+                "window.fetch = (u, o) => { window.__asked.push(new URL(u, location.href).href.slice(location.origin.length + 1));"
+                " return f(u, o); }; 0")
     time.sleep(10.5)
     asked = chromium.js("window.__asked")
     states, charts = (sum(u.startswith(what) for u in asked) for what in ("api/state", "api/charts"))
@@ -206,3 +207,54 @@ def test_the_last_burn_in_and_its_report(tmp_path):
         assert status == 200 and b"<p id=verdict>FAIL</p>" in page
     finally:
         rigmon.stop()
+
+
+def test_the_page_opened_with_credentials_in_its_address_shows_the_gpus(tmp_path, chromium):
+    """http://user:password@host:port/: the page asks its API without them in the URL (fetch
+    refuses such a URL) and the browser sends them; the page is whole, its script allowed by
+    its own Content-Security-Policy."""
+    import hashlib
+
+    config = CONFIG + f"""
+[prometheus.basic_auth]
+username = "admin"
+password_sha256 = "{hashlib.sha256(b"s3cret").hexdigest()}"
+"""
+    rigmon = Rigmon(tmp_path, throttling_box(tmp_path), config)
+    try:
+        rigmon.wait_ready()
+        chromium.open(f"http://admin:s3cret@127.0.0.1:{rigmon.port}/", 1400)
+        wait_for(lambda: chromium.js("document.querySelectorAll('#gpus .card').length") == 8, 20,
+                 what="the 8 GPUs' cards")
+        text = chromium.js("document.body.innerText")
+        assert "does not answer" not in text and "NVIDIA H200" in text, text[:2000]
+        names = chromium.js("[...document.querySelectorAll('.gpu-name')].map(e => e.textContent)")
+        assert names == ["NVIDIA H200"] * 8
+    finally:
+        rigmon.stop()
+
+
+def test_the_page_and_api_headers(daemon):
+    import hashlib
+    import re
+    import urllib.request
+
+    base = daemon.url.replace("/metrics", "")
+
+    def headers(path):
+        with urllib.request.urlopen(base + path, timeout=10) as r:
+            return {k.lower(): v for k, v in r.headers.items()}, r.read()
+
+    page, html = headers("/")
+    csp = page["content-security-policy"]
+    assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-eval" not in csp
+    scripts = re.findall(rb"<script>(.*?)</script>", html, re.S)
+    assert scripts and all(f"'sha256-{base64.b64encode(hashlib.sha256(s).digest()).decode()}'" in csp
+                           for s in scripts)
+    assert "'unsafe-inline'" not in csp.split("script-src")[1].split(";")[0]
+    for path in ("/", "/api/state", "/api/charts", "/api/history", "/api/jobs"):
+        got, _ = headers(path)
+        assert got["x-content-type-options"] == "nosniff" and got["referrer-policy"] == "no-referrer", path
+        assert got["x-frame-options"] == "DENY", path
+        if path.startswith("/api/"):
+            assert got["cache-control"] == "no-store", path

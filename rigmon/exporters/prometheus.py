@@ -134,8 +134,16 @@ def response(status: int, content_type: str, body: bytes, extra: tuple[tuple[str
     return Response(head, body, head + b"\r\n" + body, head + b"Connection: close\r\n\r\n" + body)
 
 
+# on everything the page and its API answer: no type guessed from the bytes, never framed by
+# another site, no address of ours sent on as a referrer; the API's answers never kept
+SAFE_HEADERS = (("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY"),
+                ("Referrer-Policy", "no-referrer"))
+_NO_STORE = (("Cache-Control", "no-store"),)
+
+
 _ROOT = response(200, "text/html; charset=utf-8", b"<html><head><title>rigmon</title></head><body><h1>rigmon</h1>"
-                                                  b"<p><a href='/metrics'>Metrics</a></p></body></html>\n")
+                                                  b"<p><a href='/metrics'>Metrics</a></p></body></html>\n",
+                 (("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'"), *SAFE_HEADERS))
 _NOT_FOUND = response(404, "text/plain", b"not found: try /metrics\n")
 _UNAUTHORISED = response(401, "text/plain", b"authentication required\n",
                          (("WWW-Authenticate", 'Basic realm="rigmon"'),))
@@ -299,10 +307,13 @@ def _routed(route, request: _Request) -> Response:
         return _RENDER_FAILED
     if answer is None:
         return _NOT_FOUND
-    content_type, body = answer
+    content_type, body, *extra = answer
+    headers = SAFE_HEADERS + (_NO_STORE if request.path.startswith("/api/") or request.path == "/state" else ()) \
+        + (extra[0] if extra else ())
     if request.zipped and len(body) > 1024:
-        return response(200, content_type, gzip.compress(body, compresslevel=1), (("Content-Encoding", "gzip"),))
-    return response(200, content_type, body)
+        return response(200, content_type, gzip.compress(body, compresslevel=1),
+                        (("Content-Encoding", "gzip"), *headers))
+    return response(200, content_type, body, headers)
 
 
 class MetricsServer:
