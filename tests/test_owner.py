@@ -237,3 +237,37 @@ def test_a_demo_then_the_real_daemon_on_the_same_config_shows_nothing_replayed(t
         assert not state_now["gpus"] and not (state_now["sensors"] or {}).get("fans"), state_now
     finally:
         assert real.stop() == 0
+
+
+def test_the_state_directory_and_its_files_are_the_owners_alone(tmp_path):
+    """Started with umask 022 on a state directory an older rigmon left 0755: the directory
+    becomes 0700 and every file in it (history, ledger, spool, lock) is 0600."""
+    import os
+    import stat
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    os.chmod(state, 0o755)
+    (state / "old").mkdir()
+    config = (f'[daemon]\ninterval = 0.25\nstate_dir = "{state}"\n'
+              '[influxdb]\nenabled = true\nurl = "http://127.0.0.1:9"\n')  # nothing there: points spool
+    rich = _write(sc.rich(sc.h200()), tmp_path / "rich.rec.jsonl")
+    old = os.umask(0o022)
+    try:
+        for replay in (None, rich):  # this box (no GPU here), then a replay's own state under it
+            (tmp_path / "run").mkdir(exist_ok=True)
+            rigmon = Rigmon(tmp_path / "run", replay, config)
+            try:
+                rigmon.wait_ready()
+                rigmon.wait_polls(8)
+            finally:
+                assert rigmon.stop() == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    files = [p for p in state.rglob("*") if p.is_file()]
+    names = {p.name for p in files}
+    assert {"history.bin", "jobs.sqlite", "rigmon.lock"} <= names and any(n.endswith(".lp") for n in names), names
+    assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in files if stat.S_IMODE(p.stat().st_mode) != 0o600} \
+        == {}
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o700 for p in state.rglob("*") if p.is_dir() and p.name != "old")

@@ -142,6 +142,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..settings import ConfigError
 
     heap.tune()  # before any thread: they all share one arena
+    os.umask(0o077)  # the history, ledger, spool and lock: the owner's alone, whoever starts rigmon
     handed = _taken_over()
     if "previous" not in handed:  # a start, not a reload: what goes wrong is said and rigmon exits
         return _run(args, handed)
@@ -348,13 +349,24 @@ def _raise_open_files(want: int = 8192) -> None:
             pass
 
 
+def _private(state_dir: Path) -> None:
+    """The state directory is its owner's: made 0700 (the daemon's umask is 077, so every file
+    in it is 0600); one found wider is narrowed to 0700, but for 0750, which the systemd unit
+    sets (StateDirectoryMode) for the service's own group, or an administrator for theirs."""
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mode = stat.S_IMODE(os.stat(state_dir).st_mode)
+    if mode & 0o077 and mode != 0o750:
+        os.chmod(state_dir, 0o700)
+        log.info("state directory %s was mode %04o: now 0700 (its owner's alone)", state_dir, mode)
+
+
 def _lock_state_dir(state_dir) -> int | None:
     """One daemon per state directory: two would send and delete each other's spool segments and
     book each job twice. The lock is the kernel's (flock): a crashed daemon holds none."""
     import fcntl
 
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        _private(state_dir)
         fd = os.open(state_dir / "rigmon.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError:
         return None  # the spool and ledger report what is wrong with the directory
