@@ -5,6 +5,7 @@ passwords. Against the real daemon on a replayed 8-GPU box."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import selectors
 import socket
 import ssl
@@ -209,3 +210,51 @@ def test_pipelined_requests_wait_for_a_bcrypt_verdict_in_order(behind_bcrypt):
     assert heads == [b"200 OK"] * 3, heads
     types = [line for line in data.split(b"\r\n") if line.startswith(b"Content-Type:")]
     assert [b"json" in t for t in types] == [True, False, True]  # in the order asked
+
+
+def test_a_verified_password_is_never_evicted_by_wrong_ones():
+    from rigmon.exporters.prometheus import AUTH_BAD_KEPT, BasicAuth
+
+    auth = BasicAuth("prom", hashlib.sha256(b"right").hexdigest())
+    good = "Basic " + base64.b64encode(b"prom:right").decode()
+    assert auth.cached(good) is None and auth.verify(good) and auth.cached(good) is True
+    for n in range(3 * AUTH_BAD_KEPT):
+        wrong = "Basic " + base64.b64encode(f"prom:wrong{n}".encode()).decode()
+        assert not auth.verify(wrong)
+    assert auth.cached(good) is True
+    assert auth.cached(wrong) is False  # a guess sent again costs no check
+    assert len(auth._bad) <= AUTH_BAD_KEPT
+
+
+def test_wrong_passwords_are_slowed_per_address_and_a_verified_scraper_is_answered_at_once(behind_bcrypt):
+    """80 distinct wrong passwords from one address, 16 connections at a time (more than the
+    verdicts kept before): that address gets about one guess checked a second, and the
+    scraper's verified header is answered at once all the while."""
+    import concurrent.futures
+
+    rigmon, good = behind_bcrypt
+    assert http_get(rigmon.url, {"Authorization": good})[0] == 200  # verified before the flood
+
+    def guess(n: int) -> bool:
+        if time.monotonic() - started > 8:
+            return False
+        wrong = "Basic " + base64.b64encode(f"prom:wrong{n}".encode()).decode()
+        try:
+            return http_get(rigmon.url, {"Authorization": wrong}, timeout=3)[0] == 401
+        except OSError:  # waited its turn past the timeout: given up, as an impatient guesser would
+            return False
+
+    started = time.monotonic()
+    slowest = 0.0
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        futures = [pool.submit(guess, n) for n in range(80)]
+        while not all(f.done() for f in futures) and time.monotonic() - started < 8:
+            t = time.monotonic()
+            assert http_get(rigmon.url, {"Authorization": good}, timeout=10)[0] == 200
+            slowest = max(slowest, time.monotonic() - t)
+            time.sleep(0.25)
+    took = time.monotonic() - started
+    answered = sum(1 for f in futures if f.result())
+    # 16 connections in flight, each guess after the first waits a second: about a guess a second
+    assert 1 <= answered <= took + 2, (answered, took)
+    assert slowest < 0.5, slowest

@@ -21,7 +21,7 @@ import platform
 import socket
 import ssl
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict, deque
 from typing import TYPE_CHECKING, NamedTuple
 
 from prometheus_client import CollectorRegistry
@@ -114,7 +114,11 @@ MAX_REQUEST_BYTES = 16384  # request line and headers
 READ_BYTES = 65536  # the most one read takes from a connection
 WRITE_BUFFER_BYTES = 64 << 10  # answers queued for a client that does not read: then its requests wait
 AUTH_FAILURE_DELAY = 1.0  # seconds before a wrong password's 401 (then the connection closes)
-AUTH_KEPT = 64  # credentials whose bcrypt verdict is kept (a scraper sends the same header every scrape)
+AUTH_KEPT = 64  # verified credentials kept (a scraper sends the same header every scrape)
+AUTH_BAD_KEPT = 1024  # wrong ones kept apart, so a guess sent again costs no check
+AUTH_GUESSES_PER_SECOND = 16  # checks of addresses that guessed wrong lately, all of them together
+AUTH_SUSPECT_SECONDS = 60.0  # an address that guessed wrong waits behind the others this long after
+AUTH_ADDRESSES_KEPT = 4096
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
             431: "Request Header Fields Too Large", 500: "Internal Server Error"}
@@ -195,26 +199,30 @@ def _parse(head: bytes) -> _Request:
 class BasicAuth:
     """Basic auth against a bcrypt hash (as Prometheus's exporter-toolkit) or, from older
     configs, an unsalted SHA-256. A bcrypt check takes tens of milliseconds: it runs off the
-    serving loop, and its verdict is kept per header (AUTH_KEPT of them), so a scraper pays it
-    once. What a wrong password gets is delayed (AUTH_FAILURE_DELAY) and its connection closed."""
+    serving loop (``AuthGate``), and its verdict is kept per header, so a scraper pays it once.
+    Right and wrong verdicts are kept apart, each bounded: no number of wrong passwords can
+    push a scraper's verified header out."""
 
     def __init__(self, username: str, sha256_hex: str | None = None, bcrypt_hash: str | None = None):
         self._user = username.encode()
         self._sha256 = sha256_hex.lower().encode() if sha256_hex else None
         self._bcrypt = bcrypt_hash.encode() if bcrypt_hash else None
-        self._verdicts: dict[str, bool] = {}
+        self._good: OrderedDict[str, None] = OrderedDict()  # verified headers, the most recent last
+        self._bad: OrderedDict[str, None] = OrderedDict()
+        self.slow = self._bcrypt is not None  # the check belongs off the loop
 
     def cached(self, header: str) -> bool | None:
-        """The verdict without the slow check: None when it must be made (``verify``)."""
+        """The verdict without a check: None when one must be made (``verify``)."""
         if not header.startswith("Basic "):
             return False
-        verdict = self._verdicts.get(header)
-        if verdict is None and self._bcrypt is None:
-            return self.verify(header)
-        return verdict
+        if header in self._good:
+            return True
+        if header in self._bad:
+            return False
+        return None
 
     def verify(self, header: str) -> bool:
-        """The whole check (bcrypt: in a worker thread; it lets the loop run meanwhile)."""
+        """The whole check (bcrypt's in a worker thread); its verdict kept."""
         try:
             user, _, password = base64.b64decode(header[6:], validate=True).partition(b":")
         except ValueError:
@@ -228,11 +236,116 @@ class BasicAuth:
                 ok = bcrypt.checkpw(password, self._bcrypt) & ok
             except ValueError:
                 ok = False
-            if len(self._verdicts) >= AUTH_KEPT:
-                self._verdicts.clear()
-            self._verdicts[header] = ok
-            return ok
-        return hmac.compare_digest(hashlib.sha256(password).hexdigest().encode(), self._sha256) & ok
+        else:
+            ok = hmac.compare_digest(hashlib.sha256(password).hexdigest().encode(), self._sha256) & ok
+        kept = self._good if ok else self._bad
+        kept[header] = None
+        if len(kept) > (AUTH_KEPT if ok else AUTH_BAD_KEPT):
+            kept.popitem(last=False)
+        return ok
+
+
+class AuthGate:
+    """Where the credentials no verdict is kept for wait to be checked, on the serving loop's
+    thread: one check at a time (bcrypt in a worker thread), and an address that sent a wrong
+    password lately waits its turn behind every other, at most one guess a second
+    (AUTH_FAILURE_DELAY) for that address and AUTH_GUESSES_PER_SECOND for all such addresses
+    together. A header verified before never comes here (``BasicAuth.cached``); an address with no
+    recent wrong guess is checked first, so a flood of guesses delays no right password."""
+
+    def __init__(self, server: MetricsServer):
+        self.server = server
+        self.loop = server._loop
+        self._failed: OrderedDict[str, float] = OrderedDict()  # address -> when it last guessed wrong
+        self._pending: dict[str, int] = {}  # address -> its checks waiting or under way
+        self._clean: deque = deque()  # (header, address, done) from addresses with no recent wrong guess
+        self._suspect: deque = deque()
+        self._busy = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._next_guess = 0.0  # the loop's time before which no suspect's check starts
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self.guesses = 0  # wrong passwords checked since start
+
+    def suspect(self, address: str) -> bool:
+        """It guessed wrong lately, or has a check under way already (many connections at once
+        are no scraper's)."""
+        if address in self._pending:
+            return True
+        when = self._failed.get(address)
+        return when is not None and self.loop.time() - when < AUTH_SUSPECT_SECONDS
+
+    def check(self, header: str, connection: _Connection, done) -> None:
+        """``done(verdict)`` on the loop once ``header`` has been checked (not at all where the
+        connection has closed by its turn)."""
+        address = connection.address
+        (self._suspect if self.suspect(address) else self._clean).append((header, connection, done))
+        self._pending[address] = self._pending.get(address, 0) + 1
+        self._next()
+
+    def _next(self) -> None:
+        if self._busy:
+            return
+        for queue in (self._clean, self._suspect):
+            while queue and queue[0][1].closing:
+                self._done_with(queue.popleft()[1].address)
+        if self._timer is not None:
+            if not self._clean:
+                return  # a suspect's turn is timed already
+            self._timer.cancel()
+            self._timer = None
+        if self._clean:
+            item = self._clean.popleft()
+        elif self._suspect:
+            now = self.loop.time()
+            address = self._suspect[0][1].address
+            start = max(self._next_guess, self._failed.get(address, -AUTH_FAILURE_DELAY) + AUTH_FAILURE_DELAY)
+            if start > now:  # its turn comes then (a clean one goes first meanwhile)
+                self._timer = self.loop.call_at(start, self._wake)
+                return
+            item = self._suspect.popleft()
+            self._next_guess = now + 1.0 / AUTH_GUESSES_PER_SECOND
+        else:
+            return
+        self._busy = True
+        header = item[0]
+        auth = self.server.app.auth
+        if not auth.slow:
+            self._checked(item, auth.verify(header))
+            return
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rigmon-auth")
+        future = self.loop.run_in_executor(self._pool, auth.verify, header)
+        future.add_done_callback(lambda f: self._checked(
+            item, not f.cancelled() and f.exception() is None and f.result()))
+
+    def _wake(self) -> None:
+        self._timer = None
+        self._next()
+
+    def _done_with(self, address: str) -> None:
+        left = self._pending.pop(address, 1) - 1
+        if left > 0:
+            self._pending[address] = left
+
+    def _checked(self, item, ok: bool) -> None:
+        header, connection, done = item
+        address = connection.address
+        self._done_with(address)
+        if not ok:
+            self.guesses += 1
+            self._failed[address] = self.loop.time()
+            self._failed.move_to_end(address)
+            if len(self._failed) > AUTH_ADDRESSES_KEPT:
+                self._failed.popitem(last=False)
+        self._busy = False
+        try:
+            done(ok)
+        finally:
+            self.loop.call_soon(self._next)
+
+    def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class Deferred(NamedTuple):
@@ -349,9 +462,9 @@ class MetricsServer:
         # scrape (a third of a lone scraper's throughput)
         self.reading = memoryview(bytearray(READ_BYTES))
         self._heads: dict[bytes, _Request] = {}  # used on the loop's thread only
-        self._auth_pool: concurrent.futures.ThreadPoolExecutor | None = None  # bcrypt checks, one at a time
         self._page_pool: concurrent.futures.ThreadPoolExecutor | None = None  # Deferred answers, one at a time
         self._loop = asyncio.new_event_loop()
+        self.gate = AuthGate(self)  # credentials checked one at a time, wrong guessers last
         ready: concurrent.futures.Future = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._run, args=(listen, port, ready), name="rigmon-http",
                                         daemon=True)
@@ -383,9 +496,9 @@ class MetricsServer:
                 connection.abort()
             self._loop.run_until_complete(asyncio.sleep(0))
             self._loop.close()
-            for pool in (self._auth_pool, self._page_pool):
-                if pool is not None:
-                    pool.shutdown(wait=False, cancel_futures=True)
+            self.gate.shutdown()
+            if self._page_pool is not None:
+                self._page_pool.shutdown(wait=False, cancel_futures=True)
 
     def _sweep(self) -> None:
         """Close what is past its deadline: no request (or no whole one) in time, or a client
@@ -404,13 +517,6 @@ class MetricsServer:
             min(waiting, key=lambda c: c.waiting_since).abort()
         self.connections.add(connection)
         return True
-
-    def check(self, header: str, done) -> None:
-        """A bcrypt check off the loop; ``done(verdict)`` on the loop afterwards."""
-        if self._auth_pool is None:
-            self._auth_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rigmon-auth")
-        future = self._loop.run_in_executor(self._auth_pool, self.app.auth.verify, header)
-        future.add_done_callback(lambda f: done(not f.cancelled() and f.exception() is None and f.result()))
 
     def defer(self, deferred: Deferred, done) -> None:
         """``deferred.make()`` off the loop; ``done(answer)`` on the loop afterwards."""
@@ -451,7 +557,7 @@ _HEAD_TOO_LARGE = response(431, "text/plain", b"request headers too large\n")
 
 class _Connection(asyncio.BufferedProtocol):
     __slots__ = ("server", "loop", "transport", "raw", "buffer", "deadline", "closing", "paused", "checking",
-                 "waiting_since", "handshaking")
+                 "waiting_since", "handshaking", "address")
 
     def __init__(self, server: MetricsServer):
         self.server, self.loop = server, server._loop
@@ -464,11 +570,14 @@ class _Connection(asyncio.BufferedProtocol):
         self.checking = False  # its credentials are being checked: its next answer waits for the verdict
         self.waiting_since: float | None = self.loop.time()  # waiting on its client since then (None: on us)
         self.handshaking = False
+        self.address = ""
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         if self.raw is not None:
             return  # TLS's own call, once the handshake is done: handled where it was started
         self.raw = transport
+        peer = transport.get_extra_info("peername")
+        self.address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         if not self.server.admit(self):
             transport.abort()
             return
@@ -574,11 +683,14 @@ class _Connection(asyncio.BufferedProtocol):
         auth = self.server.app.auth
         if auth is not None:
             verdict = auth.cached(request.authorization)
-            if verdict is None:  # the slow check, off the loop: this connection waits for it
+            if verdict is None:  # checked in its turn (AuthGate): this connection waits for it
                 self.checking = True
-                self.waiting_since = None
+                gate = self.server.gate
+                # one that guessed wrong lately waits on its own guesses: at the bound of
+                # connections, a newcomer may close it as one waiting on its client
+                self.waiting_since = self.loop.time() if gate.suspect(self.address) else None
                 self.transport.pause_reading()
-                self.server.check(request.authorization, lambda ok: self._checked(request, ok))
+                gate.check(request.authorization, self, lambda ok: self._checked(request, ok))
                 return
             if not verdict:
                 self._refuse(request)
