@@ -2,7 +2,8 @@
 
 A job is what a GPU process belongs to (``ProcessInfo.job``): its container, systemd
 service or Slurm job, else the launcher above it (``torchrun:<pid>``…), else its process
-group (a training script and the workers it started). The ledger follows every job that
+group (a training script and the workers it started), keyed with its owner
+(``alice/pgid:4242``: see ``rigmon.readers.procs``). The ledger follows every job that
 holds a GPU, poll by poll. Each interval between two polls of a GPU belongs to the jobs on
 it at the interval's start, split by their SM share then where NVML gives it, else evenly:
 
@@ -397,8 +398,13 @@ class JobLedger:
             job = self.running.get(key)
             # when what the job is keyed by started: the launcher, else the process that names it
             start = (info.job_start if info.job_start is not None else info.start_time) if info is not None else None
-            if job is not None and start is not None and job.process_start is not None and job.last_seen < start <= now:
-                self._end(job)  # the same PGID again, but a new process group since: a new job
+            # the same key, but a new process group (or launcher) since: a new job. Told by its
+            # start after the job was last seen, or by a leader (launcher) that started at
+            # another time than the one the job began with (a PID reused while the job lingered)
+            if job is not None and start is not None and job.process_start is not None and (
+                    job.last_seen < start <= now
+                    or (info.job_start is not None and abs(info.job_start - job.process_start) > 1.0)):
+                self._end(job)
                 ended.append(job)
                 job = None
             if job is None:

@@ -59,6 +59,16 @@ def http_get(url: str, headers: dict | None = None, timeout: float = 10.0, conte
         return e.code, e.read()
 
 
+def replay_state(state_dir: Path, recording: Path | None = None) -> Path:
+    """Where ``rigmon run --replay recording`` (``--demo`` with None) with this state_dir keeps
+    its own state: never the box's."""
+    from types import SimpleNamespace
+
+    from rigmon.commands.run import replay_state_dir
+
+    return replay_state_dir(state_dir, SimpleNamespace(demo=recording is None, replay=recording))
+
+
 def _with_state_dir(config: str, state: Path) -> str:
     """The config, with its state (spool, jobs ledger) in the test's own folder unless it says where."""
     if re.search(r"^\s*state_dir\s*=", config, re.M):

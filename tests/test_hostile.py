@@ -91,7 +91,7 @@ def test_a_real_cgroup_with_escape_sequences_names_the_job_as_text(hostile_proce
     group.mkdir()
     (group / "cgroup.procs").write_text(str(hostile))
     info = procs.parse(procs.raw([hostile, *plain]))
-    assert info[hostile].unit == info[hostile].job and info[hostile].job.startswith("systemd:evil\\x1b]0;owned")
+    assert info[hostile].job == "root/" + info[hostile].unit and info[hostile].unit.startswith("systemd:evil\\x1b]0;owned")
     assert not CONTROL.search(info[hostile].job) and all(info[p].user == "root" for p in (hostile, *plain))
     path = _recording_with([hostile, *plain], 1, tmp_path)
     status = rigmon_cli("status", "--replay", str(path), "--at", "10")
@@ -100,13 +100,17 @@ def test_a_real_cgroup_with_escape_sequences_names_the_job_as_text(hostile_proce
 
 
 def test_a_hostile_cgroup_name_is_shown_as_text():
-    """A unit name is the user's to choose (systemd-run --user --unit=…): it names the job as text."""
+    """A unit name in a user's own subtree is the user's to choose (systemd-run --user --unit=…):
+    it names no job there (the user's process group does); outside it, as text."""
+    cgroup = "\x1b]0;owned\x07\x1b[2Jtrain \x9b31m forged.service\n"
     answer = {"7": {"user": "eve", "cmdline": "python x.py", "pgid": 7, "start": 1.0,
-                    "cgroup": "0::/user.slice/user-1000.slice/user@1000.service/app.slice/"
-                              "\x1b]0;owned\x07\x1b[2Jtrain \x9b31m forged.service\n"}}
-    info = procs.parse(answer)[7]
-    assert info.unit == info.job and info.job.startswith("systemd:\\x1b]0;owned\\x07")
-    assert not CONTROL.search(info.job) and "\n" not in info.job
+                    "cgroup": "0::/user.slice/user-1000.slice/user@1000.service/app.slice/" + cgroup},
+              "8": {"user": "root", "cmdline": "python x.py", "pgid": 8, "start": 1.0,
+                    "cgroup": "0::/system.slice/" + cgroup}}
+    info = procs.parse(answer)
+    assert info[7].unit is None and info[7].job == "eve/pgid:7"
+    assert info[8].job == "root/" + info[8].unit and info[8].unit.startswith("systemd:\\x1b]0;owned\\x07")
+    assert not CONTROL.search(info[8].job) and "\n" not in info[8].job
 
 
 def _recording_with(pids: list[int], gpus: int, tmp_path: Path) -> Path:
@@ -128,12 +132,17 @@ def test_status_jobs_and_logs_show_no_escape_sequence(hostile_processes, tmp_pat
     assert len(rows) == 6 and all("root" in r for r in rows)  # three processes on two GPUs, each with its user
 
     # the daemon books their jobs (and logs them) from the same replay
+    from servers import replay_state
+
     config = tmp_path / "rigmon.toml"
     config.write_text(f'[daemon]\ninterval = 0.2\nstate_dir = "{tmp_path / "state"}"\n')
     daemon = Rigmon(tmp_path, path, config.read_text())
+    state = replay_state(tmp_path / "state", path)  # the replay's own
+    config = tmp_path / "read.toml"  # for rigmon jobs below
+    config.write_text(f'[daemon]\ninterval = 0.2\nstate_dir = "{state}"\n')
     try:
         daemon.wait_ready()
-        wait_for(lambda: (tmp_path / "state" / "jobs.sqlite").exists(), 20, what="the ledger")
+        wait_for(lambda: (state / "jobs.sqlite").exists(), 20, what="the ledger")
         wait_for(lambda: daemon.output().count("job #") >= 3, 20, what="the three jobs logged")
     finally:
         assert daemon.stop() == 0
@@ -141,7 +150,7 @@ def test_status_jobs_and_logs_show_no_escape_sequence(hostile_processes, tmp_pat
     assert "job #" in log and not CONTROL.search(log)
     assert not any(line.startswith("2026-12-03 INFO rigmon: forged") for line in log.splitlines())
     assert "hf_SECRET" not in log  # the ledger keeps the program, not its arguments
-    assert oct((tmp_path / "state" / "jobs.sqlite").stat().st_mode & 0o777) == "0o600"
+    assert oct((state / "jobs.sqlite").stat().st_mode & 0o777) == "0o600"
     listing = rigmon_cli("jobs", "--config", str(config))
     assert listing.returncode == 0, listing.stderr
     text = listing.stdout.decode()
@@ -283,7 +292,9 @@ def test_a_vanished_spool_segment_and_a_second_daemon(tmp_path, influx, eight_gp
         err = second.output().strip().splitlines()
         assert len(err) == 1 and "another rigmon daemon uses the state directory" in err[0], err
         influx.stop()  # an outage: segments pile up, and one is deleted by hand
-        spool = state / "influxdb-spool"
+        from servers import replay_state
+
+        spool = replay_state(state, eight_gpus) / "influxdb-spool"  # the replay's own
         wait_for(lambda: len(list(spool.glob("*.lp"))) >= 3, 60, what="spooled segments")
         victim = sorted(spool.glob("*.lp"))[0]
         lost = victim.read_bytes().count(b"\n")

@@ -106,8 +106,8 @@ def test_two_jobs_energy_within_one_percent_of_the_recorded_power(day):
     jobs = {j["user"]: j for j in json.loads(done.stdout)["jobs"]}
     assert set(jobs) == {"alice", "bob"}
     a, b = jobs["alice"], jobs["bob"]
-    assert a["job"] == "pgid:1111" and a["gpus"] == [0] and not a["running"]
-    assert b["job"] == "docker:4f3c2a1b0e9d" and b["unit"] == "docker:4f3c2a1b0e9d" and b["gpus"] == [1]
+    assert a["job"] == "alice/pgid:1111" and a["gpus"] == [0] and not a["running"]
+    assert b["job"] == "bob/docker:4f3c2a1b0e9d" and b["unit"] == "docker:4f3c2a1b0e9d" and b["gpus"] == [1]
     for job, spec in ((a, A), (b, B)):
         expected = recorded_joules(rec, spec)
         assert job["energy_joules"] == pytest.approx(expected, rel=0.01), (job, expected)
@@ -123,11 +123,11 @@ def test_two_jobs_energy_within_one_percent_of_the_recorded_power(day):
 def test_the_ledger_survives_a_restart_mid_job(day):
     tmp, rec, before, after = day
     # B ran across the restart: the same job, not a second one, its downtime booked
-    assert "docker:4f3c2a1b0e9d" in before
+    assert "bob/docker:4f3c2a1b0e9d" in before
     jobs = json.loads(jobs_cli(tmp, "--json").stdout)["jobs"]
     assert len(jobs) == 2
     b = next(j for j in jobs if j["user"] == "bob")
-    assert b["id"] == before["docker:4f3c2a1b0e9d"]
+    assert b["id"] == before["bob/docker:4f3c2a1b0e9d"]
     assert b["gpu_hours"] == pytest.approx(6.0, rel=0.01)  # the 10 minutes rigmon was down included
 
 
@@ -180,14 +180,11 @@ def test_a_real_daemon_restarted_mid_job_keeps_the_job(tmp_path):
     config = "[daemon]\ninterval = 0.25\n"
 
     def ledger():  # the replay's own, never the box's
-        from rigmon.commands.run import replay_state_dir
-
-        class Replay:
-            demo, replay = False, path
+        from servers import replay_state
 
         (tmp_path / "read").mkdir(exist_ok=True)
         (tmp_path / "read" / "rigmon.toml").write_text(
-            f'[daemon]\nstate_dir = "{replay_state_dir(tmp_path / "state", Replay)}"\n')
+            f'[daemon]\nstate_dir = "{replay_state(tmp_path / "state", path)}"\n')
         done = jobs_cli(tmp_path / "read", "--json")
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)["jobs"]
@@ -308,7 +305,7 @@ def test_every_job_energy_within_one_percent_on_a_day_with_the_default_config(tm
     config = configmod.parse({"daemon": {"state_dir": str(tmp_path / "state")}, "prometheus": {"enabled": False}})
     assert config.gpu.slow_interval == 5.0
     replay(rec, config, range(len(rec.ticks)))
-    jobs = {j["job"]: j for j in json.loads(subprocess.run(
+    jobs = {j["job"].split("/", 1)[-1]: j for j in json.loads(subprocess.run(  # without the owner
         [sys.executable, "-m", "rigmon", "jobs", "--json", "--config", str(_toml(tmp_path, config))],
         capture_output=True, text=True, timeout=60).stdout)["jobs"]}
     want = expected_joules(rec)
@@ -356,7 +353,7 @@ def test_a_gpu_without_an_energy_counter_integrates_power_and_says_so(tmp_path):
     replay(rec, config, range(len(rec.ticks)))
     (job,) = [j for j in json.loads(subprocess.run(
         [sys.executable, "-m", "rigmon", "jobs", "--json", "--config", str(_toml(tmp_path, config))],
-        capture_output=True, text=True, timeout=60).stdout)["jobs"] if j["job"] == "pgid:104"]
+        capture_output=True, text=True, timeout=60).stdout)["jobs"] if j["job"].endswith("/pgid:104")]
     assert job["energy_estimated"] and job["energy_joules"] > 0
     shown = subprocess.run([sys.executable, "-m", "rigmon", "jobs", "show", str(job["id"]), "--config",
                             str(_toml(tmp_path, config))], capture_output=True, text=True, timeout=60).stdout
@@ -398,3 +395,76 @@ def test_jobs_reads_any_number_of_rows_in_flat_memory_and_refuses_a_limit_below_
     for bad in ("0", "-1", "x"):
         done = jobs_cli(tmp_path, "--limit", bad)
         assert done.returncode == 2 and "--limit" in done.stderr.splitlines()[-1] and "Traceback" not in done.stderr
+
+
+def _spoofing_day():
+    """Four GPUs for 10 minutes, a tick every 10 s, each at 300 W while busy. Alice (uid 1000)
+    runs a systemd service, a container and a Slurm job on GPUs 0-2; bob (uid 1002) names his
+    own delegated cgroups after each of them on GPU 3, one after the other. On GPU 0, alice's
+    process group 4100 ends at 5 min and bob's new group leader reuses PID 4100 at once."""
+    alice_hex = "4f3c2a1b0e9d" + "8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b"
+    delegated = "0::/user.slice/user-1002.slice/user@1002.service/app.slice/"
+    alice = {
+        4100: ("0::/user.slice/user-1000.slice/session-3.scope\n", 0),
+        4200: ("0::/system.slice/train-alice.service\n", 1),
+        4300: (f"0::/system.slice/docker-{alice_hex}.scope\n", 2),
+        4400: ("0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n", 3),
+    }
+    bob = [(f"{delegated}train-alice.service\n", 5100), (f"{delegated}docker-{alice_hex}.scope\n", 5200),
+           (f"{delegated}job_77.scope\n", 5300)]
+    energy = [0.0] * 4
+
+    def entry(user, uid, pid, cgroup, start):
+        return {"user": user, "uid": uid, "cmdline": f"python {user}.py", "cgroup": cgroup, "ppid": 1, "pgid": pid,
+                "sid": pid, "start": start}
+
+    def modify(t, tick):
+        t0 = tick["t"] - t
+        on: dict[int, list] = {n: [] for n in range(4)}
+        processes = {}
+        for pid, (cgroup, gpu) in alice.items():
+            if gpu == 0 and t >= 300:
+                continue  # alice's group on GPU 0 is over
+            if gpu == 3:
+                continue  # her Slurm job's name is only borrowed here
+            on[gpu].append(pid)
+            processes[str(pid)] = entry("alice", 1000, pid, cgroup, t0 - 5)
+        if t >= 300:  # bob's new group leader, PID 4100 reused
+            on[0].append(4100)
+            processes["4100"] = entry("bob", 1002, 4100, "0::/user.slice/user-1002.slice/session-9.scope\n", t0 + 295)
+        cgroup, pid = bob[min(int(t // 200), 2)]
+        on[3].append(pid)
+        processes[str(pid)] = entry("bob", 1002, pid, cgroup, t0 - 5)
+        for n, g in enumerate(tick["gpus"]):
+            g["nvmlDeviceGetPowerUsage"] = 300_000
+            g["nvmlDeviceGetTotalEnergyConsumption"] = int(energy[n] * 1000)
+            g["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": p, "usedGpuMemory": 1 << 30} for p in on[n]]
+            g["nvmlDeviceGetProcessUtilization:0"] = {"nvml_error": "NotSupported"}
+            energy[n] += 300 * 10
+        tick["host"] = {"processes": processes}
+
+    return sc.timeline(600, step=10, gpus=4, modify=modify)
+
+
+def test_a_user_cannot_book_her_gpu_time_to_anothers_job_by_naming_her_cgroups_after_it(tmp_path):
+    """Bob's delegated train-alice.service, docker-<alice's id>.scope and job_77.scope are his
+    own process groups, never alice's service, container or Slurm job; bob's new group leader on
+    a PID alice's group had is a new job, his. Each job has its own user, GPUs and energy."""
+    rec = _spoofing_day()
+    config = configmod.parse({"daemon": {"state_dir": str(tmp_path / "state")}, "prometheus": {"enabled": False},
+                              "jobs": {"end_after": 30}})
+    replay(rec, config, range(len(rec.ticks)))
+    from rigmon.jobs import ledger_path, load
+
+    jobs = {j.key: j for j in load(ledger_path(config))}
+    assert {k: (j.user, sorted(j.gpus)) for k, j in jobs.items()} == {
+        "alice/pgid:4100": ("alice", [0]), "bob/pgid:4100": ("bob", [0]),
+        "alice/systemd:train-alice.service": ("alice", [1]), "alice/docker:4f3c2a1b0e9d": ("alice", [2]),
+        "bob/pgid:5100": ("bob", [3]), "bob/pgid:5200": ("bob", [3]), "bob/pgid:5300": ("bob", [3])}, jobs
+    # 300 W: each job's energy is its own GPU's for the time it ran, none of it booked to another
+    assert jobs["alice/systemd:train-alice.service"].energy_joules == pytest.approx(300 * 590, rel=0.03)
+    assert jobs["alice/pgid:4100"].energy_joules == pytest.approx(300 * 300, rel=0.05)
+    assert jobs["bob/pgid:4100"].energy_joules == pytest.approx(300 * 290, rel=0.05)
+    bob_on_3 = sum(jobs[f"bob/pgid:{p}"].energy_joules for p in (5100, 5200, 5300))
+    assert bob_on_3 == pytest.approx(300 * 590, rel=0.03)
+    assert all(j.unit is None for k, j in jobs.items() if k.startswith("bob/"))

@@ -96,14 +96,14 @@ def test_a_torchrun_ddp_run_is_one_job_on_both_gpus(torchrun, tmp_path):
     # torch's elastic agent gives each worker a session of its own: no shared process group
     assert len({os.getpgid(w) for w in workers}) == 2
     jobs = live_jobs(tmp_path, on_gpus(workers))
-    assert jobs == {f"torchrun:{agent}": {0, 1}}, jobs
+    assert jobs == {f"root/torchrun:{agent}": {0, 1}}, jobs
 
 
 def test_an_mp_spawn_run_is_one_job_and_two_unrelated_processes_are_two(tmp_path):
     (tmp_path / "spawn.py").write_text(SPAWN)
     main, workers, stop = _launch(tmp_path, [sys.executable, "spawn.py"], 2)
     try:
-        assert live_jobs(tmp_path, on_gpus(workers)) == {f"pgid:{main.pid}": {0, 1}}
+        assert live_jobs(tmp_path, on_gpus(workers)) == {f"root/pgid:{main.pid}": {0, 1}}
     finally:
         stop.touch()
         main.wait(30)
@@ -111,7 +111,7 @@ def test_an_mp_spawn_run_is_one_job_and_two_unrelated_processes_are_two(tmp_path
              for _ in range(2)]
     try:
         jobs = live_jobs(tmp_path / "two", on_gpus([p.pid for p in alone]))
-        assert jobs == {f"pgid:{alone[0].pid}": {0}, f"pgid:{alone[1].pid}": {1}}, jobs
+        assert jobs == {f"root/pgid:{alone[0].pid}": {0}, f"root/pgid:{alone[1].pid}": {1}}, jobs
     finally:
         for p in alone:
             p.kill()
@@ -129,9 +129,14 @@ def _daemon_jobs(tmp_path, recording_path, speed, until, timeout):
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     jobs = []
 
+    from servers import replay_state
+
+    reading = tmp_path / "replayed-read.toml"  # the replay's own ledger
+    reading.write_text(f'[daemon]\nstate_dir = "{replay_state(state, recording_path)}"\n')
+
     def done():
         nonlocal jobs
-        listed = subprocess.run([sys.executable, "-m", "rigmon", "jobs", "--json", "--config", str(config)],
+        listed = subprocess.run([sys.executable, "-m", "rigmon", "jobs", "--json", "--config", str(reading)],
                                 capture_output=True, text=True, timeout=60)
         jobs = json.loads(listed.stdout)["jobs"] if listed.returncode == 0 and listed.stdout else []
         return until(jobs)
@@ -159,7 +164,7 @@ def test_record_keeps_the_launcher_and_a_fast_replay_books_the_same_job(torchrun
     assert launcher_of(processes[str(agent)]["cmdline"]) == "torchrun"  # the launcher, recorded
     live = live_jobs(tmp_path, on_gpus(workers))
     jobs, _ = _daemon_jobs(tmp_path, recorded, 20, lambda jobs: jobs and set(jobs[0]["gpus"]) == {0, 1}, 120)
-    assert {j["job"]: set(j["gpus"]) for j in jobs} == live == {f"torchrun:{agent}": {0, 1}}
+    assert {j["job"]: set(j["gpus"]) for j in jobs} == live == {f"root/torchrun:{agent}": {0, 1}}
     assert "torch" in jobs[0]["command"]  # torchrun's, or python -m torch.distributed.run's
 
 
@@ -178,7 +183,7 @@ def test_speed_60_replays_an_hour_in_about_a_minute(tmp_path):
     (job,) = jobs
     ratio = (3300 + 30) / took  # recording seconds to the job's end (and jobs.end_after) per real second
     print(f"--speed 60: {3300 + 30} s of recording in {took:.1f} s, {ratio:.1f}x")
-    assert job["job"] == "pgid:4242" and job["seconds"] == pytest.approx(3000, abs=20)
+    assert job["job"] == "alice/pgid:4242" and job["seconds"] == pytest.approx(3000, abs=20)
     assert 40 <= ratio <= 66, (took, ratio)
 
 

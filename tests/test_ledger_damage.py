@@ -89,7 +89,7 @@ def test_a_damaged_ledger_never_stops_the_daemon_or_the_cli(kind, tmp_path, capl
     after = rigmon_cli("jobs", "--json", "--config", str(config_file))
     assert after.returncode == 0 and "Traceback" not in after.stderr, after.stderr
     keys = [j["job"] for j in json.loads(after.stdout)["jobs"]]
-    assert "pgid:4242" in keys
+    assert "bob/pgid:4242" in keys
     aside = [p for p in state.glob("jobs.sqlite.damaged-*") if not p.name.endswith(("-wal", "-shm"))]
     said = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
     if kind in ("zeroed page", "truncated", "not a database", "columns missing"):

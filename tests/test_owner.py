@@ -164,14 +164,11 @@ def test_hostile_recordings_and_history_answer_within_a_second_in_bounded_memory
         assert "Traceback" not in rigmon.output()
 
     # the history file holding them, as the replay's own state directory keeps it
-    from rigmon.commands.run import replay_state_dir
-
-    class Args:
-        demo, replay = False, clean_rec
+    from servers import replay_state
 
     tmp = tmp_path / "from-history"
     tmp.mkdir()
-    where = replay_state_dir(tmp / "state", Args) / "history.bin"
+    where = replay_state(tmp / "state", clean_rec) / "history.bin"
     where.parent.mkdir(parents=True)
     _hostile_history(where, 1.0, replay=True)
     rigmon = Rigmon(tmp, clean_rec, "[daemon]\ninterval = 1\n")

@@ -82,7 +82,7 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
     # the jobs table: the training job on all eight GPUs, its energy and cost
     jobs = wait_for(lambda: chromium.js("[...document.querySelectorAll('#jobs tr.job')].map(r => [...r.cells].map("
                                         "c => c.textContent))"), 30, what="the jobs table")
-    assert jobs[0][1] == "pgid:4242" and jobs[0][3] == "0,1,2,3,4,5,6,7" and jobs[0][4] == "running"
+    assert jobs[0][1] == "alice/pgid:4242" and jobs[0][3] == "0,1,2,3,4,5,6,7" and jobs[0][4] == "running"
     assert jobs[0][6].endswith(" kWh") and jobs[0][7].endswith(" EUR")
 
     # a chart's last point moves with the polls, without a reload
@@ -153,7 +153,7 @@ def test_the_api_answers_scripts(daemon):
     state = json.loads(http_get(base + "/api/state")[1])
     assert len(state["gpus"]) == 8 and state["driver"] and state["interval"] == 1
     jobs = json.loads(http_get(base + "/api/jobs")[1])
-    assert jobs["running"][0]["job"] == "pgid:4242"
+    assert jobs["running"][0]["job"] == "alice/pgid:4242"
     assert http_get(base + "/api/history?since=nan")[0] == 400
     assert http_get(base + "/api/charts?range=2y")[0] == 400
     # the charts: every card, or those asked for (as the page asks for the ones on its screen)

@@ -41,13 +41,14 @@ def test_real_processes_have_user_command_and_one_job(training_run):
     info = procs.parse(procs.raw([parent, child, 999999999]))
     assert {parent, child} <= set(info) and 999999999 not in info  # a PID that is gone is left out
     # beside them, the ancestors that tell their job (up to this session's leader): none is a launcher
-    assert all(i.job.startswith(("pgid:", "docker:", "systemd:", "k8s:", "podman:", "slurm:")) for i in info.values())
+    assert all(i.job.split("/", 1)[1].startswith(("pgid:", "docker:", "systemd:", "k8s:", "podman:", "slurm:"))
+               and i.job.startswith(f"{i.user}/") for i in info.values())
     p, c = info[parent], info[child]
     assert p.user == "root" and c.user == "root"
     assert p.command.endswith("train.py --epochs 3") and c.command.endswith("worker.py --rank 0")
     assert p.pgid == parent and c.pgid == parent and c.ppid == parent
     assert p.job == c.job  # the worker's GPU time goes to the run it belongs to
-    assert p.job == (p.unit or f"pgid:{parent}")
+    assert p.job == f"root/{p.unit or f'pgid:{parent}'}"
     assert abs(p.start_time - time.time()) < 60 and c.start_time >= p.start_time
 
 
@@ -60,7 +61,8 @@ def test_a_real_cgroup_names_the_job(training_run):
         for pid in (parent, child):
             (group / "cgroup.procs").write_text(str(pid))
         info = procs.parse(procs.raw([parent, child]))
-        assert info[parent].unit == "systemd:rigmon-test-train.service" and info[child].job == info[parent].unit
+        assert info[parent].unit == "systemd:rigmon-test-train.service"
+        assert info[child].job == "root/" + info[parent].unit
     finally:
         for pid in (group / "cgroup.procs").read_text().split():
             Path("/sys/fs/cgroup/pids/cgroup.procs").write_text(pid)
@@ -77,7 +79,10 @@ def test_a_real_cgroup_names_the_job(training_run):
      "cri-containerd-aabbccddeeff00112233445566778899aabbccddeeff00112233445566778899.scope\n", "k8s:aabbccddeeff"),
     ("0::/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0\n", "slurm:4711"),
     ("0::/system.slice/ollama.service\n", "systemd:ollama.service"),
-    ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/train.service\n", "systemd:train.service"),
+    # in a user's delegated subtree the names are the user's own: no unit
+    ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/train.service\n", None),
+    ("0::/user.slice/user-1002.slice/user@1002.service/app.slice/docker-" + "ab" * 32 + ".scope\n", None),
+    ("0::/user.slice/user-1002.slice/user@1002.service/job_4711/step_0\n", None),
     ("0::/user.slice/user-1000.slice/session-3.scope\n", None),
     ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/app-tmux.scope\n", None),
     ("0::/\n", None),
@@ -124,7 +129,7 @@ def test_status_shows_who_holds_the_gpus(training_run, tmp_path):
     head = lines.index("PROCESSES")
     assert lines[head + 1].split() == ["GPU", "PID", "USER", "MEM", "GiB", "SM", "JOB", "COMMAND"]
     rows = lines[head + 2:head + 4]
-    assert all(f"{parent}  root" in r and f"pgid:{parent}" in r and r.endswith("train.py --epochs 3") for r in rows)
+    assert all(f"{parent}  root" in r and f"root/pgid:{parent}" in r and r.endswith("train.py --epochs 3") for r in rows)
     assert max(len(line) for line in lines) <= 120
     as_json = json.loads(subprocess.run([sys.executable, "-m", "rigmon", "status", "--replay", str(path), "--at",
                                          "10", "--json"], capture_output=True, text=True, timeout=60).stdout)
@@ -184,8 +189,8 @@ def test_the_nearest_launcher_names_the_job_and_a_unit_comes_first():
               "33": entry(33, 20, "python x.py", "0::/system.slice/docker-" + "ab" * 32 + ".scope\n"),
               "40": entry(40, 39, "python y.py")}
     info = procs.parse(answer)
-    assert info[31].job == info[32].job == "torchrun:20"
+    assert info[31].job == info[32].job == "ada/torchrun:20"
     assert info[31].job_start == 120.0 and "torchrun" in info[31].job_command
-    assert info[33].job == "docker:" + "ab" * 6  # the container, whatever launched it
-    assert info[40].job == "pgid:40"  # no launcher known above: its process group
-    assert info[10].job == "pgid:10"
+    assert info[33].job == "ada/docker:" + "ab" * 6  # the container, whatever launched it
+    assert info[40].job == "ada/pgid:40"  # no launcher known above: its process group
+    assert info[10].job == "ada/pgid:10"

@@ -14,6 +14,11 @@ a systemd service or a Slurm job. A job is what its owner launched, found in thi
 3. else its process group (a training script and the workers it started, ``mp.spawn``, a
    shell's ``a & b`` pair), ``pgid:<pgid>``.
 
+A job's key begins with its owner (``alice/pgid:4242``, ``root/docker:4f3c2a1b0e9d``): two
+users never share one. A unit counts only outside a user's delegated cgroup subtree
+(``user@UID.service/…``), where the names are the user's own. A process group is told apart
+from an earlier one with the same PGID by its leader's start time.
+
 The ancestors are read with the process, at most ``MAX_ANCESTORS`` up, stopping at a launcher
 or at the session's leader (the login shell); they are kept in the same answer, so a
 recording groups on replay as the live box did.
@@ -155,10 +160,18 @@ def parse(answer: dict[str, dict[str, Any]], launchers: tuple[str, ...] = (),
                 job, job_start = f"{name}:{above}", _float(answer[str(above)].get("start"))
                 job_command = _shown(answer[str(above)].get("cmdline"))
             else:
-                job = f"pgid:{pgid if pgid is not None else pid}"
+                group = pgid if pgid is not None else pid
+                job = f"pgid:{group}"
+                leader = answer.get(str(group))
+                if isinstance(leader, dict):  # the group's leader: who it is tells a reused PGID apart
+                    job_start = _float(leader.get("start"))
+                    job_command = _shown(leader.get("cmdline")) if group != pid else None
         user = p.get("user")
-        out[pid] = ProcessInfo(pid, printable(user) if user is not None else None, command, unit, job, start,
-                               _int(p.get("ppid")), pgid, job_start, job_command)
+        user = printable(user) if user is not None else None
+        # whose it is, in its key: two users never share a job, whatever they name their units
+        owner = (user or printable(str(p.get("uid", "?")))).replace("/", "_")
+        out[pid] = ProcessInfo(pid, user, command, unit, f"{owner}/{job}", start, _int(p.get("ppid")), pgid,
+                               job_start, job_command)
     return out
 
 
@@ -263,14 +276,20 @@ _UNITS = (
 )
 
 
+_DELEGATED = re.compile(r"/user@\d+\.service(?:/|$)")
+
+
 def unit_of(cgroup: str) -> str | None:
     """The container, Slurm job or systemd service a process runs in, from /proc/PID/cgroup
-    (v2's single line or v1's controllers); None for a login session's scope."""
+    (v2's single line or v1's controllers); None for a login session's scope, and for anything
+    in a user's own delegated subtree (``user@UID.service/…``): its names are the user's to
+    choose (a ``train-alice.service``, a ``docker-<alice's id>.scope``, a ``job_<n>`` of her own
+    making), so there it is the user's process group or launcher, never a unit."""
     paths = [line.split(":", 2)[2] for line in cgroup.splitlines() if line.count(":") >= 2]
+    paths = [path for path in paths if not _DELEGATED.search(path)]
     for pattern, kind in _UNITS:
         for path in paths:
-            # a user's own manager (user@1000.service) is no job; the service under it is
-            candidates = [m.group(1) for m in pattern.finditer(path) if not m.group(1).startswith("user@")]
+            candidates = [m.group(1) for m in pattern.finditer(path)]
             if candidates:
                 return f"{kind}:{candidates[-1]}"
     return None
