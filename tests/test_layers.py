@@ -17,7 +17,7 @@ LAYERS = [
     ("the data: a sample, the per-poll NVML table, a recording",
      ["rigmon.sample", "rigmon.polled", "rigmon.recording"]),
     ("the table of readings and the code made from it; argument types",
-     ["rigmon.readings", "rigmon.project", "rigmon.args"]),
+     ["rigmon.readings", "rigmon.project", "rigmon.args", "rigmon.validity"]),
     ("reading the hardware, live or replayed", ["rigmon.readers", "rigmon.replay", "rigmon.record"]),
     ("the rule language and its engine (no I/O)", ["rigmon.alerts"]),
     ("the config: validated (pydantic), and as the plain data that runs with it",
