@@ -114,7 +114,7 @@ class ProcessInfo(NamedTuple):
     user: str | None = None
     command: str | None = None  # its command line, shortened
     unit: str | None = None  # docker:ID, podman:ID, k8s:ID, slurm:JOB, systemd:NAME.service; None in a session
-    job: str = ""  # what its GPU time and energy are booked to: the unit, else torchrun:PID…, else pgid:PGID
+    job: str = ""  # what its GPU time and energy are booked to: OWNER/ the unit, else torchrun:PID…, else pgid:PGID
     start_time: float | None = None  # unix seconds
     ppid: int | None = None
     pgid: int | None = None

@@ -1,7 +1,8 @@
-"""``python -m rigmon.validate [REQUEST]`` (else REQUEST on standard input): validate a config and write it to standard output as
-pickled ``rigmon.settings.Settings`` (or the ``ConfigError``), for ``settings.validated``: the
-parent, a daemon, gets its config without importing pydantic. REQUEST is JSON:
-{"path": file or null, "overrides": {table: {field: value}}, "text": the file's text, read before}."""
+"""``python -m rigmon.validate [REQUEST]`` (else REQUEST on standard input): validate a config
+and write it to standard output as pickled ``rigmon.settings.Settings`` (or the
+``ConfigError``), for ``settings.validated``: the parent, a daemon, gets its config without
+importing pydantic. REQUEST is JSON: {"path": file or null, "overrides": {table: {field:
+value}}, "text": the file's text, read before}."""
 
 from __future__ import annotations
 

@@ -18,8 +18,17 @@ import threading
 from collections import Counter
 
 from .readings import READINGS
-from .sample import (CpuEnergy, CpuTemperature, Electrical, FanControl, FanReading, GpuInfo, GpuProcess,
-                     GpuReading, HostReading, SensorTemperature)
+from .sample import (
+    CpuEnergy,
+    CpuTemperature,
+    Electrical,
+    FanControl,
+    FanReading,
+    GpuInfo,
+    GpuReading,
+    HostReading,
+    SensorTemperature,
+)
 from .text import printable
 
 log = logging.getLogger(__name__)
@@ -104,8 +113,8 @@ class _Spec:
                                                   ("retired_pages", RetiredPages)))
         fan = {"fan_speed_ratios": "speed_ratio", "fan_target_ratios": "target_speed_ratio",
                "fan_speed_rpm": "speed_rpm"}
-        self.gpu_fans = tuple((GpuReading._fields.index(field), name, *range_of("gpu_fan", name, _unit("gpu_fan", name)))
-                              for field, name in fan.items())
+        self.gpu_fans = tuple((GpuReading._fields.index(field), name,
+                               *range_of("gpu_fan", name, _unit("gpu_fan", name))) for field, name in fan.items())
         self.processes = GpuReading._fields.index("processes")
         self.process = ((1, "memory_bytes", *UNIT_RANGES["bytes"]),
                         (2, "sm_ratio", *range_of("gpu_process", "sm_ratio", "ratio")))

@@ -58,3 +58,23 @@ def eight_gpus(tmp_path):
     import scenarios as sc
 
     return sc.write(sc.one_tick(sc.h200()).widened(8), tmp_path / "eight.rec.jsonl")
+
+
+BOX_STATE = Path("/var/lib/rigmon")  # daemon.state_dir's default: the machine's own, never a test's
+
+
+def _box_state() -> dict:
+    if not BOX_STATE.exists():
+        return {}
+    return {str(p): p.stat().st_mtime_ns for p in [BOX_STATE, *BOX_STATE.rglob("*")]}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def the_box_state_is_left_alone():
+    """No test reads or writes this machine's own state directory: a daemon running here (or
+    the next test run) would find what a test left in it. README's first command, run as
+    written, gets a private one (tests/test_install.py)."""
+    before = _box_state()
+    yield
+    after = _box_state()
+    assert after == before, f"a test wrote into {BOX_STATE}: {sorted(set(after.items()) ^ set(before.items()))[:5]}"

@@ -251,6 +251,13 @@ class Replayed:
 
         if isinstance(config, dict):
             config = configmod.parse(config, "test")
+        self._own_state = None
+        if config.daemon.state_dir == configmod.DaemonConfig().state_dir:  # never the box's own
+            import tempfile
+
+            self._own_state = Path(tempfile.mkdtemp(prefix="rigmon-test-state-"))
+            config = config.model_copy(update={"daemon": config.daemon.model_copy(
+                update={"state_dir": self._own_state})})
         self.config = config
         self.source = source(recording, at, loop=loop)
         if recording_time:
@@ -273,6 +280,10 @@ class Replayed:
 
     def close(self, deadline_seconds: float = 2.0) -> None:
         self.pipeline.close(time.monotonic() + deadline_seconds)
+        if self._own_state is not None:
+            import shutil
+
+            shutil.rmtree(self._own_state, ignore_errors=True)
 
     def __enter__(self):
         return self

@@ -91,7 +91,8 @@ def test_a_real_cgroup_with_escape_sequences_names_the_job_as_text(hostile_proce
     group.mkdir()
     (group / "cgroup.procs").write_text(str(hostile))
     info = procs.parse(procs.raw([hostile, *plain]))
-    assert info[hostile].job == "root/" + info[hostile].unit and info[hostile].unit.startswith("systemd:evil\\x1b]0;owned")
+    assert info[hostile].job == "root/" + info[hostile].unit
+    assert info[hostile].unit.startswith("systemd:evil\\x1b]0;owned")
     assert not CONTROL.search(info[hostile].job) and all(info[p].user == "root" for p in (hostile, *plain))
     path = _recording_with([hostile, *plain], 1, tmp_path)
     status = rigmon_cli("status", "--replay", str(path), "--at", "10")

@@ -361,8 +361,8 @@ def test_a_gpu_without_an_energy_counter_integrates_power_and_says_so(tmp_path):
 
 
 def test_jobs_reads_any_number_of_rows_in_flat_memory_and_refuses_a_limit_below_one(tmp_path):
-    """100,000 jobs (a row held each would be ~270 MB): ``--all`` and ``--json`` print them all, a row at a time, in about the
-    memory ``--limit 10`` takes; ``--limit`` 0 or -1 is a one-line usage error (exit 2)."""
+    """100,000 jobs (a row held each would be ~270 MB): ``--all`` and ``--json`` print them all, a
+    row at a time, in about the memory ``--limit 10`` takes; ``--limit`` 0 or -1 is a one-line usage error (exit 2)."""
     from rigmon import jobs as ledger
 
     (tmp_path / "rigmon.toml").write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n')
@@ -468,3 +468,6 @@ def test_a_user_cannot_book_her_gpu_time_to_anothers_job_by_naming_her_cgroups_a
     bob_on_3 = sum(jobs[f"bob/pgid:{p}"].energy_joules for p in (5100, 5200, 5300))
     assert bob_on_3 == pytest.approx(300 * 590, rel=0.03)
     assert all(j.unit is None for k, j in jobs.items() if k.startswith("bob/"))
+    (tmp_path / "rigmon.toml").write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
+    shown = jobs_cli(tmp_path, "show", str(jobs["bob/pgid:4100"].id)).stdout
+    assert "a login session" in shown and "started by" not in shown, shown

@@ -6,17 +6,15 @@ from __future__ import annotations
 import copy
 import json
 import math
-import struct
 import time
-import zlib
 from pathlib import Path
 
 import pytest
 import scenarios as sc
-from servers import Rigmon, http_get, wait_for
+from servers import Rigmon, http_get
 
 from rigmon import config as configmod
-from rigmon.history import FORMAT, History
+from rigmon.history import History
 from rigmon.pipeline import Pipeline
 
 HOSTILE = (2.0 ** 53, math.inf, 1e308, -0.0)

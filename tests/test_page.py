@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import json
 import time
 
@@ -94,8 +95,8 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
     assert chromium.js("window.__same_page") == 1  # the same document: no reload
     # each poll's state, but the charts only when the daemon has drawn them again (every 5 s for the hour)
     chromium.js("window.__asked = []; const f = window.fetch; "
-                "window.fetch = (u, o) => { window.__asked.push(new URL(u, location.href).href.slice(location.origin.length + 1));"
-                " return f(u, o); }; 0")
+                "window.fetch = (u, o) => { window.__asked.push("
+                "new URL(u, location.href).href.slice(location.origin.length + 1)); return f(u, o); }; 0")
     time.sleep(10.5)
     asked = chromium.js("window.__asked")
     states, charts = (sum(u.startswith(what) for u in asked) for what in ("api/state", "api/charts"))
@@ -168,14 +169,15 @@ def test_the_api_answers_scripts(daemon):
     assert http_get(base + "/burnin/report")[0] == 404  # no burn-in ran here
 
 
-def test_basic_auth_guards_the_page_the_api_and_metrics(tmp_path):
-    import hashlib
-
-    config = CONFIG + f"""
+AUTH = f"""
 [prometheus.basic_auth]
 username = "admin"
 password_sha256 = "{hashlib.sha256(b"s3cret").hexdigest()}"
 """
+
+
+def test_basic_auth_guards_the_page_the_api_and_metrics(tmp_path):
+    config = CONFIG + AUTH
     rigmon = Rigmon(tmp_path, throttling_box(tmp_path), config)
     try:
         rigmon.wait_ready()
@@ -213,13 +215,7 @@ def test_the_page_opened_with_credentials_in_its_address_shows_the_gpus(tmp_path
     """http://user:password@host:port/: the page asks its API without them in the URL (fetch
     refuses such a URL) and the browser sends them; the page is whole, its script allowed by
     its own Content-Security-Policy."""
-    import hashlib
-
-    config = CONFIG + f"""
-[prometheus.basic_auth]
-username = "admin"
-password_sha256 = "{hashlib.sha256(b"s3cret").hexdigest()}"
-"""
+    config = CONFIG + AUTH
     rigmon = Rigmon(tmp_path, throttling_box(tmp_path), config)
     try:
         rigmon.wait_ready()
@@ -235,7 +231,6 @@ password_sha256 = "{hashlib.sha256(b"s3cret").hexdigest()}"
 
 
 def test_the_page_and_api_headers(daemon):
-    import hashlib
     import re
     import urllib.request
 

@@ -129,7 +129,8 @@ def test_status_shows_who_holds_the_gpus(training_run, tmp_path):
     head = lines.index("PROCESSES")
     assert lines[head + 1].split() == ["GPU", "PID", "USER", "MEM", "GiB", "SM", "JOB", "COMMAND"]
     rows = lines[head + 2:head + 4]
-    assert all(f"{parent}  root" in r and f"root/pgid:{parent}" in r and r.endswith("train.py --epochs 3") for r in rows)
+    assert all(f"{parent}  root" in r and f"root/pgid:{parent}" in r and r.endswith("train.py --epochs 3")
+               for r in rows)
     assert max(len(line) for line in lines) <= 120
     as_json = json.loads(subprocess.run([sys.executable, "-m", "rigmon", "status", "--replay", str(path), "--at",
                                          "10", "--json"], capture_output=True, text=True, timeout=60).stdout)

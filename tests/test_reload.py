@@ -204,14 +204,30 @@ def test_a_reload_to_a_state_directory_another_rigmon_holds_keeps_serving(tmp_pa
     assert "restarting with it" not in log and scraper.failed == [] and scraper.ok > 10
 
 
+def _started_as_reloaded(config, port: int, handed: bytes) -> subprocess.Popen:
+    """``rigmon run --demo`` started as a reload execs it: with ``handed`` in a memfd that
+    RIGMON_RELOAD_FD names."""
+    import os
+    import sys
+
+    fd = os.memfd_create("test-hand-over", 0)
+    os.write(fd, handed)
+    os.lseek(fd, 0, os.SEEK_SET)
+    try:
+        return subprocess.Popen([sys.executable, "-m", "rigmon", "run", "--config", str(config), "--demo",
+                                 "--listen", "127.0.0.1", "--port", str(port)], pass_fds=(fd,),
+                                env={**os.environ, "RIGMON_RELOAD_FD": str(fd)}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+    finally:
+        os.close(fd)
+
+
 def test_a_reload_whose_config_fails_after_the_exec_goes_back_to_the_one_before(tmp_path):
     """What the checks before the exec cannot see (another rigmon taking the new state directory
     in between) takes the new process back to the config before it: the daemon never exits.
     The process is started as an exec'd reload is, with what the process before hands over."""
     import fcntl
     import json
-    import os
-    import sys
 
     from servers import free_port
 
@@ -223,14 +239,8 @@ def test_a_reload_whose_config_fails_after_the_exec_goes_back_to_the_one_before(
     before = f'[daemon]\ninterval = 0.5\nstate_dir = "{tmp_path / "state"}"\n'
     config.write_text(f'[daemon]\ninterval = 0.25\nstate_dir = "{held}"\n')
     port = free_port()
-    fd = os.memfd_create("test-hand-over", 0)
-    os.write(fd, json.dumps({"config": config.read_text(), "previous": before, "alerts": []}).encode())
-    os.lseek(fd, 0, os.SEEK_SET)
-    proc = subprocess.Popen([sys.executable, "-m", "rigmon", "run", "--config", str(config), "--demo",
-                             "--listen", "127.0.0.1", "--port", str(port)], pass_fds=(fd,),
-                            env={**os.environ, "RIGMON_RELOAD_FD": str(fd)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-    os.close(fd)
+    proc = _started_as_reloaded(config, port, json.dumps({"config": config.read_text(), "previous": before,
+                                                          "alerts": []}).encode())
     url = f"http://127.0.0.1:{port}/metrics"
     try:
         wait_for(lambda: http_get(url, timeout=2)[0] == 200, 30, what="rigmon")
@@ -248,8 +258,6 @@ def test_a_reload_whose_config_fails_after_the_exec_goes_back_to_the_one_before(
 def test_what_a_reload_hands_over_is_checked_json(tmp_path):
     """The hand-over is plain JSON, read with a warning when damaged: the daemon starts afresh."""
     import json
-    import os
-    import sys
 
     config = tmp_path / "rigmon.toml"
     config.write_text(f'[daemon]\ninterval = 0.5\nstate_dir = "{tmp_path / "state"}"\n')
@@ -258,14 +266,7 @@ def test_what_a_reload_hands_over_is_checked_json(tmp_path):
     port = free_port()
     for payload in (b"\x80\x04\x95 not json", json.dumps(["a", "list"]).encode(),
                     json.dumps({"config": 5, "fd": "x", "alerts": {"no": 1}}).encode()):
-        fd = os.memfd_create("test-hand-over", 0)
-        os.write(fd, payload)
-        os.lseek(fd, 0, os.SEEK_SET)
-        proc = subprocess.Popen([sys.executable, "-m", "rigmon", "run", "--config", str(config), "--demo",
-                                 "--listen", "127.0.0.1", "--port", str(port)], pass_fds=(fd,),
-                                env={**os.environ, "RIGMON_RELOAD_FD": str(fd)}, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT)
-        os.close(fd)
+        proc = _started_as_reloaded(config, port, payload)
         try:
             wait_for(lambda: http_get(f"http://127.0.0.1:{port}/metrics", timeout=2)[0] == 200, 30, what="rigmon")
         finally:

@@ -50,9 +50,7 @@ def cmd_jobs(args) -> int:
         # a row at a time, twice (the columns' widths, then the lines): any number of jobs in
         # the memory of one
         rows = lambda: (j.as_dict(price, currency) for j in ledger.load(path, limit=limit))  # noqa: E731
-        widths = None
-        for widths in _widths((_cells(row, bool(price)) for row in rows()), bool(price)):
-            pass
+        widths = _widths((_cells(row, bool(price)) for row in rows()), bool(price))
     except ledger.LedgerError as e:
         raise UsageError(f"cannot read the jobs ledger {e} (the daemon sets a damaged one aside and starts "
                          f"a new one)") from None
@@ -118,12 +116,12 @@ def _cells(j: dict, with_cost: bool) -> list[str]:
     return [printable(c) for c in cells]
 
 
-def _widths(rows, with_cost: bool):
-    """Each column's width so far (the head's first), after each row."""
-    widths = [len(c) for c in _head(with_cost)]
+def _widths(rows, with_cost: bool) -> list[int] | None:
+    """Each column's width over the head and ``rows`` (read once); None where there is no row."""
+    widths, seen = [len(c) for c in _head(with_cost)], False
     for cells in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, cells, strict=True)]
-        yield widths
+        widths, seen = [max(w, len(c)) for w, c in zip(widths, cells, strict=True)], True
+    return widths if seen else None
 
 
 def _line(cells: list[str], widths: list[int]) -> str:
@@ -133,17 +131,18 @@ def _line(cells: list[str], widths: list[int]) -> str:
 def table(rows: list[dict], with_cost: bool) -> str:
     """The jobs as ``rigmon jobs`` prints them."""
     cells = [_cells(j, with_cost) for j in rows]
-    widths = list(_widths(cells, with_cost))[-1] if cells else [len(c) for c in _head(with_cost)]
+    widths = _widths(cells, with_cost) or [len(c) for c in _head(with_cost)]
     return "".join(_line(c, widths) for c in [_head(with_cost), *cells]).rstrip("\n")
 
 
 def _unit(j: dict) -> str:
     if j["unit"]:
         return j["unit"]
-    if j["job"].startswith("pid:"):  # its /proc entry could not be read: nothing is known of it
+    job = j["job"].split("/", 1)[-1]  # without its owner (OWNER/pgid:4242; a ledger from before: pgid:4242)
+    if job.startswith("pid:"):  # its /proc entry could not be read: nothing is known of it
         return "unknown (/proc could not be read: gone, or hidden in another PID namespace)"
-    if ":" in j["job"] and not j["job"].startswith("pgid:"):
-        return f"— (started by {j['job'].split(':', 1)[0]})"
+    if ":" in job and not job.startswith("pgid:"):
+        return f"— (started by {job.split(':', 1)[0]})"
     return "— (a login session)"
 
 

@@ -68,7 +68,7 @@ async def _flood(port: int, seconds: float, guessers: int, good: str, user: str)
                 status, _, _ = await _get("127.0.0.1", port, wrong, source, timeout=max(0.1, stop - time.monotonic()))
                 sent[0] += 1
                 refused[0] += status == 401
-            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
+            except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError):
                 await asyncio.sleep(0.05)
 
     async def scraper(keep: bool, source: str) -> list:
@@ -79,7 +79,7 @@ async def _flood(port: int, seconds: float, guessers: int, good: str, user: str)
             try:
                 status, took, conn = await _get("127.0.0.1", port, good, source, conn if keep else None, timeout=10)
                 out.append((status, took))
-            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
+            except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError):
                 out.append((0, time.monotonic() - tick))
                 conn = None
             await asyncio.sleep(max(0.0, 0.5 - (time.monotonic() - tick)))
