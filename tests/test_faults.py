@@ -54,7 +54,9 @@ retry_max = "1s"
 
 
 def spool_dir(state: Path) -> Path:
-    return state / "influxdb-spool"
+    """The spool of the daemon with this state_dir: a replay's own (state_dir/replay/<name>), else the box's."""
+    found = sorted(state.glob("replay/*/influxdb-spool"))
+    return found[0] if found else state / "influxdb-spool"
 
 
 # 1. The HTTPS port: an idle connection or a slow client holds only its own thread ----------------
@@ -140,8 +142,11 @@ def test_a_full_disk_loses_nothing(tmp_path, influx, eight_gpus):
 
 
 # 3. and 4. Bad bytes and 400s -------------------------------------------------------------------
-def seed_spool(state: Path, lines: list[bytes]) -> None:
-    spool = spool_dir(state)
+def seed_spool(state: Path, lines: list[bytes], recording: Path) -> None:
+    """Lines left in the spool of the daemon replaying ``recording`` with this state_dir (its own)."""
+    from servers import replay_state
+
+    spool = replay_state(state, recording) / "influxdb-spool"
     spool.mkdir(parents=True)
     (spool / "0000000000000001.lp").write_bytes(b"".join(x + b"\n" for x in lines))
 
@@ -158,7 +163,7 @@ def test_bytes_that_are_not_utf8_are_set_aside_and_the_rest_written(api, tmp_pat
     state = tmp_path / "state"
     lines = seeded_lines(40)
     lines.insert(17, b"seeded,host=h value=1i 1700000000000000999 \xff\xfe")
-    seed_spool(state, lines)
+    seed_spool(state, lines, eight_gpus)
     rigmon = Rigmon(tmp_path, eight_gpus, influx_config(gateway.url if gateway else influx.url, state, api=api))
     try:
         rigmon.wait_ready()
@@ -200,7 +205,7 @@ def test_a_malformed_line_is_found_and_only_it_set_aside(tmp_path, influx, eight
     state = tmp_path / "state"
     lines = seeded_lines(100)
     lines[60] = b"seeded,host=h value= 1700000000000000060"  # no value: InfluxDB answers 400
-    seed_spool(state, lines)
+    seed_spool(state, lines, eight_gpus)
     config = influx_config(influx.url, state)
     rigmon = Rigmon(tmp_path, eight_gpus, config)
     try:

@@ -217,4 +217,4 @@ retry_max = "30s"
     assert "HTTP 401" in errors[0] and "unauthorized access" in errors[0] and "token" in errors[0]
     assert gateway.requests <= 2  # no hot loop
     assert written == 0 and spooled > 0
-    assert list((tmp_path / "state" / "influxdb-spool").glob("*.lp"))  # kept for the next start
+    assert list((tmp_path / "state").glob("replay/*/influxdb-spool/*.lp"))  # the replay's own, for the next start
