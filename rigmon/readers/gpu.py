@@ -112,12 +112,115 @@ def _builder() -> Callable:
     return namespace["build"]
 
 
+# What a call can raise that is that call's failure, never the GPU's or the poll's: NVML's
+# errors, and the bindings' own (an unversioned call on a driver older than the bindings
+# raises NVMLLibraryMismatchError; a ctypes argument the library's symbol does not take).
+CALL_ERRORS = (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError, ctypes.ArgumentError)
+# ...and of those, what means "this driver has no such call": the older call is tried instead
+_NOT_HERE = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound, pynvml.NVMLLibraryMismatchError,
+             ctypes.ArgumentError)
+
+
+class UntrustedProcessRecords(pynvml.NVMLError):
+    """The driver's process records do not read as processes in any layout rigmon knows."""
+
+    def __init__(self, why: str):
+        self.value = pynvml.NVML_ERROR_UNKNOWN
+        self.why = why
+
+    def __str__(self) -> str:
+        return f"process records that do not read as processes ({self.why}): the list is left out"
+
+
+class _ProcessV1(ctypes.Structure):  # nvmlProcessInfo_v1_t: before R450
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+
+class _ProcessV2(ctypes.Structure):  # nvmlProcessInfo_v2_t, and _v3_t on every driver but 535.43-535.86
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong), ("gpuInstanceId", ctypes.c_uint),
+                ("computeInstanceId", ctypes.c_uint)]
+
+
+class _ProcessV3CC(ctypes.Structure):  # nvmlProcessInfo_v3_t as drivers 535.43 to 535.86 write it
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong), ("gpuInstanceId", ctypes.c_uint),
+                ("computeInstanceId", ctypes.c_uint), ("usedGpuCcProtectedMemory", ctypes.c_ulonglong)]
+
+
+MAX_PID = 1 << 22  # the kernel's pid_max can go no higher
+MAX_PROCESSES = 4096
+
+
+def process_layout(symbol: str, driver: str | None) -> type[ctypes.Structure]:
+    """The record a driver writes for this versioned call. The first 535 releases (535.43 to
+    535.86) wrote 32-byte ``_v3`` records with a field later dropped; 535.98 went back to 24
+    (nvitop #89); nvidia-ml-py reads 24 whatever the driver."""
+    if symbol.endswith("_v3") and driver:
+        try:
+            major, minor = (int(x) for x in driver.split(".")[:2])
+        except ValueError:
+            major = minor = 0
+        if major == 535 and 43 <= minor < 98:
+            return _ProcessV3CC
+    return _ProcessV1 if not symbol.endswith(("_v2", "_v3")) else _ProcessV2
+
+
+class _Process:  # as pynvml's own answer reads (and a recording stores it)
+    def __init__(self, pid: int, used: int | None):
+        self.pid, self.usedGpuMemory = pid, used
+
+
+def compute_processes(handle: Any, driver: str | None) -> list[_Process]:
+    """The GPU's compute processes through the newest call the driver has (``_v3``, ``_v2``, the
+    first), each record read in the layout this driver writes; records that do not read as
+    processes (a PID of 0 or past pid_max, more memory than any GPU has) raise
+    UntrustedProcessRecords, never pass on as processes."""
+    for symbol in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
+                   "nvmlDeviceGetComputeRunningProcesses"):
+        try:
+            fn = pynvml._nvmlGetFunctionPointer(symbol)
+        except pynvml.NVMLError_FunctionNotFound:
+            continue
+        layout = process_layout(symbol, driver)
+        count = ctypes.c_uint(0)
+        ret = fn(handle, ctypes.byref(count), None)
+        if ret == pynvml.NVML_SUCCESS:
+            return []
+        if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+            raise pynvml.NVMLError(ret)
+        count.value = min(count.value * 2 + 5, MAX_PROCESSES)
+        records = (layout * count.value)()
+        pynvml._nvmlCheckReturn(fn(handle, ctypes.byref(count), records))
+        out = []
+        for record in records[:min(count.value, MAX_PROCESSES)]:
+            used = record.usedGpuMemory
+            if not 0 < record.pid < MAX_PID:
+                raise UntrustedProcessRecords(f"PID {record.pid} from {symbol}, driver {driver}")
+            if used == pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
+                used = None  # WDDM, or a MIG instance: not given
+            elif used > 1 << 50:
+                raise UntrustedProcessRecords(f"{used} bytes from {symbol}, driver {driver}")
+            out.append(_Process(record.pid, used))
+        return out
+    raise pynvml.NVMLError_FunctionNotFound()
+
+
 class _Bindings:
-    """pynvml, with the one call it gets wrong fixed: its ``nvmlDeviceGetFanSpeedRPM(handle)``
-    always asks for fan 0; here it takes the fan's index like ``nvmlDeviceGetFanSpeed_v2``."""
+    """pynvml, with the calls it gets wrong fixed: its ``nvmlDeviceGetFanSpeedRPM(handle)``
+    always asks for fan 0, here it takes the fan's index like ``nvmlDeviceGetFanSpeed_v2``; its
+    ``nvmlDeviceGetComputeRunningProcesses`` asks for ``_v3`` alone (a driver before R510 has
+    none: NVMLLibraryMismatchError) and reads 24-byte records whatever the driver wrote, here
+    the newest call the driver has, in the layout it writes."""
+
+    _driver: str | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(pynvml, name)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list:
+        if self._driver is None:
+            version = pynvml.nvmlSystemGetDriverVersion()
+            self._driver = version.decode() if isinstance(version, bytes) else str(version)
+        return compute_processes(handle, self._driver)
 
     @staticmethod
     def nvmlDeviceGetFanSpeedRPM(handle: Any, fan: int) -> int:
@@ -133,7 +236,11 @@ NVML = _Bindings()
 
 
 def make_error(name: str) -> BaseException:
-    """pynvml's own exception for a recorded error name (used by the replay backend)."""
+    """pynvml's own exception for a recorded error name (used by the replay backend):
+    ``NVMLError_<name>``, or ``LibraryMismatch`` for what pynvml raises when it asks a driver
+    older than itself for a call that driver lacks (NVMLLibraryMismatchError)."""
+    if name == "LibraryMismatch":
+        return pynvml.NVMLLibraryMismatchError("the driver lacks this call (recorded)")
     cls = getattr(pynvml, f"NVMLError_{name}", None)
     return cls() if cls is not None else pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
 
@@ -144,6 +251,8 @@ def real_backend() -> Any:
 
 
 def _error_name(exc: BaseException) -> str:
+    if isinstance(exc, pynvml.NVMLLibraryMismatchError):
+        return "LibraryMismatch"
     return type(exc).__name__.removeprefix("NVMLError_")
 
 
@@ -160,13 +269,14 @@ class _Device:
     __slots__ = ("index", "handle", "info", "unsupported", "lost", "errors", "last_slow", "energy", "throttle",
                  "pcie_rx", "pcie_tx", "supported_events", "fields_unsupported", "plan", "slow_plan", "slow_raw",
                  "poll_fields", "probe_at", "not_recorded", "unrecorded", "pids", "energy_again",
-                 "retired_pages", "read_retired_pages", "fans", "enforced")
+                 "retired_pages", "read_retired_pages", "fans", "enforced", "not_in_driver")
 
     def __init__(self, index: int, handle: Any):
         self.index = index
         self.handle = handle
         self.info: GpuInfo | None = None
         self.unsupported: set[str] = set()
+        self.not_in_driver: set[str] = set()  # of those, the calls the driver has no symbol for (older than it)
         self.not_recorded: set[str] = set()  # of those, the calls a replayed recording holds no answer for
         self.unrecorded: set[str] = set()  # …and all of those, including the ones an older call stood in for
         self.pids: frozenset[int] = frozenset()  # the processes on it at the last poll
@@ -196,14 +306,16 @@ class _Device:
             return None
         try:
             return fn(self.handle, *args)
-        except pynvml.NVMLError as e:
+        except CALL_ERRORS as e:
             self.failed(key, e)
         return None
 
     def failed(self, key: str, exc: BaseException) -> bool:
         """Apply the error policy to a failed call; True when the call is not supported here."""
-        if isinstance(exc, (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)):
+        if isinstance(exc, _NOT_HERE):
             self.unsupported.add(key)
+            if not isinstance(exc, pynvml.NVMLError_NotSupported) and not getattr(exc, "not_recorded", False):
+                self.not_in_driver.add(key)  # the driver lacks the call, not the board the reading
             if getattr(exc, "not_recorded", False):
                 self.not_recorded.add(key)
                 self.unrecorded.add(key)
@@ -275,7 +387,7 @@ class GpuReader:
         nv = self._nvml
         try:
             nv.nvmlInit()
-        except pynvml.NVMLError as e:
+        except CALL_ERRORS as e:
             self.unavailable = f"NVML unavailable ({_error_name(e)}: {e}); running without GPUs"
             log.warning("%s", self.unavailable)
             return
@@ -292,7 +404,7 @@ class GpuReader:
                 continue
             try:
                 device = _Device(index, nv.nvmlDeviceGetHandleByIndex(index))
-            except pynvml.NVMLError as e:
+            except CALL_ERRORS as e:
                 log.error("GPU %d: no handle (%s); it is reported as lost", index, _error_name(e))
                 device = _Device(index, None)
                 device.lost = True
@@ -325,7 +437,7 @@ class GpuReader:
     def _system(self, fn: Callable) -> Any:
         try:
             value = fn()
-        except pynvml.NVMLError as e:
+        except CALL_ERRORS as e:
             log.info("%s: %s", fn.__name__, e)
             return None
         return value.decode() if isinstance(value, bytes) else value
@@ -390,7 +502,7 @@ class GpuReader:
             return
         try:
             self._event_set = nv.nvmlEventSetCreate()
-        except pynvml.NVMLError as e:
+        except CALL_ERRORS as e:
             log.warning("XID events unavailable: %s", e)
             return
         registered = {}
@@ -398,7 +510,7 @@ class GpuReader:
             try:
                 nv.nvmlDeviceRegisterEvents(d.handle, pynvml.nvmlEventTypeXidCriticalError, self._event_set)
                 registered[handle_key(d.handle)] = d
-            except pynvml.NVMLError as e:
+            except CALL_ERRORS as e:
                 log.warning("GPU %d: XID events unavailable: %s", d.index, e)
         if not registered:
             return
@@ -427,7 +539,7 @@ class GpuReader:
             except pynvml.NVMLError_Timeout:
                 failures = 0
                 continue
-            except pynvml.NVMLError as e:
+            except CALL_ERRORS as e:
                 failures += 1
                 if failures == 1:
                     log.warning("XID event wait failed: %s", e)
@@ -449,7 +561,7 @@ class GpuReader:
         while True:
             try:
                 data = self._nvml.nvmlEventSetWait_v2(self._event_set, 0)
-            except pynvml.NVMLError:
+            except CALL_ERRORS:
                 return
             self._take_event(data)
 
@@ -530,10 +642,12 @@ class GpuReader:
                 key, fn, args = alternatives[0]
                 try:
                     raw[name] = fn(handle, *args)
-                    if skipped:  # an older call answered: the newer one's absence from a recording hides nothing
+                    if skipped:  # an older call answered: the newer one's absence (from a recording, or
+                        # the driver) hides nothing
                         d.not_recorded.difference_update(skipped)
+                        d.not_in_driver.difference_update(skipped)
                     break
-                except pynvml.NVMLError as e:
+                except CALL_ERRORS as e:
                     if not d.failed(key, e):
                         break
                     alternatives.pop(0)  # not supported: the older call, if any, from now on
@@ -648,6 +762,11 @@ class GpuReader:
         """The calls each GPU does not support (a replay's: those its recording answered so)."""
         return {d.index: tuple(sorted(d.unsupported - d.unrecorded)) for d in self.devices}
 
+    def not_in_driver(self) -> dict[int, tuple[str, ...]]:
+        """Of those, the calls the driver itself lacks (FunctionNotFound, or the bindings' version
+        mismatch): the driver's age, not the board, is why."""
+        return {d.index: tuple(sorted(d.not_in_driver - d.unrecorded)) for d in self.devices}
+
     def collect(self):
         """NVML calls that failed (NotSupported and NotFound are answers, not failures), per GPU."""
         from prometheus_client.core import CounterMetricFamily
@@ -680,13 +799,13 @@ class GpuReader:
         if self._event_set is not None:
             try:
                 self._nvml.nvmlEventSetFree(self._event_set)
-            except pynvml.NVMLError:
+            except CALL_ERRORS:
                 pass
             self._event_set = None
         if self._opened:
             try:
                 self._nvml.nvmlShutdown()
-            except pynvml.NVMLError:
+            except CALL_ERRORS:
                 pass
             self._opened = False
 
