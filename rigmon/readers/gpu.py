@@ -85,6 +85,8 @@ _RARE = frozenset({*(_plan_name(p) for p in POLLED if p.rare), _REMAPPED_ROWS, *
 # The enforced power limit, read every poll: where it moves, a setting may have (the limit set
 # with nvidia-smi -pl is read on the slow interval), so the rare ones are read again at once.
 _ENFORCED_LIMIT = _plan_name(next(p for p in POLLED if p.field == "power_limit_watts"))
+_PCIE_GENERATION = _plan_name(next(p for p in POLLED if p.field == "pcie_generation"))
+_PSTATE = _plan_name(next(p for p in POLLED if p.field == "performance_state"))
 
 
 def _builder() -> Callable:
@@ -94,7 +96,7 @@ def _builder() -> Callable:
              "clock_events": "events", "throttle_seconds": "d.throttle", "fan_speed_ratios": "speeds",
              "fan_target_ratios": "targets", "fan_speed_rpm": "rpms", "pcie_rx_bytes_per_second": "d.pcie_rx",
              "pcie_tx_bytes_per_second": "d.pcie_tx", "ecc_errors": "ecc", "remapped_rows": "rows",
-             "retired_pages": "d.retired_pages", "processes": "procs"}
+             "retired_pages": "d.retired_pages", "processes": "procs", "pcie_full_in_other_pstate": "stepped"}
     for p in POLLED:
         answer = f"fields.get({p.field_id})" if p.field_id is not None else f"get({_plan_name(p)!r})"
         if p.attr:
@@ -103,7 +105,7 @@ def _builder() -> Callable:
     missing = [f for f in GpuReading._fields if f not in exprs]
     if missing:
         raise ImportError(f"GpuReading fields without a source: {missing}")
-    source = ("def build(d, get, fields, events, speeds, targets, rpms, ecc, rows, procs):\n"
+    source = ("def build(d, get, fields, events, speeds, targets, rpms, ecc, rows, procs, stepped):\n"
               "    return _new(_GpuReading, (" + ", ".join(exprs[f] for f in GpuReading._fields) + ",))\n")
     namespace = {"_new": tuple.__new__, "_GpuReading": GpuReading, "_attr": _attr, "_watts": _watts,
                  "_celsius": _celsius, "_hertz": _hertz, "_ratio": _ratio, "_count": _num}
@@ -269,7 +271,7 @@ class _Device:
     __slots__ = ("index", "handle", "info", "unsupported", "lost", "errors", "last_slow", "energy", "throttle",
                  "pcie_rx", "pcie_tx", "supported_events", "fields_unsupported", "plan", "slow_plan", "slow_raw",
                  "poll_fields", "probe_at", "not_recorded", "unrecorded", "pids", "energy_again",
-                 "retired_pages", "read_retired_pages", "fans", "enforced", "not_in_driver")
+                 "retired_pages", "read_retired_pages", "fans", "enforced", "not_in_driver", "link_by_pstate")
 
     def __init__(self, index: int, handle: Any):
         self.index = index
@@ -277,6 +279,7 @@ class _Device:
         self.info: GpuInfo | None = None
         self.unsupported: set[str] = set()
         self.not_in_driver: set[str] = set()  # of those, the calls the driver has no symbol for (older than it)
+        self.link_by_pstate: dict[int, int] = {}  # P-state -> the highest PCIe generation seen in it
         self.not_recorded: set[str] = set()  # of those, the calls a replayed recording holds no answer for
         self.unrecorded: set[str] = set()  # …and all of those, including the ones an older call stood in for
         self.pids: frozenset[int] = frozenset()  # the processes on it at the last poll
@@ -353,6 +356,7 @@ class GpuReader:
         event_thread: bool = True,
         indices: list[int] | None = None,
         expected_pcie_generation: dict[int, int] | None = None,
+        expected_pcie_width: dict[int, int] | None = None,
         rare_counters_every_poll: bool = False,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -366,6 +370,7 @@ class GpuReader:
         self._registered: dict = {}
         self._indices = indices
         self._expected_pcie = expected_pcie_generation or {}
+        self._expected_width = expected_pcie_width or {}
         self._rare_every_poll = rare_counters_every_poll
         self._monotonic = monotonic
         self._wall = wall
@@ -486,6 +491,9 @@ class GpuReader:
             max_pcie_width=_num(g("nvmlDeviceGetMaxPcieLinkWidth", nv.nvmlDeviceGetMaxPcieLinkWidth)),
             gpu_max_pcie_generation=gpu_max_generation,
             expected_pcie_generation=self._expected_pcie.get(d.index),
+            expected_pcie_width=self._expected_width.get(d.index),
+            applications_sm_clock_hertz=_hertz(g("nvmlDeviceGetApplicationsClock:1", nv.nvmlDeviceGetApplicationsClock,
+                                                 1)),
             supported_clock_events=ClockEvents.decode(d.supported_events, ALL_CLOCK_EVENTS).active(),
             ecc_enabled=bool(ecc[0]) if _numbers(ecc, 2) else None,
             persistence_mode=bool(persistence) if _num(persistence) is not None else None,
@@ -695,7 +703,7 @@ class GpuReader:
             ClockEvents.decode(reasons, d.supported_events) if isinstance(reasons, int) else None,
             speeds, targets, rpms, EccCounts(*ecc) if any(c is not None for c in ecc) else None,
             RemappedRows(rows[0], rows[1], bool(rows[2]), bool(rows[3])) if _numbers(rows, 4) else None,
-            _processes(procs, get("process_util")))
+            _processes(procs, get("process_util")), _stepped(d, get(_PCIE_GENERATION), get(_PSTATE)))
 
     def _read_slow(self, d: _Device) -> None:
         nv = self._nvml
@@ -861,6 +869,22 @@ def _bounded(value: Any, limit: int, what: str) -> int | None:
 
 # NVML answers numbers where these read; a replayed recording may hold anything, and a
 # value of the wrong kind is "not read" (None), never an exception that takes the GPU down.
+def _stepped(d: _Device, generation: Any, pstate: Any) -> bool | None:
+    """Whether the link was seen at the generation it should reach in another P-state than the
+    one it is in now: a link that steps down with the P-state (a busy card held in P2 at Gen3
+    of Gen4), not one that never trains up or one that dropped in the P-state it reached it in.
+    None where the generation, the P-state or the target is not known."""
+    info = d.info
+    target = (info.expected_pcie_generation or info.max_pcie_generation) if info is not None else None
+    if generation.__class__ is not int or pstate.__class__ is not int or not target or not 0 <= pstate <= 32:
+        return None
+    seen = d.link_by_pstate
+    stepped = any(g >= target for p, g in seen.items() if p != pstate)
+    if generation > seen.get(pstate, 0):
+        seen[pstate] = generation
+    return stepped
+
+
 def _num(value: Any) -> Any:
     cls = value.__class__
     if cls is int:  # what NVML answers nearly always: one check
