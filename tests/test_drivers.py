@@ -83,7 +83,9 @@ def test_doctor_names_the_driver_for_what_it_lacks(driver):
     lacking = next((line for line in done.stdout.splitlines() if "does not have" in line), "")
     assert f"driver {nvml_stub.DRIVERS[branch]}" in lacking
     # the older calls stood in: nothing that was read is listed as missing
-    assert "nvmlDeviceGetComputeRunningProcesses" not in lacking and "nvmlDeviceGetTemperature," not in lacking
+    assert "nvmlDeviceGetComputeRunningProcesses" not in lacking and "nvmlDeviceGetTemperatureV" not in lacking
+    assert "nvmlDeviceGetTemperature(0)" not in lacking and "nvmlDeviceGetMemoryInfo" not in lacking
+    assert ("before R510 NVML's memory used includes" in done.stdout) == (branch == "470")
     assert "containers hide" not in done.stdout
 
 

@@ -181,17 +181,22 @@ def _facts(sample, poller, config) -> list[str]:
                    f"{sample.system.driver_version}")
         driver = sample.system.driver_version or "?"
         lacking = gpu.not_in_driver()
-        for calls_of, said in ((lacking, f"NVML calls driver {driver} does not have (newer than it; each asked "
-                                         f"once, then left out, an older call used where there is one)"),
-                               ({i: tuple(set(c) - set(lacking.get(i, ()))) for i, c in gpu.unsupported().items()},
+        for calls_of, said in ((lacking, f"NVML calls driver {driver} does not have (each asked once, then left "
+                                         f"out; where an older call answers, it is used and not listed)"),
+                               ({i: tuple(set(c) - set(lacking.get(i, ()))) for i, c in gpu.missing().items()},
                                 "NVML calls not supported here (each asked once, then left out)")):
             by_calls: dict[tuple[str, ...], list[int]] = {}
             for index, calls in calls_of.items():
-                shown = tuple(sorted({c.partition(":")[0] for c in calls}))
+                # with its arguments: a threshold the board lacks is not every threshold
+                shown = tuple(sorted({c.replace(":", "(", 1) + ")" if ":" in c else c for c in calls}))
                 if shown:
                     by_calls.setdefault(shown, []).append(index)
             for calls, indices in by_calls.items():
                 out.append(f"GPU {','.join(map(str, indices))}: {said}: {', '.join(calls)}")
+        major = (sample.system.driver_version or "").split(".")[0]
+        if major.isdigit() and int(major) < 510:
+            out.append(f"driver {sample.system.driver_version}: before R510 NVML's memory used includes the "
+                       f"driver's own reservation (a few hundred MB above what nvidia-smi shows on newer drivers)")
         missing = gpu.not_recorded()
         if missing:
             out.append(f"recording: no answer for {', '.join(missing)}: what they read is unknown in this replay "

@@ -271,7 +271,8 @@ class _Device:
     __slots__ = ("index", "handle", "info", "unsupported", "lost", "errors", "last_slow", "energy", "throttle",
                  "pcie_rx", "pcie_tx", "supported_events", "fields_unsupported", "plan", "slow_plan", "slow_raw",
                  "poll_fields", "probe_at", "not_recorded", "unrecorded", "pids", "energy_again",
-                 "retired_pages", "read_retired_pages", "fans", "enforced", "not_in_driver", "link_by_pstate")
+                 "retired_pages", "read_retired_pages", "fans", "enforced", "not_in_driver", "link_by_pstate",
+                 "stood_in")
 
     def __init__(self, index: int, handle: Any):
         self.index = index
@@ -280,6 +281,7 @@ class _Device:
         self.unsupported: set[str] = set()
         self.not_in_driver: set[str] = set()  # of those, the calls the driver has no symbol for (older than it)
         self.link_by_pstate: dict[int, int] = {}  # P-state -> the highest PCIe generation seen in it
+        self.stood_in: set[str] = set()  # unsupported calls an older call answered for: nothing is missing
         self.not_recorded: set[str] = set()  # of those, the calls a replayed recording holds no answer for
         self.unrecorded: set[str] = set()  # …and all of those, including the ones an older call stood in for
         self.pids: frozenset[int] = frozenset()  # the processes on it at the last poll
@@ -653,7 +655,7 @@ class GpuReader:
                     if skipped:  # an older call answered: the newer one's absence (from a recording, or
                         # the driver) hides nothing
                         d.not_recorded.difference_update(skipped)
-                        d.not_in_driver.difference_update(skipped)
+                        d.stood_in.update(skipped)
                     break
                 except CALL_ERRORS as e:
                     if not d.failed(key, e):
@@ -773,7 +775,11 @@ class GpuReader:
     def not_in_driver(self) -> dict[int, tuple[str, ...]]:
         """Of those, the calls the driver itself lacks (FunctionNotFound, or the bindings' version
         mismatch): the driver's age, not the board, is why."""
-        return {d.index: tuple(sorted(d.not_in_driver - d.unrecorded)) for d in self.devices}
+        return {d.index: tuple(sorted(d.not_in_driver - d.unrecorded - d.stood_in)) for d in self.devices}
+
+    def missing(self) -> dict[int, tuple[str, ...]]:
+        """The calls each GPU does not support that no older call stood in for: what is not read."""
+        return {d.index: tuple(sorted(d.unsupported - d.unrecorded - d.stood_in)) for d in self.devices}
 
     def collect(self):
         """NVML calls that failed (NotSupported and NotFound are answers, not failures), per GPU."""
