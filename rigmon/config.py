@@ -90,6 +90,11 @@ class GpuConfig(_Section):
                                                           "index, where less than the slot allows: a riser forced "
                                                           "to Gen3 in the BIOS. PcieLinkDegraded compares with it.",
                                               examples=[{0: 3, 1: 3}])] = None
+    pcie_expected_width: Annotated[dict[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1, le=32)]] | None,
+                                   Field(description="PCIe width (lanes) a GPU's link is meant to run at, by GPU "
+                                                     "index, where less than NVML's maximum: a card on an x1 or x4 "
+                                                     "riser or a chipset slot. PcieLinkDegraded compares with it.",
+                                         examples=[{2: 1, 3: 4}])] = None
 
 
 class HostConfig(_Section):

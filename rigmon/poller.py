@@ -102,6 +102,7 @@ def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=Non
             event_thread=event_thread,
             indices=config.gpu.indices,
             expected_pcie_generation=config.gpu.pcie_expected_generation,
+            expected_pcie_width=config.gpu.pcie_expected_width,
             rare_counters_every_poll=(rare_every_poll if rare_every_poll is not None
                                       else rules_want_rare_counters_every_poll(config)),
             wall=wall,

@@ -203,6 +203,10 @@ def _target_pcie(g, i, s):
     return (i.expected_pcie_generation or i.max_pcie_generation) if i is not None else None
 
 
+def _target_width(g, i, s):
+    return (i.expected_pcie_width or i.max_pcie_width) if i is not None else None
+
+
 def _asked(f, g, s):  # a GPU fan: what it is asked for, the reported speed where no target is given
     return f.target_speed_ratio if f.target_speed_ratio is not None else f.speed_ratio
 
@@ -280,6 +284,9 @@ READINGS: tuple[Reading, ...] = (
       "rigmon_gpu_pcie_link_generation", ("current",), burnin=True),
     R("pcie_width", "gpu", "g.pcie_width", "count", "current PCIe width", "rigmon_gpu_pcie_link_width",
       ("current",), burnin=True),
+    R("pcie_full_in_other_pstate", "gpu", "g.pcie_full_in_other_pstate", "bool",
+      "the link was seen at target_pcie_generation in another P-state than the one it is in now (it steps "
+      "down with the P-state)", influx=False),
     R("pcie_replays", "gpu", "g.pcie_replays", "count", "PCIe replay counter (since the driver loaded)",
       "rigmon_gpu_pcie_replays"),
     R("pcie_rx_bytes_per_second", "gpu", "g.pcie_rx_bytes_per_second", "bytes", "PCIe receive throughput",
@@ -361,6 +368,16 @@ READINGS: tuple[Reading, ...] = (
       influx=False, burnin=True, old="pcie_max_generation", static=True),
     R("max_pcie_width", "gpu", "i.max_pcie_width", "count", "maximum PCIe width", "rigmon_gpu_pcie_link_width",
       ("max",), measurement="gpu_info", burnin=True, old="pcie_max_width", static=True),
+    R("expected_pcie_width", "gpu", "i.expected_pcie_width", "count",
+      "the width gpu.pcie_expected_width sets for a slot or riser with fewer lanes", "rigmon_gpu_pcie_link_width",
+      ("expected",), measurement="gpu_info", static=True),
+    R("target_pcie_width", "gpu", _target_width, "count",
+      "the PCIe width the link should reach: expected_pcie_width, else max_pcie_width", influx=False, static=True),
+    R("applications_sm_clock_hertz", "gpu", "i.applications_sm_clock_hertz", "hertz",
+      "the SM clock applications run at (the base clock; boost runs above it)",
+      Family("rigmon_gpu_clock_applications_hertz", "gauge", "The clock applications run at (the base clock; "
+                                                             "boost runs above it).", ("clock",)), ("sm",),
+      influx=False, static=True),
     R("pci_bus_id", "gpu", "i.pci_bus_id", "text", "PCI bus id", measurement="gpu_info", rule=False, static=True),
     R("serial", "gpu", "i.serial", "text", "board serial number", measurement="gpu_info", rule=False, static=True),
     R("vbios", "gpu", "i.vbios_version", "text", "VBIOS version", measurement="gpu_info", rule=False, static=True),

@@ -53,8 +53,11 @@ def call_key(name: str, args: tuple = ()) -> str:
 
 
 def error_value(exc: BaseException) -> dict:
-    """How a raised pynvml error is stored: its class name without ``NVMLError_``."""
-    return {"nvml_error": type(exc).__name__.removeprefix("NVMLError_")}
+    """How a raised pynvml error is stored: its class name without ``NVMLError_``;
+    ``LibraryMismatch`` for the bindings' NVMLLibraryMismatchError (the driver lacks the call
+    they asked for), which a replay raises again as it is."""
+    name = type(exc).__name__
+    return {"nvml_error": "LibraryMismatch" if name == "NVMLLibraryMismatchError" else name.removeprefix("NVMLError_")}
 
 
 def encode(value: Any) -> Any:

@@ -142,6 +142,8 @@ class GpuInfo(NamedTuple):
     max_pcie_width: int | None = None
     gpu_max_pcie_generation: int | None = None  # what the GPU itself supports
     expected_pcie_generation: int | None = None  # from the config, where a riser is forced lower
+    expected_pcie_width: int | None = None  # from the config, where the slot or riser has fewer lanes
+    applications_sm_clock_hertz: float | None = None  # the SM clock applications run at (base; boost goes above)
     supported_clock_events: tuple[str, ...] = ()
     ecc_enabled: bool | None = None
     persistence_mode: bool | None = None
@@ -151,7 +153,8 @@ class GpuInfo(NamedTuple):
 
 # GpuReading's fields: who it is, the per-poll readings of the table (rigmon.polled), then what
 # the reader makes of several answers or reads every slow_interval.
-_GPU_READING_FIELDS = ("index", "uuid", "lost", *(p.field for p in POLLED), "energy_joules", "clock_events",
+_GPU_READING_FIELDS = ("index", "uuid", "lost", *(p.field for p in POLLED), "pcie_full_in_other_pstate",
+                       "energy_joules", "clock_events",
                        "throttle_seconds", "fan_speed_ratios", "fan_target_ratios", "fan_speed_rpm",
                        "pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second", "ecc_errors", "remapped_rows",
                        "retired_pages", "processes")

@@ -243,6 +243,7 @@ def _inputs(text: bytes | None, where: str) -> str | None:
     h = sha256()
     for part in (CACHE_FORMAT, __version__, sys.version, where):
         h.update(part.encode(errors="surrogateescape") + b"\0")
+    h.update(_schema())
     if text is not None:
         h.update(b"file\0" + text)
         names = sorted(set(_NAMES.findall(text)))
@@ -252,6 +253,19 @@ def _inputs(text: bytes | None, where: str) -> str | None:
             value = os.environ.get(name.decode())
             h.update(b"\0" + name + (b"\0unset" if value is None else b"=" + value.encode(errors="surrogateescape")))
     return h.hexdigest()
+
+
+def _schema() -> bytes:
+    """What a validation's result depends on in rigmon itself: the config's models and the
+    built-in rules, as installed (a new setting in the same version validates afresh)."""
+    here = Path(__file__).parent
+    out = b""
+    for name in ("config.py", "alerts/builtin.toml", "alerts/specs.py"):
+        try:
+            out += sha256((here / name).read_bytes()).digest()
+        except OSError:
+            out += b"?"
+    return out
 
 
 def _cache_dir() -> Path | None:

@@ -133,17 +133,19 @@ def _pair(a, b, spec: str = "{:.0f}") -> str:
 
 
 def _fans(g: GpuReading) -> str:
+    """The board's fans in few characters: ``55% 1650`` for one, ``55% 1650 ×2`` where they all
+    read the same, else each fan's in turn, ``55/60% 1650/1720``."""
     speeds = g.fan_target_ratios or g.fan_speed_ratios or ()
     rpms = g.fan_speed_rpm or ()
     if not speeds and not rpms:
         return NS
-    cells = []
-    for n in range(max(len(speeds), len(rpms))):
-        speed = speeds[n] if n < len(speeds) else None
-        rpm = rpms[n] if n < len(rpms) else None
-        cells.append(_fmt(speed * 100 if speed is not None else None, unit="%") +
-                     (f" {rpm:.0f}" if rpm is not None else ""))
-    return ",".join(cells)
+    count = max(len(speeds), len(rpms))
+    percents = [_fmt(speeds[n] * 100 if n < len(speeds) and speeds[n] is not None else None) for n in range(count)]
+    turning = [f"{rpms[n]:.0f}" for n in range(count) if n < len(rpms) and rpms[n] is not None]
+    unit = "%" if any(p != NS for p in percents) else ""
+    if len(set(percents)) == 1 and len(set(turning)) <= 1:
+        return f"{percents[0]}{unit}" + (f" {turning[0]}" if turning else "") + (f" ×{count}" if count > 1 else "")
+    return "/".join(percents) + unit + (f" {'/'.join(turning)}" if turning else "")
 
 
 def _events(events: tuple[str, ...], room: int) -> str:

@@ -36,6 +36,11 @@ def mask(value):
     return lambda t, tick: set_gpu(tick, **{MASK: value})
 
 
+def sw_thermal(sm_mhz):
+    """The software thermal flag held with the SM clock at ``sm_mhz`` (the H200's applications clock: 1,980)."""
+    return lambda t, tick: set_gpu(tick, **{MASK: 0x20, "nvmlDeviceGetClockInfo__1": sm_mhz})
+
+
 def power(mw, util=100):
     """A GPU at ``mw`` milliwatts and ``util`` % busy; the SW power cap is active only near the 700 W cap."""
     return lambda t, tick: set_gpu(tick, nvmlDeviceGetPowerUsage=mw, **{MASK: 0x4 if mw > 680000 else 0},
@@ -97,7 +102,9 @@ SCENARIOS = {
     "CoolingDegraded": (lambda: timeline(900, 15, host=cpu(75, 5)), lambda: timeline(900, 15, host=cpu(75, 90)), {}),
     "CpuTemperatureCritical": (lambda: timeline(60, 5, host=cpu(97, 100, critical=105)),
                                lambda: timeline(60, 5, host=cpu(80, 100)), {}),
-    "GpuThermalSlowdown": (lambda: timeline(60, 5, modify=mask(0x20)), lambda: timeline(60, 5, modify=mask(0x4)), {}),
+    # the software flag counts where it holds the clock below the applications (base) clock
+    "GpuThermalSlowdown": (lambda: timeline(60, 5, modify=sw_thermal(1400)), lambda: timeline(60, 5, modify=mask(0x4)),
+                           {}),
     "GpuNearSlowdown": (lambda: timeline(90, 5, modify=temperature(86)),
                         lambda: timeline(90, 5, modify=temperature(80)), {}),
     "GpuAtSlowdownTemperature": (lambda: timeline(60, 5, modify=temperature(90)),

@@ -35,6 +35,7 @@ def one_poll(recording, at=sc.LOAD_AT, start=None):
     config = configmod.parse({"influxdb": {"enabled": False}, "prometheus": {"enabled": False},
                               "jobs": {"enabled": False},
                               "gpu": {"pcie_throughput": True, "pcie_expected_generation": {"0": 5},
+                                      "pcie_expected_width": {"0": 16},
                                       "process_series": 4}}, "test")
     with sc.Replayed(recording, config, at=at if start is None else start) as replayed:
         sample = replayed.poll()

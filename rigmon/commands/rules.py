@@ -179,14 +179,24 @@ def _facts(sample, poller, config) -> list[str]:
     else:
         out.append(f"GPUs: {len(sample.gpus)} ({', '.join(sorted({i.name for i in sample.gpu_info}))}), driver "
                    f"{sample.system.driver_version}")
-        by_calls: dict[tuple[str, ...], list[int]] = {}
-        for index, calls in gpu.unsupported().items():
-            shown = tuple(sorted({c.partition(":")[0] for c in calls}))
-            if shown:
-                by_calls.setdefault(shown, []).append(index)
-        for calls, indices in by_calls.items():
-            out.append(f"GPU {','.join(map(str, indices))}: NVML calls not supported here (each asked once, then "
-                       f"left out): {', '.join(calls)}")
+        driver = sample.system.driver_version or "?"
+        lacking = gpu.not_in_driver()
+        for calls_of, said in ((lacking, f"NVML calls driver {driver} does not have (each asked once, then left "
+                                         f"out; where an older call answers, it is used and not listed)"),
+                               ({i: tuple(set(c) - set(lacking.get(i, ()))) for i, c in gpu.missing().items()},
+                                "NVML calls not supported here (each asked once, then left out)")):
+            by_calls: dict[tuple[str, ...], list[int]] = {}
+            for index, calls in calls_of.items():
+                # with its arguments: a threshold the board lacks is not every threshold
+                shown = tuple(sorted({c.replace(":", "(", 1) + ")" if ":" in c else c for c in calls}))
+                if shown:
+                    by_calls.setdefault(shown, []).append(index)
+            for calls, indices in by_calls.items():
+                out.append(f"GPU {','.join(map(str, indices))}: {said}: {', '.join(calls)}")
+        major = (sample.system.driver_version or "").split(".")[0]
+        if major.isdigit() and int(major) < 510:
+            out.append(f"driver {sample.system.driver_version}: before R510 NVML's memory used includes the "
+                       f"driver's own reservation (a few hundred MB above what nvidia-smi shows on newer drivers)")
         missing = gpu.not_recorded()
         if missing:
             out.append(f"recording: no answer for {', '.join(missing)}: what they read is unknown in this replay "
@@ -247,8 +257,16 @@ def _why_not(rule: Rule, entities: dict, sample, poller, config) -> str | None:
     gpu_vars = {v for v in rule.variables if v.startswith("gpu")}
     if rule.kind == "host" and gpu_vars and (poller.gpu is None or poller.gpu.unavailable):
         return poller.gpu.unavailable if poller.gpu else "GPUs are disabled in the config"
-    detail = {"processes": "process list not readable (containers hide other PIDs)",
-              "processes_memory_bytes": "process list not readable",
+    why_processes = "process list not readable (containers hide other PIDs)"
+    if poller.gpu is not None:
+        lacking = {c for calls in poller.gpu.not_in_driver().values() for c in calls}
+        if any(c.startswith("nvmlDeviceGetComputeRunningProcesses") for c in lacking):
+            why_processes = f"driver {sample.system.driver_version or '?'} has no process list call rigmon can use"
+        elif any(c.startswith("nvmlDeviceGetComputeRunningProcesses")
+                 for calls in poller.gpu.unsupported().values() for c in calls):
+            why_processes = "NVML gives no process list on this board"
+    detail = {"processes": why_processes,
+              "processes_memory_bytes": why_processes,
               "cpu_utilization_ratio": "CPU utilisation not read"}
 
     from ..readings import KINDS

@@ -85,6 +85,8 @@ _RARE = frozenset({*(_plan_name(p) for p in POLLED if p.rare), _REMAPPED_ROWS, *
 # The enforced power limit, read every poll: where it moves, a setting may have (the limit set
 # with nvidia-smi -pl is read on the slow interval), so the rare ones are read again at once.
 _ENFORCED_LIMIT = _plan_name(next(p for p in POLLED if p.field == "power_limit_watts"))
+_PCIE_GENERATION = _plan_name(next(p for p in POLLED if p.field == "pcie_generation"))
+_PSTATE = _plan_name(next(p for p in POLLED if p.field == "performance_state"))
 
 
 def _builder() -> Callable:
@@ -94,7 +96,7 @@ def _builder() -> Callable:
              "clock_events": "events", "throttle_seconds": "d.throttle", "fan_speed_ratios": "speeds",
              "fan_target_ratios": "targets", "fan_speed_rpm": "rpms", "pcie_rx_bytes_per_second": "d.pcie_rx",
              "pcie_tx_bytes_per_second": "d.pcie_tx", "ecc_errors": "ecc", "remapped_rows": "rows",
-             "retired_pages": "d.retired_pages", "processes": "procs"}
+             "retired_pages": "d.retired_pages", "processes": "procs", "pcie_full_in_other_pstate": "stepped"}
     for p in POLLED:
         answer = f"fields.get({p.field_id})" if p.field_id is not None else f"get({_plan_name(p)!r})"
         if p.attr:
@@ -103,7 +105,7 @@ def _builder() -> Callable:
     missing = [f for f in GpuReading._fields if f not in exprs]
     if missing:
         raise ImportError(f"GpuReading fields without a source: {missing}")
-    source = ("def build(d, get, fields, events, speeds, targets, rpms, ecc, rows, procs):\n"
+    source = ("def build(d, get, fields, events, speeds, targets, rpms, ecc, rows, procs, stepped):\n"
               "    return _new(_GpuReading, (" + ", ".join(exprs[f] for f in GpuReading._fields) + ",))\n")
     namespace = {"_new": tuple.__new__, "_GpuReading": GpuReading, "_attr": _attr, "_watts": _watts,
                  "_celsius": _celsius, "_hertz": _hertz, "_ratio": _ratio, "_count": _num}
@@ -112,12 +114,115 @@ def _builder() -> Callable:
     return namespace["build"]
 
 
+# What a call can raise that is that call's failure, never the GPU's or the poll's: NVML's
+# errors, and the bindings' own (an unversioned call on a driver older than the bindings
+# raises NVMLLibraryMismatchError; a ctypes argument the library's symbol does not take).
+CALL_ERRORS = (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError, ctypes.ArgumentError)
+# ...and of those, what means "this driver has no such call": the older call is tried instead
+_NOT_HERE = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound, pynvml.NVMLLibraryMismatchError,
+             ctypes.ArgumentError)
+
+
+class UntrustedProcessRecords(pynvml.NVMLError):
+    """The driver's process records do not read as processes in any layout rigmon knows."""
+
+    def __init__(self, why: str):
+        self.value = pynvml.NVML_ERROR_UNKNOWN
+        self.why = why
+
+    def __str__(self) -> str:
+        return f"process records that do not read as processes ({self.why}): the list is left out"
+
+
+class _ProcessV1(ctypes.Structure):  # nvmlProcessInfo_v1_t: before R450
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+
+class _ProcessV2(ctypes.Structure):  # nvmlProcessInfo_v2_t, and _v3_t on every driver but 535.43-535.86
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong), ("gpuInstanceId", ctypes.c_uint),
+                ("computeInstanceId", ctypes.c_uint)]
+
+
+class _ProcessV3CC(ctypes.Structure):  # nvmlProcessInfo_v3_t as drivers 535.43 to 535.86 write it
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong), ("gpuInstanceId", ctypes.c_uint),
+                ("computeInstanceId", ctypes.c_uint), ("usedGpuCcProtectedMemory", ctypes.c_ulonglong)]
+
+
+MAX_PID = 1 << 22  # the kernel's pid_max can go no higher
+MAX_PROCESSES = 4096
+
+
+def process_layout(symbol: str, driver: str | None) -> type[ctypes.Structure]:
+    """The record a driver writes for this versioned call. The first 535 releases (535.43 to
+    535.86) wrote 32-byte ``_v3`` records with a field later dropped; 535.98 went back to 24
+    (nvitop #89); nvidia-ml-py reads 24 whatever the driver."""
+    if symbol.endswith("_v3") and driver:
+        try:
+            major, minor = (int(x) for x in driver.split(".")[:2])
+        except ValueError:
+            major = minor = 0
+        if major == 535 and 43 <= minor < 98:
+            return _ProcessV3CC
+    return _ProcessV1 if not symbol.endswith(("_v2", "_v3")) else _ProcessV2
+
+
+class _Process:  # as pynvml's own answer reads (and a recording stores it)
+    def __init__(self, pid: int, used: int | None):
+        self.pid, self.usedGpuMemory = pid, used
+
+
+def compute_processes(handle: Any, driver: str | None) -> list[_Process]:
+    """The GPU's compute processes through the newest call the driver has (``_v3``, ``_v2``, the
+    first), each record read in the layout this driver writes; records that do not read as
+    processes (a PID of 0 or past pid_max, more memory than any GPU has) raise
+    UntrustedProcessRecords, never pass on as processes."""
+    for symbol in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
+                   "nvmlDeviceGetComputeRunningProcesses"):
+        try:
+            fn = pynvml._nvmlGetFunctionPointer(symbol)
+        except pynvml.NVMLError_FunctionNotFound:
+            continue
+        layout = process_layout(symbol, driver)
+        count = ctypes.c_uint(0)
+        ret = fn(handle, ctypes.byref(count), None)
+        if ret == pynvml.NVML_SUCCESS:
+            return []
+        if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+            raise pynvml.NVMLError(ret)
+        count.value = min(count.value * 2 + 5, MAX_PROCESSES)
+        records = (layout * count.value)()
+        pynvml._nvmlCheckReturn(fn(handle, ctypes.byref(count), records))
+        out = []
+        for record in records[:min(count.value, MAX_PROCESSES)]:
+            used = record.usedGpuMemory
+            if not 0 < record.pid < MAX_PID:
+                raise UntrustedProcessRecords(f"PID {record.pid} from {symbol}, driver {driver}")
+            if used == pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
+                used = None  # WDDM, or a MIG instance: not given
+            elif used > 1 << 50:
+                raise UntrustedProcessRecords(f"{used} bytes from {symbol}, driver {driver}")
+            out.append(_Process(record.pid, used))
+        return out
+    raise pynvml.NVMLError_FunctionNotFound()
+
+
 class _Bindings:
-    """pynvml, with the one call it gets wrong fixed: its ``nvmlDeviceGetFanSpeedRPM(handle)``
-    always asks for fan 0; here it takes the fan's index like ``nvmlDeviceGetFanSpeed_v2``."""
+    """pynvml, with the calls it gets wrong fixed: its ``nvmlDeviceGetFanSpeedRPM(handle)``
+    always asks for fan 0, here it takes the fan's index like ``nvmlDeviceGetFanSpeed_v2``; its
+    ``nvmlDeviceGetComputeRunningProcesses`` asks for ``_v3`` alone (a driver before R510 has
+    none: NVMLLibraryMismatchError) and reads 24-byte records whatever the driver wrote, here
+    the newest call the driver has, in the layout it writes."""
+
+    _driver: str | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(pynvml, name)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list:
+        if self._driver is None:
+            version = pynvml.nvmlSystemGetDriverVersion()
+            self._driver = version.decode() if isinstance(version, bytes) else str(version)
+        return compute_processes(handle, self._driver)
 
     @staticmethod
     def nvmlDeviceGetFanSpeedRPM(handle: Any, fan: int) -> int:
@@ -133,7 +238,11 @@ NVML = _Bindings()
 
 
 def make_error(name: str) -> BaseException:
-    """pynvml's own exception for a recorded error name (used by the replay backend)."""
+    """pynvml's own exception for a recorded error name (used by the replay backend):
+    ``NVMLError_<name>``, or ``LibraryMismatch`` for what pynvml raises when it asks a driver
+    older than itself for a call that driver lacks (NVMLLibraryMismatchError)."""
+    if name == "LibraryMismatch":
+        return pynvml.NVMLLibraryMismatchError("the driver lacks this call (recorded)")
     cls = getattr(pynvml, f"NVMLError_{name}", None)
     return cls() if cls is not None else pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
 
@@ -144,6 +253,8 @@ def real_backend() -> Any:
 
 
 def _error_name(exc: BaseException) -> str:
+    if isinstance(exc, pynvml.NVMLLibraryMismatchError):
+        return "LibraryMismatch"
     return type(exc).__name__.removeprefix("NVMLError_")
 
 
@@ -160,13 +271,17 @@ class _Device:
     __slots__ = ("index", "handle", "info", "unsupported", "lost", "errors", "last_slow", "energy", "throttle",
                  "pcie_rx", "pcie_tx", "supported_events", "fields_unsupported", "plan", "slow_plan", "slow_raw",
                  "poll_fields", "probe_at", "not_recorded", "unrecorded", "pids", "energy_again",
-                 "retired_pages", "read_retired_pages", "fans", "enforced")
+                 "retired_pages", "read_retired_pages", "fans", "enforced", "not_in_driver", "link_by_pstate",
+                 "stood_in")
 
     def __init__(self, index: int, handle: Any):
         self.index = index
         self.handle = handle
         self.info: GpuInfo | None = None
         self.unsupported: set[str] = set()
+        self.not_in_driver: set[str] = set()  # of those, the calls the driver has no symbol for (older than it)
+        self.link_by_pstate: dict[int, int] = {}  # P-state -> the highest PCIe generation seen in it
+        self.stood_in: set[str] = set()  # unsupported calls an older call answered for: nothing is missing
         self.not_recorded: set[str] = set()  # of those, the calls a replayed recording holds no answer for
         self.unrecorded: set[str] = set()  # …and all of those, including the ones an older call stood in for
         self.pids: frozenset[int] = frozenset()  # the processes on it at the last poll
@@ -196,14 +311,16 @@ class _Device:
             return None
         try:
             return fn(self.handle, *args)
-        except pynvml.NVMLError as e:
+        except CALL_ERRORS as e:
             self.failed(key, e)
         return None
 
     def failed(self, key: str, exc: BaseException) -> bool:
         """Apply the error policy to a failed call; True when the call is not supported here."""
-        if isinstance(exc, (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)):
+        if isinstance(exc, _NOT_HERE):
             self.unsupported.add(key)
+            if not isinstance(exc, pynvml.NVMLError_NotSupported) and not getattr(exc, "not_recorded", False):
+                self.not_in_driver.add(key)  # the driver lacks the call, not the board the reading
             if getattr(exc, "not_recorded", False):
                 self.not_recorded.add(key)
                 self.unrecorded.add(key)
@@ -241,6 +358,7 @@ class GpuReader:
         event_thread: bool = True,
         indices: list[int] | None = None,
         expected_pcie_generation: dict[int, int] | None = None,
+        expected_pcie_width: dict[int, int] | None = None,
         rare_counters_every_poll: bool = False,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -254,6 +372,7 @@ class GpuReader:
         self._registered: dict = {}
         self._indices = indices
         self._expected_pcie = expected_pcie_generation or {}
+        self._expected_width = expected_pcie_width or {}
         self._rare_every_poll = rare_counters_every_poll
         self._monotonic = monotonic
         self._wall = wall
@@ -275,7 +394,7 @@ class GpuReader:
         nv = self._nvml
         try:
             nv.nvmlInit()
-        except pynvml.NVMLError as e:
+        except CALL_ERRORS as e:
             self.unavailable = f"NVML unavailable ({_error_name(e)}: {e}); running without GPUs"
             log.warning("%s", self.unavailable)
             return
@@ -292,7 +411,7 @@ class GpuReader:
                 continue
             try:
                 device = _Device(index, nv.nvmlDeviceGetHandleByIndex(index))
-            except pynvml.NVMLError as e:
+            except CALL_ERRORS as e:
                 log.error("GPU %d: no handle (%s); it is reported as lost", index, _error_name(e))
                 device = _Device(index, None)
                 device.lost = True
@@ -325,7 +444,7 @@ class GpuReader:
     def _system(self, fn: Callable) -> Any:
         try:
             value = fn()
-        except pynvml.NVMLError as e:
+        except CALL_ERRORS as e:
             log.info("%s: %s", fn.__name__, e)
             return None
         return value.decode() if isinstance(value, bytes) else value
@@ -374,6 +493,9 @@ class GpuReader:
             max_pcie_width=_num(g("nvmlDeviceGetMaxPcieLinkWidth", nv.nvmlDeviceGetMaxPcieLinkWidth)),
             gpu_max_pcie_generation=gpu_max_generation,
             expected_pcie_generation=self._expected_pcie.get(d.index),
+            expected_pcie_width=self._expected_width.get(d.index),
+            applications_sm_clock_hertz=_hertz(g("nvmlDeviceGetApplicationsClock:1", nv.nvmlDeviceGetApplicationsClock,
+                                                 1)),
             supported_clock_events=ClockEvents.decode(d.supported_events, ALL_CLOCK_EVENTS).active(),
             ecc_enabled=bool(ecc[0]) if _numbers(ecc, 2) else None,
             persistence_mode=bool(persistence) if _num(persistence) is not None else None,
@@ -390,7 +512,7 @@ class GpuReader:
             return
         try:
             self._event_set = nv.nvmlEventSetCreate()
-        except pynvml.NVMLError as e:
+        except CALL_ERRORS as e:
             log.warning("XID events unavailable: %s", e)
             return
         registered = {}
@@ -398,7 +520,7 @@ class GpuReader:
             try:
                 nv.nvmlDeviceRegisterEvents(d.handle, pynvml.nvmlEventTypeXidCriticalError, self._event_set)
                 registered[handle_key(d.handle)] = d
-            except pynvml.NVMLError as e:
+            except CALL_ERRORS as e:
                 log.warning("GPU %d: XID events unavailable: %s", d.index, e)
         if not registered:
             return
@@ -427,7 +549,7 @@ class GpuReader:
             except pynvml.NVMLError_Timeout:
                 failures = 0
                 continue
-            except pynvml.NVMLError as e:
+            except CALL_ERRORS as e:
                 failures += 1
                 if failures == 1:
                     log.warning("XID event wait failed: %s", e)
@@ -449,7 +571,7 @@ class GpuReader:
         while True:
             try:
                 data = self._nvml.nvmlEventSetWait_v2(self._event_set, 0)
-            except pynvml.NVMLError:
+            except CALL_ERRORS:
                 return
             self._take_event(data)
 
@@ -530,10 +652,12 @@ class GpuReader:
                 key, fn, args = alternatives[0]
                 try:
                     raw[name] = fn(handle, *args)
-                    if skipped:  # an older call answered: the newer one's absence from a recording hides nothing
+                    if skipped:  # an older call answered: the newer one's absence (from a recording, or
+                        # the driver) hides nothing
                         d.not_recorded.difference_update(skipped)
+                        d.stood_in.update(skipped)
                     break
-                except pynvml.NVMLError as e:
+                except CALL_ERRORS as e:
                     if not d.failed(key, e):
                         break
                     alternatives.pop(0)  # not supported: the older call, if any, from now on
@@ -581,7 +705,7 @@ class GpuReader:
             ClockEvents.decode(reasons, d.supported_events) if isinstance(reasons, int) else None,
             speeds, targets, rpms, EccCounts(*ecc) if any(c is not None for c in ecc) else None,
             RemappedRows(rows[0], rows[1], bool(rows[2]), bool(rows[3])) if _numbers(rows, 4) else None,
-            _processes(procs, get("process_util")))
+            _processes(procs, get("process_util")), _stepped(d, get(_PCIE_GENERATION), get(_PSTATE)))
 
     def _read_slow(self, d: _Device) -> None:
         nv = self._nvml
@@ -648,6 +772,15 @@ class GpuReader:
         """The calls each GPU does not support (a replay's: those its recording answered so)."""
         return {d.index: tuple(sorted(d.unsupported - d.unrecorded)) for d in self.devices}
 
+    def not_in_driver(self) -> dict[int, tuple[str, ...]]:
+        """Of those, the calls the driver itself lacks (FunctionNotFound, or the bindings' version
+        mismatch): the driver's age, not the board, is why."""
+        return {d.index: tuple(sorted(d.not_in_driver - d.unrecorded - d.stood_in)) for d in self.devices}
+
+    def missing(self) -> dict[int, tuple[str, ...]]:
+        """The calls each GPU does not support that no older call stood in for: what is not read."""
+        return {d.index: tuple(sorted(d.unsupported - d.unrecorded - d.stood_in)) for d in self.devices}
+
     def collect(self):
         """NVML calls that failed (NotSupported and NotFound are answers, not failures), per GPU."""
         from prometheus_client.core import CounterMetricFamily
@@ -680,13 +813,13 @@ class GpuReader:
         if self._event_set is not None:
             try:
                 self._nvml.nvmlEventSetFree(self._event_set)
-            except pynvml.NVMLError:
+            except CALL_ERRORS:
                 pass
             self._event_set = None
         if self._opened:
             try:
                 self._nvml.nvmlShutdown()
-            except pynvml.NVMLError:
+            except CALL_ERRORS:
                 pass
             self._opened = False
 
@@ -742,6 +875,22 @@ def _bounded(value: Any, limit: int, what: str) -> int | None:
 
 # NVML answers numbers where these read; a replayed recording may hold anything, and a
 # value of the wrong kind is "not read" (None), never an exception that takes the GPU down.
+def _stepped(d: _Device, generation: Any, pstate: Any) -> bool | None:
+    """Whether the link was seen at the generation it should reach in another P-state than the
+    one it is in now: a link that steps down with the P-state (a busy card held in P2 at Gen3
+    of Gen4), not one that never trains up or one that dropped in the P-state it reached it in.
+    None where the generation, the P-state or the target is not known."""
+    info = d.info
+    target = (info.expected_pcie_generation or info.max_pcie_generation) if info is not None else None
+    if generation.__class__ is not int or pstate.__class__ is not int or not target or not 0 <= pstate <= 32:
+        return None
+    seen = d.link_by_pstate
+    stepped = any(g >= target for p, g in seen.items() if p != pstate)
+    if generation > seen.get(pstate, 0):
+        seen[pstate] = generation
+    return stepped
+
+
 def _num(value: Any) -> Any:
     cls = value.__class__
     if cls is int:  # what NVML answers nearly always: one check
