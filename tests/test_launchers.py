@@ -187,6 +187,13 @@ def test_speed_60_replays_an_hour_in_about_a_minute(tmp_path):
     assert 40 <= ratio <= 66, (took, ratio)
 
 
+@pytest.mark.parametrize("speed", ["1e-300", "1e308", "0", "-1", "nan"])
+def test_a_speed_past_its_range_is_one_line_exit_2(speed):
+    done = subprocess.run([sys.executable, "-m", "rigmon", "run", "--demo", "--speed", speed, "--port", "0"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and "--speed" in done.stderr, done.stderr
+
+
 def test_speed_without_a_replay_is_refused(tmp_path):
     done = subprocess.run([sys.executable, "-m", "rigmon", "run", "--speed", "20", "--port", "0"],
                           capture_output=True, text=True, timeout=60)

@@ -15,8 +15,15 @@ from . import config as config_command
 from .common import UsageError
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error in one line (exit 2): what is wrong and where help is."""
+
+    def error(self, message: str):
+        self.exit(2, printable(f"{self.prog}: {message} (see {self.prog} --help)") + "\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rigmon", description="Hardware-health monitoring for GPU training rigs.")
+    p = _Parser(prog="rigmon", description="Hardware-health monitoring for GPU training rigs.")
     p.add_argument("--version", action="version", version=f"rigmon {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
