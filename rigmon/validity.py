@@ -121,7 +121,8 @@ class _Spec:
         self.info = _fields(GpuInfo, "gpu", "i")
         self.thresholds = (GpuInfo._fields.index("temperature_thresholds"),
                            _nested("gpu", "i", "temperature_thresholds", TemperatureThresholds))
-        self.host = _fields(HostReading, "host", "h") + _fields(HostReading, "cpu", "h")
+        # the host's own readings, and the CPU utilisation the cpu kind reads from it too: each once
+        self.host = tuple(dict.fromkeys(_fields(HostReading, "host", "h") + _fields(HostReading, "cpu", "h")))
         # host records: (HostReading field, its checks, the field a record is nothing without)
         records = (("cpu_temperatures", CpuTemperature, "cpu", "celsius"),
                    ("temperatures", SensorTemperature, "temperature", "celsius"),

@@ -268,3 +268,18 @@ def test_the_state_directory_and_its_files_are_the_owners_alone(tmp_path):
     assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in files if stat.S_IMODE(p.stat().st_mode) != 0o600} \
         == {}
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o700 for p in state.rglob("*") if p.is_dir() and p.name != "old")
+
+
+def test_a_host_reading_is_checked_and_counted_once(tmp_path):
+    """The CPU utilisation is the host's and the cpu kind's variable: NaN from psutil is one invalid reading."""
+    rec = sc.with_host(sc.rich(sc.h200(), gpus=4), cpu_percent=math.nan, getloadavg=[-1.0, 2.0, 3.0])
+    config = configmod.parse({"daemon": {"state_dir": str(tmp_path / "state")}}, "test")
+    pipeline = Pipeline.from_config(config, sc.source(rec, at=sc.LOAD_AT), outputs=False, announce=False,
+                                    event_thread=False)
+    pipeline.open()
+    try:
+        host = pipeline.step().sample.host
+    finally:
+        pipeline.close(time.monotonic() + 2)
+    assert host.cpu_utilization_ratio is None and host.load1 is None and host.load5 == 2.0
+    assert pipeline.poller.invalid.counts == {"cpu_utilization_ratio": 1, "load1": 1}
