@@ -118,7 +118,10 @@ def _taken_over() -> dict:
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode):
                 raise ValueError("not a file")
-            handed = json.loads(f.read(MAX_HANDED_BYTES + 1)[:MAX_HANDED_BYTES + 1])
+            data = f.read(MAX_HANDED_BYTES + 1)
+            if len(data) > MAX_HANDED_BYTES:
+                raise ValueError(f"larger than {MAX_HANDED_BYTES >> 20} MiB")
+            handed = json.loads(data)
     except (OSError, ValueError) as e:
         logs.setup("INFO", 0)
         log.warning("reload: what the process before handed over cannot be read (%s); starting afresh", e)
