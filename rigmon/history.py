@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from . import heap
 from .text import printable
+from .validity import UNIT_RANGES, reading_range
 
 if TYPE_CHECKING:
     from .sinks.base import PollResult
@@ -60,25 +61,19 @@ FLOAT32_MAX = 3.4e38
 
 def series_range(name: str) -> tuple[str, float, float]:
     """The reading a series keeps and what it can mean (``rigmon.validity``'s ranges), from its name."""
-    from .readings import READINGS
-    from .validity import UNIT_RANGES, range_of
-
     kind, _, rest = name.partition("/")
     last = name.rpartition("/")[2]
     if kind.startswith("gpu"):
         if rest in ("fan_target_ratio", "fan_speed_ratio"):
-            return (rest, *range_of("gpu_fan", "speed_ratio", "ratio"))
-        unit = next((r.unit for r in READINGS if r.entity == "gpu" and r.name == rest), None)
-        return (rest, *range_of("gpu", rest, unit)) if unit else (rest, -FLOAT32_MAX, FLOAT32_MAX)
+            return (rest, *reading_range("gpu_fan", "speed_ratio"))
+        return (rest, *(reading_range("gpu", rest) or (-FLOAT32_MAX, FLOAT32_MAX)))
     if kind == "host":
         if rest.startswith("fan/"):
             return ("rpm", *UNIT_RANGES["rpm"])
         if rest.endswith("_celsius"):
             return ("celsius", *UNIT_RANGES["celsius"])
-        if rest == "load1":
-            return (rest, *range_of("host", "load1", "count"))
-        if rest.endswith("_ratio"):
-            return (rest, *UNIT_RANGES["ratio"])
+        if rest in ("load1", "cpu_utilization_ratio"):
+            return (rest, *reading_range("host", rest))
     if name.endswith("_watts"):
         return (last, *UNIT_RANGES["watts"])
     return last, -FLOAT32_MAX, FLOAT32_MAX

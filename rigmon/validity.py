@@ -70,8 +70,10 @@ def range_of(entity: str, name: str, unit: str) -> tuple[float, float]:
     return READING_RANGES.get((entity, name)) or UNIT_RANGES.get(unit, (-math.inf, math.inf))
 
 
-def _unit(entity: str, name: str) -> str:
-    return next(r.unit for r in READINGS if r.entity == entity and r.name == name)
+def reading_range(entity: str, name: str) -> tuple[float, float] | None:
+    """What the reading ``name`` of ``entity`` can mean; None where the table has no such reading."""
+    unit = next((r.unit for r in READINGS if r.entity == entity and r.name == name), None)
+    return range_of(entity, name, unit) if unit is not None else None
 
 
 def _fields(record: type, entity: str, root: str) -> tuple[tuple[int, str, float, float], ...]:
@@ -114,7 +116,7 @@ class _Spec:
         fan = {"fan_speed_ratios": "speed_ratio", "fan_target_ratios": "target_speed_ratio",
                "fan_speed_rpm": "speed_rpm"}
         self.gpu_fans = tuple((GpuReading._fields.index(field), name,
-                               *range_of("gpu_fan", name, _unit("gpu_fan", name))) for field, name in fan.items())
+                               *reading_range("gpu_fan", name)) for field, name in fan.items())
         self.processes = GpuReading._fields.index("processes")
         self.process = ((1, "memory_bytes", *UNIT_RANGES["bytes"]),
                         (2, "sm_ratio", *range_of("gpu_process", "sm_ratio", "ratio")))

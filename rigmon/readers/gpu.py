@@ -29,7 +29,7 @@ from typing import Any
 import pynvml
 
 from ..polled import MEMORY_V2, POLLED, Polled
-from ..recording import VALUE_FIELDS, call_key, handle_key
+from ..recording import VALUE_FIELDS, call_key, error_value, handle_key
 from ..sample import (
     CLOCK_EVENT_BITS,
     CLOCK_EVENT_REASONS,
@@ -253,9 +253,7 @@ def real_backend() -> Any:
 
 
 def _error_name(exc: BaseException) -> str:
-    if isinstance(exc, pynvml.NVMLLibraryMismatchError):
-        return "LibraryMismatch"
-    return type(exc).__name__.removeprefix("NVMLError_")
+    return error_value(exc)["nvml_error"]  # as a recording names it
 
 
 LOST_PROBE_SECONDS = 30.0  # how often a lost GPU is asked whether it answers again
