@@ -16,7 +16,7 @@ from servers import Rigmon, http_get, wait_for
 
 from rigmon.recording import Recording
 
-SECONDS = 60
+SECONDS = 15  # 150 polls, each flipping every GPU
 GPUS = 8
 
 

@@ -360,6 +360,7 @@ def test_a_gpu_without_an_energy_counter_integrates_power_and_says_so(tmp_path):
     assert "partly estimated: power × time on a GPU without an energy counter" in shown
 
 
+@pytest.mark.slow  # a flood of its own
 def test_jobs_reads_any_number_of_rows_in_flat_memory_and_refuses_a_limit_below_one(tmp_path):
     """100,000 jobs (a row held each would be ~270 MB): ``--all`` and ``--json`` print them all, a
     row at a time, in about the memory ``--limit 10`` takes; ``--limit`` 0 or -1 is a one-line usage error (exit 2)."""

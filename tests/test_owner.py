@@ -147,6 +147,7 @@ def _serve_and_measure(tmp_path: Path, name: str, recording: Path, history_from=
     return slowest, _rss_kib(rigmon.proc.pid), rigmon
 
 
+@pytest.mark.slow  # a flood of its own
 def test_hostile_recordings_and_history_answer_within_a_second_in_bounded_memory(tmp_path):
     clean_rec = _write(sc.rich(sc.h200()), tmp_path / "clean.rec.jsonl")
     clean_time, clean_rss, rigmon = _serve_and_measure(tmp_path, "clean", clean_rec)
