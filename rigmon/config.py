@@ -190,7 +190,7 @@ class AlertsConfig(_Section):
     builtin: Annotated[dict[str, RuleOverride], Field(
         description="Changes to built-in rules by name (rigmon rules list): enabled, for, params, severity, when, "
                     "clear, texts.", examples=[{"FanStalled": {"for": "1m"}}])] = {}
-    rules: Annotated[list[RuleSpec], Field(description="Your own rules (README, Alerts).")] = []
+    rules: Annotated[list[RuleSpec], Field(description="Your own rules (docs/alerts.md).")] = []
     power_budget: Annotated[PowerBudgetConfig, Field(description="What the PSUs can give.")] = PowerBudgetConfig()
     expected_sensors: Annotated[list[str], Field(
         description="Sensors that must be there from the start: 'fan:chip/label', 'temperature:chip/label', "

@@ -9,8 +9,8 @@ base units (``power_watts``, ``utilization_gpu_ratio``, ``pcie_replays``: a coun
 one family holds several readings (``rigmon_gpu_utilization_ratio{kind="gpu"}``).
 
 The Prometheus collector, the line-protocol encoder, the alert entities and the burn-in's
-ticks are generated from this table (``rigmon.project``), and so are README's metrics and
-InfluxDB tables (``python -m rigmon.readings --readme``). Adding a reading is an entry here
+ticks are generated from this table (``rigmon.project``), and so are the docs' metrics and
+InfluxDB tables (``python -m rigmon.readings docs/*.md``). Adding a reading is an entry here
 and the reader line that fills the sample.
 
 A ``get`` is a path from the entity's record (``g`` a GpuReading, ``i`` its GpuInfo, ``s`` the
@@ -474,7 +474,7 @@ def _own_families(table: tuple[Reading, ...]) -> tuple[Reading, ...]:
 
 READINGS = _own_families(READINGS)
 
-# Alert rule variables by kind, with what they mean (rules, doctor and README use these).
+# Alert rule variables by kind, with what they mean (rules, doctor and docs/alerts.md use these).
 KINDS: dict[str, dict[str, str]] = {}
 for _r in READINGS:
     _kind = ENTITIES[_r.entity].rule_kind
@@ -501,7 +501,7 @@ def family_labels(name: str) -> tuple[str, ...]:
     return entity.prometheus_labels + family.labels
 
 
-# --- README tables ---------------------------------------------------------------------------
+# --- the tables of docs/ ---------------------------------------------------------------------------
 # Measurements that are no reading's: events, alert transitions, budgets (written by their sinks).
 OTHER_MEASUREMENTS = (
     ("xid", ("gpu", "uuid", "xid"), "code (one point per XID event, at its time)"),
@@ -519,7 +519,7 @@ def _cell(text: str) -> str:
 
 
 def metrics_rows() -> list[str]:
-    """README's metrics table for the readings' families."""
+    """docs/metrics.md's table of the readings' families."""
     rows = ["| metric | type | labels (besides gpu, uuid) | meaning |", "| --- | --- | --- | --- |"]
     for family in FAMILIES.values():
         members = [r for r in READINGS if r.family == family.name]
@@ -540,7 +540,7 @@ def metrics_rows() -> list[str]:
 
 
 def influx_rows() -> list[str]:
-    """README's InfluxDB schema table."""
+    """docs/influxdb.md's schema table."""
     measurements: dict[str, tuple[tuple[str, ...], list[str]]] = {}
     for r in READINGS:
         entity = ENTITIES[r.entity]
@@ -555,7 +555,7 @@ def influx_rows() -> list[str]:
 
 
 def rule_rows() -> list[str]:
-    """README's table of rule variables, with the old names that still work."""
+    """docs/alerts.md's table of rule variables, with the old names that still work."""
     rows = ["| kind | variable | meaning |", "| --- | --- | --- |"]
     for kind, names in KINDS.items():
         old = {new: o for o, new in DEPRECATED.get(kind, {}).items()}
@@ -565,39 +565,42 @@ def rule_rows() -> list[str]:
     return rows
 
 
-README_TABLES = {"metrics": metrics_rows, "influxdb": influx_rows, "rule-variables": rule_rows}
+DOC_TABLES = {"metrics": metrics_rows, "influxdb": influx_rows, "rule-variables": rule_rows}
 
 
-def readme(text: str) -> str:
-    """README's text with every generated table (between ``<!-- readings:NAME -->`` and
-    ``<!-- /readings:NAME -->``) written afresh from the table."""
+def docs(text: str) -> str:
+    """A document's text with every generated table it holds (between ``<!-- readings:NAME -->``
+    and ``<!-- /readings:NAME -->``) written afresh from the table."""
     import re
 
-    for name, rows in README_TABLES.items():
+    for name, rows in DOC_TABLES.items():
         begin, end = f"<!-- readings:{name} -->", f"<!-- /readings:{name} -->"
         pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
-        if not pattern.search(text):
-            raise ValueError(f"README has no {begin} ... {end}")
         table = begin + "\n" + "\n".join(rows()) + "\n" + end
         text = pattern.sub(lambda _, table=table: table, text)
     return text
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m rigmon.readings [README.md]: print the tables, or rewrite them in a README."""
+    """python -m rigmon.readings [FILE.md ...]: print the tables, or rewrite them where the
+    files hold them (docs/*.md); each table must be in one of them."""
     import sys
 
     argv = sys.argv[1:] if argv is None else argv
-    if argv:
-        path = argv[0]
+    if not argv:
+        for rows in DOC_TABLES.values():
+            print("\n".join(rows()), end="\n\n")
+        return 0
+    found = set()
+    for path in argv:
         with open(path, encoding="utf-8") as f:
             text = f.read()
+        found |= {name for name in DOC_TABLES if f"<!-- readings:{name} -->" in text}
         with open(path, "w", encoding="utf-8") as f:
-            f.write(readme(text))
-        return 0
-    for rows in README_TABLES.values():
-        print("\n".join(rows()), end="\n\n")
-    return 0
+            f.write(docs(text))
+    for name in DOC_TABLES.keys() - found:
+        print(f"no file holds <!-- readings:{name} -->", file=sys.stderr)
+    return 1 if DOC_TABLES.keys() - found else 0
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""README and the shipped example config stay true."""
+"""README, the docs and the shipped example config stay true."""
 
 import re
 import subprocess
@@ -68,8 +68,8 @@ def test_example_config_commented_settings_are_valid_when_uncommented():
     assert c.alerts.builtin["FanStalled"].for_ == 60 and c.gpu.indices == [0, 1]
 
 
-def test_readme_metrics_table_matches_the_exporter(tmp_path):
-    documented = set(re.findall(r"^\| `(rigmon_[a-z0-9_]+)`", (ROOT / "README.md").read_text(), re.M))
+def test_the_metrics_table_matches_the_exporter(tmp_path):
+    documented = set(re.findall(r"^\| `(rigmon_[a-z0-9_]+)`", (ROOT / "docs" / "metrics.md").read_text(), re.M))
     config = (f"[daemon]\ninterval = 0.3\nstate_dir = \"{tmp_path / 'state'}\"\n"
               "[gpu]\nprocess_series = 2\n"
               "[influxdb]\nenabled = true\napi = \"v1\"\nurl = \"http://127.0.0.1:9\"\n")
@@ -87,8 +87,8 @@ def test_readme_metrics_table_matches_the_exporter(tmp_path):
             names = exported()
     finally:
         rigmon.stop()
-    assert names - documented == set(), "exported but not in README"
-    assert documented - names == set(), "in README but not exported"
+    assert names - documented == set(), "exported but not in docs/metrics.md"
+    assert documented - names == set(), "in docs/metrics.md but not exported"
 
 
 def test_readme_has_exactly_two_setup_commands():
@@ -97,13 +97,31 @@ def test_readme_has_exactly_two_setup_commands():
     assert "rigmon run" in commands[0] and commands[1].strip() == "tests/run"
 
 
-def test_readme_toml_examples_are_valid_config():
+def test_every_toml_example_is_valid_config():
     import tomllib
 
     from rigmon import config
 
-    blocks = re.findall(r"^```toml\n(.*?)\n```", (ROOT / "README.md").read_text(), re.M | re.S)
-    assert len(blocks) >= 2
+    blocks = readme.blocks("toml")
+    assert len(blocks) >= 5 and any(p.name == "README.md" for p, _ in blocks)
     env = {"SLACK_WEBHOOK_URL": "https://hooks.slack.example/T/B/x", "NTFY_TOKEN": "tk", "INFLUX_TOKEN": "t"}
-    for block in blocks:
-        config.parse(tomllib.loads(block), "README", env)
+    for path, block in blocks:
+        config.parse(tomllib.loads(block), path.name, env)
+
+
+def test_readme_is_short_and_every_link_lands():
+    """README is for a newcomer; the reference is in docs/. A link to a file or a heading that
+    is not there fails, in README and in every doc."""
+    assert len(readme.README.read_text().splitlines()) <= 350
+    for path in readme.FILES:
+        text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.M | re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+://", target):
+                continue
+            file, _, anchor = target.partition("#")
+            linked = (path.parent / file).resolve() if file else path
+            assert linked.exists(), f"{path.name} links to {target}, which is not there"
+            if anchor:
+                headings = re.findall(r"^#+ (.*)$", linked.read_text(), re.M)
+                slugs = {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+                assert anchor in slugs, f"{path.name} links to {target}: no such heading in {linked.name}"

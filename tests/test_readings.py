@@ -1,5 +1,5 @@
 """The table of readings: every reading reaches each output it names, the old rule-variable
-names keep working with a warning, README's tables are the table's, and the layout has no
+names keep working with a warning, the docs' tables are the table's, and the layout has no
 import circle (nothing below ``rigmon.commands`` imports it)."""
 
 import ast
@@ -138,10 +138,14 @@ def test_a_new_name_and_its_old_one_are_the_same_variable():
     assert Expression("utilization_gpu >= 0.5", "gpu", {"utilization_gpu": 1}).deprecated == {}
 
 
-def test_readme_tables_are_the_table():
-    text = (ROOT / "README.md").read_text()
-    assert readings.readme(text) == text, "README's tables differ from rigmon/readings.py: " \
-                                          "run python -m rigmon.readings README.md"
+def test_the_docs_tables_are_the_table():
+    held = set()
+    for path in sorted((ROOT / "docs").glob("*.md")):
+        text = path.read_text()
+        assert readings.docs(text) == text, f"{path.name}'s tables differ from rigmon/readings.py: " \
+                                            "run python -m rigmon.readings docs/*.md"
+        held |= {name for name in readings.DOC_TABLES if f"<!-- readings:{name} -->" in text}
+    assert held == set(readings.DOC_TABLES)
 
 
 def _modules():
@@ -172,12 +176,12 @@ def test_nothing_below_the_commands_imports_them():
                 assert not target.startswith("rigmon.commands") and target != "rigmon.cli", f"{name}: {target}"
 
 
-def test_readme_architecture_names_every_package_and_module():
-    text = (ROOT / "README.md").read_text()
+def test_the_architecture_names_every_package_and_module():
+    text = (ROOT / "docs" / "development.md").read_text()
     paragraph = text[text.index("How it fits together"):text.index("Adding a per-poll NVML reading")]
     named = set(re.findall(r"`(rigmon/[a-z_/]+(?:\.py)?)`", paragraph))
     for path in named:
-        assert (ROOT / path).exists(), f"README names {path}, which is not there"
+        assert (ROOT / path).exists(), f"docs/development.md names {path}, which is not there"
     packages = {f"rigmon/{p.name}/" for p in (ROOT / "rigmon").iterdir() if (p / "__init__.py").exists()}
     assert packages <= named, f"not described: {packages - named}"
 

@@ -1,7 +1,7 @@
 """What rules see: a sample broken into entities (each GPU, GPU fan, fan, CPU socket, sensor,
 PSU group, the host), each a flat dict of named values in base units. The variables, per
 kind, with what they mean, are the table of readings' (``rigmon.readings``): rule
-validation, ``rigmon doctor`` and README use the same lists, and the code that builds the
+validation, ``rigmon doctor`` and docs/alerts.md use the same lists, and the code that builds the
 GPU and host entities is generated from it."""
 
 from __future__ import annotations

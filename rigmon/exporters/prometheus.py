@@ -1,7 +1,7 @@
 """The Prometheus exporter: a collector over the latest sample, and its HTTP endpoint.
 
 Metric families are built afresh from the latest sample on every render, on a private
-registry. Every metric and its unit is listed in README's metrics table. Values are those
+registry. Every metric and its unit is listed in docs/metrics.md. Values are those
 of the last poll, so no sample carries a timestamp; the exposition is rendered once per
 poll and per format and shared by every scrape until the next poll.
 """
@@ -88,7 +88,7 @@ _FAMILIES = {name: Family(name, family.help + LAST, family.type, family_labels(n
 
 
 def _families(sample: Sample, xids: dict, process_series: int = 0):
-    """Every reading's family (README's metrics table), filled by the code the table generates."""
+    """Every reading's family (docs/metrics.md), filled by the code the table generates."""
     families = {name: family.empty() for name, family in _FAMILIES.items()}
     system = sample.system
     info = families["rigmon_gpu_info"]

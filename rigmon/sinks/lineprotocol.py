@@ -1,4 +1,4 @@
-"""Samples as InfluxDB line protocol: one documented schema (README, "InfluxDB schema").
+"""Samples as InfluxDB line protocol: one documented schema (docs/influxdb.md, its schema).
 
 Measurements: ``gpu``, ``gpu_info`` (static facts, once per GPU at start and every hour),
 ``cpu_temp``, ``temperature``, ``fan``, ``cpu_energy``, ``host``, ``xid``, ``alert``,
