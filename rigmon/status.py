@@ -89,6 +89,13 @@ def exit_code(sample: Sample, alerts: list[dict] | None) -> int:
     return 1 if lost or critical else 0
 
 
+def _program_named(command: str) -> str:
+    """A command line with its program by name, not path (``python train.py``, as top shows it):
+    where the line is cut to the terminal, what it runs is what stays."""
+    program, space, rest = command.partition(" ")
+    return program.rsplit("/", 1)[-1] + space + rest
+
+
 def _processes(sample: Sample, width: int = WIDTH) -> list[str]:
     """Who holds each GPU, like nvitop's process list: PID, user, GPU memory, SM share, job."""
     who = {p.pid: p for p in sample.processes}
@@ -99,7 +106,7 @@ def _processes(sample: Sample, width: int = WIDTH) -> list[str]:
             rows.append([str(g.index), str(p.pid), printable((info.user if info else None) or "?"),
                          _gib(p.used_memory_bytes), f"{p.sm_ratio:.0%}" if p.sm_ratio is not None else NS,
                          printable(((info.unit or info.job) if info else None) or "?"),
-                         printable((info.command if info else None) or "?")])
+                         printable(_program_named((info.command if info else None) or "?"))])
     if not rows:
         return []
     head = ["GPU", "PID", "USER", "MEM GiB", "SM", "JOB", "COMMAND"]
