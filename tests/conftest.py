@@ -23,23 +23,22 @@ SYSTEM_MODULES = {"test_alerts_daemon", "test_burnin", "test_dashboards", "test_
 SYSTEM_FIXTURES = {"influx", "named_cgroup", "hostile_processes", "chromium"}
 
 
-# Tests that use something of the machine's own: rigmon's default port 9963 (README's first
-# command, a service under systemd, a status that finds no daemon there). Side by side
-# (tests/run: pytest-xdist, --dist loadgroup) they run on one worker, one after the other.
-DEFAULT_PORT = {"test_systemd", "test_install::test_readme_first_command_installs_and_runs_the_daemon",
-                "test_cli::test_live_status_without_a_daemon_says_alerts_are_unknown"}
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
-    """``system`` on what tests/run --fast leaves out; each test's group for the workers: its
-    file, so a file's tests keep their order and module fixtures, or DEFAULT_PORT."""
+    """``system`` on what tests/run --fast leaves out."""
     for item in items:
-        module = item.module.__name__
-        if module in SYSTEM_MODULES or SYSTEM_FIXTURES & set(item.fixturenames):
+        if item.module.__name__ in SYSTEM_MODULES or SYSTEM_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.system)
-        shares = module in DEFAULT_PORT or f"{module}::{item.originalname}" in DEFAULT_PORT
-        item.add_marker(pytest.mark.xdist_group("default-port" if shares else module))
+
+
+@pytest.fixture
+def default_port():
+    """rigmon's default port, 9963, is the machine's: the tests that use it (README's first
+    command, the service under systemd, a status that finds no daemon there) take it one at a
+    time, whichever worker runs them (tests/run runs files side by side)."""
+    from servers import holding_the_default_port
+
+    with holding_the_default_port():
+        yield 9963
 
 
 def pytest_configure(config):

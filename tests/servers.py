@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -10,10 +11,21 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+
+
+@contextlib.contextmanager
+def holding_the_default_port():
+    """The machine's port 9963 for this test alone, among all test processes (an flock)."""
+    import fcntl
+
+    with open(Path(tempfile.gettempdir()) / "rigmon-tests-port-9963.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def free_port() -> int:

@@ -145,7 +145,7 @@ def test_status_shows_the_alerts_of_a_recording(tmp_path):
     assert json.loads(early.stdout)["alerts"] == []
 
 
-def test_live_status_without_a_daemon_says_alerts_are_unknown():
+def test_live_status_without_a_daemon_says_alerts_are_unknown(default_port):
     done = rigmon("status")
     assert done.returncode == 0
     assert "ALERTS  unknown: no rigmon daemon answers on 127.0.0.1:9963" in done.stdout

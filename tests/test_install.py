@@ -99,7 +99,7 @@ def test_wheel_in_a_fresh_venv_works_outside_the_checkout(dist, tmp_path):
 
 
 @pytest.mark.slow
-def test_readme_first_command_installs_and_runs_the_daemon(tmp_path):
+def test_readme_first_command_installs_and_runs_the_daemon(tmp_path, default_port):
     """The command exactly as README has it, in a scratch copy of the checkout, by a shell
     with the user's environment: it must leave a daemon answering on the default port."""
     command = readme.sh_blocks("Set up")[0]

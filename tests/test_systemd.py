@@ -17,7 +17,7 @@ import pytest
 import readme
 import systemd_box
 from receiver import Receiver
-from servers import free_port, http_get, wait_for
+from servers import free_port, holding_the_default_port, http_get, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 why_not = systemd_box.available()
@@ -40,7 +40,15 @@ def receiver():
 
 
 @pytest.fixture(scope="module")
-def box(tmp_path_factory):
+def default_port():
+    """The box's daemon listens on the machine's port 9963 (it shares the network): the
+    module holds it (tests/conftest.py)."""
+    with holding_the_default_port():
+        yield 9963
+
+
+@pytest.fixture(scope="module")
+def box(tmp_path_factory, default_port):
     box = systemd_box.SystemdBox(tmp_path_factory.mktemp("systemd-box"), ROOT)
     try:
         box.boot()
