@@ -157,10 +157,13 @@ class AlertSink:
         return taken
 
     def _snapshot(self, sample: Sample) -> AlertState:
+        entities = self.engine.entities(sample, complete=False)
         budgets = tuple(Budget(v["psu"], v["budget_watts"], v["draw_watts"])
-                        for key, v in self.engine.entities(sample, complete=False).items() if key[0] == "psu")
+                        for key, v in entities.items() if key[0] == "psu")
+        sensors = tuple(sorted((v["sensor_kind"], v["sensor"], bool(v["present"]))
+                               for key, v in entities.items() if key[0] == "sensor"))
         return AlertState(sample.time, tuple(firing_alert(a) for a in self.engine.firing()),
-                          tuple(sorted(self.transitions.items())), budgets)
+                          tuple(sorted(self.transitions.items())), budgets, sensors)
 
     def _send(self, transition: Transition, reminder: bool) -> None:
         for notifier in self.notifiers:
@@ -180,6 +183,14 @@ class AlertSink:
             labels.update(alertname=alert.alertname, severity=alert.severity, subject=alert.subject)
             active.add_sample("rigmon_alert_active", labels, 1)
         yield active
+        # what SensorMissing knows, so a PromQL rule needs no look-back window: every sensor
+        # the box has had (since start, or named in alerts.expected_sensors), 0 once it is gone
+        present = GaugeMetricFamily("rigmon_sensor_present", "1 while a sensor the box has had answers, 0 once it "
+                                                             "is gone (fans, temperatures, NVML).",
+                                    labels=["sensor_kind", "sensor"])
+        for kind, name, answers in state.sensors:
+            present.add_metric([kind, name], 1 if answers else 0)
+        yield present
         transitions = CounterMetricFamily("rigmon_alert_transitions", "Alert transitions since start.",
                                           labels=["alertname", "severity", "status"])
         for (name, severity, status), count in state.transitions:

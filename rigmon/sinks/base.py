@@ -39,12 +39,14 @@ class Budget(NamedTuple):
 
 
 class AlertState(NamedTuple):
-    """What one poll left: the firing alerts, the transition counts so far, the power budgets."""
+    """What one poll left: the firing alerts, the transition counts so far, the power budgets,
+    and every sensor the box has had (answering or not: (kind, name, present))."""
 
     time: float | None = None
     firing: tuple[FiringAlert, ...] = ()
     transitions: tuple[tuple[tuple[str, str, str], int], ...] = ()
     budgets: tuple[Budget, ...] = ()
+    sensors: tuple[tuple[str, str, bool], ...] = ()
 
 
 class PollResult(NamedTuple):
