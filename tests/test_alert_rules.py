@@ -119,7 +119,9 @@ SCENARIOS = {
     "GpuJobStalled": (lambda: timeline(1500, 30, modify=stalled_job(0)),
                       lambda: timeline(1500, 30, modify=stalled_job(100)), {}),
     "GpuLost": (lambda: sc.gpu_lost(sc.h200()), lambda: sc.h200(), {}),
-    "GpuCountDropped": (lambda: sc.gpu_lost(sc.h200()), lambda: sc.h200().widened(2), {}),
+    # GpuLost holds it back (one lost GPU, one page): the count alone, with GpuLost off
+    "GpuCountDropped": (lambda: sc.gpu_lost(sc.h200()), lambda: sc.h200().widened(2),
+                        {"alerts": {"builtin": {"GpuLost": {"enabled": False}}}}),
     "GpuXid": (lambda: sc.with_xid(sc.h200(), at_second=20, xid=79), lambda: sc.h200(), {}),
     "GpuEccUncorrectable": (lambda: timeline(120, 5, modify=ecc(0, 2)), lambda: timeline(120, 5, modify=ecc(3, 3)),
                             {}),
@@ -159,6 +161,13 @@ def test_rule_fires_on_its_scenario(rule, tmp_path):
     fired = [t for t in transitions if t.alertname == rule and t.status == "firing"]
     assert fired, [t.line() for t in transitions]
     assert "n/a" not in fired[0].summary and "{" not in fired[0].summary, fired[0].summary
+
+
+def test_one_lost_gpu_is_one_page(tmp_path):
+    """GpuLost says which GPU; the box's GpuCountDropped that follows from it is held back."""
+    transitions = run(sc.gpu_lost(sc.h200()), tmp_path, {})
+    assert [(t.alertname, t.status) for t in transitions if t.severity == "critical"] == [("GpuLost", "firing")], \
+        [t.line() for t in transitions]
 
 
 @pytest.mark.parametrize("rule", sorted(SCENARIOS))
@@ -243,3 +252,16 @@ def test_expected_sensor_that_never_came(tmp_path):
     config = {"alerts": {"expected_sensors": ["fan:nct6798/fan9"]}}
     fired = [t for t in run(timeline(60, 5, host=fans(900)), tmp_path, config) if t.alertname == "SensorMissing"]
     assert fired and "nct6798/fan9" in fired[0].summary
+
+
+def test_the_daemon_exports_each_sensor_it_has_had_and_whether_it_answers():
+    """rigmon_sensor_present: what SensorMissing sees, so the PromQL rule needs no look-back
+    (deploy/prometheus/rigmon-rules.yml): 1 while the fan answers, 0 once it is gone."""
+    rec = timeline(120, 5, modify=fan_vanishes)
+    with sc.Replayed(rec, {}) as r:
+        r.poll(30)
+        before = r.metrics()
+        r.poll(90)
+        after = r.metrics()
+    line = 'rigmon_sensor_present{sensor="nct6798/fan2",sensor_kind="fan"}'
+    assert f"{line} 1.0" in before and f"{line} 0.0" in after, after

@@ -287,6 +287,7 @@ class AlertEngine:
     def __init__(self, rules: Sequence[Rule], psu_groups: Sequence[PsuGroup] = (),
                  expected_sensors: Sequence[str] = (), unknown_timeout: float = 120.0):
         self.rules = [r for r in rules if r.spec.enabled]
+        self._host_rules = {r.name for r in self.rules if r.kind == "host"}
         self.unknown_timeout = unknown_timeout
         self.psu_groups = tuple(psu_groups)
         self.alerts: dict[tuple, Alert] = {}
@@ -436,10 +437,11 @@ class AlertEngine:
     def _told(self, stepped: list[tuple[Alert, Transition]], now: float) -> list[Transition]:
         """The transitions to tell: a firing alert inhibits the rules it names on its entity."""
         held: dict[tuple[str, tuple], str] = {}  # (rule name, entity) -> the firing rule holding it back
+        host = self._host_rules
         for alert in self.alerts.values():
             if alert.state == "firing":
-                for target in alert.rule.inhibits:
-                    held.setdefault((target, alert.key), alert.name)
+                for target in alert.rule.inhibits:  # on its own entity, or the box's for a host rule
+                    held.setdefault((target, ("host",) if target in host else alert.key), alert.name)
         told = []
         for alert, t in stepped:
             if t.status == "firing":

@@ -60,8 +60,8 @@ class RuleSpec(BaseModel):
         examples=[{"over_by": "temperature_celsius - limit_celsius"}])] = {}
     enabled: Annotated[bool, Field(description="Evaluate this rule.")] = True
     inhibits: Annotated[tuple[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$")], ...], Field(
-        description="Rules of the same kind this one supersedes: while it fires on an entity, theirs on that "
-                    "entity are held back (one event, one page).",
+        description="Rules this one supersedes, of its own kind or the box's (host): while it fires on an "
+                    "entity, theirs on that entity (or on the box) are held back (one event, one page).",
         examples=[["GpuNearSlowdown"]])] = ()
 
     @model_validator(mode="after")
@@ -159,7 +159,8 @@ def merge(overrides: dict[str, RuleOverride], custom: list[RuleSpec]) -> list[Ru
 
 
 def check_inhibits(specs: list[RuleSpec]) -> None:
-    """Each name a rule inhibits is another rule of its kind; ValueError naming the field if not."""
+    """Each name a rule inhibits is another rule of its kind, or of the box's (host: a lost GPU
+    holds back the box's count of GPUs); ValueError naming the field if not."""
     kinds = {spec.name: spec.kind for spec in specs}
     for spec in specs:
         where = f"builtin.{spec.name}" if spec.name in _builtin_specs() else spec.name
@@ -168,6 +169,6 @@ def check_inhibits(specs: list[RuleSpec]) -> None:
                 raise ValueError(f"{where}.inhibits: a rule cannot inhibit itself")
             if target not in kinds:
                 raise ValueError(f"{where}.inhibits: no rule named {target}{did_you_mean(target, kinds)}")
-            if kinds[target] != spec.kind:
+            if kinds[target] not in (spec.kind, "host"):
                 raise ValueError(f"{where}.inhibits: {target} watches {kinds[target]} entities, {spec.name} "
-                                 f"{spec.kind}: a rule inhibits only rules of its own kind")
+                                 f"{spec.kind}: a rule inhibits only rules of its own kind, or the box's (host)")
