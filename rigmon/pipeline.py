@@ -87,9 +87,18 @@ class Pipeline:
                 if config.jobs.enabled and config.gpu.processes:
                     jobs = JobLedger(config, host)
                 collectors.append(BurninReports(config.burnin.reports_dir))
-                if config.daemon.page:
-                    from pathlib import Path
+                from pathlib import Path
 
+                from .known import Known
+
+                known = Known(Path(config.daemon.state_dir) / "known.json")  # what a restart must not forget
+                known.load()
+                if poller.host is not None:
+                    poller.host.remember_turned(known.fans)
+                if alerts is not None:
+                    alerts.engine.remember_sensors(known.sensors)
+                own.append(known)
+                if config.daemon.page:
                     from .history import History
 
                     own.append(History(Path(config.daemon.state_dir) / "history.bin", config.daemon.interval,

@@ -144,8 +144,8 @@ FAMILIES = {f.name: f for f in (
     Family("rigmon_sensor_temperature_celsius", "gauge", "Every hwmon temperature sensor.", group="host"),
     Family("rigmon_fan_speed_rpm", "gauge", "Fan speed from hwmon (0 may mean stopped or not connected).",
            group="host"),
-    Family("rigmon_fan_turned", "gauge", "1 if the fan read above 0 rpm since rigmon started (0: stopped, or an "
-                                         "empty header).", group="host"),
+    Family("rigmon_fan_turned", "gauge", "1 if the fan has read above 0 rpm, since rigmon started or before "
+                                         "(kept in state_dir across restarts); 0: an empty header.", group="host"),
     Family("rigmon_fan_pwm_ratio", "gauge", "Fan header PWM duty (0-1) from hwmon.", group="host"),
     Family("rigmon_fan_control_mode", "gauge", "hwmon pwmN_enable: 0 full speed (or off), 1 manual, 2 and up "
                                                "automatic (driver-specific).", group="host"),
@@ -408,7 +408,7 @@ READINGS: tuple[Reading, ...] = (
     R("celsius", "temperature", "r.celsius", "celsius", "an hwmon temperature", "rigmon_sensor_temperature_celsius",
       rule=False),
     R("rpm", "fan", "r.rpm", "rpm", "fan speed", "rigmon_fan_speed_rpm"),
-    R("turned", "fan", "r.turned", "bool", "read above 0 rpm since rigmon started", "rigmon_fan_turned"),
+    R("turned", "fan", "r.turned", "bool", "has read above 0 rpm (kept across restarts)", "rigmon_fan_turned"),
     R("pwm_ratio", "fan_control", "r.pwm_ratio", "ratio", "PWM duty (0-1)", "rigmon_fan_pwm_ratio", rule=False),
     R("pwm_mode", "fan_control", "r.pwm_mode", "count", "pwmN_enable: 0 full/off, 1 manual, 2+ automatic",
       "rigmon_fan_control_mode", rule=False),

@@ -204,7 +204,7 @@ class FanReading(NamedTuple):
     chip: str
     label: str
     rpm: float
-    turned: bool = False  # read above 0 rpm since rigmon started: a header with a fan on it
+    turned: bool = False  # has read above 0 rpm (kept across restarts): a header with a fan on it
     device: str | None = None  # which chip of that name, where known
 
 

@@ -265,3 +265,40 @@ def test_the_daemon_exports_each_sensor_it_has_had_and_whether_it_answers():
         after = r.metrics()
     line = 'rigmon_sensor_present{sensor="nct6798/fan2",sensor_kind="fan"}'
     assert f"{line} 1.0" in before and f"{line} 0.0" in after, after
+
+
+def test_a_restart_keeps_the_fans_that_turned_and_the_sensors_that_answered(tmp_path):
+    """FanStalled and SensorMissing hold across a daemon restart: the fan that stopped, and the
+    fan unplugged, while the daemon was away still page (known.json in the state directory)."""
+    config = {"daemon": {"state_dir": str(tmp_path / "state")}}
+    with sc.Replayed(timeline(30, 5, host=fans(900)), config, recording_time=True) as before:
+        for t in range(0, 31, 5):
+            before.poll(t)
+    # the second daemon starts with fan2 at 0 rpm and fan3 gone
+    after = timeline(90, 5, host={"sensors_fans": {"nct6798": [["", 1150], ["", 0]]}})
+    firing = {}
+    for kept in (True, False):
+        if not kept:
+            (tmp_path / "state" / "known.json").unlink()
+        with sc.Replayed(after, config, recording_time=True) as r:
+            for t in range(0, 91, 5):
+                r.poll(t)
+            firing[kept] = sorted((a.alertname, a.subject) for a in r.pipeline.alerts.state.firing
+                                  if a.severity != "info")
+    assert firing[True] == [("FanStalled", "chip=nct6798, fan=fan2"),
+                            ("SensorMissing", "sensor_kind=fan, sensor=nct6798/fan3")], firing
+    assert firing[False] == [], firing  # forgotten: an empty header and a fan that never was
+
+
+@pytest.mark.parametrize("text", ["not json", '{"fans_turned": 5}', '[1, 2]', '{"sensors": [["fan"], [1, 2], null]}',
+                                  '{"fans_turned": [["c", "d", "' + "x" * 300 + '"]]}',
+                                  '{"sensors": ' + str([["fan", f"c/f{i}"] for i in range(5000)]).replace("'", '"')
+                                  + '}'])
+def test_a_damaged_known_file_is_bounded_and_never_stops_the_daemon(tmp_path, text):
+    from rigmon.known import MAX_ENTRIES, Known
+
+    (tmp_path / "known.json").write_text(text)
+    known = Known(tmp_path / "known.json")
+    known.load()
+    assert len(known.sensors) <= MAX_ENTRIES and all(len(k) == 2 for k in known.sensors)
+    assert all(len(k) == 3 and all(len(s) <= 256 for s in k) for k in known.fans)

@@ -23,8 +23,9 @@ LAYERS = [
     ("the config: validated (pydantic), and as the plain data that runs with it",
      ["rigmon.config", "rigmon.settings", "rigmon.validate"]),
     ("what is built from a config: the poller, the sinks (the alert sink and its notifiers among them, the "
-     "history), the exporters, the ledger, status", ["rigmon.poller", "rigmon.sinks", "rigmon.exporters",
-                                                     "rigmon.jobs", "rigmon.status", "rigmon.history"]),
+     "history, what the box has had), the exporters, the ledger, status",
+     ["rigmon.poller", "rigmon.sinks", "rigmon.exporters", "rigmon.jobs", "rigmon.status", "rigmon.history",
+      "rigmon.known"]),
     ("composition: the pipeline every loop steps", ["rigmon.pipeline"]),
     ("the daemon, its page, the burn-in and the offline rules",
      ["rigmon.daemon", "rigmon.web", "rigmon.burnin", "rigmon.offline"]),

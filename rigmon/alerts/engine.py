@@ -317,6 +317,7 @@ class AlertEngine:
                 self._keep[(rule.kind, var)] = max(self._keep.get((rule.kind, var), 0.0), rule.longest_window + 60.0)
         for name in expected_sensors:
             self._seen_sensors.add(_expected_key(name))
+
         self._unknown = {kind: dict.fromkeys(names) for kind, names in KINDS.items()}
         self._extremes: dict[tuple, tuple[float, float, float]] = {}  # max_over/min_over carried between polls
         self._tracked_by_kind: dict[str, tuple[str, ...]] = {}
@@ -334,6 +335,11 @@ class AlertEngine:
         self._read_entities = entities_for(wanted)
 
     # --- entities ------------------------------------------------------------------------
+
+    def remember_sensors(self, sensors) -> None:
+        """Sensors an earlier daemon saw answer ((kind, name)): a restart keeps them expected."""
+        self._seen_sensors |= set(sensors)
+
     def entities(self, sample: Sample, complete: bool = True) -> dict[tuple, dict]:
         """What the rules see in ``sample``: {(kind, ...): {variable: value}}; every variable of
         every kind, or (``complete=False``) the kinds the rules are about with the variables

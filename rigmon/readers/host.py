@@ -93,7 +93,11 @@ class HostReader:
         self._rapl_state: dict[str, tuple[int, float]] = {}  # zone -> (last raw µJ, joules counted so far)
         self._said: set[str] = set()
         self._cpu_count: int | None = None
-        self._turned: set[tuple[str, str]] = set()  # fans seen above 0 rpm: headers with a fan on them
+        self._turned: set[tuple[str, str, str]] = set()  # fans seen above 0 rpm: headers with a fan on them
+
+    def remember_turned(self, fans) -> None:
+        """Fans an earlier daemon saw turn ((chip, device, label)): a restart keeps them turned."""
+        self._turned |= set(fans)
 
     def open(self) -> None:
         self._cpu_count = self._section("cpu_count", self._backend.cpu_count)  # a static fact: read once
@@ -118,7 +122,7 @@ class HostReader:
         fan_readings = tuple(FanReading(chip, _label(entry[0], "fan", i), float(entry[1]),
                                         device=_device(fan_devices, chip, i, len(entries)))
                              for chip, entries in fans.items() for i, entry in enumerate(entries))
-        self._turned |= {(f.chip, f.device, f.label) for f in fan_readings if f.rpm > 0}
+        self._turned |= {(f.chip, f.device or "", f.label) for f in fan_readings if f.rpm > 0}
         cpu_temps = cpu_temperatures(temps)
         if temps and not cpu_temps:
             notes.append(f"no CPU temperature sensor among {', '.join(sorted(temps))}")
@@ -129,7 +133,7 @@ class HostReader:
                 for chip, entries in temps.items() for i, entry in enumerate(entries) if entry[1] is not None
             ),
             cpu_temperatures=cpu_temps,
-            fans=tuple(f._replace(turned=(f.chip, f.device, f.label) in self._turned) for f in fan_readings),
+            fans=tuple(f._replace(turned=(f.chip, f.device or "", f.label) in self._turned) for f in fan_readings),
             fan_controls=extra.fans,
             voltages=extra.voltages,
             powers=extra.powers,
