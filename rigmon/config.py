@@ -51,6 +51,10 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+# the labels and tags rigmon sets itself: a box's own labels take none of them
+RESERVED_LABELS = {"alertname", "severity", "host", "subject", "gpu", "uuid", "name", "instance", "job", "status"}
+
+
 class DaemonConfig(_Section):
     interval: Annotated[Duration, Field(gt=0, le=3600, description="Time between polls; NVML's power reading is "
                                                                     "a 1 s average, so below 1 s gains little.")] = 1.0
@@ -61,6 +65,25 @@ class DaemonConfig(_Section):
     page: Annotated[bool, Field(
         description="Serve the page at / and its API, and keep the last week of the charted readings for them "
                     "(about 8 MB for 8 GPUs, saved in state_dir).")] = True
+    hostname: Annotated[str | None, Field(
+        min_length=1, max_length=253, pattern=r"^[^\x00-\x20\x7f]+$",
+        description="The box's name in notifications, InfluxDB's host tag, the page and status (default: the "
+                    "machine's hostname; set it where containers or several daemons share one).",
+        examples=["rig-04"])] = None
+    labels: Annotated[dict[Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$")],
+                           Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]],
+                      Field(max_length=16,
+                            description="The box's own labels (site, rack…): on every notification, every "
+                                        "InfluxDB point (as tags), the page and status. Prometheus takes them "
+                                        "from its targets instead.", examples=[{"site": "lab"}])] = {}
+
+    @field_validator("labels")
+    @classmethod
+    def _not_ours(cls, v: dict[str, str]) -> dict[str, str]:
+        taken = sorted(set(v) & RESERVED_LABELS)
+        if taken:
+            raise ValueError(f"{taken[0]} is rigmon's own label: choose another name")
+        return v
 
     @model_validator(mode="before")
     @classmethod

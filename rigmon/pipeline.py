@@ -61,7 +61,7 @@ class Pipeline:
         config's alert rules evaluated each step (where enabled). ``announce``: each
         transition logged and sent to the config's notifiers. ``engine``: rules whose alerts
         go on from an earlier replay (``status --at``)."""
-        host = host or socket.gethostname()
+        host = host or config.daemon.hostname or socket.gethostname()
         # compiled once, for the poller (a rule may want the rare counters every poll) and the engine;
         # an engine handed in has them compiled already
         compiled = (list(engine.rules) if engine is not None else compile_rules(config)) if config.alerts.enabled \

@@ -67,7 +67,8 @@ class Page:
         self.pipeline = pipeline
         self.history = history
         self.config = config
-        self.host = host or socket.gethostname()
+        self.host = host or config.daemon.hostname or socket.gethostname()
+        self.labels = dict(config.daemon.labels)
         self.started = started if started is not None else time.time()
         self._html, self._csp = _page()
         self._charts: dict[tuple[str, str], tuple[float | None, float, list[str]]] = {}  # (range, card): drawn
@@ -93,7 +94,7 @@ class Page:
         sample = self.pipeline.latest
         alerts = self.pipeline.alerts.state if self.pipeline.alerts is not None else None
         now = sample.time if sample is not None else time.time()
-        out = {"host": self.host, "rigmon": __version__, "started": self.started, "time": now,
+        out = {"host": self.host, "labels": self.labels, "rigmon": __version__, "started": self.started, "time": now,
                "interval": self.config.daemon.interval, "boot": _boot_time(), "driver": None, "cuda": None,
                "gpus": [], "sensors": None, "budgets": [], "alerts": [], "transitions": [], "burnin": None}
         if sample is not None:

@@ -319,7 +319,7 @@ def cmd_burnin(args) -> int:
 
     config = configmod.load(args.config)
     source = ReplaySource(Recording.load(args.replay), ReplayClock(), loop=True) if args.replay else None
-    host = socket.gethostname()
+    host = config.daemon.hostname or socket.gethostname()
     # the daemon's readers and rules; its InfluxDB where configured (the transitions are logged
     # and judged here, not sent to the notifiers)
     pipeline = Pipeline.from_config(config, source, _influx(config, host), outputs=False, announce=False, host=host)

@@ -54,7 +54,8 @@ def cmd_status(args) -> int:
     tty = sys.stdout.isatty()
     clear = args.watch and not args.json and tty
     color = tty and not os.environ.get("NO_COLOR")  # no-color.org: any value turns colour off
-    host = socket.gethostname()
+    host = (config.daemon.hostname or socket.gethostname()) + "".join(
+        f"  {k}={v}" for k, v in sorted(config.daemon.labels.items()))
     pipeline.open()
     try:
         if source is None:

@@ -39,10 +39,10 @@ def alert_dict(alert) -> dict:
     return firing_alert(alert).as_dict()
 
 
-def _notifier(config, host: str):
+def _notifier(config, host: str, labels: dict[str, str]):
     from .notify import Notifier  # urllib's client: only where a webhook is configured
 
-    return Notifier(config, host)
+    return Notifier(config, host, labels=labels)
 
 
 def fingerprint(spec) -> str:
@@ -81,7 +81,8 @@ class AlertSink:
         self.announce = announce
         self.latest: Sample | None = None
         self.notifiers = notifiers if notifiers is not None else [
-            _notifier(n, host or socket.gethostname()) for n in config.notifiers]
+            _notifier(n, host or config.daemon.hostname or socket.gethostname(), dict(config.daemon.labels))
+            for n in config.notifiers]
         self.repeat_interval = config.alerts.repeat_interval
         self.transitions: Counter[tuple[str, str, str]] = Counter()
         self._last_sent: dict[str, float] = {}

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from ..project import influx_tag
 from ..retry import Retry, backoff, retry_after
 from .base import PollResult
 from .lineprotocol import encode, encode_budgets, encode_job, encode_transition
@@ -156,7 +157,11 @@ class V2Sender:
 class InfluxSink:
     def __init__(self, config: Config, host: str | None = None, sender=None):
         self.config = config.influxdb
-        self.host = host or socket.gethostname()
+        self.host = host or config.daemon.hostname or socket.gethostname()
+        # the box's own labels ([daemon] labels) as tags of every point, beside host
+        self._host_tag = ",host=" + influx_tag(self.host)
+        self._box_tags = self._host_tag + "".join(f",{influx_tag(k)}={influx_tag(v)}"
+                                                  for k, v in sorted(config.daemon.labels.items()))
         self.price_per_kwh = config.jobs.price_per_kwh  # on each job's point
         spool_dir = self.config.spool_dir or (config.daemon.state_dir / "influxdb-spool")
         self.spool = Spool(spool_dir, self.config.spool_max_bytes)
@@ -261,6 +266,12 @@ class InfluxSink:
                 self._write_held()
 
     def _encode(self, item) -> list[str]:
+        lines = self._encode_points(item)
+        if self._box_tags != self._host_tag:
+            lines = [line.replace(self._host_tag, self._box_tags, 1) for line in lines]
+        return lines
+
+    def _encode_points(self, item) -> list[str]:
         kind, value = item
         if kind == "sample":
             with_info = value.time - self._last_info >= INFO_EVERY_SECONDS

@@ -45,6 +45,7 @@ class Message:
     host: str
     reminder: bool
     queued_at: float
+    box_labels: tuple[tuple[str, str], ...] = ()  # [daemon] labels: site, rack…
 
 
 class Permanent(Exception):
@@ -59,7 +60,7 @@ def _rfc3339(t: float | None) -> str:
 
 def alertmanager_payload(m: Message, receiver: str) -> dict:
     t = m.transition
-    labels = {"alertname": t.alertname, "severity": t.severity, "host": m.host, **t.labels}
+    labels = {**dict(m.box_labels), "alertname": t.alertname, "severity": t.severity, "host": m.host, **t.labels}
     annotations = {k: v for k, v in (("summary", t.summary), ("description", t.description), ("hint", t.hint)) if v}
     fingerprint = hashlib.sha256(json.dumps(sorted(labels.items())).encode()).hexdigest()[:16]
     alert = {"status": t.status, "labels": labels, "annotations": annotations, "startsAt": _rfc3339(t.starts_at),
@@ -75,7 +76,8 @@ def text(m: Message) -> tuple[str, str]:
     """(title, body) for chat receivers."""
     t = m.transition
     state = "RESOLVED" if t.status == "resolved" else ("still firing" if m.reminder else "FIRING")
-    title = f"[{state}] {t.alertname} on {m.host} ({t.severity})"
+    where = m.host + "".join(f" {k}={v}" for k, v in m.box_labels)
+    title = f"[{state}] {t.alertname} on {where} ({t.severity})"
     lines = [t.summary]
     if t.description and t.status == "firing":
         lines.append(t.description)
@@ -85,10 +87,11 @@ def text(m: Message) -> tuple[str, str]:
 
 
 class Notifier:
-    def __init__(self, config: NotifierConfig, host: str, sleep=None):
+    def __init__(self, config: NotifierConfig, host: str, sleep=None, labels: dict[str, str] | None = None):
         self.config = config
         self.name = config.name or config.type
         self.host = host
+        self.box_labels = tuple(sorted((labels or {}).items()))
         self._url = config.url.get_secret_value()
         self._queue: deque[Message] = deque()
         self._cond = threading.Condition()
@@ -109,7 +112,7 @@ class Notifier:
                 self.dropped += 1
                 log.error("notifier %s: queue full, dropped %s %s", self.name, lost.transition.status,
                           lost.transition.alertname)
-            self._queue.append(Message(transition, self.host, reminder, time.time()))
+            self._queue.append(Message(transition, self.host, reminder, time.time(), self.box_labels))
             self._cond.notify()
 
     @property
