@@ -231,10 +231,14 @@ class AlertsConfig(_Section):
 
 
 class NotifierConfig(_Section):
-    type: Annotated[Literal["webhook", "slack", "discord", "ntfy"], Field(description="The service's message format.",
-                                                                         examples=["slack"])]
+    type: Annotated[Literal["webhook", "alertmanager", "slack", "discord", "ntfy"], Field(
+        description="The service's message format: webhook (Alertmanager's webhook JSON, for its receivers), "
+                    "alertmanager (Alertmanager's own API v2: firing alerts posted again every minute, as "
+                    "Prometheus does), slack, discord, ntfy.", examples=["slack"])]
     url: Annotated[SecretStr, Field(description="Where to post (a secret: Slack and Discord URLs carry a token). "
-                                                "For ntfy, the topic URL.", examples=["${SLACK_WEBHOOK_URL}"])]
+                                                "For ntfy, the topic URL; for alertmanager, its base URL (one "
+                                                "notifier per Alertmanager of an HA pair).",
+                                    examples=["${SLACK_WEBHOOK_URL}"])]
     name: Annotated[str | None, Field(description="Name in logs and metrics (default: the type).",
                                       examples=["ops-slack"])] = None
     min_severity: Annotated[Literal["info", "warning", "critical"], Field(

@@ -253,6 +253,40 @@ bind-address = "127.0.0.1:{self.rpc_port}"
         return int(series[0]["values"][0][1]) if series else 0
 
 
+class Alertmanager:
+    """Debian's Alertmanager on loopback, with the shipped deploy/alertmanager/alertmanager.yml
+    (its receiver pointed at ``receiver_url``, its waits shortened to a second)."""
+
+    def __init__(self, tmp: Path, receiver_url: str):
+        import yaml
+
+        binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+        assert binary, "Alertmanager is not installed (tests/run installs Debian's prometheus-alertmanager)"
+        root = Path(__file__).resolve().parents[1]
+        config = yaml.safe_load((root / "deploy" / "alertmanager" / "alertmanager.yml").read_text())
+        config["route"].update(group_wait="1s", group_interval="1s")
+        for r in config["receivers"]:
+            for hook in r.get("webhook_configs", []):
+                hook["url"] = receiver_url
+        (tmp / "am.yml").write_text(yaml.safe_dump(config))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._log = open(tmp / "am.log", "w")
+        self.proc = subprocess.Popen([binary, f"--config.file={tmp / 'am.yml'}", f"--storage.path={tmp / 'am-data'}",
+                                      f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address="],
+                                     stdout=self._log, stderr=subprocess.STDOUT)  # no cluster peers
+        wait_for(lambda: http_get(f"{self.url}/-/ready", timeout=2)[0] == 200, 60, what="alertmanager")
+
+    def alerts(self) -> list[dict]:
+        """The alerts it holds now (active ones: a resolved alert leaves the list)."""
+        return json.loads(http_get(f"{self.url}/api/v2/alerts", timeout=5)[1])
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(15)
+        self._log.close()
+
+
 class LoopbackHTTP:
     """An HTTP server of the test's own on loopback, on a thread: each POST counted and handed to
     ``answer(path, headers, body)``, which returns (status, [(header, value)], body) or None to

@@ -58,7 +58,7 @@ BAD = [
     ("user rule kind", "[[alerts.rules]]\nname = \"X\"\nkind = \"psu\"\nwhen = \"rpm > 0\"\n"
      "severity = \"warning\"\nsummary = \"s\"\n", "alerts.rules[0]: when: unknown name 'rpm'"),
     ("notifier type", "[[notifiers]]\ntype = \"pager\"\nurl = \"http://x\"\n",
-     "notifiers[0].type: Input should be 'webhook', 'slack', 'discord' or 'ntfy'"),
+     "notifiers[0].type: Input should be 'webhook', 'alertmanager', 'slack', 'discord' or 'ntfy'"),
     ("notifier secret url", "[[notifiers]]\ntype = \"slack\"\nurl = \"hooks.slack.com/T0/B0/secret\"\n",
      "notifiers[0].url: must be an http:// or https:// URL"),
 ]

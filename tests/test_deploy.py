@@ -78,24 +78,11 @@ def test_alertmanager_mutes_everything_on_a_box_while_rigmon_is_down(tmp_path):
     import time
     import urllib.request
 
-    import yaml
     from receiver import Receiver
-    from servers import free_port, http_get, wait_for
+    from servers import Alertmanager, wait_for
 
-    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-    assert binary, "Alertmanager is not installed (tests/run installs Debian's prometheus-alertmanager)"
     receiver = Receiver()
-    config = yaml.safe_load((ROOT / "deploy" / "alertmanager" / "alertmanager.yml").read_text())
-    config["route"].update(group_wait="1s", group_interval="1s")
-    for r in config["receivers"]:
-        for hook in r.get("webhook_configs", []):
-            hook["url"] = receiver.url
-    (tmp_path / "am.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    log = open(tmp_path / "am.log", "w")
-    proc = subprocess.Popen([binary, f"--config.file={tmp_path / 'am.yml'}", f"--storage.path={tmp_path / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],  # no peers
-                            stdout=log, stderr=subprocess.STDOUT)
+    am = Alertmanager(tmp_path, receiver.url)
     want = {("RigmonDown", "box1:9963", ""), ("GpuStarved", "box2:9963", "0"),
             ("GpuAtSlowdownTemperature", "box2:9963", "1"), ("GpuNearSlowdown", "box2:9963", "2")}
 
@@ -104,7 +91,6 @@ def test_alertmanager_mutes_everything_on_a_box_while_rigmon_is_down(tmp_path):
                 for body in receiver.json() for a in body["alerts"]}
 
     try:
-        wait_for(lambda: http_get(f"http://127.0.0.1:{port}/-/ready", timeout=2)[0] == 200, 60, what="alertmanager")
         now = datetime.datetime.now(datetime.UTC).isoformat()
         alerts = [{"labels": {"alertname": name, "severity": severity, "instance": instance, "gpu": gpu},
                    "startsAt": now}
@@ -119,13 +105,12 @@ def test_alertmanager_mutes_everything_on_a_box_while_rigmon_is_down(tmp_path):
         for a in alerts:
             if not a["labels"]["gpu"]:
                 del a["labels"]["gpu"]
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v2/alerts", data=json.dumps(alerts).encode(),
+        request = urllib.request.Request(f"{am.url}/api/v2/alerts", data=json.dumps(alerts).encode(),
                                          headers={"Content-Type": "application/json"}, method="POST")
         urllib.request.urlopen(request, timeout=10).read()
         wait_for(lambda: got() >= want, 30, what="alertmanager's notifications")
         time.sleep(2)  # two group intervals more: an alert the rules inhibit would have come by now
     finally:
-        proc.terminate()
-        proc.wait(15)
+        am.stop()
         receiver.stop()
     assert got() == want, got()

@@ -147,3 +147,26 @@ def test_min_severity_filters():
     finally:
         n.close()
         receiver.stop()
+
+
+def test_alertmanager_firing_alerts_are_posted_again_until_they_resolve():
+    """Alertmanager ends an alert whose endsAt passes: a firing one is renewed every minute
+    (its endsAt minutes ahead), a resolved one is posted with its end and then left alone."""
+    import json
+
+    n = Notifier(NotifierConfig(type="alertmanager", url="http://127.0.0.1:9"), "box")
+    n._stop.set()  # the thread stops: the queue is looked at by hand
+    n._thread.join(5)
+    n.submit(transition(1))
+    body = json.loads(n.request(n._queue.popleft())[0])
+    (alert,) = body
+    assert alert["labels"]["instance"] == "box:9963" and alert["endsAt"] > alert["startsAt"]
+    n._resend_at = 0
+    n._renew()
+    assert [m.transition.alertname for m in n._queue] == ["Test1"] and n._queue[0].reminder
+    n._queue.clear()
+    n.submit(transition(1, status="resolved"))
+    n._queue.clear()
+    n._resend_at = 0
+    n._renew()
+    assert not n._queue

@@ -39,10 +39,14 @@ def alert_dict(alert) -> dict:
     return firing_alert(alert).as_dict()
 
 
-def _notifier(config, host: str, labels: dict[str, str]):
+def _notifier(config, host: str, box):
+    """One notifier, with the box's name, labels and page (its generatorURL for Alertmanager)."""
     from .notify import Notifier  # urllib's client: only where a webhook is configured
 
-    return Notifier(config, host, labels=labels)
+    port = box.prometheus.port
+    scheme = "https" if box.prometheus.tls_cert is not None else "http"
+    return Notifier(config, host, labels=dict(box.daemon.labels), port=port,
+                    page_url=f"{scheme}://{host}:{port}/" if box.daemon.page else "")
 
 
 def fingerprint(spec) -> str:
@@ -81,8 +85,7 @@ class AlertSink:
         self.announce = announce
         self.latest: Sample | None = None
         self.notifiers = notifiers if notifiers is not None else [
-            _notifier(n, host or config.daemon.hostname or socket.gethostname(), dict(config.daemon.labels))
-            for n in config.notifiers]
+            _notifier(n, host or config.daemon.hostname or socket.gethostname(), config) for n in config.notifiers]
         self.repeat_interval = config.alerts.repeat_interval
         self.transitions: Counter[tuple[str, str, str]] = Counter()
         self._last_sent: dict[str, float] = {}

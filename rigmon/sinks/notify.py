@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ZERO_TIME = "0001-01-01T00:00:00Z"
+RESEND = 60.0  # seconds between posts of a firing alert to Alertmanager (Prometheus: 1 min)
 NTFY_PRIORITY = {"critical": "5", "warning": "4", "info": "3"}
 EMOJI = {"critical": "🔴", "warning": "🟠", "info": "🔵", "resolved": "✅"}
 
@@ -56,6 +57,19 @@ def _rfc3339(t: float | None) -> str:
     if t is None:
         return ZERO_TIME
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def alertmanager_alert(m: Message, instance: str, page_url: str, ends_at: float | None) -> dict:
+    """One alert as Alertmanager's API v2 takes it: the labels a PromQL rule's alert would have
+    (``instance`` the box's host:port, so the shipped inhibit rules match it to its box alone),
+    and ``endsAt`` set: when resolved, its end; while firing, a few minutes ahead, renewed by
+    the next post, so an alert whose box stops posting resolves on its own."""
+    t = m.transition
+    labels = {**dict(m.box_labels), "alertname": t.alertname, "severity": t.severity, "host": m.host,
+              "instance": instance, **t.labels}
+    annotations = {k: v for k, v in (("summary", t.summary), ("description", t.description), ("hint", t.hint)) if v}
+    return {"labels": labels, "annotations": annotations, "startsAt": _rfc3339(t.starts_at),
+            "endsAt": _rfc3339(ends_at), "generatorURL": page_url}
 
 
 def alertmanager_payload(m: Message, receiver: str) -> dict:
@@ -87,11 +101,18 @@ def text(m: Message) -> tuple[str, str]:
 
 
 class Notifier:
-    def __init__(self, config: NotifierConfig, host: str, sleep=None, labels: dict[str, str] | None = None):
+    def __init__(self, config: NotifierConfig, host: str, sleep=None, labels: dict[str, str] | None = None,
+                 port: int = 9963, page_url: str = ""):
         self.config = config
         self.name = config.name or config.type
         self.host = host
         self.box_labels = tuple(sorted((labels or {}).items()))
+        self.instance = f"{host}:{port}"
+        self.page_url = page_url
+        # alertmanager: the firing alerts, posted again every RESEND seconds (Alertmanager ends
+        # an alert whose endsAt passes, so a firing one must be renewed, as Prometheus does)
+        self._firing: dict[str, Transition] = {}
+        self._resend_at = time.monotonic() + RESEND
         self._url = config.url.get_secret_value()
         self._queue: deque[Message] = deque()
         self._cond = threading.Condition()
@@ -107,6 +128,11 @@ class Notifier:
         if SEVERITY_RANK[transition.severity] < SEVERITY_RANK[self.config.min_severity]:
             return
         with self._cond:
+            if self.config.type == "alertmanager":
+                if transition.status == "firing":
+                    self._firing[transition.key] = transition
+                else:
+                    self._firing.pop(transition.key, None)
             if len(self._queue) >= self.config.queue_size:
                 lost = self._queue.popleft()
                 self.dropped += 1
@@ -125,6 +151,7 @@ class Notifier:
             with self._cond:
                 while not self._queue and not self._stop.is_set():
                     self._cond.wait(1.0)
+                    self._renew()
                 if self._stop.is_set() and not self._queue:
                     return
                 message = self._queue[0]
@@ -181,6 +208,9 @@ class Notifier:
         t = message.transition
         if kind == "webhook":
             data = alertmanager_payload(message, self.name)
+        elif kind == "alertmanager":
+            ends = t.ends_at if t.status == "resolved" else time.time() + 5 * RESEND
+            data = [alertmanager_alert(message, self.instance, self.page_url, ends)]
         elif kind == "slack":
             icon = EMOJI["resolved" if t.status == "resolved" else t.severity]
             data = {"text": f"{icon} *{title}*\n{body}"}
@@ -196,9 +226,18 @@ class Notifier:
         headers["Content-Type"] = "application/json"
         return json.dumps(data).encode(), headers
 
+    def _renew(self) -> None:
+        """alertmanager, the queue empty: every RESEND seconds, the firing alerts again."""
+        if self.config.type != "alertmanager" or time.monotonic() < self._resend_at:
+            return
+        self._resend_at = time.monotonic() + RESEND
+        now = time.time()
+        self._queue.extend(Message(t, self.host, True, now, self.box_labels) for t in self._firing.values())
+
     def send(self, message: Message) -> None:
         body, headers = self.request(message)
-        request = urllib.request.Request(self._url, data=body, headers=headers, method="POST")
+        url = self._url.rstrip("/") + "/api/v2/alerts" if self.config.type == "alertmanager" else self._url
+        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=self.config.timeout) as response:
                 response.read()

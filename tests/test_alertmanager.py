@@ -1,0 +1,49 @@
+"""rigmon's own engine feeds a real Alertmanager (Debian's, with the shipped alertmanager.yml):
+``[[notifiers]] type = "alertmanager"`` posts API v2 alerts with the GPU, the box's labels and
+its page, renews them while they fire, and ends them when they resolve."""
+
+import time
+
+import scenarios as sc
+from receiver import Receiver
+from servers import Alertmanager, wait_for
+from test_alert_rules import SCENARIOS, recovery
+
+RULE = "GpuAtSlowdownTemperature"
+
+
+def test_the_engine_alert_reaches_alertmanager_with_gpu_and_site_then_resolves(tmp_path):
+    receiver = Receiver()
+    am = Alertmanager(tmp_path, receiver.url)
+    config = {"daemon": {"hostname": "rig-04", "labels": {"site": "lab"}, "state_dir": str(tmp_path / "state")},
+              "notifiers": [{"type": "alertmanager", "url": am.url, "retry_initial": 0.2}]}
+    fault, healthy = SCENARIOS[RULE][0](), recovery(RULE)
+
+    def ours():
+        return [a for a in am.alerts() if a["labels"].get("alertname") == RULE]
+
+    try:
+        with sc.Replayed(sc.then(fault, healthy), config, recording_time=True) as r:
+            end_of_fault = fault.ticks[-1]["t"] - fault.ticks[0]["t"]
+            for t in range(0, int(end_of_fault) + 1, 5):
+                r.poll(t)
+            (alert,) = wait_for(ours, 30, what=f"{RULE} in Alertmanager")
+            labels = alert["labels"]
+            assert {k: labels.get(k) for k in ("gpu", "site", "host", "instance", "severity")} == {
+                "gpu": "0", "site": "lab", "host": "rig-04", "instance": "rig-04:9963", "severity": "critical"}
+            assert alert["generatorURL"] == "http://rig-04:9963/" and alert["status"]["state"] == "active"
+            assert "slowdown" in alert["annotations"]["summary"]
+            # the receiver is told once, with the site (Alertmanager's own webhook)
+            told = wait_for(lambda: [a for body in receiver.json() for a in body["alerts"]
+                                     if a["labels"]["alertname"] == RULE], 30, what="the receiver told")
+            assert told[0]["labels"]["site"] == "lab" and told[0]["status"] == "firing"
+            healthy_until = healthy.ticks[-1]["t"] - fault.ticks[0]["t"] + 5
+            for t in range(int(end_of_fault) + 5, int(healthy_until) + 1, 5):
+                r.poll(t)
+            wait_for(lambda: not ours(), 30, what=f"{RULE} resolved in Alertmanager")
+        time.sleep(2)  # two group intervals: a second firing message would have come by now
+        statuses = [a["status"] for body in receiver.json() for a in body["alerts"] if a["labels"]["alertname"] == RULE]
+        assert statuses[0] == "firing" and statuses.count("firing") == 1, statuses
+    finally:
+        am.stop()
+        receiver.stop()
