@@ -226,9 +226,14 @@ def test_secret_from_the_environment_file_reaches_the_config_and_nothing_shows_i
 
 
 # --- the scheduled burn-in ----------------------------------------------------------------
-def host_rigmon() -> str:
-    """The rigmon tests/run installed, with PyTorch: the burn-in unit runs as root, so it may
-    live anywhere (the daemon's unit, with ProtectHome=, may not)."""
+def host_rigmon(box) -> str:
+    """The rigmon tests/run installed, with PyTorch, as the box sees it: the burn-in unit runs
+    as root, so it may live anywhere (the daemon's unit, with ProtectHome=, may not), but the
+    box has /tmp of its own and sees the checkout (where tests/run keeps .venv) at box.CHECKOUT.
+    Its python is named, not its script, whose #! line holds the machine's path."""
+    prefix = Path(sys.prefix).resolve()
+    if prefix.is_relative_to(ROOT):
+        return f"{box.CHECKOUT}/{prefix.relative_to(ROOT)}/bin/python -m rigmon"
     beside = Path(sys.executable).parent / "rigmon"
     found = shutil.which("rigmon") or (str(beside) if beside.exists() else None)
     assert found, "rigmon is not installed (tests/run installs it)"
@@ -241,7 +246,7 @@ def run_burnin_unit(box, extra: str, name: str) -> tuple[dict, dict | None]:
     box.write("/etc/systemd/system/rigmon-burnin.service.d/test.conf", f"""\
 [Service]
 ExecStart=
-ExecStart=/bin/sh -c 'exec {host_rigmon()} burnin --minutes 1 --config /etc/rigmon/rigmon.toml \\
+ExecStart=/bin/sh -c 'exec {host_rigmon(box)} burnin --minutes 1 --config /etc/rigmon/rigmon.toml \\
     --report "$STATE_DIRECTORY/{name}"'
 {extra}""")
     box.run("systemctl", "daemon-reload")
