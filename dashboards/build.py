@@ -172,10 +172,13 @@ BOX = [
             f'GROUP BY time(5m), "gpu" fill(null)', "GPU $tag_gpu $col")], 8,
           "Packets the link had to resend: a steady rise is a marginal riser cable or connector."),
     Panel("XID errors", "table", "none",
-          [(f"rigmon_gpu_xid_errors_total{{{P_SEL}}}", "")],
-          [(f'SELECT count("code") AS "count" FROM "xid" WHERE {I_HOST} AND $timeFilter GROUP BY "gpu", "xid"',
+          # a GPU without an XID since rigmon started shows a row of 0 (xid "none"), not an empty panel
+          [(f'rigmon_gpu_xid_errors_total{{{P_GPU}}} or on (instance, gpu) '
+            f'label_replace(rigmon_gpu_up{{{P_GPU}}} * 0, "xid", "none", "", "")', "")],
+          [(f'SELECT count("code") AS "count" FROM "xid" WHERE {I_GPU} AND $timeFilter GROUP BY "gpu", "xid"',
             "")], 12,
-          "XID errors the driver reported, by GPU and code (79: fell off the bus; 48: uncorrectable ECC…)."),
+          "XID errors the driver reported since rigmon started, by GPU and code (79: fell off the bus; 48: "
+          "uncorrectable ECC…); 0 with xid \"none\" for a GPU that had none."),
     Panel("ECC and row remaps", "table", "none",
           [(f'rigmon_gpu_ecc_errors_total{{{P_GPU}, type="uncorrected"}}', ""),
            (f"rigmon_gpu_remapped_rows_pending{{{P_GPU}}}", "")],

@@ -511,6 +511,9 @@ OTHER_MEASUREMENTS = (
                                      "mean_power_watts, mean_power_ratio, mean_utilization_ratio, "
                                      "peak_temperature_celsius, throttle_seconds, starved, alerts (one point per "
                                      "finished job, at its end)"),
+    ("burnin", ("run", "unit", "gpu"), "tokens_per_s, loss, floor, step (each worker's progress during a "
+                                        "burn-in)"),
+    ("burnin_verdict", ("run",), "verdict, passed, minutes (one point per burn-in, at its end)"),
 )
 
 

@@ -244,3 +244,24 @@ def test_a_new_per_poll_reading_is_two_table_lines_and_reaches_every_output(tmp_
     changed = sorted(p.name for p in package.rglob("*.py")
                      if p.read_bytes() != (Path(rigmon.__file__).parent / p.relative_to(package)).read_bytes())
     assert changed == ["polled.py", "readings.py"]
+
+
+def test_the_influxdb_table_lists_every_measurement_rigmon_writes(tmp_path):
+    import scenarios as sc
+
+    from rigmon.sinks.lineprotocol import encode, encode_burnin_progress, encode_burnin_verdict, encode_transition
+
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", (ROOT / "docs" / "influxdb.md").read_text(), re.M))
+    with sc.Replayed(sc.rich(sc.h200(), gpus=4), {"daemon": {"state_dir": str(tmp_path)}},
+                     recording_time=True) as r:
+        sample = r.poll(2)
+    lines = encode(sample, "box", with_info=True)
+    lines += [encode_burnin_progress("box", "run1", "gpu0", 0, {"tokens_per_s": 1.0, "loss": 2.0, "step": 3, "t": 1.0},
+                                     1.0, 0.0), encode_burnin_verdict("box", "run1", "pass", 60.0, 0)]
+    from rigmon.alerts.engine import Transition
+
+    lines.append(encode_transition(Transition("firing", "X", "warning", {"gpu": "0"}, "s", "", "", 1.0, None, 1.0,
+                                              {}), "box"))
+    written = {line.split(",", 1)[0] for line in lines if line}
+    assert {"gpu", "gpu_info", "host", "xid", "alert", "burnin", "burnin_verdict"} <= written
+    assert written - documented == set(), f"written but not in docs/influxdb.md: {written - documented}"
