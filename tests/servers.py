@@ -149,7 +149,8 @@ class Prometheus:
     """Debian's prometheus, scraping the given targets every second."""
 
     def __init__(self, tmp: Path, targets: list[str], scrape_interval: str = "1s", rule_files: list[str] | None = None,
-                 labels: dict[str, str] | None = None):
+                 labels: dict[str, str] | None = None, scrape_configs: list[dict] | None = None,
+                 extra: dict | None = None, args: tuple[str, ...] = ()):
         binary = shutil.which("prometheus")
         if binary is None:
             raise RuntimeError("prometheus is not installed: run tests/run, which installs it")
@@ -158,8 +159,9 @@ class Prometheus:
         self.dir.mkdir()
         config = {
             "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
-            "scrape_configs": [{"job_name": "rigmon", "static_configs": [{"targets": targets,
-                                                                           "labels": labels or {}}]}],
+            "scrape_configs": scrape_configs if scrape_configs is not None else [
+                {"job_name": "rigmon", "static_configs": [{"targets": targets, "labels": labels or {}}]}],
+            **(extra or {}),
         }
         if rule_files:
             config["rule_files"] = rule_files
@@ -167,7 +169,7 @@ class Prometheus:
         self.log = open(self.dir / "log", "w+")
         self.proc = subprocess.Popen([binary, f"--config.file={self.dir / 'prometheus.yml'}",
                                       f"--storage.tsdb.path={self.dir / 'data'}",
-                                      f"--web.listen-address=127.0.0.1:{self.port}"],
+                                      f"--web.listen-address=127.0.0.1:{self.port}", *args],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         wait_for(lambda: http_get(f"http://127.0.0.1:{self.port}/-/ready", timeout=2)[0] == 200, 60,
                  what="prometheus to be ready")

@@ -93,6 +93,50 @@ def test_every_prometheus_panel_returns_data(fed):
     assert checked >= 25
 
 
+def _panel_answers(prom, instance: str) -> list[tuple[str, bool]]:
+    values = {"$instance": instance, "$gpu": ".*", "$job": "rigmon", "$site": "lab"}
+    answers = []
+    for where, target in _panels("prometheus"):
+        expr = target["expr"]
+        for name, value in values.items():
+            expr = expr.replace(name, value)
+        answers.append((where, bool(prom.query(expr))))
+    return answers
+
+
+def test_the_dashboards_read_the_same_through_federation_and_remote_write(fed, tmp_path):
+    """deploy/prometheus/federate.yml and remote-write.yml as shipped, but for their targets: a
+    fleet Prometheus federating the site one, and a store a site Prometheus remote-writes to,
+    answer each panel's query with data where the site Prometheus does."""
+    import yaml
+
+    prom, _, rigmon = fed
+    federate = yaml.safe_load((ROOT / "deploy" / "prometheus" / "federate.yml").read_text())["scrape_configs"]
+    federate[0].update(static_configs=[{"targets": [f"127.0.0.1:{prom.port}"]}], scrape_interval="1s",
+                       scrape_timeout="1s")
+    remote = yaml.safe_load((ROOT / "deploy" / "prometheus" / "remote-write.yml").read_text())
+    (tmp_path / "fleet").mkdir()
+    (tmp_path / "store").mkdir()
+    (tmp_path / "site").mkdir()
+    fleet = Prometheus(tmp_path / "fleet", [], scrape_configs=federate)
+    store = Prometheus(tmp_path / "store", [], scrape_configs=[], args=("--web.enable-remote-write-receiver",))
+    remote["remote_write"][0]["url"] = f"http://127.0.0.1:{store.port}/api/v1/write"
+    site = Prometheus(tmp_path / "site", [f"127.0.0.1:{rigmon.port}"], labels={"site": "lab"}, extra=remote)
+    try:
+        instance = f"127.0.0.1:{rigmon.port}"
+        for p in (fleet, store):  # two samples of everything: rates and increases have data
+            p.wait_query(f'count_over_time(rigmon_gpu_power_watts{{instance="{instance}"}}[5m]) >= 3', 60)
+        want = _panel_answers(prom, instance)
+        for name, p in (("federated", fleet), ("remote-written", store)):
+            got = _panel_answers(p, instance)
+            print(f"{name}: {sum(a for _, a in got)} of {len(got)} queries with data, "
+                  f"the site Prometheus {sum(a for _, a in want)}")
+            assert [w for (w, a), (_, b) in zip(got, want, strict=True) if a != b] == [], name
+    finally:
+        for p in (site, store, fleet):
+            p.stop()
+
+
 def test_every_influxdb_panel_returns_data(fed):
     _, influx, _ = fed
     host = re.escape(socket.gethostname())
