@@ -19,7 +19,8 @@ os.environ["COLUMNS"] = "120"
 # Modules whose every test needs a server (Prometheus, InfluxDB, Alertmanager), root, systemd,
 # Chromium or torch; elsewhere a test is one through the fixtures it takes, or its own marker.
 SYSTEM_MODULES = {"test_alertmanager", "test_alerts_daemon", "test_burnin", "test_dashboards", "test_deploy",
-                  "test_doc_commands", "test_influxdb", "test_launchers", "test_prometheus_rules", "test_systemd"}
+                  "test_doc_commands", "test_fleet", "test_influxdb", "test_launchers", "test_prometheus_rules",
+                  "test_systemd"}
 SYSTEM_FIXTURES = {"influx", "named_cgroup", "hostile_processes", "chromium"}
 
 
