@@ -284,6 +284,31 @@ BOX_INFLUX_ONLY = [
 ]
 
 
+# What a panel says where its query has no data on a normal box (Grafana's "No value"): the
+# reason, never a bare "No data" that reads like a broken dashboard.
+NO_DATA = {
+    "Firing alerts": "no alert firing",
+    "Hottest CPU per box": "no CPU temperature sensor on these boxes",
+    "Slowest fan per box": "no fan that has turned on these boxes",
+    "Undelivered per box (last hour)": "nothing to deliver: no InfluxDB or notifier configured",
+    "GPU memory temperature": "this GPU reports no memory temperature",
+    "CPU temperature": "no CPU temperature sensor (a VM, a container, or no hwmon driver loaded)",
+    "Fans": "no fan sensors (no hwmon fan driver loaded)",
+    "GPU fans: asked and turning": "no GPU fans reported (a passive board)",
+    "Power against each PSU budget": "no power budget configured ([alerts.power_budget])",
+    "Last burn-in verdict": "never run",
+    "Last burn-in: how long ago, how long": "never run",
+    "Last burn-in throughput": "never run",
+    "Burn-in runs: tokens/s": "never run",
+    "Burn-in runs: loss against the floor": "never run",
+    "InfluxDB spool backlog": "InfluxDB not configured",
+    "Points dropped and failed (5 min)": "InfluxDB not configured",
+    "Notifications failed and dropped (5 min)": "no notifier configured",
+    "XID errors": "no XID since rigmon started",
+    "ECC and row remaps": "no ECC or row-remap counters on this GPU",
+}
+
+
 def _panel(i: int, x: int, y: int, spec: Panel, kind: str) -> dict:
     ds = {"type": kind, "uid": "${datasource}"}
     if spec.type == ROW:
@@ -310,6 +335,8 @@ def _panel(i: int, x: int, y: int, spec: Panel, kind: str) -> dict:
              "fieldConfig": {"defaults": {"unit": spec.unit}, "overrides": overrides}, "options": {}}
     if spec.mappings:
         panel["fieldConfig"]["defaults"]["mappings"] = spec.mappings
+    if spec.title in NO_DATA:
+        panel["fieldConfig"]["defaults"]["noValue"] = NO_DATA[spec.title]
     return panel
 
 

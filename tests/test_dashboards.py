@@ -137,6 +137,40 @@ def test_the_dashboards_read_the_same_through_federation_and_remote_write(fed, t
             p.stop()
 
 
+def test_on_a_normal_box_every_panel_shows_data_or_says_why_not(tmp_path):
+    """The demo box (one H200; no host sensors, fans, budget, burn-in, InfluxDB or notifier):
+    a panel whose query finds nothing states the reason (Grafana's "No value"), never a bare
+    "No data"; the XID table shows its 0 for the GPU."""
+    rigmon = Rigmon(tmp_path, sc.write(sc.h200(), tmp_path / "demo.rec.jsonl"), "[daemon]\ninterval = 0.5\n")
+    prom = None
+    try:
+        rigmon.wait_ready()
+        prom = Prometheus(tmp_path, [f"127.0.0.1:{rigmon.port}"], labels={"site": "lab"})
+        prom.wait_query("count_over_time(rigmon_gpu_power_watts[5m]) >= 3", 60)
+        values = {"$instance": f"127.0.0.1:{rigmon.port}", "$gpu": ".*", "$job": "rigmon", "$site": "lab"}
+        silent, said = [], 0
+        for name, (kind, _box) in build.FILES.items():
+            if kind != "prometheus":
+                continue
+            for panel in json.loads((ROOT / "dashboards" / name).read_text())["panels"]:
+                exprs = [t["expr"] for t in panel.get("targets", [])]
+                for name_, value in values.items():
+                    exprs = [e.replace(name_, value) for e in exprs]
+                if exprs and not any(prom.query(e) for e in exprs):
+                    if "noValue" in panel["fieldConfig"]["defaults"]:
+                        said += 1
+                    else:
+                        silent.append(f"{name}: {panel['title']}")
+                if panel.get("title") == "XID errors":
+                    assert prom.query(exprs[0]), "the XID table's 0 for a GPU without XIDs"
+        print(f"{said} empty panels say why")
+        assert silent == [], f"empty without a word: {silent}"
+    finally:
+        if prom is not None:
+            prom.stop()
+        rigmon.stop()
+
+
 def test_every_influxdb_panel_returns_data(fed):
     _, influx, _ = fed
     host = re.escape(socket.gethostname())
