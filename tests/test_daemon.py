@@ -438,3 +438,25 @@ def test_nvml_errors_are_counted_by_gpu_call_and_error(tmp_path):
         wait_for(counted, 30, what="the NVML errors counted")
     finally:
         rigmon.stop()
+
+
+def test_a_request_accepted_before_a_stop_is_answered_not_reset(tmp_path):
+    """A scraper that connected just before SIGTERM (or a reload) gets its answer: the server
+    stops accepting, answers what it accepted, then closes; a close with the request unread
+    would reach the scraper as a reset."""
+    rigmon = Rigmon(tmp_path, sc.write(sc.h200(), tmp_path / "demo.rec.jsonl"))
+    try:
+        rigmon.wait_ready()
+        client = socket.create_connection(("127.0.0.1", rigmon.port), timeout=10)
+        time.sleep(0.2)  # accepted by the daemon, its request not yet sent
+        rigmon.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+        client.close()
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        assert rigmon.proc.wait(10) == 0  # the warm stop went on meanwhile
+    finally:
+        rigmon.stop()

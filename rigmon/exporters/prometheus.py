@@ -108,6 +108,7 @@ def _families(sample: Sample, xids: dict, process_series: int = 0):
 # --- HTTP -------------------------------------------------------------------------------
 CONNECTION_TIMEOUT = 10.0  # seconds a client has for the TLS handshake, its request, each write
 IDLE_TIMEOUT = 60.0  # seconds a kept-alive connection may wait for its next request
+SHUTDOWN_GRACE = 1.0  # seconds a stop or reload waits for the requests it accepted to be answered
 MAX_CONNECTIONS = 512  # connections held at once; a new one closes the one waiting longest on its client
 HEADS_KEPT, HEAD_KEPT_BYTES = 64, 2048  # distinct request heads kept parsed, and the longest kept
 MAX_REQUEST_BYTES = 16384  # request line and headers
@@ -546,9 +547,26 @@ class MetricsServer:
         os.set_inheritable(fd, True)
         return fd
 
-    def shutdown(self) -> None:
+    def shutdown(self, grace: float = SHUTDOWN_GRACE) -> None:
+        """Stop: accept no more here (a reload's next server takes the backlog, on the socket it
+        was handed), answer the requests already accepted (for up to ``grace`` seconds: a
+        connection closed with its request unread would reach its client as a reset), then
+        stop the loop. Kept-alive connections waiting for their next request just close."""
         if self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._loop.stop)
+            stopped = threading.Event()
+
+            def drain(deadline: float | None = None) -> None:
+                if deadline is None:
+                    self._server.close()
+                    deadline = self._loop.time() + grace
+                if self._loop.time() < deadline and any(c.pending for c in self.connections):
+                    self._loop.call_later(0.01, drain, deadline)
+                    return
+                self._loop.stop()
+                stopped.set()
+
+            self._loop.call_soon_threadsafe(drain)
+            stopped.wait(grace + 1.0)
         self._thread.join(timeout=2.0)
 
 
@@ -557,7 +575,7 @@ _HEAD_TOO_LARGE = response(431, "text/plain", b"request headers too large\n")
 
 class _Connection(asyncio.BufferedProtocol):
     __slots__ = ("server", "loop", "transport", "raw", "buffer", "deadline", "closing", "paused", "checking",
-                 "waiting_since", "handshaking", "address")
+                 "waiting_since", "handshaking", "address", "answered")
 
     def __init__(self, server: MetricsServer):
         self.server, self.loop = server, server._loop
@@ -571,6 +589,12 @@ class _Connection(asyncio.BufferedProtocol):
         self.waiting_since: float | None = self.loop.time()  # waiting on its client since then (None: on us)
         self.handshaking = False
         self.address = ""
+        self.answered = 0  # answers written: a connection that has none yet has a request coming
+
+    @property
+    def pending(self) -> bool:
+        """A request accepted and not yet answered (or its first still arriving)."""
+        return not self.closing and (self.answered == 0 or bool(self.buffer) or self.checking)
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         if self.raw is not None:
@@ -760,6 +784,7 @@ class _Connection(asyncio.BufferedProtocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
+        self.answered += 1
         if head_only:
             transport.write(answer.head + (b"\r\n" if keep else b"Connection: close\r\n\r\n"))
         else:
