@@ -60,7 +60,7 @@ def test_one_process_cannot_erase_the_others_or_reach_a_terminal(hostile_process
     assert {hostile, *plain} <= set(info)  # the hostile one's bytes cost nobody their identity (and ancestors)
     assert all(info[p].user == "root" for p in (hostile, *plain))
     for p in info.values():
-        for text in (p.user, p.command, p.job, p.unit or ""):
+        for text in (p.user or "", p.command or "", p.job, p.unit or ""):  # an ancestor may have gone: None
             assert not CONTROL.search(text) and "\n" not in text, text
     assert "\\x1b]52;c;" in info[hostile].command  # shown as text, not obeyed
     assert "\ufffd" in info[hostile].command  # the invalid UTF-8, replaced
