@@ -59,23 +59,29 @@ def _rfc3339(t: float | None) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _labels_and_annotations(m: Message, **more: str) -> tuple[dict, dict]:
+    """An alert's labels (the box's own, then rigmon's, then its subject's) and annotations."""
+    t = m.transition
+    labels = {**dict(m.box_labels), "alertname": t.alertname, "severity": t.severity, "host": m.host, **more,
+              **t.labels}
+    annotations = {k: v for k, v in (("summary", t.summary), ("description", t.description), ("hint", t.hint)) if v}
+    return labels, annotations
+
+
 def alertmanager_alert(m: Message, instance: str, page_url: str, ends_at: float | None) -> dict:
     """One alert as Alertmanager's API v2 takes it: the labels a PromQL rule's alert would have
     (``instance`` the box's host:port, so the shipped inhibit rules match it to its box alone),
     and ``endsAt`` set: when resolved, its end; while firing, a few minutes ahead, renewed by
     the next post, so an alert whose box stops posting resolves on its own."""
     t = m.transition
-    labels = {**dict(m.box_labels), "alertname": t.alertname, "severity": t.severity, "host": m.host,
-              "instance": instance, **t.labels}
-    annotations = {k: v for k, v in (("summary", t.summary), ("description", t.description), ("hint", t.hint)) if v}
+    labels, annotations = _labels_and_annotations(m, instance=instance)
     return {"labels": labels, "annotations": annotations, "startsAt": _rfc3339(t.starts_at),
             "endsAt": _rfc3339(ends_at), "generatorURL": page_url}
 
 
 def alertmanager_payload(m: Message, receiver: str) -> dict:
     t = m.transition
-    labels = {**dict(m.box_labels), "alertname": t.alertname, "severity": t.severity, "host": m.host, **t.labels}
-    annotations = {k: v for k, v in (("summary", t.summary), ("description", t.description), ("hint", t.hint)) if v}
+    labels, annotations = _labels_and_annotations(m)
     fingerprint = hashlib.sha256(json.dumps(sorted(labels.items())).encode()).hexdigest()[:16]
     alert = {"status": t.status, "labels": labels, "annotations": annotations, "startsAt": _rfc3339(t.starts_at),
              "endsAt": _rfc3339(t.ends_at), "generatorURL": "", "fingerprint": fingerprint}
