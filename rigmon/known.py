@@ -15,7 +15,6 @@ import logging
 import os
 from pathlib import Path
 
-from .alerts.entities import sensor_keys
 from .sinks.base import PollResult
 from .text import printable
 
@@ -60,8 +59,8 @@ class Known:
             return
         if sample.host is not None and len(self.fans) < MAX_ENTRIES:
             self.fans |= {(f.chip, f.device or "", f.label) for f in sample.host.fans if f.turned}
-        if len(self.sensors) < MAX_ENTRIES:
-            self.sensors |= sensor_keys(sample)
+        if result.alerts is not None and len(self.sensors) < MAX_ENTRIES:  # the engine's list, not read again
+            self.sensors |= {(kind, name) for kind, name, answers in result.alerts.sensors if answers}
         if (len(self.fans), len(self.sensors)) != self._written:  # sets only grow: a size is a change
             self._write()
 
