@@ -1,9 +1,11 @@
-"""What the box has had, kept across restarts: the fans that turned and the sensors that answered.
+"""What the box has had, kept across restarts: the fans that turned, the sensors that answered,
+and the best each GPU fan has done.
 
 FanStalled fires for a fan that turned and stopped, SensorMissing for a sensor that answered and
-is gone. A daemon that forgot them at a restart would resolve both while their cause holds: a
-fan that stopped an hour before the restart reads as an empty header, a sensor gone before it
-as one that never was. So the daemon keeps them in ``<state_dir>/known.json`` (its owner's
+is gone, GpuFanStalled for a GPU fan far below its best rpm for the speed asked. A daemon that
+forgot them at a restart would resolve all three while their cause holds: a fan that stopped an
+hour before the restart reads as an empty header, a sensor gone before it as one that never
+was, a GPU fan that slowed before it as one that always was slow. So the daemon keeps them in ``<state_dir>/known.json`` (its owner's
 alone), written when something new is seen and read at start, bounded and checked like any
 other input. After taking a fan or a sensor out on purpose, delete the file and restart.
 """
@@ -22,6 +24,8 @@ log = logging.getLogger(__name__)
 
 MAX_ENTRIES = 1024  # each of fans and sensors: far beyond any box, and what a damaged file can make us hold
 MAX_TEXT = 256
+MAX_RPM = 1e7  # rpm per asked speed: a fan's 100k rpm at 1 % asked; beyond it a value is damage
+BEST_STEP = 1.01  # a GPU fan's best is written again once it has grown 1 %: not every poll
 
 
 class Known:
@@ -33,7 +37,9 @@ class Known:
         self.path = Path(path)
         self.fans: set[tuple[str, str, str]] = set()  # (chip, device, label)
         self.sensors: set[tuple[str, str]] = set()  # (kind, name), as SensorMissing names them
+        self.fan_best: dict[tuple[str, str], float] = {}  # (GPU uuid, fan) -> best rpm per asked speed
         self._written: tuple[int, int] = (0, 0)
+        self._written_best: dict[tuple[str, str], float] = {}
 
     def load(self) -> None:
         """What an earlier daemon knew; a file that cannot be read is said once and left for
@@ -43,6 +49,7 @@ class Known:
                 data = json.loads(f.read(1 << 20))
             fans = {_entry(e, 3) for e in data.get("fans_turned", ())[:MAX_ENTRIES]}
             sensors = {_entry(e, 2) for e in data.get("sensors", ())[:MAX_ENTRIES]}
+            best = [_best(e) for e in data.get("gpu_fans_best", ())[:MAX_ENTRIES]]
         except FileNotFoundError:
             return
         except (OSError, ValueError, TypeError, AttributeError) as e:
@@ -51,7 +58,9 @@ class Known:
             return
         self.fans = {e for e in fans if e is not None}
         self.sensors = {e for e in sensors if e is not None}
+        self.fan_best = dict(e for e in best if e is not None)
         self._written = (len(self.fans), len(self.sensors))
+        self._written_best = dict(self.fan_best)
 
     def consume(self, result: PollResult) -> None:
         sample = result.sample
@@ -61,11 +70,19 @@ class Known:
             self.fans |= {(f.chip, f.device or "", f.label) for f in sample.host.fans if f.turned}
         if result.alerts is not None and len(self.sensors) < MAX_ENTRIES:  # the engine's list, not read again
             self.sensors |= {(kind, name) for kind, name, answers in result.alerts.sensors if answers}
-        if (len(self.fans), len(self.sensors)) != self._written:  # sets only grow: a size is a change
+        grown = False
+        if result.alerts is not None:
+            for _, uuid, fan, rpm in result.alerts.fan_best:
+                if (uuid, fan) not in self.fan_best and len(self.fan_best) >= MAX_ENTRIES:
+                    continue
+                self.fan_best[(uuid, fan)] = max(rpm, self.fan_best.get((uuid, fan), 0.0))
+                grown |= self.fan_best[(uuid, fan)] > BEST_STEP * self._written_best.get((uuid, fan), 0.0)
+        if grown or (len(self.fans), len(self.sensors)) != self._written:  # sets only grow: a size is a change
             self._write()
 
     def _write(self) -> None:
-        data = {"fans_turned": sorted(self.fans)[:MAX_ENTRIES], "sensors": sorted(self.sensors)[:MAX_ENTRIES]}
+        data = {"fans_turned": sorted(self.fans)[:MAX_ENTRIES], "sensors": sorted(self.sensors)[:MAX_ENTRIES],
+                "gpu_fans_best": [[uuid, fan, rpm] for (uuid, fan), rpm in sorted(self.fan_best.items())]}
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -76,6 +93,7 @@ class Known:
         except OSError as e:
             log.warning("cannot keep what the box has had in %s: %s", self.path, e.strerror or e)
         self._written = (len(self.fans), len(self.sensors))
+        self._written_best = dict(self.fan_best)
 
     def close(self, deadline: float | None = None) -> None:
         pass  # written as it changes
@@ -88,3 +106,15 @@ def _entry(entry, size: int) -> tuple | None:
     if not all(isinstance(s, str) and len(s) <= MAX_TEXT for s in entry):
         return None
     return tuple(entry)
+
+
+def _best(entry) -> tuple[tuple[str, str], float] | None:
+    """One GPU fan's remembered best ([uuid, fan, rpm]), else None."""
+    if not isinstance(entry, list) or len(entry) != 3:
+        return None
+    uuid, fan, rpm = entry
+    if not (isinstance(uuid, str) and isinstance(fan, str) and len(uuid) <= MAX_TEXT and len(fan) <= MAX_TEXT):
+        return None
+    if isinstance(rpm, bool) or not isinstance(rpm, (int, float)) or not 0 < rpm <= MAX_RPM:  # NaN fails too
+        return None
+    return (uuid, fan), float(rpm)

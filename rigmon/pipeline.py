@@ -97,6 +97,7 @@ class Pipeline:
                     poller.host.remember_turned(known.fans)
                 if alerts is not None:
                     alerts.engine.remember_sensors(known.sensors)
+                    alerts.engine.remember_fan_best(known.fan_best)
                 own.append(known)
                 if config.daemon.page:
                     from .history import History

@@ -290,8 +290,44 @@ def test_a_restart_keeps_the_fans_that_turned_and_the_sensors_that_answered(tmp_
     assert firing[False] == [], firing  # forgotten: an empty header and a fan that never was
 
 
+def test_a_restart_keeps_each_gpu_fans_best_and_exports_it(tmp_path):
+    """GpuFanStalled holds a GPU fan against its best rpm for the speed asked: a fan that slowed
+    while the daemon was away still pages after a restart, and the best is exported
+    (rigmon_gpu_fan_best_speed_rpm_per_ratio) for the PromQL rule."""
+    config = {"daemon": {"state_dir": str(tmp_path / "state")}}
+    with sc.Replayed(timeline(30, 5, board=sc.gpu_fans), config, recording_time=True) as before:
+        for t in range(0, 31, 5):
+            before.poll(t)
+        exported = before.metrics()
+    assert 'rigmon_gpu_fan_best_speed_rpm_per_ratio{fan="0",gpu="0",uuid="' in exported
+    best = float(next(x for x in exported.splitlines()
+                      if x.startswith("rigmon_gpu_fan_best_speed_rpm_per_ratio{fan=\"0\",gpu=\"0\"")).split()[-1])
+    assert best == pytest.approx(1800 / 0.6)
+
+    def slow(t, tick):
+        set_gpu(tick, nvmlDeviceGetFanSpeedRPM__0=400)
+    firing = {}
+    for kept in (True, False):
+        if not kept:
+            (tmp_path / "state" / "known.json").unlink()
+        with sc.Replayed(timeline(120, 5, board=sc.gpu_fans, modify=slow), config, recording_time=True) as r:
+            for t in range(0, 121, 5):
+                r.poll(t)
+            firing[kept] = sorted((a.alertname, dict(a.labels).get("fan")) for a in r.pipeline.alerts.state.firing
+                                  if a.alertname == "GpuFanStalled")
+            after = r.metrics()
+        if kept:  # the best is still the one from before, not the slow fan's own
+            assert f'rigmon_gpu_fan_best_speed_rpm_per_ratio{{fan="0",gpu="0",uuid="' in after
+            assert f" {best}" in next(x for x in after.splitlines()
+                                      if x.startswith('rigmon_gpu_fan_best_speed_rpm_per_ratio{fan="0",gpu="0"'))
+    assert firing[True] == [("GpuFanStalled", "0")], firing
+    assert firing[False] == [], firing  # forgotten: the slow fan is its own best
+
+
 @pytest.mark.parametrize("text", ["not json", '{"fans_turned": 5}', '[1, 2]', '{"sensors": [["fan"], [1, 2], null]}',
                                   '{"fans_turned": [["c", "d", "' + "x" * 300 + '"]]}',
+                                  '{"gpu_fans_best": [["GPU-a", "0", NaN], ["GPU-a", "1", -1], ["GPU-a", "2", 1e300],'
+                                  ' ["GPU-a", "3", true], ["GPU-a", 4, 10], "x", ["GPU-a", "5", 3000]]}',
                                   '{"sensors": ' + str([["fan", f"c/f{i}"] for i in range(5000)]).replace("'", '"')
                                   + '}'])
 def test_a_damaged_known_file_is_bounded_and_never_stops_the_daemon(tmp_path, text):
@@ -302,3 +338,4 @@ def test_a_damaged_known_file_is_bounded_and_never_stops_the_daemon(tmp_path, te
     known.load()
     assert len(known.sensors) <= MAX_ENTRIES and all(len(k) == 2 for k in known.sensors)
     assert all(len(k) == 3 and all(len(s) <= 256 for s in k) for k in known.fans)
+    assert set(known.fan_best.items()) <= {(("GPU-a", "5"), 3000.0)}

@@ -28,9 +28,12 @@ from typing import Any
 
 from ..project import entities_for
 from ..sample import Sample
-from .entities import DEPRECATED, KINDS, LABELS, gpu_entities, host_entities, sensor_keys
+from .entities import BOX, DEPRECATED, ENTITY, ITS_GPU, KINDS, LABELS, gpu_entities, host_entities, inhibit_scope, \
+    sensor_keys
 from .rules import SEVERITY_RANK, Rule, batch
 from .xid import xid_meaning
+
+BEST_FAN_VAR = "speed_rpm_per_asked"  # GpuFanStalled's ever_max(): exported and kept across restarts
 
 log = logging.getLogger("rigmon.alerts")
 
@@ -259,6 +262,19 @@ class _History:
         return self._ever.get(var) if self._ever else None
 
 
+def _held_entity(key: tuple, target_kind: str) -> tuple | None:
+    """The entity whose alerts of a ``target_kind`` rule a firing alert on ``key`` holds back;
+    None: all of them (specs.inhibit_scope)."""
+    scope = inhibit_scope(key[0], target_kind)
+    if scope == ENTITY:
+        return key
+    if scope == BOX:
+        return ("host",)
+    if scope == ITS_GPU:
+        return ("gpu", key[1])
+    return None
+
+
 class _Complete:
     """An entity's every variable, and the names its expressions see, worked out when first
     asked: an alert's step reads them only to start, clear or describe it."""
@@ -287,7 +303,7 @@ class AlertEngine:
     def __init__(self, rules: Sequence[Rule], psu_groups: Sequence[PsuGroup] = (),
                  expected_sensors: Sequence[str] = (), unknown_timeout: float = 120.0):
         self.rules = [r for r in rules if r.spec.enabled]
-        self._host_rules = {r.name for r in self.rules if r.kind == "host"}
+        self._rule_kinds = {r.name: r.kind for r in self.rules}
         self.unknown_timeout = unknown_timeout
         self.psu_groups = tuple(psu_groups)
         self.alerts: dict[tuple, Alert] = {}
@@ -298,6 +314,9 @@ class AlertEngine:
         self._last_xid: dict[int, int] = {}
         self._ever_max: dict[tuple, dict[str, float]] = {}
         self._seen_sensors: set[tuple[str, str]] = set()
+        # a GPU fan's best rpm per asked speed an earlier daemon saw ((uuid, fan) -> rpm): a
+        # fan that slowed before a restart is still held against what it once did
+        self._remembered_best: dict[tuple[str, str], float] = {}
         self._previous_sample: Sample | None = None
         # (entity key, variable) -> (times, values) of the variables history functions look back at,
         # appended once per evaluated sample: a window is a bisect, not a rescan of the history.
@@ -339,6 +358,23 @@ class AlertEngine:
     def remember_sensors(self, sensors) -> None:
         """Sensors an earlier daemon saw answer ((kind, name)): a restart keeps them expected."""
         self._seen_sensors |= set(sensors)
+
+    def remember_fan_best(self, best) -> None:
+        """GPU fans' best rpm per asked speed an earlier daemon saw ({(uuid, fan): rpm}): where a
+        fan now does worse, a restart keeps GpuFanStalled's yardstick."""
+        self._remembered_best.update(best)
+
+    def fan_best(self) -> tuple[tuple[str, str, str, float], ...]:
+        """Each GPU fan's best rpm per asked speed so far ((gpu, uuid, fan, rpm)): GpuFanStalled's
+        yardstick, exported so the PromQL rule needs no look-back window."""
+        latest = self._latest[1] if self._latest is not None else {}
+        out = []
+        for key, values in latest.items():
+            if key[0] == "gpu_fan":
+                best = self._ever_max.get(key, {}).get(BEST_FAN_VAR)
+                if best is not None and best > 0:
+                    out.append((values["gpu"], values["uuid"], values["fan"], best))
+        return tuple(sorted(out))
 
     def entities(self, sample: Sample, complete: bool = True) -> dict[tuple, dict]:
         """What the rules see in ``sample``: {(kind, ...): {variable: value}}; every variable of
@@ -442,16 +478,17 @@ class AlertEngine:
 
     def _told(self, stepped: list[tuple[Alert, Transition]], now: float) -> list[Transition]:
         """The transitions to tell: a firing alert inhibits the rules it names on its entity."""
-        held: dict[tuple[str, tuple], str] = {}  # (rule name, entity) -> the firing rule holding it back
-        host = self._host_rules
+        # (rule name, entity, or None for all of its entities) -> the firing rule holding it back
+        held: dict[tuple[str, tuple | None], str] = {}
+        kinds = self._rule_kinds
         for alert in self.alerts.values():
             if alert.state == "firing":
-                for target in alert.rule.inhibits:  # on its own entity, or the box's for a host rule
-                    held.setdefault((target, ("host",) if target in host else alert.key), alert.name)
+                for target in alert.rule.inhibits:
+                    held.setdefault((target, _held_entity(alert.key, kinds[target])), alert.name)
         told = []
         for alert, t in stepped:
             if t.status == "firing":
-                alert.announced = (alert.name, alert.key) not in held
+                alert.announced = (alert.name, alert.key) not in held and (alert.name, None) not in held
                 if alert.announced:
                     told.append(t)
             elif alert.announced:  # resolved: told only if its firing was
@@ -460,7 +497,7 @@ class AlertEngine:
         for alert in self.alerts.values():
             if alert.state != "firing":
                 continue
-            by = held.get((alert.name, alert.key))
+            by = held.get((alert.name, alert.key)) or held.get((alert.name, None))
             if by is not None and alert.announced:
                 alert.announced = False
                 told.append(self._transition(alert, "resolved", now, reason=f"superseded by {by}"))
@@ -478,7 +515,13 @@ class AlertEngine:
             names = tracked.get(kind)
             if not names:
                 continue
-            ever = self._ever_max.setdefault(key, {})
+            ever = self._ever_max.get(key)
+            if ever is None:
+                ever = self._ever_max[key] = {}
+                if kind == "gpu_fan" and self._remembered_best:
+                    best = self._remembered_best.get((values.get("uuid"), values.get("fan")))
+                    if best is not None:
+                        ever[BEST_FAN_VAR] = best
             for var in names:
                 value = values.get(var)
                 if value is None:

@@ -85,7 +85,8 @@ class AlertSink:
         self.announce = announce
         self.latest: Sample | None = None
         self.notifiers = notifiers if notifiers is not None else [
-            _notifier(n, host or config.daemon.hostname or socket.gethostname(), config) for n in config.notifiers]
+            _notifier(peer, host or config.daemon.hostname or socket.gethostname(), config)
+            for n in config.notifiers for peer in n.peers()]
         self.repeat_interval = config.alerts.repeat_interval
         self.transitions: Counter[tuple[str, str, str]] = Counter()
         self._last_sent: dict[str, float] = {}
@@ -167,7 +168,7 @@ class AlertSink:
         sensors = tuple(sorted((v["sensor_kind"], v["sensor"], bool(v["present"]))
                                for key, v in entities.items() if key[0] == "sensor"))
         return AlertState(sample.time, tuple(firing_alert(a) for a in self.engine.firing()),
-                          tuple(sorted(self.transitions.items())), budgets, sensors)
+                          tuple(sorted(self.transitions.items())), budgets, sensors, self.engine.fan_best())
 
     def _send(self, transition: Transition, reminder: bool) -> None:
         for notifier in self.notifiers:
@@ -195,6 +196,14 @@ class AlertSink:
         for kind, name, answers in state.sensors:
             present.add_metric([kind, name], 1 if answers else 0)
         yield present
+        # what GpuFanStalled holds a GPU fan against (its ever_max), for the same reason
+        best = GaugeMetricFamily("rigmon_gpu_fan_best_speed_rpm_per_ratio",
+                                 "The best rpm a GPU fan has turned per unit of the speed asked (since the box was "
+                                 "first watched): a fan far below it is stalled or failing.",
+                                 labels=["gpu", "uuid", "fan"])
+        for gpu, uuid, fan, rpm in state.fan_best:
+            best.add_metric([gpu, uuid, fan], rpm)
+        yield best
         transitions = CounterMetricFamily("rigmon_alert_transitions", "Alert transitions since start.",
                                           labels=["alertname", "severity", "status"])
         for (name, severity, status), count in state.transitions:

@@ -40,13 +40,15 @@ class Budget(NamedTuple):
 
 class AlertState(NamedTuple):
     """What one poll left: the firing alerts, the transition counts so far, the power budgets,
-    and every sensor the box has had (answering or not: (kind, name, present))."""
+    every sensor the box has had (answering or not: (kind, name, present)), and each GPU fan's
+    best rpm per asked speed so far ((gpu, uuid, fan, rpm))."""
 
     time: float | None = None
     firing: tuple[FiringAlert, ...] = ()
     transitions: tuple[tuple[tuple[str, str, str], int], ...] = ()
     budgets: tuple[Budget, ...] = ()
     sensors: tuple[tuple[str, str, bool], ...] = ()
+    fan_best: tuple[tuple[str, str, str, float], ...] = ()
 
 
 class PollResult(NamedTuple):
