@@ -36,6 +36,9 @@ DEFAULT_PATH = DEFAULT_CONFIG
 DEFAULT_PORT = 9963
 
 
+MAX_PEERS = 8  # an Alertmanager cluster's peers in one notifier
+
+
 def _check_http(url: str) -> str:
     if not re.match(r"^https?://[^/\s]+", url):
         raise ValueError("must be an http:// or https:// URL")
@@ -235,10 +238,11 @@ class NotifierConfig(_Section):
         description="The service's message format: webhook (Alertmanager's webhook JSON, for its receivers), "
                     "alertmanager (Alertmanager's own API v2: firing alerts posted again every minute, as "
                     "Prometheus does), slack, discord, ntfy.", examples=["slack"])]
-    url: Annotated[SecretStr, Field(description="Where to post (a secret: Slack and Discord URLs carry a token). "
-                                                "For ntfy, the topic URL; for alertmanager, its base URL (one "
-                                                "notifier per Alertmanager of an HA pair).",
-                                    examples=["${SLACK_WEBHOOK_URL}"])]
+    url: Annotated[SecretStr | list[SecretStr], Field(
+        description="Where to post (a secret: Slack and Discord URLs carry a token). For ntfy, the topic URL; for "
+                    "alertmanager, its base URL, or a list of them for an HA pair (each gets every alert, as "
+                    "Prometheus sends them: one queue and name-1, name-2… per peer).",
+        examples=["${SLACK_WEBHOOK_URL}"])]
     name: Annotated[str | None, Field(description="Name in logs and metrics (default: the type).",
                                       examples=["ops-slack"])] = None
     min_severity: Annotated[Literal["info", "warning", "critical"], Field(
@@ -255,9 +259,32 @@ class NotifierConfig(_Section):
 
     @field_validator("url")
     @classmethod
-    def _http(cls, v: SecretStr) -> SecretStr:
-        _check_http(v.get_secret_value())
+    def _http(cls, v: SecretStr | list[SecretStr]) -> SecretStr | list[SecretStr]:
+        if isinstance(v, list):
+            if not 1 <= len(v) <= MAX_PEERS:
+                raise ValueError(f"takes 1 to {MAX_PEERS} URLs (an Alertmanager cluster's peers), not {len(v)}")
+            if len({u.get_secret_value() for u in v}) < len(v):
+                raise ValueError("names one URL twice: each peer would get every alert twice")
+        for u in v if isinstance(v, list) else [v]:
+            _check_http(u.get_secret_value())
         return v
+
+    @model_validator(mode="after")
+    def _one_url_but_for_alertmanager(self):
+        if isinstance(self.url, list) and self.type != "alertmanager":
+            raise ValueError(f"url: a list of URLs is for an Alertmanager cluster (type = \"alertmanager\"); "
+                             f"a {self.type} notifier posts to one URL: give each its own [[notifiers]]")
+        return self
+
+    def peers(self) -> list[NotifierConfig]:
+        """One notifier's settings per URL: an HA pair's Alertmanagers each get every alert, in
+        their own queue, named name-1, name-2…"""
+        if not isinstance(self.url, list):
+            return [self]
+        if len(self.url) == 1:
+            return [self.model_copy(update={"url": self.url[0]})]
+        base = self.name or self.type
+        return [self.model_copy(update={"url": u, "name": f"{base}-{i}"}) for i, u in enumerate(self.url, 1)]
 
 
 class InfluxConfig(_Section):
@@ -662,7 +689,7 @@ def _message(err: dict) -> str:
     got = err.get("input")
     loc = [str(part) for part in err["loc"]]
     # notifier URLs carry tokens (Slack, Discord); InfluxDB's URL does not
-    secret = any(part in _SECRET_FIELDS for part in loc) or (loc[:1] == ["notifiers"] and loc[-1:] == ["url"])
+    secret = any(part in _SECRET_FIELDS for part in loc) or (loc[:1] == ["notifiers"] and "url" in loc)
     shown = "" if secret or isinstance(got, (dict, list)) or got is None else f" (got {got!r})"
     return err["msg"].removeprefix("Value error, ") + shown
 

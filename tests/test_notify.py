@@ -170,3 +170,59 @@ def test_alertmanager_firing_alerts_are_posted_again_until_they_resolve():
     n._resend_at = 0
     n._renew()
     assert not n._queue
+
+
+def test_alertmanager_takes_a_list_of_peers_each_given_every_alert():
+    """An HA pair: each Alertmanager gets every alert, from its own queue (am-1, am-2)."""
+    receivers = [Receiver(), Receiver()]
+    config = NotifierConfig.model_validate({"type": "alertmanager", "name": "am", "min_severity": "info",
+                                            "url": [f"http://127.0.0.1:{r.port}" for r in receivers]})
+    notifiers = [Notifier(peer, "rig-01") for peer in config.peers()]
+    try:
+        assert [n.name for n in notifiers] == ["am-1", "am-2"]
+        for n in notifiers:
+            n.submit(transition(1))
+        for r in receivers:
+            wait_for(lambda r=r: r.bodies, 10)
+            (alert,) = r.json()[0]
+            assert alert["labels"]["alertname"] == "Test1"
+    finally:
+        for n in notifiers:
+            n.close()
+        for r in receivers:
+            r.stop()
+
+
+def test_a_list_of_urls_is_refused_but_for_alertmanager():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="a list of URLs is for an Alertmanager cluster"):
+        NotifierConfig.model_validate({"type": "slack", "url": ["http://a/x", "http://b/x"]})
+    with pytest.raises(ValidationError, match="names one URL twice"):
+        NotifierConfig.model_validate({"type": "alertmanager", "url": ["http://a:9093", "http://a:9093"]})
+
+
+def test_alertmanager_refusing_an_alert_is_logged_once_per_cause_and_not_posted_forever(caplog):
+    """A 4xx other than 429 (an Alertmanager that rejects the alert): dropped and counted, its
+    renewals stopped, and each cause (alert and answer) logged once however often it recurs."""
+    receiver = Receiver()
+    receiver.status = 400
+    n = notifier(f"http://127.0.0.1:{receiver.port}", type="alertmanager")
+    try:
+        n.submit(transition(1))
+        wait_for(lambda: n.failed == 1, 10)
+        posts = receiver.requests
+        n._resend_at = 0  # a renewal is due: the refused alert is not among what is posted again
+        time.sleep(1.5)
+        assert receiver.requests == posts and n.pending == 0
+        n.submit(transition(1))  # the same alert again (a new transition): the same refusal
+        n.submit(transition(2))  # another alert: another cause
+        wait_for(lambda: n.failed == 3, 10)
+        refused = [r for r in caplog.records if r.levelname == "ERROR" and "refused" in r.message]
+        assert [r.message.split(": refused ")[1].split(":")[0] for r in refused] == ["firing Test1", "firing Test2"]
+        receiver.status = 200
+        n.submit(transition(3))  # the notifier goes on
+        wait_for(lambda: receiver.bodies, 10)
+    finally:
+        n.close()
+        receiver.stop()

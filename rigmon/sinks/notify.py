@@ -3,7 +3,7 @@
 Each configured receiver has its own bounded queue and thread. Messages go out in order:
 the oldest is retried (exponential backoff with jitter, honouring Retry-After) on
 timeouts, connection errors, 429 and 5xx until it is delivered or older than ``max_age``;
-other 4xx answers are permanent (logged, counted, dropped). A full queue drops its oldest
+other 4xx answers are permanent (counted, dropped, each cause logged once). A full queue drops its oldest
 message and counts it. Delivery errors are logged, never raised.
 
 Formats: ``webhook`` posts Alertmanager's webhook JSON (version 4), so receivers written
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ZERO_TIME = "0001-01-01T00:00:00Z"
+MAX_CAUSES = 1024  # refusals remembered, to log each once: bounded whatever a receiver answers
 RESEND = 60.0  # seconds between posts of a firing alert to Alertmanager (Prometheus: 1 min)
 NTFY_PRIORITY = {"critical": "5", "warning": "4", "info": "3"}
 EMOJI = {"critical": "🔴", "warning": "🟠", "info": "🔵", "resolved": "✅"}
@@ -118,6 +119,7 @@ class Notifier:
         # alertmanager: the firing alerts, posted again every RESEND seconds (Alertmanager ends
         # an alert whose endsAt passes, so a firing one must be renewed, as Prometheus does)
         self._firing: dict[str, Transition] = {}
+        self._causes: set[tuple[str, str]] = set()  # refusals logged once: (alertname, the answer)
         self._resend_at = time.monotonic() + RESEND
         self._url = config.url.get_secret_value()
         self._queue: deque[Message] = deque()
@@ -180,7 +182,7 @@ class Notifier:
                     return
                 continue
             except Permanent as e:
-                self._drop(message, str(e))
+                self._refused(message, str(e))
                 attempt = 0
                 continue
             except Exception as e:  # anything else fails this message, never the thread
@@ -203,6 +205,28 @@ class Notifier:
         self.failed += 1
         log.error("notifier %s: gave up on %s %s: %s", self.name, message.transition.status,
                   message.transition.alertname, why)
+
+    def _refused(self, message: Message, why: str) -> None:
+        """A 4xx other than 429: the message is dropped and counted, never retried. Each cause
+        (the alert and the answer) is logged once, not at every renewal: and Alertmanager's
+        renewals of that alert stop until it changes (a firing alert it refused would be posted,
+        and refused, every minute for as long as it fires)."""
+        t = message.transition
+        cause = (t.alertname, why)
+        with self._cond:
+            if self._queue and self._queue[0] is message:
+                self._queue.popleft()
+            if self._firing.get(t.key) is t:
+                del self._firing[t.key]
+        self.failed += 1
+        if cause in self._causes:
+            log.debug("notifier %s: refused %s %s again: %s", self.name, t.status, t.alertname, why)
+            return
+        if len(self._causes) < MAX_CAUSES:
+            self._causes.add(cause)
+        log.error("notifier %s: refused %s %s: %s; not retried (the receiver rejects it: check its URL, "
+                  "credentials and version); the same refusal again is logged at debug", self.name, t.status,
+                  t.alertname, why)
 
     # --- one delivery --------------------------------------------------------------------
     def request(self, message: Message) -> tuple[bytes, dict[str, str]]:
