@@ -224,7 +224,7 @@ BOX = [
 ]
 
 VERDICTS = [("pass", "PASS", "green"), ("fail", "FAIL", "red"), ("interrupted", "interrupted", "orange"),
-            ("could not run", "could not run", "orange")]
+            ("could not run", "could not run", "orange"), ("never run", "never run", "text")]
 
 # Prometheus sees the newest burn-in report and rigmon's own health through the daemon;
 # InfluxDB gets every burn-in's progress as it runs.
@@ -234,8 +234,8 @@ BOX_PROMETHEUS_ONLY = [
           [("max without (verdict) (" + " or ".join(
               f'rigmon_burnin_last_verdict{{{P_SEL}, verdict="{v}"}} * {n}' for n, (v, _, _) in enumerate(VERDICTS))
             + ")", "verdict")], [], 8,
-          "PASS, FAIL, interrupted (stopped by a signal: no hardware was judged) or could not run (no GPU "
-          "that PyTorch could use).",
+          "PASS, FAIL, interrupted (stopped by a signal: no hardware was judged), could not run (no GPU "
+          "that PyTorch could use) or never run (no report in [burnin] reports_dir).",
           mappings=[{"type": "value", "options": {str(n): {"text": text, "color": color, "index": n}
                                                   for n, (_, text, color) in enumerate(VERDICTS)}}]),
     Panel("Last burn-in: how long ago, how long", "stat", "s",
@@ -296,7 +296,6 @@ NO_DATA = {
     "Fans": "no fan sensors (no hwmon fan driver loaded)",
     "GPU fans: asked and turning": "no GPU fans reported (a passive board)",
     "Power against each PSU budget": "no power budget configured ([alerts.power_budget])",
-    "Last burn-in verdict": "never run",
     "Last burn-in: how long ago, how long": "never run",
     "Last burn-in throughput": "never run",
     "Burn-in runs: tokens/s": "never run",

@@ -163,6 +163,10 @@ def test_on_a_normal_box_every_panel_shows_data_or_says_why_not(tmp_path):
                         silent.append(f"{name}: {panel['title']}")
                 if panel.get("title") == "XID errors":
                     assert prom.query(exprs[0]), "the XID table's 0 for a GPU without XIDs"
+                if panel.get("title") == "Last burn-in verdict":  # a value, mapped to "never run"
+                    (got,) = prom.query(exprs[0])
+                    mapped = panel["fieldConfig"]["defaults"]["mappings"][0]["options"][got["value"][1]]["text"]
+                    assert mapped == "never run", got
         print(f"{said} empty panels say why")
         assert silent == [], f"empty without a word: {silent}"
     finally:

@@ -15,6 +15,7 @@ from prometheus_client.core import GaugeMetricFamily
 log = logging.getLogger(__name__)
 
 RESCAN_SECONDS = 60.0
+NEVER_RUN = "never run"  # rigmon_burnin_last_verdict where no report was found
 
 
 class BurninReports:
@@ -57,7 +58,8 @@ class BurninReports:
         passed = GaugeMetricFamily("rigmon_burnin_last_passed", "1 if the last burn-in passed, 0 if it failed; none "
                                                                 "when it could not run or was interrupted.", labels=[])
         verdict = GaugeMetricFamily("rigmon_burnin_last_verdict", "1 for the last burn-in's verdict: pass, fail, "
-                                                                  "could not run, interrupted.", labels=["verdict"])
+                                                                  "could not run, interrupted; never run where "
+                                                                  "there is no report.", labels=["verdict"])
         duration = GaugeMetricFamily("rigmon_burnin_last_duration_seconds", "Length of the last burn-in.", labels=[])
         rate = GaugeMetricFamily("rigmon_burnin_tokens_per_second", "Training throughput in the last burn-in.",
                                  labels=["unit", "gpu"])
@@ -77,4 +79,6 @@ class BurninReports:
                     rate.add_metric(labels, unit["tokens_per_s"])
                 if unit.get("mfu") is not None:
                     mfu.add_metric(labels, unit["mfu"])
+        else:  # a value the dashboards show, not an empty panel that reads like a broken one
+            verdict.add_metric([NEVER_RUN], 1)
         yield from (started, passed, verdict, duration, rate, mfu)
