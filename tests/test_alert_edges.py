@@ -436,11 +436,45 @@ def test_without_the_inhibiting_rule_every_alert_is_told(tmp_path):
     assert told == set(THERMAL)
 
 
+def _dead_cpu_fan(t, tick):  # a hot idle CPU, its fan stopped a minute in
+    tick["host"] = {"sensors_temperatures": {"k10temp": [["Tdie", 75, 95.0, 100.0]]}, "cpu_percent": 5,
+                    "sensors_fans": {"nct6798": [["", 1150], ["", 1150 if t < 60 else 0]]}}
+
+
+def _dead_gpu_fan(t, tick):  # GPU 0's fan 0 stops a minute in, and the GPU heats up to near its slowdown
+    set_gpu(tick, nvmlDeviceGetFanSpeedRPM__0=1800 if t < 60 else 0,
+            nvmlDeviceGetTemperature__0=60 if t < 60 else 80 if t < 150 else 86)
+
+
+# one cause, the alerts it raises, the one that is told (rigmon rules list: inhibits)
+ONE_CAUSE = {
+    "a stopped CPU fan": (lambda: timeline(900, 15, modify=_dead_cpu_fan), "FanStalled", ["CoolingDegraded"]),
+    "a GPU off the bus with its XID 79": (lambda: sc.with_xid(sc.gpu_lost(sc.h200()), at_second=20, xid=79, gpu=1),
+                                          "GpuLost", ["GpuCountDropped", "GpuXid"]),
+    "a stopped GPU fan": (lambda: timeline(240, 5, board=sc.gpu_fans, modify=_dead_gpu_fan), "GpuFanStalled",
+                          ["GpuNearSlowdown"]),
+}
+
+
+@pytest.mark.parametrize("cause", ONE_CAUSE)
+def test_one_cause_pages_once(tmp_path, cause):
+    """Each pair the rules mark (inhibits) across kinds: the cause is told, what follows from it
+    is not; without the mark, every one of them is."""
+    recording, told_rule, held = ONE_CAUSE[cause]
+    rules = {told_rule, *held}
+    told = [(t.alertname, t.status) for t in run(recording(), tmp_path) if t.alertname in rules]
+    assert told == [(told_rule, "firing")] or told == [(told_rule, "firing"), (told_rule, "resolved")], told
+    config = {"alerts": {"builtin": {told_rule: {"inhibits": []}}}}
+    told = {t.alertname for t in run(recording(), tmp_path, config) if t.status == "firing"}
+    assert told >= rules, told
+
+
 @pytest.mark.parametrize(("inhibits", "error"), [
     (["GpuNearSlowdwn"], "builtin.GpuAtSlowdownTemperature.inhibits: no rule named GpuNearSlowdwn "
                          "(did you mean GpuNearSlowdown?)"),
     (["FanStalled"], "builtin.GpuAtSlowdownTemperature.inhibits: FanStalled watches fan entities, "
-                     "GpuAtSlowdownTemperature gpu: a rule inhibits only rules of its own kind"),
+                     "GpuAtSlowdownTemperature gpu: a rule inhibits only rules of its own kind, the box's (host), "
+                     "a GPU fan's GPU (gpu_fan on gpu) or a fan's CPUs (fan on cpu)"),
     (["GpuAtSlowdownTemperature"], "builtin.GpuAtSlowdownTemperature.inhibits: a rule cannot inhibit itself"),
 ])
 def test_inhibits_names_rules_of_its_kind(tmp_path, inhibits, error):

@@ -114,3 +114,62 @@ def test_alertmanager_mutes_everything_on_a_box_while_rigmon_is_down(tmp_path):
         am.stop()
         receiver.stop()
     assert got() == want, got()
+
+
+# labels an alert of each kind carries in Alertmanager (rigmon's engine and the PromQL rules alike)
+_KIND_LABELS = {"gpu": {"gpu": "0", "uuid": "GPU-a"}, "gpu_fan": {"gpu": "0", "uuid": "GPU-a", "fan": "0"},
+                "fan": {"chip": "nct6798", "fan": "fan2"}, "cpu": {"socket": "0"}, "host": {},
+                "psu": {"psu": "psu-a"}, "sensor": {"sensor_kind": "fan", "sensor": "nct6798/fan2"}}
+
+
+def test_alertmanager_holds_back_what_rigmons_engine_holds_back(tmp_path):
+    """One cause, one page in both engines: for every pair the built-in rules mark (inhibits),
+    the shipped alertmanager.yml mutes the target on the source's box (and GPU, where the engine
+    holds back only that GPU's), and leaves it alone on another box or GPU."""
+    import datetime
+    import json
+    import urllib.request
+
+    from servers import Alertmanager, wait_for
+
+    from rigmon.alerts.entities import BOX, EVERY, inhibit_scope
+    from rigmon.alerts.specs import builtin_specs
+
+    specs = builtin_specs()
+    pairs = [(name, target) for name, spec in specs.items() for target in spec.get("inhibits", ())]
+    assert len(pairs) >= 10
+    now = datetime.datetime.now(datetime.UTC).isoformat()
+    alerts, held, free = [], set(), set()
+
+    def alert(name, box, **labels):
+        alerts.append({"labels": {"alertname": name, "severity": specs[name]["severity"], "instance": box,
+                                  "site": "lab", **_KIND_LABELS[specs[name]["kind"]], **labels}, "startsAt": now})
+        return (name, box, alerts[-1]["labels"].get("gpu", ""))
+
+    for i, (source, target) in enumerate(pairs):
+        box = f"pair{i}:9963"
+        alert(source, box)
+        held.add(alert(target, box))
+        free.add(alert(target, f"other{i}:9963"))  # another box: never held
+        scope = inhibit_scope(specs[source]["kind"], specs[target]["kind"])
+        if "gpu" in _KIND_LABELS[specs[target]["kind"]] and scope not in (BOX, EVERY):
+            free.add(alert(target, box, gpu="1", uuid="GPU-b"))  # the box's other GPU: not held
+    receiver_url = "http://127.0.0.1:9/none"  # nothing is delivered: the API says what is muted
+    am = Alertmanager(tmp_path, receiver_url)
+    try:
+        request = urllib.request.Request(f"{am.url}/api/v2/alerts", data=json.dumps(alerts).encode(),
+                                         headers={"Content-Type": "application/json"}, method="POST")
+        urllib.request.urlopen(request, timeout=10).read()
+
+        def state():
+            return {(a["labels"]["alertname"], a["labels"]["instance"], a["labels"].get("gpu", "")):
+                    bool(a["status"]["inhibitedBy"]) for a in am.alerts()}
+
+        wait_for(lambda: {k for k, muted in state().items() if muted} >= held, 30,
+                 what="the inhibitions of every pair")
+        got = state()
+    finally:
+        am.stop()
+    print(f"{len(pairs)} pairs: {len(held)} alerts held back, {len(free)} left alone")
+    assert {k for k in held if not got[k]} == set(), "not held back as rigmon's engine holds them"
+    assert {k for k in free if got[k]} == set(), "held back where rigmon's engine does not"

@@ -10,12 +10,30 @@ from ..project import gpu_entities, host_entities
 from ..readings import DEPRECATED, KINDS
 from ..sample import Sample
 
-__all__ = ["DEPRECATED", "KINDS", "LABELS", "gpu_entities", "host_entities", "sensor_keys"]
+__all__ = ["BOX", "DEPRECATED", "ENTITY", "EVERY", "ITS_GPU", "KINDS", "LABELS", "gpu_entities", "host_entities",
+           "inhibit_scope", "sensor_keys"]
 
 # Labels that identify each kind's entities (also shown in alert labels).
 LABELS = {"gpu": ("gpu", "uuid", "name"), "gpu_fan": ("gpu", "uuid", "name", "fan"), "fan": ("chip", "fan"),
           "cpu": ("socket", "chip", "sensor"),
           "host": (), "psu": ("psu",), "sensor": ("sensor_kind", "sensor")}
+
+
+# What a firing alert holds back of the rules it inhibits, by (its kind, theirs): its own
+# entity for a rule of its kind; the box's for a host rule (a lost GPU holds back the box's count
+# of GPUs); its GPU's for a GPU fan (a stalled fan explains its GPU's heat); every socket's for a
+# fan (a stopped fan explains a hot idle CPU: hwmon does not say which CPU a fan cools).
+ENTITY, BOX, ITS_GPU, EVERY = "entity", "box", "its gpu", "every"
+
+
+def inhibit_scope(kind: str, target_kind: str) -> str | None:
+    """Which alerts of a ``target_kind`` rule an alert of a ``kind`` rule holds back; None: none
+    (the pair is refused)."""
+    if kind == target_kind:
+        return ENTITY
+    if target_kind == "host":
+        return BOX
+    return {("gpu_fan", "gpu"): ITS_GPU, ("fan", "cpu"): EVERY}.get((kind, target_kind))
 
 
 def sensor_keys(sample: Sample) -> set[tuple[str, str]]:

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError, model_validator
 
 from ..durations import format_duration, parse_duration
-from .entities import DEPRECATED
+from .entities import DEPRECATED, inhibit_scope
 from .rules import Expression, Severity, _warn_deprecated, check_template, did_you_mean, template_names
 
 # Seconds, or a string like "30s", "10m", "1h30m"; written back (JSON and TOML) as the string.
@@ -60,8 +60,9 @@ class RuleSpec(BaseModel):
         examples=[{"over_by": "temperature_celsius - limit_celsius"}])] = {}
     enabled: Annotated[bool, Field(description="Evaluate this rule.")] = True
     inhibits: Annotated[tuple[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$")], ...], Field(
-        description="Rules this one supersedes, of its own kind or the box's (host): while it fires on an "
-                    "entity, theirs on that entity (or on the box) are held back (one event, one page).",
+        description="Rules this one supersedes, of its own kind or the box's (host), or a GPU fan's GPU, or a "
+                    "fan's CPUs: while it fires on an entity, theirs on that entity (or on the box, the fan's "
+                    "GPU, every CPU) are held back (one event, one page).",
         examples=[["GpuNearSlowdown"]])] = ()
 
     @model_validator(mode="after")
@@ -159,8 +160,8 @@ def merge(overrides: dict[str, RuleOverride], custom: list[RuleSpec]) -> list[Ru
 
 
 def check_inhibits(specs: list[RuleSpec]) -> None:
-    """Each name a rule inhibits is another rule of its kind, or of the box's (host: a lost GPU
-    holds back the box's count of GPUs); ValueError naming the field if not."""
+    """Each name a rule inhibits is another rule it can hold back (inhibit_scope); ValueError
+    naming the field if not."""
     kinds = {spec.name: spec.kind for spec in specs}
     for spec in specs:
         where = f"builtin.{spec.name}" if spec.name in _builtin_specs() else spec.name
@@ -169,6 +170,7 @@ def check_inhibits(specs: list[RuleSpec]) -> None:
                 raise ValueError(f"{where}.inhibits: a rule cannot inhibit itself")
             if target not in kinds:
                 raise ValueError(f"{where}.inhibits: no rule named {target}{did_you_mean(target, kinds)}")
-            if kinds[target] not in (spec.kind, "host"):
+            if inhibit_scope(spec.kind, kinds[target]) is None:
                 raise ValueError(f"{where}.inhibits: {target} watches {kinds[target]} entities, {spec.name} "
-                                 f"{spec.kind}: a rule inhibits only rules of its own kind, or the box's (host)")
+                                 f"{spec.kind}: a rule inhibits only rules of its own kind, the box's (host), "
+                                 f"a GPU fan's GPU (gpu_fan on gpu) or a fan's CPUs (fan on cpu)")
