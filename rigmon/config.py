@@ -276,16 +276,6 @@ class NotifierConfig(_Section):
                              f"a {self.type} notifier posts to one URL: give each its own [[notifiers]]")
         return self
 
-    def peers(self) -> list[NotifierConfig]:
-        """One notifier's settings per URL: an HA pair's Alertmanagers each get every alert, in
-        their own queue, named name-1, name-2…"""
-        if not isinstance(self.url, list):
-            return [self]
-        if len(self.url) == 1:
-            return [self.model_copy(update={"url": self.url[0]})]
-        base = self.name or self.type
-        return [self.model_copy(update={"url": u, "name": f"{base}-{i}"}) for i, u in enumerate(self.url, 1)]
-
 
 class InfluxConfig(_Section):
     enabled: Annotated[bool, Field(description="Push every sample to InfluxDB.")] = False

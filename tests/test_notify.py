@@ -8,7 +8,7 @@ from servers import wait_for
 
 from rigmon.alerts.engine import Transition
 from rigmon.config import NotifierConfig
-from rigmon.sinks.notify import Notifier
+from rigmon.sinks.notify import Notifier, peers
 
 
 def transition(n: int, status: str = "firing", severity: str = "critical") -> Transition:
@@ -177,7 +177,7 @@ def test_alertmanager_takes_a_list_of_peers_each_given_every_alert():
     receivers = [Receiver(), Receiver()]
     config = NotifierConfig.model_validate({"type": "alertmanager", "name": "am", "min_severity": "info",
                                             "url": [f"http://127.0.0.1:{r.port}" for r in receivers]})
-    notifiers = [Notifier(peer, "rig-01") for peer in config.peers()]
+    notifiers = [Notifier(config, "rig-01", peer=peer) for peer in peers(config)]
     try:
         assert [n.name for n in notifiers] == ["am-1", "am-2"]
         for n in notifiers:
@@ -226,3 +226,19 @@ def test_alertmanager_refusing_an_alert_is_logged_once_per_cause_and_not_posted_
     finally:
         n.close()
         receiver.stop()
+
+
+def test_the_daemon_makes_one_notifier_per_alertmanager_peer():
+    """What the daemon runs with (the validated config as plain settings) lists the peers too."""
+    from rigmon.config import parse, settings
+    from rigmon.sinks.alerts import AlertSink
+
+    config = settings(parse({"notifiers": [{"type": "alertmanager", "name": "am",
+                                            "url": ["http://127.0.0.1:9", "http://127.0.0.1:10"]},
+                                           {"type": "webhook", "url": "http://127.0.0.1:11/hook"}]}))
+    sink = AlertSink(config, host="box")
+    try:
+        assert [(n.name, n._url) for n in sink.notifiers] == [
+            ("am-1", "http://127.0.0.1:9"), ("am-2", "http://127.0.0.1:10"), ("webhook", "http://127.0.0.1:11/hook")]
+    finally:
+        sink.close(time.monotonic() + 0.5)

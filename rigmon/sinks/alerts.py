@@ -39,14 +39,15 @@ def alert_dict(alert) -> dict:
     return firing_alert(alert).as_dict()
 
 
-def _notifier(config, host: str, box):
-    """One notifier, with the box's name, labels and page (its generatorURL for Alertmanager)."""
-    from .notify import Notifier  # urllib's client: only where a webhook is configured
+def _notifiers(config, host: str, box) -> list[Notifier]:
+    """One entry's notifiers (one per peer of an Alertmanager cluster), with the box's name,
+    labels and page (its generatorURL for Alertmanager)."""
+    from .notify import Notifier, peers  # urllib's client: only where a webhook is configured
 
     port = box.prometheus.port
     scheme = "https" if box.prometheus.tls_cert is not None else "http"
-    return Notifier(config, host, labels=dict(box.daemon.labels), port=port,
-                    page_url=f"{scheme}://{host}:{port}/" if box.daemon.page else "")
+    return [Notifier(config, host, labels=dict(box.daemon.labels), port=port, peer=peer,
+                     page_url=f"{scheme}://{host}:{port}/" if box.daemon.page else "") for peer in peers(config)]
 
 
 def fingerprint(spec) -> str:
@@ -85,8 +86,8 @@ class AlertSink:
         self.announce = announce
         self.latest: Sample | None = None
         self.notifiers = notifiers if notifiers is not None else [
-            _notifier(peer, host or config.daemon.hostname or socket.gethostname(), config)
-            for n in config.notifiers for peer in n.peers()]
+            one for n in config.notifiers
+            for one in _notifiers(n, host or config.daemon.hostname or socket.gethostname(), config)]
         self.repeat_interval = config.alerts.repeat_interval
         self.transitions: Counter[tuple[str, str, str]] = Counter()
         self._last_sent: dict[str, float] = {}

@@ -107,11 +107,24 @@ def text(m: Message) -> tuple[str, str]:
     return title, "\n".join(lines)
 
 
+def peers(config: NotifierConfig) -> list[tuple[str, str]]:
+    """(name, URL) of each receiver one ``[[notifiers]]`` entry posts to: its URL, or each of an
+    Alertmanager cluster's peers, named name-1, name-2… (each gets every alert, from its own
+    queue, as Prometheus sends them)."""
+    name, url = config.name or config.type, config.url
+    if not isinstance(url, list):
+        return [(name, url.get_secret_value())]
+    if len(url) == 1:
+        return [(name, url[0].get_secret_value())]
+    return [(f"{name}-{i}", u.get_secret_value()) for i, u in enumerate(url, 1)]
+
+
 class Notifier:
     def __init__(self, config: NotifierConfig, host: str, sleep=None, labels: dict[str, str] | None = None,
-                 port: int = 9963, page_url: str = ""):
+                 port: int = 9963, page_url: str = "", peer: tuple[str, str] | None = None):
+        """``peer``: the (name, URL) this one posts to, of the entry's ``peers``; default its first."""
         self.config = config
-        self.name = config.name or config.type
+        self.name, self._url = peer or peers(config)[0]
         self.host = host
         self.box_labels = tuple(sorted((labels or {}).items()))
         self.instance = f"{host}:{port}"
@@ -121,7 +134,6 @@ class Notifier:
         self._firing: dict[str, Transition] = {}
         self._causes: set[tuple[str, str]] = set()  # refusals logged once: (alertname, the answer)
         self._resend_at = time.monotonic() + RESEND
-        self._url = config.url.get_secret_value()
         self._queue: deque[Message] = deque()
         self._cond = threading.Condition()
         self._stop = threading.Event()
