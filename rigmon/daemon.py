@@ -26,15 +26,16 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from . import heap
-from .exporters.prometheus import MetricsApp, basic_auth, serve
-from .pipeline import Pipeline
-from .sample import Sample
-from .systemd import Notifier
+from .http.server import MetricsApp, basic_auth, serve
+from .model.sample import Sample
+from .pipeline import Outputs, Pipeline
+from .system import heap
+from .system.systemd import Notifier
 
 if TYPE_CHECKING:
-    from .config import Config
-    from .settings import Settings
+    from .config.schema import Config
+    from .config.settings import Settings
+    from .pipeline import Inputs
 
 log = logging.getLogger(__name__)
 
@@ -116,15 +117,8 @@ class Daemon:
         self._status = ""  # the STATUS= systemd was last told
 
     @classmethod
-    def from_config(cls, config: Config | Settings, source=None, speed: float = 1.0, **kw) -> Daemon:
-        return cls(config, Pipeline.from_config(config, source, **kw), speed=speed)
-
-    # the pipeline's parts, as the commands and the tests look at them
-    poller = property(lambda self: self.pipeline.poller)
-    alerts = property(lambda self: self.pipeline.alerts)
-    jobs = property(lambda self: self.pipeline.jobs)
-    influx = property(lambda self: self.pipeline.influx)
-    latest = property(lambda self: self.pipeline.latest)
+    def from_config(cls, config: Config | Settings, inputs: Inputs | None = None, speed: float = 1.0) -> Daemon:
+        return cls(config, Pipeline.from_config(config, Outputs.DAEMON, inputs=inputs), speed=speed)
 
     def registry(self) -> CollectorRegistry:
         """What /metrics shows: the daemon's own health first, then the pipeline's."""
@@ -139,16 +133,17 @@ class Daemon:
 
     def status_line(self) -> str:
         """One line for ``systemctl status``: GPUs answering, the alerts firing, InfluxDB's backlog."""
-        sample = self.latest
+        sample = self.pipeline.latest
         gpus = len(sample.gpus) if sample else 0
         lost = sum(1 for g in sample.gpus if g.lost) if sample else 0
         parts = [f"polling {gpus} GPU(s) every {self.config.daemon.interval:g} s" + (f", {lost} LOST" if lost else "")]
-        if self.alerts is not None:
-            firing = [a for a in self.alerts.state.firing if a.severity != "info"]
+        alerts, influx = self.pipeline.alerts, self.pipeline.influx
+        if alerts is not None:
+            firing = [a for a in alerts.state.firing if a.severity != "info"]
             parts.append(f"{len(firing)} alert(s) firing" + (f": {', '.join(sorted({a.alertname for a in firing}))}"
                                                                if firing else ""))
-        if self.influx is not None and self.influx.last_error:
-            parts.append(f"InfluxDB failing, {self.influx.spool.points} point(s) spooled")
+        if influx is not None and influx.last_error:
+            parts.append(f"InfluxDB failing, {influx.spool.points} point(s) spooled")
         return "; ".join(parts)
 
     def _ping(self) -> None:
@@ -190,7 +185,7 @@ class Daemon:
             routes, slow = {"/state": lambda query: self._state_json()}, {}
             history = self.pipeline.history
             if history is not None:  # the page at / and its API read the history
-                from .web import Page
+                from .http.page import Page
 
                 page = Page(self.pipeline, history, self.config)
                 routes.update(page.routes)
@@ -215,7 +210,7 @@ class Daemon:
         if watchdog is not None and watchdog < 2 * interval:
             log.warning("WatchdogSec=%.3g s is less than twice the poll interval (%.3g s): systemd may kill a "
                         "healthy daemon", watchdog, interval)
-        gpus = len(self.latest.gpus) if self.latest else 0
+        gpus = len(self.pipeline.latest.gpus) if self.pipeline.latest else 0
         self._status = self.status_line()
         self.notifier.ready(self._status)
         self._ready = True
@@ -227,8 +222,9 @@ class Daemon:
 
     def _state_json(self) -> tuple[str, bytes]:
         """What ``rigmon status`` shows of the daemon: firing alerts, the InfluxDB sink."""
-        alerts = self.alerts.state.firing if self.alerts else ()
-        state = {"alerts": [a.as_dict() for a in alerts], "influxdb": self.influx.state() if self.influx else None,
+        alerts, influx = self.pipeline.alerts, self.pipeline.influx
+        firing = alerts.state.firing if alerts else ()
+        state = {"alerts": [a.as_dict() for a in firing], "influxdb": influx.state() if influx else None,
                  "polls": self.stats.polls, "skipped": self.stats.skipped}
         return "application/json", json.dumps(state).encode()
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .alerts.engine import AlertEngine, Transition
-from .pipeline import Pipeline, opened
-from .recording import Recording
-from .replay import ReplayClock, ReplaySource
+from .model.recording import Recording
+from .pipeline import Inputs, Outputs, Pipeline, opened
+from .readers.replay import ReplayClock, ReplaySource
 from .sinks.alerts import build_engine
 
 if TYPE_CHECKING:
-    from .config import Config
+    from .config.schema import Config
 
 
 def replay_rules(recording: Recording, config: Config, until: float | None = None,
@@ -24,9 +24,9 @@ def replay_rules(recording: Recording, config: Config, until: float | None = Non
         source = ReplaySource(recording, ReplayClock(realtime=False), loop=False)
     clock = source.clock
     t0 = recording.ticks[0]["t"]
-    pipeline = Pipeline.from_config(config, source, outputs=False, announce=False,
-                                    engine=engine if engine is not None else build_engine(config),
-                                    wall=lambda: t0 + clock(), event_thread=False)
+    inputs = Inputs(source=source, wall=lambda: t0 + clock(), event_thread=False,
+                    engine=engine if engine is not None else build_engine(config))
+    pipeline = Pipeline.from_config(config, Outputs(), inputs=inputs)
     transitions: list[Transition] = []
     with opened(pipeline):
         for offset in recording.offsets():

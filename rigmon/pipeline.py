@@ -13,102 +13,145 @@ from __future__ import annotations
 
 import logging
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from .alerts.rules import compile_rules
 from .poller import Poller, build_poller, wants_rare_counters_every_poll
-from .sinks.alerts import AlertSink, compile_rules
+from .sinks.alerts import AlertSink
 from .sinks.base import PollResult, Sink, close_side_by_side
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from .config import Config
+    from .alerts.engine import AlertEngine
+    from .config.schema import Config
+    from .exporters.burnin import BurninReports
     from .exporters.prometheus import SampleCollector
-    from .history import History
-    from .jobs import JobLedger
-    from .replay import ReplaySource
-    from .sample import Sample
+    from .model.sample import Sample
+    from .readers.replay import ReplaySource
+    from .sinks.history import History
     from .sinks.influxdb import InfluxSink
+    from .sinks.jobs import JobLedger
+    from .sinks.known import Known
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Outputs:
+    """What a loop wants built from the config, besides its own sinks: each output by name.
+    ``Outputs.DAEMON`` is everything the daemon runs; a loop that shows or records (status,
+    record, rules test) wants little or nothing of it."""
+
+    prometheus: bool = False  # the sample as metric families, and the newest burn-in report
+    influxdb: bool = False  # the config's InfluxDB, where [influxdb] enables it
+    jobs: bool = False  # the job ledger, where [jobs] and gpu.processes enable it
+    known: bool = False  # what the box has had (fans that turned, sensors), kept across restarts
+    history: bool = False  # the page's week, where daemon.page enables it
+    rules: bool = True  # the config's alert rules evaluated each step, where [alerts] enables them
+    announce: bool = False  # each transition logged and sent to the config's notifiers
+
+    DAEMON: ClassVar[Outputs]
+    NOTHING: ClassVar[Outputs]
+
+
+Outputs.DAEMON = Outputs(prometheus=True, influxdb=True, jobs=True, known=True, history=True, announce=True)
+Outputs.NOTHING = Outputs(rules=False)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a loop brings besides the config, where it is not the box's own hardware read at its
+    own pace: a replay, stand-in backends, a clock, an engine that goes on."""
+
+    source: ReplaySource | None = None  # a recording replayed in place of the hardware
+    nvml: Any = None  # a pynvml stand-in (the recorder's proxy)
+    host_backend: Any = None  # a psutil and sysfs stand-in (the recorder's proxy)
+    wall: Callable[[], float] = time.time  # the clock samples are stamped with
+    event_thread: bool = True  # XID events waited for on a thread (a one-shot read has none)
+    engine: AlertEngine | None = None  # rules whose alerts go on from an earlier replay (status --at)
+
+
 class Pipeline:
-    def __init__(self, poller: Poller, alerts: AlertSink | None = None, jobs: JobLedger | None = None,
-                 sinks: Iterable[Sink] = (), source: ReplaySource | None = None, collectors: Iterable = ()):
+    def __init__(self, poller: Poller, alerts: AlertSink | None = None, *, source: ReplaySource | None = None,
+                 collector: SampleCollector | None = None, influx: InfluxSink | None = None,
+                 jobs: JobLedger | None = None, known: Known | None = None, history: History | None = None,
+                 reports: BurninReports | None = None, sinks: Iterable[Sink] = ()):
         self.poller = poller
-        self.alerts = alerts
-        self.jobs = jobs
-        self.sinks: list[Sink] = list(sinks)
         self.source = source
-        self.collectors = list(collectors)  # what /metrics shows besides the sinks (the reports, NVML's errors)
+        self.alerts = alerts
+        self.collector = collector  # the sample as metric families
+        self.influx = influx
+        self.jobs = jobs
+        self.known = known
+        self.history = history
+        self.reports = reports  # the newest burn-in report, for /metrics and the page
+        # every sink a poll is handed to, in order: the outputs above, then the loop's own
+        self.sinks: list[Sink] = [s for s in (collector, influx, known, history) if s is not None] + list(sinks)
         self.latest: Sample | None = None
 
     @classmethod
-    def from_config(cls, config: Config, source: ReplaySource | None = None, sinks: Iterable[Sink] = (), *,
-                    outputs: bool = True, rules: bool = True, announce: bool = True, engine=None,
-                    host: str | None = None,
-                    wall: Callable[[], float] = time.time, event_thread: bool = True, nvml=None,
-                    host_backend=None) -> Pipeline:
-        """The config's pipeline on real hardware, a replay (``source``) or given backends (the
-        recorder's proxies). ``outputs``: the config's own sinks (the Prometheus collector,
-        InfluxDB, the job ledger), as the daemon runs them; a loop that shows or records
-        (status, record, rules test) passes False and its own ``sinks``. ``rules``: the
-        config's alert rules evaluated each step (where enabled). ``announce``: each
-        transition logged and sent to the config's notifiers. ``engine``: rules whose alerts
-        go on from an earlier replay (``status --at``)."""
-        host = host or config.daemon.hostname or socket.gethostname()
+    def from_config(cls, config: Config, outputs: Outputs = Outputs.DAEMON, sinks: Iterable[Sink] = (),
+                    inputs: Inputs | None = None) -> Pipeline:
+        """The config's pipeline: the poller on the hardware (or ``inputs``' replay or
+        backends), the rules and the ``outputs`` the loop wants, then its own ``sinks``."""
+        inputs = inputs if inputs is not None else Inputs()
+        host = config.daemon.hostname or socket.gethostname()
+        engine = inputs.engine
         # compiled once, for the poller (a rule may want the rare counters every poll) and the engine;
         # an engine handed in has them compiled already
-        compiled = (list(engine.rules) if engine is not None else compile_rules(config)) if config.alerts.enabled \
-            else []
-        evaluate = rules and config.alerts.enabled
-        poller = build_poller(config, source, nvml=nvml, host_backend=host_backend, wall=wall,
-                              event_thread=event_thread, rare_every_poll=wants_rare_counters_every_poll(compiled))
+        compiled = [] if not config.alerts.enabled else list(engine.rules) if engine is not None \
+            else compile_rules(config.alerts)
+        poller = build_poller(config, inputs.source, nvml=inputs.nvml, host_backend=inputs.host_backend,
+                              wall=inputs.wall, event_thread=inputs.event_thread,
+                              rare_every_poll=wants_rare_counters_every_poll(compiled))
         alerts = None
-        if evaluate:
-            alerts = AlertSink(config, notifiers=None if announce else [], host=host, rules=compiled, engine=engine,
-                               announce=announce)
-        jobs, own, collectors = None, [], []
-        try:
-            if outputs:  # imported here: a loop that only shows or records never loads the outputs
+        if outputs.rules and config.alerts.enabled:
+            alerts = AlertSink(config, notifiers=None if outputs.announce else [], host=host, rules=compiled,
+                               engine=engine, announce=outputs.announce)
+        built: dict[str, Any] = {}
+        try:  # each imported where wanted: a loop that only shows or records never loads the outputs
+            if outputs.prometheus:
                 from .exporters.burnin import BurninReports
                 from .exporters.prometheus import SampleCollector
-                from .jobs import JobLedger
+
+                built["collector"] = SampleCollector(config.gpu.process_series)
+                built["reports"] = BurninReports(config.burnin.reports_dir)
+            if outputs.influxdb and config.influxdb.enabled:
                 from .sinks.influxdb import InfluxSink
 
-                own.append(SampleCollector(config.gpu.process_series))
-                if config.influxdb.enabled:
-                    own.append(InfluxSink(config, host))
-                if config.jobs.enabled and config.gpu.processes:
-                    jobs = JobLedger(config, host)
-                collectors.append(BurninReports(config.burnin.reports_dir))
-                from pathlib import Path
+                built["influx"] = InfluxSink(config, host)
+            if outputs.jobs and config.jobs.enabled and config.gpu.processes:
+                from .sinks.jobs import JobLedger
 
-                from .known import Known
+                built["jobs"] = JobLedger(config, host)
+            state_dir = Path(config.daemon.state_dir)
+            if outputs.known:
+                from .sinks.known import Known
 
-                known = Known(Path(config.daemon.state_dir) / "known.json")  # what a restart must not forget
+                known = built["known"] = Known(state_dir / "known.json")  # what a restart must not forget
                 known.load()
                 if poller.host is not None:
                     poller.host.remember_turned(known.fans)
                 if alerts is not None:
                     alerts.engine.remember_sensors(known.sensors)
                     alerts.engine.remember_fan_best(known.fan_best)
-                own.append(known)
-                if config.daemon.page:
-                    from .history import History
+            if outputs.history and config.daemon.page:
+                from .sinks.history import History
 
-                    own.append(History(Path(config.daemon.state_dir) / "history.bin", config.daemon.interval,
-                                       invalid=poller.invalid, replay=source is not None))
+                built["history"] = History(state_dir / "history.bin", config.daemon.interval,
+                                           invalid=poller.invalid, replay=inputs.source is not None)
         except BaseException:
-            for sink in own:
-                sink.close(time.monotonic())
+            for part in built.values():
+                if hasattr(part, "close"):
+                    part.close(time.monotonic())
             raise
-        return cls(poller, alerts, jobs, own + list(sinks), source, collectors)
+        return cls(poller, alerts, source=inputs.source, sinks=sinks, **built)
 
     # --- what the loops use -------------------------------------------------------------------
     def open(self) -> None:
@@ -149,41 +192,16 @@ class Pipeline:
         """A replay answers one whole poll from one tick, however long the poll takes."""
         return self.source.held() if self.source is not None else nullcontext()
 
-    @property
-    def influx(self) -> InfluxSink | None:
-        return self._sink("rigmon.sinks.influxdb", "InfluxSink")
-
-    @property
-    def history(self) -> History | None:
-        return self._sink("rigmon.history", "History")
-
-    @property
-    def collector(self) -> SampleCollector | None:
-        return self._sink("rigmon.exporters.prometheus", "SampleCollector")
-
-    def _sink(self, module: str, name: str):
-        """The sink of that class, if any: where its module was never imported, there is none."""
-        loaded = sys.modules.get(module)
-        return next((s for s in self.sinks if isinstance(s, getattr(loaded, name))), None) if loaded else None
-
     def metric_collectors(self, *first) -> Iterator:
         """What /metrics shows, in order: the build, ``first`` (the daemon's own health), the
         alerts, the sinks' and ledger's state, NVML's errors, the burn-in reports, the sample."""
-        from .exporters.prometheus import BuildInfo, SampleCollector
+        from .exporters.prometheus import BuildInfo
 
         yield BuildInfo()
         yield from first
         yield self.poller.invalid
-        if self.alerts is not None:
-            yield self.alerts
-        yield from (s for s in self.sinks if hasattr(s, "collect") and not isinstance(s, SampleCollector))
-        if self.jobs is not None:
-            yield self.jobs
-        if self.poller.gpu is not None:
-            yield self.poller.gpu
-        yield from self.collectors
-        if self.collector is not None:
-            yield self.collector
+        yield from (part for part in (self.alerts, self.influx, self.jobs, self.poller.gpu, self.reports,
+                                      self.collector) if part is not None)
 
     def registry(self, *first) -> CollectorRegistry:
         from prometheus_client import CollectorRegistry

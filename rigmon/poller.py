@@ -9,16 +9,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .polled import POLLED
+from .model.polled import POLLED
+from .model.sample import ReaderStatus, Sample
+from .model.validity import Invalid
 from .readers.gpu import GpuReader
 from .readers.host import HostReader, SystemHost
-from .replay import replay_backend
-from .sample import ReaderStatus, Sample
-from .validity import Invalid
+from .readers.replay import replay_backend
 
 if TYPE_CHECKING:
-    from .config import Config
-    from .replay import ReplaySource
+    from .config.schema import Config
+    from .readers.replay import ReplaySource
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=Non
     if config.host.enabled:
         if host_backend is None:
             if replay is not None:
-                from .replay import ReplayHost
+                from .readers.replay import ReplayHost
 
                 host_backend = ReplayHost(replay)
             else:
@@ -135,9 +135,9 @@ def rules_want_rare_counters_every_poll(config: Config) -> bool:
     """``wants_rare_counters_every_poll`` of the config's rules."""
     if not config.alerts.enabled:
         return False
-    from .sinks.alerts import compile_rules  # the rules as the alert sink compiles them
+    from .alerts.rules import compile_rules  # the rules as the alert sink compiles them
 
-    return wants_rare_counters_every_poll(compile_rules(config))
+    return wants_rare_counters_every_poll(compile_rules(config.alerts))
 
 
 def wants_rare_counters_every_poll(rules) -> bool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import textwrap
 import time
 
-from .sample import CLOCK_EVENT_REASONS, SLOWDOWNS, GpuInfo, GpuReading, Sample, to_jsonable
-from .text import printable
+from .model.sample import CLOCK_EVENT_REASONS, SLOWDOWNS, GpuInfo, GpuReading, Sample, to_jsonable
+from .model.text import printable
 
 NS = "n/s"  # not supported by this hardware (or not readable here)
 

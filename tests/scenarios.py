@@ -8,8 +8,8 @@ import json
 import time
 from pathlib import Path
 
-from rigmon.recording import Recording, demo_path
-from rigmon.replay import ReplayClock, ReplaySource
+from rigmon.model.recording import Recording, demo_path
+from rigmon.readers.replay import ReplayClock, ReplaySource
 
 SHARED_FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "h200" / "matmul-load.rec.jsonl"
 H200 = SHARED_FIXTURE if SHARED_FIXTURE.exists() else demo_path()
@@ -246,8 +246,9 @@ class Replayed:
 
     def __init__(self, recording: Recording, config, at: float = 0.0, loop: bool = False,
                  recording_time: bool = False, **kw):
-        from rigmon import config as configmod
+        from rigmon.config import schema as configmod
         from rigmon.daemon import Daemon
+        from rigmon.pipeline import Inputs
 
         if isinstance(config, dict):
             config = configmod.parse(config, "test")
@@ -264,7 +265,7 @@ class Replayed:
             t0 = recording.ticks[0]["t"]
             kw["wall"] = lambda: t0 + self.source.clock()
         kw.setdefault("event_thread", False)
-        self.daemon = Daemon.from_config(config, self.source, **kw)
+        self.daemon = Daemon.from_config(config, Inputs(source=self.source, **kw))
         self.pipeline = self.daemon.pipeline
         self.registry = self.daemon.registry()
         self.pipeline.open()

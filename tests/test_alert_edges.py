@@ -14,9 +14,9 @@ from scenarios import set_gpu, timeline
 from rigmon.alerts.engine import AlertEngine
 from rigmon.alerts.rules import Expression, Rule
 from rigmon.alerts.specs import RuleSpec
-from rigmon.config import Config, parse
+from rigmon.config.schema import Config, parse
+from rigmon.model.recording import Recording
 from rigmon.offline import replay_rules
-from rigmon.recording import Recording
 
 MASK = "nvmlDeviceGetCurrentClocksEventReasons"
 

@@ -7,9 +7,9 @@ import pytest
 import scenarios as sc
 from scenarios import set_gpu, timeline
 
-from rigmon.config import Config, parse
+from rigmon.config.schema import Config, parse
+from rigmon.model.recording import Recording
 from rigmon.offline import replay_rules
-from rigmon.recording import Recording
 
 MASK = "nvmlDeviceGetCurrentClocksEventReasons"
 
@@ -317,7 +317,7 @@ def test_a_restart_keeps_each_gpu_fans_best_and_exports_it(tmp_path):
                                   if a.alertname == "GpuFanStalled")
             after = r.metrics()
         if kept:  # the best is still the one from before, not the slow fan's own
-            assert f'rigmon_gpu_fan_best_speed_rpm_per_ratio{{fan="0",gpu="0",uuid="' in after
+            assert 'rigmon_gpu_fan_best_speed_rpm_per_ratio{fan="0",gpu="0",uuid="' in after
             assert f" {best}" in next(x for x in after.splitlines()
                                       if x.startswith('rigmon_gpu_fan_best_speed_rpm_per_ratio{fan="0",gpu="0"'))
     assert firing[True] == [("GpuFanStalled", "0")], firing
@@ -331,7 +331,7 @@ def test_a_restart_keeps_each_gpu_fans_best_and_exports_it(tmp_path):
                                   '{"sensors": ' + str([["fan", f"c/f{i}"] for i in range(5000)]).replace("'", '"')
                                   + '}'])
 def test_a_damaged_known_file_is_bounded_and_never_stops_the_daemon(tmp_path, text):
-    from rigmon.known import MAX_ENTRIES, Known
+    from rigmon.sinks.known import MAX_ENTRIES, Known
 
     (tmp_path / "known.json").write_text(text)
     known = Known(tmp_path / "known.json")

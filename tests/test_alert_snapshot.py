@@ -14,7 +14,7 @@ import pytest
 import scenarios as sc
 from servers import Rigmon, http_get, wait_for
 
-from rigmon.recording import Recording
+from rigmon.model.recording import Recording
 
 SECONDS = 15  # 150 polls, each flipping every GPU
 GPUS = 8

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from rigmon import config
+from rigmon.config import schema as config
 
 
 def check(path, env=None):

@@ -10,9 +10,9 @@ import pytest
 import scenarios as sc
 from scenarios import set_gpu, timeline
 
-from rigmon.config import parse
+from rigmon.config.schema import parse
+from rigmon.model.recording import Recording
 from rigmon.offline import replay_rules
-from rigmon.recording import Recording
 
 MASK = "nvmlDeviceGetCurrentClocksEventReasons"
 
@@ -93,7 +93,7 @@ def test_the_warning_says_how_to_declare_a_narrow_slot(tmp_path):
 
 
 def test_status_shows_several_fans_compactly():
-    from rigmon.sample import GpuReading
+    from rigmon.model.sample import GpuReading
     from rigmon.status import _fans
 
     def fans(speeds, rpms):

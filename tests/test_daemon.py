@@ -11,10 +11,10 @@ import pytest
 import scenarios as sc
 from servers import Prometheus, Rigmon, free_port, http_get, wait_for
 
-from rigmon.config import Config
+from rigmon.config.schema import Config
 from rigmon.daemon import Daemon
-from rigmon.logs import RepeatFilter
-from rigmon.pipeline import Pipeline
+from rigmon.pipeline import Inputs, Pipeline
+from rigmon.system.logs import RepeatFilter
 
 
 @pytest.fixture
@@ -189,7 +189,7 @@ class SlowPoller:
 def test_overrunning_polls_are_skipped_and_counted_not_stacked(tmp_path):
     config = Config.model_validate({"daemon": {"interval": 0.1, "state_dir": str(tmp_path)},
                                     "prometheus": {"enabled": False}})
-    pipeline = Pipeline.from_config(config, sc.source(sc.h200(), loop=True))
+    pipeline = Pipeline.from_config(config, inputs=Inputs(source=sc.source(sc.h200(), loop=True)))
     pipeline.poller = SlowPoller(pipeline.poller, 0.35)
     daemon = Daemon(config, pipeline)
     daemon.start(serve_http=False)
@@ -197,7 +197,7 @@ def test_overrunning_polls_are_skipped_and_counted_not_stacked(tmp_path):
     daemon.stop()
     assert daemon.stats.skipped >= 5
     assert 2 <= daemon.stats.polls <= 8  # 2 s of 0.35 s polls, one at a time
-    assert daemon.latest.gpus[0].power_limit_watts == 700
+    assert daemon.pipeline.latest.gpus[0].power_limit_watts == 700
 
 
 def test_no_gpu_no_sensors_still_serves(tmp_path):
@@ -279,7 +279,7 @@ def test_a_render_that_fails_answers_500_and_the_server_goes_on(caplog):
     is logged, and the next connection is served (the render runs on the server's loop)."""
     from prometheus_client import CollectorRegistry
 
-    from rigmon.exporters.prometheus import MetricsApp, MetricsServer
+    from rigmon.http.server import MetricsApp, MetricsServer
 
     class Broken:
         def collect(self):
@@ -346,7 +346,7 @@ def test_config_error_names_the_field_for_run(tmp_path):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a private sysfs")
 def test_defaults_need_no_config_file():
-    from rigmon import config
+    from rigmon.config import schema as config
 
     assert config.load(None).prometheus.port == 9963 or config.DEFAULT_PATH.exists()
 

@@ -92,8 +92,8 @@ def scratch(tmp_path_factory):
 def _a_job(state: Path):
     from test_ledger_damage import _sample_with_a_process
 
-    from rigmon import config as configmod
-    from rigmon.jobs import JobLedger
+    from rigmon.config import schema as configmod
+    from rigmon.sinks.jobs import JobLedger
 
     ledger = JobLedger(configmod.parse({"daemon": {"state_dir": str(state)}}), "box")
     ledger.book(_sample_with_a_process())

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_example_config_is_generated_valid_and_equals_the_defaults():
-    from rigmon import config
+    from rigmon.config import schema as config
 
     shipped = (ROOT / "deploy" / "rigmon.toml").read_text()
     done = subprocess.run([sys.executable, "-m", "rigmon", "config", "example"], capture_output=True, text=True)
@@ -25,7 +25,7 @@ def test_example_config_is_generated_valid_and_equals_the_defaults():
 
 
 def every_field(model, prefix=""):
-    from rigmon.config import _item_model, _model_of
+    from rigmon.config.schema import _item_model, _model_of
 
     for name, field in model.model_fields.items():
         key = field.alias or name
@@ -36,7 +36,7 @@ def every_field(model, prefix=""):
 
 
 def test_example_config_shows_every_setting_with_a_comment():
-    from rigmon import config
+    from rigmon.config import schema as config
 
     shipped = (ROOT / "deploy" / "rigmon.toml").read_text()
     fields = list(every_field(config.Config))
@@ -53,7 +53,7 @@ def test_example_config_commented_settings_are_valid_when_uncommented():
     and the file is still a valid config."""
     import tomllib
 
-    from rigmon import config
+    from rigmon.config import schema as config
 
     lines = []
     for line in (ROOT / "deploy" / "rigmon.toml").read_text().splitlines():
@@ -100,7 +100,7 @@ def test_readme_has_exactly_two_setup_commands():
 def test_every_toml_example_is_valid_config():
     import tomllib
 
-    from rigmon import config
+    from rigmon.config import schema as config
 
     blocks = readme.blocks("toml")
     assert len(blocks) >= 5 and any(p.name == "README.md" for p, _ in blocks)

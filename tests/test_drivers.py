@@ -111,7 +111,7 @@ import logging, sys
 logging.basicConfig(stream=sys.stdout, level=logging.WARNING, format="%(message)s")
 from rigmon.readers import gpu as reader
 reader.process_layout = lambda symbol, driver: reader._ProcessV2
-from rigmon import config
+from rigmon.config import schema as config
 from rigmon.poller import build_poller
 poller = build_poller(config.parse({"gpu": {"xid_events": False}}), event_thread=False)
 poller.open()
@@ -130,7 +130,7 @@ print("processes", [g.processes for g in sample.gpus], [g.power_watts for g in s
 def test_a_recording_can_say_the_driver_lacks_a_call(tmp_path):
     """``{"nvml_error": "LibraryMismatch"}``: a replay raises what nvidia-ml-py raises on such a
     driver, and the reader reads on without that call."""
-    from rigmon import config as configmod
+    from rigmon.config import schema as configmod
     from rigmon.poller import build_poller
 
     rec = sc.on_every_gpu(sc.h200(), nvmlDeviceGetComputeRunningProcesses=sc.error("LibraryMismatch"))

@@ -96,7 +96,7 @@ def test_line_protocol_writes_each_value_by_its_type():
     any other (an int where a float is usual, a float where a count is, a string, NaN and the
     infinities) as the line protocol's typing says; tag values escaped; a point with no field
     is no point."""
-    from rigmon.sample import GpuInfo, GpuReading, Sample, SystemInfo
+    from rigmon.model.sample import GpuInfo, GpuReading, Sample, SystemInfo
     from rigmon.sinks.lineprotocol import encode, line
 
     info = GpuInfo(index=0, uuid="GPU-a b", name="NVIDIA H200, 141GB=big")

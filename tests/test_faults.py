@@ -25,9 +25,9 @@ from test_influxdb import gpu_points, metric, polls_from_log
 from rigmon.alerts.engine import AlertEngine
 from rigmon.alerts.rules import Expression, Rule
 from rigmon.alerts.specs import RuleSpec
-from rigmon.config import ConfigError, parse
-from rigmon.recording import Recording, RecordingError
-from rigmon.retry import backoff
+from rigmon.config.schema import ConfigError, parse
+from rigmon.model.recording import Recording, RecordingError
+from rigmon.sinks.retry import backoff
 
 
 def rigmon_cli(*args, timeout=60, **kw):
@@ -297,7 +297,7 @@ def test_an_hour_long_retry_after_does_not_freeze_influxdb_writes(tmp_path, infl
 def test_a_chat_webhooks_429_does_not_silence_later_alerts():
     from test_notify import transition
 
-    from rigmon.config import NotifierConfig
+    from rigmon.config.schema import NotifierConfig
     from rigmon.sinks.notify import Notifier
 
     receiver = Receiver()
@@ -390,7 +390,7 @@ def test_a_url_with_a_space_or_control_character_fails_config_check(url, tmp_pat
 def test_a_notifier_thread_survives_any_exception():
     from test_notify import transition
 
-    from rigmon.config import NotifierConfig
+    from rigmon.config.schema import NotifierConfig
     from rigmon.sinks.notify import Notifier
 
     receiver = Receiver()
@@ -533,7 +533,7 @@ def test_daemon_history_is_accepted_with_a_deprecation_warning(tmp_path):
 def test_fuzz_configs_and_recordings_are_accepted_or_refused_clearly(tmp_path):
     import random
 
-    from rigmon.config import Config
+    from rigmon.config.schema import Config
 
     rng = random.Random(16)
     values = [0, -1, 1, 1.5, float("nan"), float("inf"), -1e308, 10**30, "", "x", "10m", "-5s", "1h30m", True,
@@ -613,9 +613,9 @@ def test_fuzz_configs_and_recordings_are_accepted_or_refused_clearly(tmp_path):
 def _replay_a_tick(rec: Recording) -> None:
     """The readers on a (possibly garbled) recording: a GPU or a value may be missing, but no
     exception reaches the poller's caller."""
-    from rigmon.config import Config
+    from rigmon.config.schema import Config
     from rigmon.poller import build_poller
-    from rigmon.replay import ReplayClock, ReplaySource
+    from rigmon.readers.replay import ReplayClock, ReplaySource
     from rigmon.sinks.lineprotocol import encode
     from rigmon.status import as_json, render
 

@@ -14,8 +14,8 @@ import pytest
 import scenarios as sc
 from prometheus_client.exposition import choose_encoder
 
-from rigmon.config import ConfigError, parse
-from rigmon.recording import Recording, RecordingError
+from rigmon.config.schema import ConfigError, parse
+from rigmon.model.recording import Recording, RecordingError
 
 GARBAGE = [None, -1, 0, 10**12, -(10**18), 1e308, float("nan"), "x", "\ud800", "\x1b[2J\n", "é" * 300, [], {},
            [[1]], [None, "a"], {"a": 1}, {"gpu": "x", "memory": []}, True, {"nvml_error": "Bogus"},
@@ -54,7 +54,7 @@ def _mutate(base: Recording, rng: random.Random) -> Recording:
 
 
 def _every_output(rec: Recording, path) -> None:
-    from rigmon.config import Config
+    from rigmon.config.schema import Config
     from rigmon.exporters.exposition import Exposition
     from rigmon.sinks.lineprotocol import encode
     from rigmon.status import as_json, render

@@ -13,10 +13,10 @@ import pytest
 import scenarios as sc
 from prometheus_client import CollectorRegistry, generate_latest
 
-from rigmon import config as configmod
+from rigmon.config import schema as configmod
 from rigmon.exporters.prometheus import _families
+from rigmon.model.recording import Recording, demo_path
 from rigmon.poller import build_poller
-from rigmon.recording import Recording, demo_path
 from rigmon.sinks.lineprotocol import encode
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

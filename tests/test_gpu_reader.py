@@ -7,7 +7,7 @@ import pytest
 import scenarios as sc
 
 from rigmon.readers.gpu import GpuReader, make_error
-from rigmon.replay import ReplayClock, ReplayEventSet, replay_backend
+from rigmon.readers.replay import ReplayClock, ReplayEventSet, replay_backend
 
 Counting = sc.CallLog
 
@@ -272,7 +272,7 @@ def test_rare_counters_are_read_every_slow_interval_and_hold_between():
 
 
 def test_a_rule_with_a_short_window_on_a_rare_counter_reads_it_every_poll():
-    from rigmon.config import parse
+    from rigmon.config.schema import parse
     from rigmon.poller import build_poller
 
     rule = {"name": "ReplaysFast", "kind": "gpu", "when": "rate(pcie_replays, '30s') > 1", "severity": "warning",

@@ -12,10 +12,10 @@ import time
 import pytest
 import scenarios as sc
 
-from rigmon import heap
-from rigmon.config import Config
+from rigmon.config.schema import Config
 from rigmon.daemon import Daemon
-from rigmon.pipeline import Pipeline
+from rigmon.pipeline import Inputs, Pipeline
+from rigmon.system import heap
 
 
 def free_tuples(length: int) -> int | None:
@@ -53,7 +53,7 @@ def test_the_daemon_tidies_between_polls(tmp_path, monkeypatch):
     monkeypatch.setattr(heap, "tidy", lambda: (tidied.append(time.monotonic()), real()))
     config = Config.model_validate({"daemon": {"interval": 0.1, "state_dir": str(tmp_path), "page": False},
                                     "prometheus": {"enabled": False}})
-    daemon = Daemon(config, Pipeline.from_config(config, sc.source(sc.h200(), loop=True)))
+    daemon = Daemon(config, Pipeline.from_config(config, inputs=Inputs(source=sc.source(sc.h200(), loop=True))))
     daemon.start(serve_http=False)
     time.sleep(2.0)
     daemon.stop()

@@ -1,4 +1,4 @@
-"""The daemon's week of history (rigmon.history), fed by the project's own pipeline on a replayed
+"""The daemon's week of history (rigmon.sinks.history), fed by the project's own pipeline on a replayed
 8-GPU box with a replayed clock: a restart keeps the week; a damaged file starts empty with one
 warning and is set aside; memory stays bounded whatever runs how long."""
 
@@ -11,9 +11,9 @@ import time
 import pytest
 import scenarios as sc
 
-from rigmon import config as configmod
-from rigmon.history import MAX_SERIES, History
-from rigmon.pipeline import Pipeline
+from rigmon.config import schema as configmod
+from rigmon.pipeline import Inputs, Outputs, Pipeline
+from rigmon.sinks.history import MAX_SERIES, History
 
 WEEK = 7 * 86400.0
 
@@ -21,8 +21,8 @@ WEEK = 7 * 86400.0
 def pipeline_with(history: History, now: list[float]) -> Pipeline:
     config = configmod.parse({"alerts": {"power_budget": {"watts": 6000}}}, "test")
     source = sc.source(sc.rich(sc.h200()), at=sc.LOAD_AT)
-    pipeline = Pipeline.from_config(config, source, sinks=[history], outputs=False, announce=False,
-                                    wall=lambda: now[0], event_thread=False)
+    pipeline = Pipeline.from_config(config, Outputs(), sinks=[history],
+                                    inputs=Inputs(source=source, wall=lambda: now[0], event_thread=False))
     pipeline.open()
     return pipeline
 
@@ -77,7 +77,7 @@ def test_a_damaged_history_starts_empty_with_one_warning(tmp_path, caplog, damag
     data = path.read_bytes()
     path.write_bytes({"garbage": b"\x00not a history" * 100, "truncated": data[:len(data) // 2],
                       "empty": b""}[damage])
-    with caplog.at_level(logging.WARNING, logger="rigmon.history"):
+    with caplog.at_level(logging.WARNING, logger="rigmon.sinks.history"):
         fresh = History(path, interval=60.0)
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "starting empty" in warnings[0].getMessage()
@@ -92,7 +92,7 @@ def test_a_damaged_history_starts_empty_with_one_warning(tmp_path, caplog, damag
 def test_memory_is_bounded_by_the_series_whatever_the_samples_say(tmp_path):
     """A box (or a recording) that reports ever new fans and PSU groups cannot grow the history
     past MAX_SERIES, and every ring stays its size."""
-    from rigmon.sample import FanReading, HostReading, Sample, SystemInfo
+    from rigmon.model.sample import FanReading, HostReading, Sample, SystemInfo
     from rigmon.sinks.base import PollResult
 
     history = History(None, interval=1.0)

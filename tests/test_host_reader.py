@@ -11,7 +11,7 @@ import pytest
 import scenarios as sc
 
 from rigmon.readers.host import HostReader, SystemHost
-from rigmon.replay import ReplayHost
+from rigmon.readers.replay import ReplayHost
 
 
 def read_host(**host):
@@ -206,7 +206,7 @@ def test_chips_of_one_name_stay_apart_and_sysfs_adds_what_psutil_lacks(tmp_path)
 
 def test_a_psu_that_reports_its_power_feeds_its_budget():
     """A budget group measured by the Corsair PSU's own power input: 412 W against 450."""
-    from rigmon.config import parse
+    from rigmon.config.schema import parse
     from rigmon.offline import replay_rules
 
     rec = sc.rich(sc.h200(), gpus=8)

@@ -18,7 +18,7 @@ import scenarios as sc
 from receiver import Receiver
 from servers import Prometheus, Rigmon, free_port, http_get, wait_for
 
-from rigmon import config as configmod
+from rigmon.config import schema as configmod
 from rigmon.readers import procs
 from rigmon.readers.host import SystemHost
 
@@ -166,8 +166,8 @@ def test_status_jobs_and_logs_show_no_escape_sequence(hostile_processes, tmp_pat
 
 
 def test_command_lines_are_kept_only_when_asked(hostile_processes, tmp_path):
-    from rigmon.jobs import JobLedger
     from rigmon.poller import build_poller
+    from rigmon.sinks.jobs import JobLedger
 
     hostile, _ = hostile_processes
     path = _recording_with([hostile], 1, tmp_path)
@@ -191,8 +191,8 @@ def test_command_lines_are_kept_only_when_asked(hostile_processes, tmp_path):
 def test_hostile_strings_round_trip_through_influxdb_and_prometheus(hostile_processes, tmp_path, influx):
     """The job key, user and command of a hostile process, as line protocol into a real influxd
     and as labels through a real Prometheus: what comes back is what rigmon holds."""
-    from rigmon.jobs import Job
-    from rigmon.project import influx_tag
+    from rigmon.model.project import influx_tag
+    from rigmon.sinks.jobs import Job
     from rigmon.sinks.lineprotocol import encode_job
 
     hostile, plain = hostile_processes
@@ -325,8 +325,8 @@ def _owner(user: str, start: float) -> dict:
 
 def test_a_reused_pid_is_a_new_process_and_a_new_job(tmp_path):
     """PID 500 is alice's training run, then (between two polls, the same PID set) bob's."""
-    from rigmon.jobs import JobLedger
     from rigmon.poller import build_poller
+    from rigmon.sinks.jobs import JobLedger
 
     def modify(t, tick):
         sc.set_gpu(tick, nvmlDeviceGetComputeRunningProcesses=[{"pid": 500, "usedGpuMemory": 1 << 30}])
@@ -351,7 +351,7 @@ def test_a_reused_pid_is_a_new_process_and_a_new_job(tmp_path):
     ledger.close()
     poller.close()
     assert users[:12] == ["alice"] * 12 and users[12:] == ["bob"] * 13
-    from rigmon.jobs import load
+    from rigmon.sinks.jobs import load
 
     booked = {j.user: j.gpu_seconds for j in load(tmp_path / "jobs.sqlite")}
     assert set(booked) == {"alice", "bob"}
@@ -395,7 +395,7 @@ def test_process_series_churn_keeps_memory_flat(tmp_path):
     growth = (rss[polls - 1] - rss[polls // 2]) / 1024
     print(f"prefixes kept: {kept[100]} at poll 100, at most {max(kept[polls // 2:])} over the second half; "
           f"RSS {rss[polls // 2] / 1024:.1f} -> {rss[polls - 1] / 1024:.1f} MiB ({growth:+.2f}) over the second half; "
-          f"{len(daemon.jobs.running)} job(s) running at the end")
+          f"{len(daemon.pipeline.jobs.running)} job(s) running at the end")
     assert max(kept[polls // 2:]) <= max(kept[100:200]) + 300  # bounded by the live series, not the polls
     assert growth <= 2.0
 

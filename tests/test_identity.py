@@ -8,10 +8,10 @@ import sys
 import pytest
 import scenarios as sc
 
-from rigmon import config as configmod
 from rigmon.alerts.engine import Transition
-from rigmon.config import NotifierConfig
-from rigmon.settings import ConfigError
+from rigmon.config import schema as configmod
+from rigmon.config.schema import NotifierConfig
+from rigmon.config.settings import ConfigError
 from rigmon.sinks.influxdb import InfluxSink
 from rigmon.sinks.notify import Notifier, text
 
@@ -77,7 +77,7 @@ def test_status_and_the_page_show_them(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("rigmon status  rig-04  site=lab  "), done.stdout.splitlines()[0]
-    from rigmon.web import Page
+    from rigmon.http.page import Page
 
     config = configmod.parse({"daemon": {**IDENTITY, "state_dir": str(tmp_path / "r")}}, "test")
     with sc.Replayed(sc.h200(), config) as r:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import scenarios as sc
 
-from rigmon import config as configmod
+from rigmon.config import schema as configmod
 
 STEP = 10.0  # seconds between the recording's ticks
 DAY = 8 * 3600.0
@@ -74,7 +74,7 @@ def replay(rec, config, ticks: range) -> dict:
     try:
         for i in ticks:
             replayed.poll(offsets[i])
-        return {j.key: j.id for j in replayed.daemon.jobs.running.values()}
+        return {j.key: j.id for j in replayed.daemon.pipeline.jobs.running.values()}
     finally:
         replayed.close(20)  # everything spooled is sent
 
@@ -230,7 +230,7 @@ def test_a_shared_gpu_splits_its_energy_by_sm_share(tmp_path):
         config = configmod.parse({"daemon": {"state_dir": str(tmp_path / str(by_sm))},
                                   "prometheus": {"enabled": False}})
         replay(rec, config, range(len(rec.ticks)))
-        from rigmon import jobs as ledger
+        from rigmon.sinks import jobs as ledger
 
         energy = {j.user: j.energy_joules for j in ledger.load(tmp_path / str(by_sm) / "jobs.sqlite")}
         total = 400 * 600  # the counter's rise over the 10 minutes both jobs held the GPU
@@ -364,7 +364,7 @@ def test_a_gpu_without_an_energy_counter_integrates_power_and_says_so(tmp_path):
 def test_jobs_reads_any_number_of_rows_in_flat_memory_and_refuses_a_limit_below_one(tmp_path):
     """100,000 jobs (a row held each would be ~270 MB): ``--all`` and ``--json`` print them all, a
     row at a time, in about the memory ``--limit 10`` takes; ``--limit`` 0 or -1 is a one-line usage error (exit 2)."""
-    from rigmon import jobs as ledger
+    from rigmon.sinks import jobs as ledger
 
     (tmp_path / "rigmon.toml").write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n')
     db = ledger.connect(tmp_path / "jobs.sqlite")
@@ -455,7 +455,7 @@ def test_a_user_cannot_book_her_gpu_time_to_anothers_job_by_naming_her_cgroups_a
     config = configmod.parse({"daemon": {"state_dir": str(tmp_path / "state")}, "prometheus": {"enabled": False},
                               "jobs": {"end_after": 30}})
     replay(rec, config, range(len(rec.ticks)))
-    from rigmon.jobs import ledger_path, load
+    from rigmon.sinks.jobs import ledger_path, load
 
     jobs = {j.key: j for j in load(ledger_path(config))}
     assert {k: (j.user, sorted(j.gpus)) for k, j in jobs.items()} == {

@@ -15,7 +15,7 @@ import pytest
 import scenarios as sc
 from servers import free_port, wait_for
 
-from rigmon import config as configmod
+from rigmon.config import schema as configmod
 from rigmon.readers.host import SystemHost
 from rigmon.readers.procs import launcher_of
 
@@ -85,7 +85,7 @@ def live_jobs(tmp_path, recording) -> dict[str, set[int]]:
     try:
         for offset in recording.offsets():
             replayed.poll(offset)
-        return {key: set(job.gpus) for key, job in replayed.daemon.jobs.running.items()}
+        return {key: set(job.gpus) for key, job in replayed.daemon.pipeline.jobs.running.items()}
     finally:
         replayed.close()
 

@@ -9,28 +9,26 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "rigmon"
 
-# lowest first; a module belongs to the longest prefix that names it
+# lowest first; a module belongs to the longest prefix that names it. The folders are the
+# layers: each package holds one, and its __init__ says what lives there and what it may import.
 LAYERS = [
-    ("text, logs, retry, systemd, durations, charts, heap: no rigmon below them",
-     ["rigmon.text", "rigmon.logs", "rigmon.retry", "rigmon.systemd", "rigmon.durations", "rigmon.charts",
-      "rigmon.heap"]),
-    ("the data: a sample, the per-poll NVML table, a recording",
-     ["rigmon.sample", "rigmon.polled", "rigmon.recording"]),
-    ("the table of readings and the code made from it; argument types",
-     ["rigmon.readings", "rigmon.project", "rigmon.args", "rigmon.validity"]),
-    ("reading the hardware, live or replayed", ["rigmon.readers", "rigmon.replay", "rigmon.record"]),
-    ("the rule language and its engine (no I/O)", ["rigmon.alerts"]),
-    ("the config: validated (pydantic), and as the plain data that runs with it",
-     ["rigmon.config", "rigmon.settings", "rigmon.validate"]),
-    ("what is built from a config: the poller, the sinks (the alert sink and its notifiers among them, the "
-     "history, what the box has had), the exporters, the ledger, status",
-     ["rigmon.poller", "rigmon.sinks", "rigmon.exporters", "rigmon.jobs", "rigmon.status", "rigmon.history",
-      "rigmon.known"]),
+    ("model: a sample, the table of readings and the code made from it, units, recordings, text",
+     ["rigmon.model"]),
+    ("system: the heap, systemd's socket, logging", ["rigmon.system"]),
+    ("readers: the hardware, live, recorded or replayed", ["rigmon.readers"]),
+    ("alerts: the rule language and its engine (no I/O)", ["rigmon.alerts"]),
+    ("config: validated (pydantic), and as the plain data that runs with it", ["rigmon.config"]),
+    ("the poller: readers chosen by a config, into one sample", ["rigmon.poller"]),
+    ("sinks and exporters: what each poll goes to (the alert sink and its notifiers, InfluxDB, the "
+     "history, the ledger, what the box has had; the Prometheus families); status's table",
+     ["rigmon.sinks", "rigmon.exporters", "rigmon.status"]),
     ("composition: the pipeline every loop steps", ["rigmon.pipeline"]),
-    ("the daemon, its page, the burn-in and the offline rules",
-     ["rigmon.daemon", "rigmon.web", "rigmon.burnin", "rigmon.offline"]),
-    ("the command line", ["rigmon.commands", "rigmon.__main__"]),
+    ("http: the server, the page and its API, charts", ["rigmon.http"]),
+    ("the daemon, the burn-in and the offline rules", ["rigmon.daemon", "rigmon.burnin", "rigmon.offline"]),
+    ("commands: the command line", ["rigmon.commands", "rigmon.__main__"]),
 ]
+PACKAGES = ["model", "system", "readers", "alerts", "config", "sinks", "exporters", "http", "burnin", "commands"]
+TOP_MODULES = 8  # __init__ and __main__ included
 
 
 def _modules() -> dict[str, Path]:
@@ -107,10 +105,47 @@ def test_no_package_circles():
     assert back == [], back
 
 
+def test_the_folders_are_the_layers():
+    """At most eight modules at the top; each package opens with what lives there and what it may
+    import; the packages stand in the layers' order, lowest first."""
+    top = sorted(p.name for p in ROOT.glob("*.py"))
+    assert len(top) <= TOP_MODULES, top
+    packages = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+    assert packages == sorted(PACKAGES)
+    for name in PACKAGES:
+        doc = ast.get_docstring(ast.parse((ROOT / name / "__init__.py").read_text()))
+        assert doc and "May import:" in doc, f"rigmon/{name}/__init__.py says what it may import"
+    order = [_layer(f"rigmon.{name}") for name in PACKAGES]
+    assert order == sorted(order), "PACKAGES lists the packages lowest first"
+
+
+def test_each_package_says_what_it_may_import_and_keeps_to_it():
+    """What a package's docstring allows is what it imports (of rigmon's packages), no more."""
+    modules = _modules()
+    edges = _imports(modules)
+    wrong = []
+    for name in PACKAGES:
+        doc = ast.get_docstring(ast.parse((ROOT / name / "__init__.py").read_text()))
+        allowed = doc.split("May import:", 1)[1]
+        if allowed.strip().startswith("everything"):
+            continue
+        for module, outs in edges.items():
+            if not module.startswith(f"rigmon.{name}"):
+                continue
+            for other in outs:
+                parts = other.split(".")
+                if len(parts) < 2 or parts[1] == name:
+                    continue
+                if f"``{parts[1]}``" not in allowed and not (parts[1] == "pipeline" and "pipeline" in allowed):
+                    wrong.append(f"{module} imports {other}: rigmon/{name}/__init__.py does not allow {parts[1]}")
+    assert wrong == [], "\n".join(wrong)
+
+
 def test_the_check_sees_an_arrow_back_up():
     """The graph is read from the source as it is: a low module that imports a high one is found."""
     modules = _modules()
     edges = _imports(modules)
-    assert "rigmon.alerts.specs" in edges["rigmon.config"]  # config is built on the rule language
-    assert "rigmon.config" in edges["rigmon.sinks.alerts"] and _layer("rigmon.sinks.alerts") > _layer("rigmon.config")
-    assert _layer("rigmon.text") < _layer("rigmon.commands.status")
+    assert "rigmon.alerts.specs" in edges["rigmon.config.schema"]  # config is built on the rule language
+    assert "rigmon.config.schema" in edges["rigmon.sinks.alerts"]
+    assert _layer("rigmon.sinks.alerts") > _layer("rigmon.config.schema")
+    assert _layer("rigmon.model.text") < _layer("rigmon.commands.status")

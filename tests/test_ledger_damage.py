@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import scenarios as sc
 
-from rigmon import config as configmod
-from rigmon.jobs import _COLUMNS, Job, JobLedger, _row, connect
+from rigmon.config import schema as configmod
+from rigmon.sinks.jobs import _COLUMNS, Job, JobLedger, _row, connect
 
 
 def _ledger(path: Path, jobs: int = 3) -> None:
@@ -173,7 +173,7 @@ def test_a_ledger_from_before_held_time_and_estimated_energy_gains_them(tmp_path
     then given the columns (no job lost) when the daemon opens it."""
     import sqlite3
 
-    from rigmon import jobs as ledger
+    from rigmon.sinks import jobs as ledger
 
     path = tmp_path / "state" / "jobs.sqlite"
     path.parent.mkdir()

@@ -7,7 +7,7 @@ from receiver import Receiver
 from servers import wait_for
 
 from rigmon.alerts.engine import Transition
-from rigmon.config import NotifierConfig
+from rigmon.config.schema import NotifierConfig
 from rigmon.sinks.notify import Notifier, peers
 
 
@@ -230,7 +230,7 @@ def test_alertmanager_refusing_an_alert_is_logged_once_per_cause_and_not_posted_
 
 def test_the_daemon_makes_one_notifier_per_alertmanager_peer():
     """What the daemon runs with (the validated config as plain settings) lists the peers too."""
-    from rigmon.config import parse, settings
+    from rigmon.config.schema import parse, settings
     from rigmon.sinks.alerts import AlertSink
 
     config = settings(parse({"notifiers": [{"type": "alertmanager", "name": "am",

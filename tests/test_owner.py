@@ -7,15 +7,16 @@ import copy
 import json
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import scenarios as sc
 from servers import Rigmon, http_get
 
-from rigmon import config as configmod
-from rigmon.history import History
-from rigmon.pipeline import Pipeline
+from rigmon.config import schema as configmod
+from rigmon.pipeline import Inputs, Outputs, Pipeline
+from rigmon.sinks.history import History
 
 HOSTILE = (2.0 ** 53, math.inf, 1e308, -0.0)
 
@@ -53,8 +54,9 @@ def test_a_value_no_hardware_can_mean_is_not_exported_charted_or_kept(value, tmp
     now = [1_800_000_000.0]
     history = History(None, interval=1.0)
     source = sc.source(hostile(value), at=sc.LOAD_AT)
-    pipeline = Pipeline.from_config(config, source, sinks=[history], announce=False, wall=lambda: now[0],
-                                    event_thread=False)
+    # the daemon's outputs, told no one, and its own history whose answers are timed
+    pipeline = Pipeline.from_config(config, replace(Outputs.DAEMON, history=False, announce=False), sinks=[history],
+                                    inputs=Inputs(source=source, wall=lambda: now[0], event_thread=False))
     pipeline.open()
     try:
         for _ in range(5):
@@ -90,10 +92,10 @@ def test_a_value_no_hardware_can_mean_is_not_exported_charted_or_kept(value, tmp
 def test_an_invalid_series_is_logged_once(tmp_path, caplog):
     config = configmod.parse({"daemon": {"state_dir": str(tmp_path / "state")}}, "test")
     source = sc.source(hostile(math.inf), at=sc.LOAD_AT)
-    pipeline = Pipeline.from_config(config, source, outputs=False, announce=False, event_thread=False)
+    pipeline = Pipeline.from_config(config, Outputs(), inputs=Inputs(source=source, event_thread=False))
     pipeline.open()
     try:
-        with caplog.at_level("WARNING", logger="rigmon.validity"):
+        with caplog.at_level("WARNING", logger="rigmon.model.validity"):
             for _ in range(10):
                 pipeline.step()
     finally:
@@ -189,7 +191,7 @@ def test_hostile_recordings_and_history_answer_within_a_second_in_bounded_memory
 
 
 def test_any_float_charts_in_bounded_time():
-    from rigmon.charts import chart, nice_ticks
+    from rigmon.http.charts import chart, nice_ticks
 
     for value in (2.0 ** 53, math.inf, -math.inf, math.nan, 1e308, -1e308, 1.7976931348623157e308, -0.0, 5e-324):
         for zero in (False, True):
@@ -275,8 +277,8 @@ def test_a_host_reading_is_checked_and_counted_once(tmp_path):
     """The CPU utilisation is the host's and the cpu kind's variable: NaN from psutil is one invalid reading."""
     rec = sc.with_host(sc.rich(sc.h200(), gpus=4), cpu_percent=math.nan, getloadavg=[-1.0, 2.0, 3.0])
     config = configmod.parse({"daemon": {"state_dir": str(tmp_path / "state")}}, "test")
-    pipeline = Pipeline.from_config(config, sc.source(rec, at=sc.LOAD_AT), outputs=False, announce=False,
-                                    event_thread=False)
+    pipeline = Pipeline.from_config(config, Outputs(),
+                                    inputs=Inputs(source=sc.source(rec, at=sc.LOAD_AT), event_thread=False))
     pipeline.open()
     try:
         host = pipeline.step().sample.host

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import scenarios as sc
 
-from rigmon import config as configmod
+from rigmon.config import schema as configmod
 from rigmon.poller import build_poller
 from rigmon.readers import procs
 from rigmon.readers.host import SystemHost

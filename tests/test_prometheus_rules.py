@@ -4,7 +4,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from rigmon.config import Config
+from rigmon.config.schema import Config
 
 RULES = Path(__file__).resolve().parents[1] / "deploy" / "prometheus"
 

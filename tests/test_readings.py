@@ -18,8 +18,8 @@ import scenarios as sc
 from prometheus_client.parser import text_string_to_metric_families
 
 import rigmon
-from rigmon import config as configmod
-from rigmon import readings
+from rigmon.config import schema as configmod
+from rigmon.model import readings
 from rigmon.sinks import lineprotocol
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +42,7 @@ def one_poll(recording, at=sc.LOAD_AT, start=None):
         if start is not None:
             sample = replayed.poll(at)
         exposition = replayed.metrics()
-        entities = replayed.daemon.alerts.engine.entities(sample)
+        entities = replayed.daemon.pipeline.alerts.engine.entities(sample)
     points = lineprotocol.encode(sample, "box", with_info=True)
     return sample, exposition, points, entities
 
@@ -142,8 +142,8 @@ def test_the_docs_tables_are_the_table():
     held = set()
     for path in sorted((ROOT / "docs").glob("*.md")):
         text = path.read_text()
-        assert readings.docs(text) == text, f"{path.name}'s tables differ from rigmon/readings.py: " \
-                                            "run python -m rigmon.readings docs/*.md"
+        assert readings.docs(text) == text, f"{path.name}'s tables differ from rigmon/model/readings.py: " \
+                                            "run python -m rigmon.model.readings docs/*.md"
         held |= {name for name in readings.DOC_TABLES if f"<!-- readings:{name} -->" in text}
     assert held == set(readings.DOC_TABLES)
 
@@ -193,11 +193,11 @@ SEE_IT = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import scenarios as sc
-from rigmon.recording import Recording, demo_path
+from rigmon.model.recording import Recording, demo_path
 from rigmon.sinks import lineprotocol
 with sc.Replayed(Recording.load(demo_path()), {"prometheus": {"enabled": False}}, at=sc.LOAD_AT) as r:
     sample = r.poll()
-    entities = r.daemon.alerts.engine.entities(sample)
+    entities = r.daemon.pipeline.alerts.engine.entities(sample)
     print(json.dumps({"metrics": r.metrics(), "points": lineprotocol.encode(sample, "box"),
                       "variable": entities[("gpu", 0)].get("memory_clock_max_hertz")}))
 """
@@ -211,10 +211,10 @@ def test_a_new_per_poll_reading_is_two_table_lines_and_reaches_every_output(tmp_
     package = tmp_path / "site" / "rigmon"
 
     shutil.copytree(Path(rigmon.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
-    polled = package / "polled.py"
+    polled = package / "model" / "polled.py"
     text = polled.read_text()
     polled.write_text(text.replace('    Polled("performance_state"', NEW_POLLED + '    Polled("performance_state"'))
-    table = package / "readings.py"
+    table = package / "model" / "readings.py"
     text = table.read_text()
     anchor = '    R("memory_used_bytes", "gpu"'
     assert anchor in text

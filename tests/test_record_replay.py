@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import scenarios as sc
 
-from rigmon.config import Config
+from rigmon.config.schema import Config
+from rigmon.model.recording import Recording, RecordingError
 from rigmon.poller import build_poller
-from rigmon.record import Recorder
-from rigmon.recording import Recording, RecordingError
-from rigmon.replay import ReplayHost, replay_backend
+from rigmon.readers.record import Recorder
+from rigmon.readers.replay import ReplayHost, replay_backend
 
 
 def _readings(sample):
@@ -118,8 +118,8 @@ def test_carried_answers_are_the_same_from_any_tick_and_for_large_files(lazy, tm
     """A long recording (past several checkpoints) with slow counters on some ticks only: the
     replay answers, reached in order, backwards and by jumps, equal the carried definition;
     a large file (kept as text, parsed when read) answers the same."""
-    from rigmon import recording as recmod
-    from rigmon.replay import CHECKPOINT_TICKS, ReplayClock, ReplaySource
+    from rigmon.model import recording as recmod
+    from rigmon.readers.replay import CHECKPOINT_TICKS, ReplayClock, ReplaySource
 
     base = sc.timeline(3 * CHECKPOINT_TICKS + 40, 1)
     for n, tick in enumerate(base.ticks):

@@ -1,4 +1,4 @@
-"""The config as plain data (rigmon.settings): what the daemon gets from a child's validation and
+"""The config as plain data (rigmon.config.settings): what the daemon gets from a child's validation and
 what one-shot commands keep in the user's cache reads exactly as the validated models do; the
 cache follows every change of the file and of the environment it names, keeps no secret, and
 trusts no file it did not write; a bad config fails the same way on every path."""
@@ -13,8 +13,8 @@ import sys
 import pytest
 from pydantic import BaseModel
 
-from rigmon import config as configmod
-from rigmon.settings import ConfigError, Secret, Settings, cached, validated
+from rigmon.config import schema as configmod
+from rigmon.config.settings import ConfigError, Secret, Settings, cached, validated
 
 RICH = """
 [daemon]
@@ -170,7 +170,7 @@ def test_the_rules_are_checked_once_and_compiled_from_the_check_elsewhere(rich):
     daemon (or a cached status) compiles the rules without parsing one again, to the same code."""
     probe = """
 import ast, json, sys
-from rigmon.settings import validated
+from rigmon.config.settings import validated
 config = validated(sys.argv[1])
 parsed = []
 real = ast.parse
@@ -197,19 +197,19 @@ def test_the_daemon_and_status_load_no_pydantic(rich, tmp_path):
     (status: once its config is cached)."""
     probe = """
 import json, sys
-from rigmon.settings import validated
+from rigmon.config.settings import validated
 from rigmon.daemon import Daemon
 from rigmon.pipeline import Pipeline
 config = validated(sys.argv[1])
-pipeline = Pipeline.from_config(config, None, outputs=True)
+pipeline = Pipeline.from_config(config)
 print(json.dumps(sorted(sys.modules)))
 """
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     done = subprocess.run([sys.executable, "-c", probe, str(rich)], capture_output=True, text=True, timeout=60,
                           env=env)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert [m for m in json.loads(done.stdout) if m.startswith(("pydantic", "rigmon.config", "rigmon.alerts.specs"))] \
-        == []
+    validating = ("pydantic", "rigmon.config.schema", "rigmon.alerts.specs")
+    assert [m for m in json.loads(done.stdout) if m.startswith(validating)] == []
     status = [sys.executable, "-X", "importtime", "-m", "rigmon", "status", "--demo", "--config", str(rich)]
     for run in range(2):
         done = subprocess.run(status, capture_output=True, text=True, timeout=60, env=env)

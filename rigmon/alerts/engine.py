@@ -26,10 +26,20 @@ from collections import namedtuple
 from collections.abc import Sequence
 from typing import Any
 
-from ..project import entities_for
-from ..sample import Sample
-from .entities import BOX, DEPRECATED, ENTITY, ITS_GPU, KINDS, LABELS, gpu_entities, host_entities, inhibit_scope, \
-    sensor_keys
+from ..model.project import entities_for
+from ..model.sample import Sample
+from .entities import (
+    BOX,
+    DEPRECATED,
+    ENTITY,
+    ITS_GPU,
+    KINDS,
+    LABELS,
+    gpu_entities,
+    host_entities,
+    inhibit_scope,
+    sensor_keys,
+)
 from .rules import SEVERITY_RANK, Rule, batch
 from .xid import xid_meaning
 

@@ -1,14 +1,14 @@
 """What rules see: a sample broken into entities (each GPU, GPU fan, fan, CPU socket, sensor,
 PSU group, the host), each a flat dict of named values in base units. The variables, per
-kind, with what they mean, are the table of readings' (``rigmon.readings``): rule
+kind, with what they mean, are the table of readings' (``rigmon.model.readings``): rule
 validation, ``rigmon doctor`` and docs/alerts.md use the same lists, and the code that builds the
 GPU and host entities is generated from it."""
 
 from __future__ import annotations
 
-from ..project import gpu_entities, host_entities
-from ..readings import DEPRECATED, KINDS
-from ..sample import Sample
+from ..model.project import gpu_entities, host_entities
+from ..model.readings import DEPRECATED, KINDS
+from ..model.sample import Sample
 
 __all__ = ["BOX", "DEPRECATED", "ENTITY", "EVERY", "ITS_GPU", "KINDS", "LABELS", "gpu_entities", "host_entities",
            "inhibit_scope", "sensor_keys"]

@@ -32,7 +32,7 @@ import string
 from collections.abc import Callable
 from typing import Any, Literal
 
-from ..durations import parse_duration
+from ..model.durations import parse_duration
 from .entities import DEPRECATED, KINDS, LABELS
 
 HISTORY_FUNCTIONS = ("increase", "rate", "avg_over", "max_over", "min_over", "ever_max")
@@ -244,7 +244,7 @@ def _key(text: str, kind: str, params: dict[str, Any]) -> tuple:
 
 def analysed(specs) -> dict[tuple, tuple]:
     """What checking the rules' expressions found, as plain data: handed with a validated config
-    (``rigmon.settings``) to ``remember`` in the process that runs it, which then compiles them
+    (``rigmon.config.settings``) to ``remember`` in the process that runs it, which then compiles them
     without parsing them again. Only the expressions checked in this process are in it."""
     found = {}
     for spec in specs:
@@ -478,7 +478,7 @@ def check_template(text: str, field: str, params: dict | None = None, names: set
 class Rule:
     """A rule ready to evaluate."""
 
-    def __init__(self, spec):  # a specs.RuleSpec, or its rigmon.settings view
+    def __init__(self, spec):  # a specs.RuleSpec, or its rigmon.config.settings view
         self.spec = spec
         self.name = spec.name
         self.kind = spec.kind
@@ -517,3 +517,12 @@ class Rule:
 
     def __repr__(self) -> str:
         return f"<Rule {self.name} ({self.severity})>"
+
+
+def compile_rules(alerts) -> list[Rule]:
+    """The rules of a config's ``[alerts]`` section (pydantic's or its plain settings), compiled;
+    what its validation found already (``analysed``, in the plain settings) is not worked out again."""
+    found = getattr(alerts, "analysed", None)
+    if found:
+        remember(found)
+    return [Rule(spec) for spec in alerts.effective_rules()]

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError, model_validator
 
-from ..durations import format_duration, parse_duration
+from ..model.durations import format_duration, parse_duration
 from .entities import DEPRECATED, inhibit_scope
 from .rules import Expression, Severity, _warn_deprecated, check_template, did_you_mean, template_names
 

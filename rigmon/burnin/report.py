@@ -15,7 +15,7 @@ import html
 import json
 from pathlib import Path
 
-from ..charts import CHART_CSS, COLORS, EVENT_COLORS, NOT_MEASURED, chart, event_strip
+from ..http.charts import CHART_CSS, COLORS, EVENT_COLORS, NOT_MEASURED, chart, event_strip
 
 
 def write(report: dict, directory: Path) -> tuple[Path, Path]:

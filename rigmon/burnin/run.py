@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .. import __version__
-from .. import config as configmod
-from ..args import UsageError
-from ..project import burnin_gpu
-from ..sample import Sample
+from ..config import schema as configmod
+from ..model.args import UsageError
+from ..model.project import burnin_gpu
+from ..model.sample import Sample
 from ..sinks.lineprotocol import encode_burnin_progress, encode_burnin_verdict
 from . import report as reportmod
 from .timeline import Downsampled, GpuTally, Timeline
@@ -313,16 +313,17 @@ def cmd_burnin(args) -> int:
             pip += " --index-url https://download.pytorch.org/whl/cpu"
         print(f"rigmon burnin needs PyTorch: {pip}", file=sys.stderr)
         return 2
-    from ..pipeline import Pipeline
-    from ..recording import Recording
-    from ..replay import ReplayClock, ReplaySource
+    from ..model.recording import Recording
+    from ..pipeline import Inputs, Outputs, Pipeline
+    from ..readers.replay import ReplayClock, ReplaySource
 
     config = configmod.load(args.config)
     source = ReplaySource(Recording.load(args.replay), ReplayClock(), loop=True) if args.replay else None
     host = config.daemon.hostname or socket.gethostname()
     # the daemon's readers and rules; its InfluxDB where configured (the transitions are logged
     # and judged here, not sent to the notifiers)
-    pipeline = Pipeline.from_config(config, source, _influx(config, host), outputs=False, announce=False, host=host)
+    # its progress and verdict go to the config's InfluxDB, as the daemon's polls do
+    pipeline = Pipeline.from_config(config, Outputs(influxdb=True), inputs=Inputs(source=source))
     pipeline.open()
     try:
         plan = _plan(args, pipeline, torch, chosen, seconds, host)
@@ -354,14 +355,6 @@ def cmd_burnin(args) -> int:
     if interrupted:
         return 128 + interrupted  # as a shell reports a command its signal stopped: 130 for Ctrl-C, 143 for SIGTERM
     return {"pass": 0, "fail": 1}.get(overall, 2)
-
-
-def _influx(config, host: str) -> list:
-    if not config.influxdb.enabled:
-        return []
-    from ..sinks.influxdb import InfluxSink
-
-    return [InfluxSink(config, host)]
 
 
 def _plan(args, pipeline, torch, chosen: list[int] | None, seconds: float, host: str) -> Plan:

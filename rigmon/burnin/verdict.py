@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from ..alerts.xid import xid_meaning
-from ..sample import SLOWDOWNS
+from ..model.sample import SLOWDOWNS
 from .timeline import GpuTally
 
 HOST_FAILURES = {"FanStalled", "CpuTemperatureCritical"}

@@ -1,5 +1,7 @@
 """The ``rigmon`` command: one module per sub-command under ``rigmon.commands``, each with its
-parser and its handler; what they share is in ``common``. Nothing below this package imports it."""
+parser and its handler; what they share is in ``common``.
+
+May import: everything. Nothing imports it but ``rigmon.__main__``."""
 
 from __future__ import annotations
 
@@ -7,9 +9,10 @@ import argparse
 import logging
 import sys
 
-from .. import __version__, logs
-from ..recording import RecordingError
-from ..text import printable, printable_lines
+from .. import __version__
+from ..model.recording import RecordingError
+from ..model.text import printable, printable_lines
+from ..system import logs
 from . import burnin, jobs, record, rules, run, status
 from . import config as config_command
 from .common import UsageError
@@ -34,7 +37,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from ..settings import ConfigError  # no config models: a command builds them if it needs them
+    from ..config.settings import ConfigError  # no config models: a command builds them if it needs them
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logs.SafeFormatter(logs.FORMAT))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])

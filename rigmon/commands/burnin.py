@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import args as argtypes
+from ..model import args as argtypes
 from .common import add_config
 
 

@@ -8,13 +8,13 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import args as argtypes
-from ..args import DEFAULT_CONFIG, UsageError
-from ..recording import Recording, demo_path
+from ..model import args as argtypes
+from ..model.args import DEFAULT_CONFIG, UsageError
+from ..model.recording import Recording, demo_path
 
 if TYPE_CHECKING:
-    from ..config import Config
-    from ..settings import Settings
+    from ..config.schema import Config
+    from ..config.settings import Settings
 
 __all__ = ["UsageError", "add_config", "add_source", "demo_path", "load_config", "load_settings", "replay_source",
            "stop_on_signals"]
@@ -34,18 +34,18 @@ def add_source(p: argparse.ArgumentParser) -> None:
 
 
 def load_config(args) -> Config:
-    from ..config import load
+    from ..config.schema import load
 
     return load(args.config)
 
 
 def load_settings(args) -> Settings:
     """The config as a one-shot command reads it: validated once per change of the file (or of
-    the environment it names), kept in the user's cache without its secrets (rigmon.settings)."""
-    from ..settings import cached
+    the environment it names), kept in the user's cache without its secrets (rigmon.config.settings)."""
+    from ..config.settings import cached
 
     def validate(path):
-        from .. import config as configmod
+        from ..config import schema as configmod
 
         return configmod.settings(configmod.load(path))
 
@@ -61,7 +61,7 @@ def replay_source(args, *, at: float = 0.0, realtime: bool = True, loop: bool = 
             raise UsageError(f"{' and '.join(given)} {'go' if len(given) > 1 else 'goes'} only with --replay FILE "
                              f"or --demo")
         return None, ""
-    from ..replay import ReplayClock, ReplaySource
+    from ..readers.replay import ReplayClock, ReplaySource
 
     recording = Recording.load(path)
     if not recording.ticks:

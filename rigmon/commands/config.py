@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_config_check(args) -> int:
-    from .. import config as configmod
+    from ..config import schema as configmod
 
     data, source = configmod.read(args.file or args.config)
     config = configmod.parse(data, source) if data else configmod.Config()
@@ -33,14 +33,14 @@ def cmd_config_check(args) -> int:
 
 
 def cmd_config_schema(args) -> int:
-    from .. import config as configmod
+    from ..config import schema as configmod
 
     print(json.dumps(configmod.schema(), indent=2))
     return 0
 
 
 def cmd_config_example(args) -> int:
-    from .. import config as configmod
+    from ..config import schema as configmod
 
     sys.stdout.write(configmod.example())
     return 0

@@ -7,8 +7,8 @@ import json
 import sys
 import time
 
-from .. import args as argtypes
-from ..text import printable, printable_lines
+from ..model import args as argtypes
+from ..model.text import printable, printable_lines
 from .common import UsageError, add_config, load_config
 
 
@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_jobs(args) -> int:
-    from .. import jobs as ledger
+    from ..sinks import jobs as ledger
 
     config = load_config(args)
     path = ledger.ledger_path(config)
@@ -147,7 +147,7 @@ def _unit(j: dict) -> str:
 
 
 def show(j: dict) -> str:
-    from .. import jobs as ledger
+    from ..sinks import jobs as ledger
 
     lines = [f"job #{j['id']}: {j['job']}" + (" (running)" if j["running"] else "")]
     fields = [

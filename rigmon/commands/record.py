@@ -7,7 +7,7 @@ import sys
 import time
 
 from .. import __version__
-from .. import args as argtypes
+from ..model import args as argtypes
 from .common import UsageError, add_config, add_source, demo_path, load_config, replay_source, stop_on_signals
 
 PROGRESS_SECONDS = 10.0  # how often a recording says how far it is
@@ -28,10 +28,10 @@ def add_parser(sub) -> None:
 
 
 def cmd_record(args) -> int:
-    from ..pipeline import Pipeline
+    from ..pipeline import Inputs, Outputs, Pipeline
     from ..readers import gpu as gpureader
     from ..readers.host import SystemHost
-    from ..record import Recorder
+    from ..readers.record import Recorder
 
     config = load_config(args)
     interval = args.interval if args.interval is not None else config.daemon.interval
@@ -39,7 +39,7 @@ def cmd_record(args) -> int:
         raise UsageError("--interval and --seconds must be positive")
     source, _ = replay_source(args)
     if source is not None:
-        from ..replay import ReplayHost, replay_backend
+        from ..readers.replay import ReplayHost, replay_backend
 
         live = SystemHost(config.host.sysfs, launchers=tuple(config.jobs.launchers))
         nvml, host = replay_backend(source), live if args.live_host else ReplayHost(source)
@@ -51,8 +51,9 @@ def cmd_record(args) -> int:
         what = "recorded by rigmon record"
     recorder = Recorder(f"{what}; rigmon {__version__}; {interval:g} s interval")
     stop_on_signals()  # Ctrl-C or SIGTERM ends the recording cleanly
-    pipeline = Pipeline.from_config(config, source, outputs=False, rules=False, nvml=recorder.nvml(nvml),
-                                    host_backend=recorder.host(host))
+    pipeline = Pipeline.from_config(config, Outputs.NOTHING,
+                                    inputs=Inputs(source=source, nvml=recorder.nvml(nvml),
+                                                  host_backend=recorder.host(host)))
     pipeline.open()
     ticks = 0
     gpus = len(pipeline.poller.gpu.devices) if pipeline.poller.gpu else 0

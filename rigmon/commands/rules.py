@@ -7,7 +7,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from ..recording import Recording, RecordingError
+from ..model.recording import Recording, RecordingError
 from .common import UsageError, add_config, add_source, demo_path, load_config, replay_source
 
 if TYPE_CHECKING:
@@ -40,11 +40,11 @@ def cmd_rules_list(args) -> int:
     import shutil
     import textwrap
 
-    from ..durations import format_duration
+    from ..model.durations import format_duration
 
     width = max(60, shutil.get_terminal_size((100, 24)).columns)
     if args.variables:
-        from ..readings import KINDS
+        from ..model.readings import KINDS
 
         for kind, variables in KINDS.items():
             print(f"{kind}:")
@@ -103,12 +103,12 @@ def cmd_rules_test(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from ..pipeline import Pipeline, opened
+    from ..pipeline import Inputs, Outputs, Pipeline, opened
     from ..sinks.alerts import build_engine
 
     config = load_config(args)
     source, label = replay_source(args)
-    pipeline = Pipeline.from_config(config, source, outputs=False, rules=False, event_thread=False)
+    pipeline = Pipeline.from_config(config, Outputs.NOTHING, inputs=Inputs(source=source, event_thread=False))
     with opened(pipeline):
         if source is None:
             time.sleep(0.25)
@@ -269,7 +269,7 @@ def _why_not(rule: Rule, entities: dict, sample, poller, config) -> str | None:
               "processes_memory_bytes": why_processes,
               "cpu_utilization_ratio": "CPU utilisation not read"}
 
-    from ..readings import KINDS
+    from ..model.readings import KINDS
 
     def absent(variables: set[str]) -> list[str]:
         return sorted(v for v in variables if v in KINDS[rule.kind] and all(e.get(v) is None for e in mine))

@@ -20,13 +20,13 @@ import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from .. import args as argtypes
-from .. import logs
+from ..model import args as argtypes
+from ..system import logs
 from .common import UsageError, add_config, add_source, replay_source
 
 if TYPE_CHECKING:  # the daemon and all it builds are imported by cmd_run alone: other commands start quicker
+    from ..config.settings import Settings
     from ..daemon import Daemon
-    from ..settings import Settings
 
 log = logging.getLogger("rigmon.daemon")
 
@@ -56,7 +56,7 @@ def _config(args, text: str | None = None) -> _Validated:
     """The config, validated by a child Python: pydantic's models (60 ms, 20 MiB) never load in
     the process that runs for weeks. The file is read here and its text validated, so what a
     reload hands over is exactly what was checked. ``text``: that text, handed over."""
-    from ..settings import DEFAULT_CONFIG, validated
+    from ..config.settings import DEFAULT_CONFIG, validated
 
     overrides = {k: v for k, v in (("listen", args.listen), ("port", args.port)) if v is not None}
     if text is None:
@@ -141,8 +141,8 @@ def _taken_over() -> dict:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .. import heap
-    from ..settings import ConfigError
+    from ..config.settings import ConfigError
+    from ..system import heap
 
     heap.tune()  # before any thread: they all share one arena
     os.umask(0o077)  # the history, ledger, spool and lock: the owner's alone, whoever starts rigmon
@@ -166,7 +166,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, handed: dict) -> int:
-    from ..settings import ConfigError, describe_source
+    from ..config.settings import ConfigError, describe_source
 
     config, text = _config(args, handed["config"]) if "config" in handed else _config(args)
     logs.setup(config.daemon.log_level, args.verbose)
@@ -189,13 +189,14 @@ def _run(args: argparse.Namespace, handed: dict) -> int:
             wall = lambda: start + source.clock() - replay_start  # noqa: E731
     try:
         from ..daemon import Daemon
+        from ..pipeline import Inputs
 
-        daemon = Daemon.from_config(config, source, speed=speed, wall=wall)
+        daemon = Daemon.from_config(config, Inputs(source=source, wall=wall), speed=speed)
     except OSError as e:  # the spool's state directory cannot be made or written
         raise UsageError(f"{getattr(e, 'filename', '') or ''}: {e.strerror or e}".lstrip(": ")) from None
     daemon.install_signal_handlers()
-    if handed.alerts and daemon.alerts is not None:
-        taken = daemon.alerts.take_up(handed.alerts)
+    if handed.alerts and daemon.pipeline.alerts is not None:
+        taken = daemon.pipeline.alerts.take_up(handed.alerts)
         log.info("reload: %d alert(s) go on as they were", taken)
     try:
         daemon.start(sock=handed.sock)
@@ -279,7 +280,7 @@ def _cert_times(config: Settings) -> list:
 def _cannot_start(new: Settings, old: Settings, daemon: Daemon) -> str | None:
     """What in ``new`` would keep the next process from starting, said with the setting at
     fault; None when it can start. The running daemon goes on when it cannot."""
-    from ..exporters.prometheus import tls_context
+    from ..http.server import tls_context
 
     prom, was = new.prometheus, old.prometheus
     if prom.enabled:
@@ -320,11 +321,12 @@ def _reload(daemon: Daemon, old: Settings, new: Settings, new_text: str | None, 
     if daemon._server is not None and new.prometheus.enabled:
         state["fd"] = daemon._server.hand_over()
         state["listen"] = [old.prometheus.listen, old.prometheus.port]
-    if daemon.alerts is not None:
+    alerts, latest = daemon.pipeline.alerts, daemon.pipeline.latest
+    if alerts is not None:
         specs = {spec.name: fingerprint(spec) for spec in new.alerts.effective_rules() if spec.enabled} \
             if new.alerts.enabled else {}
-        last = daemon.latest.time if daemon.latest is not None else time.time()
-        state["alerts"], resolved = daemon.alerts.carry(specs, last)
+        last = latest.time if latest is not None else time.time()
+        state["alerts"], resolved = alerts.carry(specs, last)
         daemon.pipeline.between_polls(resolved)  # kept with the jobs, written to InfluxDB
     state["config"], state["previous"] = new_text, old_text
     _hand_over(state)

@@ -8,8 +8,8 @@ import socket
 import sys
 import time
 
-from .. import args as argtypes
-from ..text import printable_lines
+from ..model import args as argtypes
+from ..model.text import printable_lines
 from .common import add_config, add_source, demo_path, load_settings, replay_source, stop_on_signals
 
 
@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_status(args) -> int:
-    from ..pipeline import Pipeline
+    from ..pipeline import Inputs, Outputs, Pipeline
     from ..sinks.alerts import alert_dict, build_engine
     from ..status import as_json, exit_code, render
 
@@ -39,8 +39,8 @@ def cmd_status(args) -> int:
     # one look shows the daemon's alerts, or a recording's as of --at
     replayed = config.alerts.enabled and source is not None and not args.watch
     engine = build_engine(config) if replayed else None  # the rules compiled once, for both pipelines
-    pipeline = Pipeline.from_config(config, source, outputs=False, rules=bool(args.watch), announce=False,
-                                    event_thread=bool(args.watch), engine=engine)  # one read: no XID thread
+    pipeline = Pipeline.from_config(config, Outputs(rules=bool(args.watch)),  # one read: no XID thread
+                                    inputs=Inputs(source=source, event_thread=bool(args.watch), engine=engine))
     alerts, note, daemon, alerts_now = None, "", None, None
     if replayed:
         from ..offline import replay_rules  # the recording's alerts as of --at

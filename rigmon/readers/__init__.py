@@ -1,2 +1,7 @@
-"""Readers: the only code that touches hardware libraries. ``gpu`` talks to NVML, ``host``
-to psutil and sysfs. Each returns parts of a ``rigmon.sample.Sample`` in base units."""
+"""Readers: the only code that touches hardware libraries, and the record and replay of it.
+``gpu`` talks to NVML, ``host`` and ``hwmon`` to psutil and sysfs, ``procs`` to /proc; each
+returns parts of a ``rigmon.model.sample.Sample`` in base units. ``record`` writes the calls
+and answers to a recording; ``replay`` answers the same calls from one, so the real reader
+code runs on it.
+
+May import: ``model``, ``system``."""

@@ -28,9 +28,9 @@ from typing import Any
 
 import pynvml
 
-from ..polled import MEMORY_V2, POLLED, Polled
-from ..recording import VALUE_FIELDS, call_key, error_value, handle_key
-from ..sample import (
+from ..model.polled import MEMORY_V2, POLLED, Polled
+from ..model.recording import VALUE_FIELDS, call_key, error_value, handle_key
+from ..model.sample import (
     CLOCK_EVENT_BITS,
     CLOCK_EVENT_REASONS,
     ClockEvents,
@@ -45,7 +45,7 @@ from ..sample import (
     ThrottleSeconds,
     XidEvent,
 )
-from ..text import printable
+from ..model.text import printable
 
 log = logging.getLogger(__name__)
 

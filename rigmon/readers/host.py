@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 
-from ..sample import CpuEnergy, CpuTemperature, FanReading, HostReading, ProcessInfo, SensorTemperature
+from ..model.sample import CpuEnergy, CpuTemperature, FanReading, HostReading, ProcessInfo, SensorTemperature
 from . import hwmon, procs
 
 log = logging.getLogger(__name__)

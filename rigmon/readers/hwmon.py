@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..sample import Electrical, FanControl
+from ..model.sample import Electrical, FanControl
 
 _WANTED = re.compile(r"^(name|(temp|fan|pwm|in|power|curr)\d+(_(input|label|min|alarm|enable))?)$")
 MAX_FILES = 512  # per chip: a driver that exposes thousands of attributes is read in part

@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..sample import ProcessInfo
-from ..text import decode, printable
+from ..model.sample import ProcessInfo
+from ..model.text import decode, printable
 
 MAX_COMMAND = 160  # characters of a command line shown
 MAX_COMMAND_BYTES = 4096  # of /proc/PID/cmdline read (a command line can be megabytes)

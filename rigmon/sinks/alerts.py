@@ -17,12 +17,12 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from ..alerts.engine import AlertEngine, PsuGroup, Transition
-from ..alerts.rules import Rule, remember
-from ..sample import Sample
+from ..alerts.rules import Rule, compile_rules
+from ..model.sample import Sample
 from .base import AlertState, Budget, FiringAlert, close_side_by_side
 
 if TYPE_CHECKING:
-    from ..config import Config
+    from ..config.schema import Config
     from .notify import Notifier
 
 log = logging.getLogger("rigmon.alerts")
@@ -55,13 +55,6 @@ def fingerprint(spec) -> str:
     return json.dumps(spec.model_dump(), sort_keys=True)  # a specs.RuleSpec or its settings view alike
 
 
-def compile_rules(config: Config) -> list[Rule]:
-    found = getattr(config.alerts, "analysed", None)  # the validation's findings, in rigmon.settings
-    if found:
-        remember(found)
-    return [Rule(spec) for spec in config.alerts.effective_rules()]
-
-
 def build_engine(config: Config, rules: list[Rule] | None = None) -> AlertEngine:
     budget = config.alerts.power_budget
     groups = []
@@ -70,7 +63,7 @@ def build_engine(config: Config, rules: list[Rule] | None = None) -> AlertEngine
                                budget.include_cpu))
     groups += [PsuGroup(g.name, g.watts, tuple(g.gpus) if g.gpus is not None else None, g.include_cpu, g.sensor)
                for g in budget.groups]
-    rules = rules if rules is not None else compile_rules(config)
+    rules = rules if rules is not None else compile_rules(config.alerts)
     return AlertEngine(rules, groups, config.alerts.expected_sensors, config.alerts.unknown_timeout)
 
 

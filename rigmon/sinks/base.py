@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from ..alerts.engine import Transition
-    from ..jobs import Job
-    from ..sample import Sample
+    from ..model.sample import Sample
+    from .jobs import Job
 
 log = logging.getLogger(__name__)
 

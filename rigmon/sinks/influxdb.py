@@ -37,14 +37,14 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from ..project import influx_tag
-from ..retry import Retry, backoff, retry_after
+from ..model.project import influx_tag
 from .base import PollResult
 from .lineprotocol import encode, encode_budgets, encode_job, encode_transition
+from .retry import Retry, backoff, retry_after
 from .spool import Spool
 
 if TYPE_CHECKING:
-    from ..config import Config, InfluxConfig
+    from ..config.schema import Config, InfluxConfig
 
 log = logging.getLogger(__name__)
 

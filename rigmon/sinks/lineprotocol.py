@@ -12,11 +12,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..alerts.engine import subject_of
-from ..project import influx_gpu_info_fields, influx_gpu_line, influx_head, influx_host_lines, influx_tag, influx_value
-from ..sample import Sample
+from ..model.project import (
+    influx_gpu_info_fields,
+    influx_gpu_line,
+    influx_head,
+    influx_host_lines,
+    influx_tag,
+    influx_value,
+)
+from ..model.sample import Sample
 
 if TYPE_CHECKING:
-    from ..jobs import Job
+    from .jobs import Job
 
 
 def line(measurement: str, tags: dict[str, str], fields: dict, ns: int) -> str | None:

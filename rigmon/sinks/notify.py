@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 
 from ..alerts.engine import Transition
 from ..alerts.rules import SEVERITY_RANK
-from ..retry import Retry, backoff, retry_after
+from .retry import Retry, backoff, retry_after
 
 if TYPE_CHECKING:
-    from ..config import NotifierConfig
+    from ..config.schema import NotifierConfig
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE.parents[1])]
 import scenarios as sc  # noqa: E402
 from servers import InfluxDB  # noqa: E402
 
-from rigmon.config import parse  # noqa: E402
+from rigmon.config.schema import parse  # noqa: E402
 from rigmon.poller import build_poller  # noqa: E402
 from rigmon.sinks import influxdb as influxmod  # noqa: E402
 from rigmon.sinks.influxdb import InfluxSink  # noqa: E402

@@ -29,9 +29,9 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 import scenarios as sc  # noqa: E402
 from bench_memory import rss_mib as rss_of  # noqa: E402
 
-from rigmon import config as configmod  # noqa: E402
-from rigmon.history import SAVE_SECONDS, History  # noqa: E402
-from rigmon.pipeline import Pipeline  # noqa: E402
+from rigmon.config import schema as configmod  # noqa: E402
+from rigmon.pipeline import Inputs, Outputs, Pipeline  # noqa: E402
+from rigmon.sinks.history import SAVE_SECONDS, History  # noqa: E402
 
 
 def rss_mib() -> float:
@@ -44,8 +44,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     config = configmod.parse({"alerts": {"power_budget": {"watts": 6000}}}, "bench")
-    pipeline = Pipeline.from_config(config, sc.source(sc.rich(sc.h200()), at=sc.LOAD_AT), outputs=False,
-                                    announce=False, event_thread=False)
+    source = sc.source(sc.rich(sc.h200()), at=sc.LOAD_AT)
+    pipeline = Pipeline.from_config(config, Outputs(), inputs=Inputs(source=source, event_thread=False))
     pipeline.open()
     result = pipeline.step()
     sample = result.sample
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
         loaded = History(history.path, interval=1.0)
         load_s = time.perf_counter() - t
         loaded.close()
-        from rigmon.web import Page
+        from rigmon.http.page import Page
 
         pipeline.latest = sample._replace(time=t0 + polls - 1)
         page = Page(pipeline, history, config)

@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         from week import write_week
 
-        from rigmon.recording import Recording, demo_path
+        from rigmon.model.recording import Recording, demo_path
 
         week = Path(tmp) / "history.bin"
         series = write_week(week, Recording.load(demo_path()).widened(8, shared=True), {})

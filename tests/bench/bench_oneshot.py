@@ -54,14 +54,14 @@ print(time.perf_counter() - started)
 
 
 def rigmon_replay_setup_ms() -> float:
-    """What status's replay set-up costs it: rigmon.replay's import, the recording's load and widening."""
+    """What status's replay set-up costs it: rigmon.readers.replay's import, the recording's load and widening."""
     done = subprocess.run([sys.executable, "-c", REPLAY_SETUP], capture_output=True, text=True, env=ENV, check=True)
     return float(done.stdout) * 1000
 
 
 def nvitop_once_ms(cost_file: Path) -> tuple[float, float]:
     """nvitop -1 on the demo recording widened to 8 GPUs: its wall, and its replay's set-up."""
-    from rigmon.recording import demo_path
+    from rigmon.model.recording import demo_path
 
     env = {**ENV, "PYTHONPATH": str(HOOK), "RIGMON_REPLAY": str(demo_path()), "RIGMON_REPLAY_GPUS": "8",
            "RIGMON_REPLAY_COST": str(cost_file)}

@@ -33,7 +33,7 @@ import scenarios as sc  # noqa: E402
 from bench_reader import Capture, replay_calls  # noqa: E402
 from prometheus_client.exposition import choose_encoder  # noqa: E402
 
-from rigmon import config as configmod  # noqa: E402
+from rigmon.config import schema as configmod  # noqa: E402
 from rigmon.sinks import lineprotocol  # noqa: E402
 
 EPOCH = 1_780_000_000.0
@@ -65,10 +65,10 @@ def build(recording, capture: bool, firing: bool = False, **gpu):
                               "alerts": FIRING if firing else {}}, "bench")
     source = sc.source(recording, loop=True)
     try:
-        from rigmon.replay import ReplayHost, replay_backend
+        from rigmon.readers.replay import ReplayHost, replay_backend
     except ImportError:  # before 0.2
         from rigmon.readers.gpu import replay_backend
-        from rigmon.replay import ReplayHost
+        from rigmon.readers.replay import ReplayHost
 
     nvml, host = replay_backend(source), ReplayHost(source)
     if capture:
@@ -87,7 +87,7 @@ def measure(gpus: int, polls: int, repeats: int, scenario: str = "rich", firing:
     for t in at:
         source.clock.set(t)
         n0, h0, c0 = len(nvml.bound), len(host.bound), len(nvml.calls)
-        daemon.poller.poll()
+        daemon.pipeline.poller.poll()
         per_poll.append(nvml.bound[n0:] + host.bound[h0:])
         named.append(nvml.calls[c0:])
 

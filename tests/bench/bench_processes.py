@@ -26,7 +26,7 @@ import compat  # noqa: E402
 import scenarios as sc  # noqa: E402
 from prometheus_client import generate_latest  # noqa: E402
 
-from rigmon import config as configmod  # noqa: E402
+from rigmon.config import schema as configmod  # noqa: E402
 from rigmon.readers.host import SystemHost  # noqa: E402
 
 

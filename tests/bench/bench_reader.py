@@ -25,10 +25,10 @@ from rigmon.readers.gpu import GpuReader  # noqa: E402
 from rigmon.readers.host import HostReader  # noqa: E402
 
 try:
-    from rigmon.replay import ReplayHost, replay_backend
+    from rigmon.readers.replay import ReplayHost, replay_backend
 except ImportError:  # before 0.2
     from rigmon.readers.gpu import replay_backend
-    from rigmon.replay import ReplayHost
+    from rigmon.readers.replay import ReplayHost
 
 
 Capture = sc.CallLog  # its ``bound`` calls replay bare

@@ -36,8 +36,8 @@ def main(argv=None) -> int:
     from rigmon.burnin.run import Run, build_report
     from rigmon.burnin.timeline import Downsampled
     from rigmon.burnin.verdict import judge
-    from rigmon.config import Config
-    from rigmon.sample import GpuInfo, Sample, SystemInfo
+    from rigmon.config.schema import Config
+    from rigmon.model.sample import GpuInfo, Sample, SystemInfo
 
     rng = random.Random(12)
     before = rss_mb()

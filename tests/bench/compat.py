@@ -19,14 +19,19 @@ def daemon_for(config, source, **kw):
         registry = CollectorRegistry(auto_describe=False)
         registry.register(daemon.collector)
     else:
-        daemon = Daemon(config, Pipeline.from_config(config, source, **kw))
+        try:
+            from rigmon.pipeline import Inputs
+        except ImportError:  # before Inputs: from_config took the replay and the backends as arguments
+            daemon = Daemon(config, Pipeline.from_config(config, source, **kw))
+        else:
+            daemon = Daemon(config, Pipeline.from_config(config, inputs=Inputs(source=source, **kw)))
         registry = daemon.registry()
-    daemon.poller.open()
+    (daemon.pipeline.poller if hasattr(daemon, "pipeline") else daemon.poller).open()
     return daemon, registry
 
 
 def evaluate_alerts(daemon, sample) -> None:
-    alerts = daemon.alerts
+    alerts = daemon.pipeline.alerts if hasattr(daemon, "pipeline") else daemon.alerts
     (alerts.evaluate if hasattr(alerts, "evaluate") else alerts.consume)(sample)
 
 
@@ -46,6 +51,6 @@ def close(daemon) -> None:
     if pipeline is not None:
         pipeline.close()
         return
-    if daemon.jobs is not None:
+    if daemon.jobs is not None:  # before the pipeline
         daemon.jobs.close()
     daemon.poller.close()

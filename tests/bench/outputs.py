@@ -27,8 +27,8 @@ import compat  # noqa: E402
 import scenarios as sc  # noqa: E402
 from prometheus_client import generate_latest  # noqa: E402
 
-from rigmon import config as configmod  # noqa: E402
-from rigmon.recording import Recording  # noqa: E402
+from rigmon.config import schema as configmod  # noqa: E402
+from rigmon.model.recording import Recording  # noqa: E402
 from rigmon.sinks import lineprotocol  # noqa: E402
 
 TIMING = re.compile(rb"^(# (HELP|TYPE) )?rigmon_(poll_duration_seconds|last_poll_timestamp_seconds|"
@@ -38,7 +38,7 @@ EPOCH = 1_780_000_000.0
 
 def scenarios() -> dict[str, Recording]:
     try:
-        from rigmon.recording import demo_path
+        from rigmon.model.recording import demo_path
     except ImportError:  # before 0.2
         from rigmon.cli import demo_path
     base = sc.h200()

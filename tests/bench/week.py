@@ -15,16 +15,16 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 
 import scenarios as sc  # noqa: E402
 
-from rigmon import config as configmod  # noqa: E402
-from rigmon.history import History  # noqa: E402
-from rigmon.pipeline import Pipeline  # noqa: E402
-from rigmon.recording import Recording  # noqa: E402
+from rigmon.config import schema as configmod  # noqa: E402
+from rigmon.model.recording import Recording  # noqa: E402
+from rigmon.pipeline import Inputs, Outputs, Pipeline  # noqa: E402
+from rigmon.sinks.history import History  # noqa: E402
 
 
 def write_week(path: Path, recording: Recording, config: dict, interval: float = 1.0, days: float = 7.0) -> int:
     """Save the week to ``path``; returns the number of series kept."""
-    pipeline = Pipeline.from_config(configmod.parse(config, "week"), sc.source(recording, at=sc.LOAD_AT),
-                                    outputs=False, announce=False, event_thread=False)
+    pipeline = Pipeline.from_config(configmod.parse(config, "week"), Outputs(),
+                                    inputs=Inputs(source=sc.source(recording, at=sc.LOAD_AT), event_thread=False))
     pipeline.open()
     try:
         result = pipeline.step()

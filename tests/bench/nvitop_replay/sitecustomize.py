@@ -13,8 +13,8 @@ if os.environ.get("RIGMON_REPLAY"):
 
     started = time.perf_counter()
 
-    from rigmon.recording import Recording
-    from rigmon.replay import ReplayClock, ReplaySource, replay_backend
+    from rigmon.model.recording import Recording
+    from rigmon.readers.replay import ReplayClock, ReplaySource, replay_backend
 
     _recording = Recording.load(os.environ["RIGMON_REPLAY"])
     if os.environ.get("RIGMON_REPLAY_GPUS"):

@@ -1,9 +1,9 @@
 """A sample projected through the table of readings: the code each output runs, generated.
 
-From ``rigmon.readings`` this module writes, once at import, straight-line Python for each
+From ``rigmon.model.readings`` this module writes, once at import, straight-line Python for each
 output (the Prometheus families, the InfluxDB fields, the alert entities, the burn-in's
 ticks) and compiles it: per poll there is no loop over the table, no ``getattr`` by name,
-one attribute access per value. ``python -m rigmon.project`` prints the generated code.
+one attribute access per value. ``python -m rigmon.model.project`` prints the generated code.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class _Writer:
     def compile(self, name: str) -> Callable:
         source = "\n".join(self.lines)
         namespace = dict(self.names)
-        exec(compile(source, f"<rigmon.project {name}>", "exec"), namespace)  # our own table, not input
+        exec(compile(source, f"<rigmon.model.project {name}>", "exec"), namespace)  # our own table, not input
         fn = namespace[name]
         fn.source = source
         return fn

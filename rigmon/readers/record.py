@@ -13,7 +13,7 @@ import threading
 from collections import defaultdict
 from typing import Any, TextIO
 
-from .recording import FORMAT, VALUE_FIELDS, VERSION, call_key, encode, error_value, handle_key
+from ..model.recording import FORMAT, VALUE_FIELDS, VERSION, call_key, encode, error_value, handle_key
 
 _PASS_THROUGH = {"nvmlInit", "nvmlInitWithFlags", "nvmlShutdown", "nvmlEventSetCreate", "nvmlEventSetFree"}
 

@@ -5,9 +5,10 @@ FanStalled fires for a fan that turned and stopped, SensorMissing for a sensor t
 is gone, GpuFanStalled for a GPU fan far below its best rpm for the speed asked. A daemon that
 forgot them at a restart would resolve all three while their cause holds: a fan that stopped an
 hour before the restart reads as an empty header, a sensor gone before it as one that never
-was, a GPU fan that slowed before it as one that always was slow. So the daemon keeps them in ``<state_dir>/known.json`` (its owner's
-alone), written when something new is seen and read at start, bounded and checked like any
-other input. After taking a fan or a sensor out on purpose, delete the file and restart.
+was, a GPU fan that slowed before it as one that always was slow. So the daemon keeps them in
+``<state_dir>/known.json`` (its owner's alone), written when something new is seen and read at
+start, bounded and checked like any other input. After taking a fan or a sensor out on
+purpose, delete the file and restart.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import logging
 import os
 from pathlib import Path
 
-from .sinks.base import PollResult
-from .text import printable
+from ..model.text import printable
+from .base import PollResult
 
 log = logging.getLogger(__name__)
 

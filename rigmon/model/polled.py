@@ -4,7 +4,7 @@ reader asks it from then on), and how the answer becomes a value in base units.
 
 ``GpuReading``'s fields, the GPU reader's plan of calls (keyed as a recording keys them,
 ``recording.call_key``) and the code that builds each reading come from this table. With its
-entry in the table of readings (``rigmon.readings``: unit, Prometheus family, InfluxDB field,
+entry in the table of readings (``rigmon.model.readings``: unit, Prometheus family, InfluxDB field,
 rule variable), a new per-poll reading reaches every output; nothing else changes.
 
 Readings made of several answers (clock events, ECC, row remaps, fans, processes) and those read

@@ -30,12 +30,12 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import heap
-from .text import printable
-from .validity import UNIT_RANGES, reading_range
+from ..model.text import printable
+from ..model.validity import UNIT_RANGES, reading_range
+from ..system import heap
 
 if TYPE_CHECKING:
-    from .sinks.base import PollResult
+    from .base import PollResult
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ FLOAT32_MAX = 3.4e38
 
 
 def series_range(name: str) -> tuple[str, float, float]:
-    """The reading a series keeps and what it can mean (``rigmon.validity``'s ranges), from its name."""
+    """The reading a series keeps and what it can mean (``rigmon.model.validity``'s ranges), from its name."""
     kind, _, rest = name.partition("/")
     last = name.rpartition("/")[2]
     if kind.startswith("gpu"):
@@ -251,7 +251,7 @@ class History:
     def __init__(self, path: Path | None, interval: float, save_every: float = SAVE_SECONDS, invalid=None,
                  replay: bool = False):
         self.path = path
-        self.invalid = invalid  # rigmon.validity.Invalid: counts what a loaded file held that no reading can be
+        self.invalid = invalid  # rigmon.model.validity.Invalid: counts what a loaded file held that no reading can be
         self.replay = replay  # a replay's history: marked as one, never taken by a daemon of the box
         self.interval = interval
         self.raw = _Ring(min(MAX_RAW_POINTS, max(60, math.ceil(RAW_SECONDS / interval))), 1)

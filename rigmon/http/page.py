@@ -3,7 +3,7 @@ on the metrics listener with its TLS and basic auth.
 
 The page is one self-contained HTML file (inline CSS and script, no CDN, no font): it asks
 ``api/state`` every poll and ``api/charts`` for its charts, which are drawn here by
-``rigmon.charts``, the burn-in report's module, so the two read alike. It reads what the
+``rigmon.http.charts``, the burn-in report's module, so the two read alike. It reads what the
 pipeline's sinks already hold (the latest sample, the alerts' state, the history, the job
 ledger, the last burn-in's summary) and changes none of it. Every text it shows came from
 NVML, hwmon, /proc or a file: the script sets it as text, never as markup, and the charts'
@@ -26,14 +26,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
-from . import __version__
-from .alerts.engine import subject_of
+from .. import __version__
+from ..alerts.engine import subject_of
+from ..model.sample import to_jsonable
+from ..sinks.history import History, mean_of
 from .charts import CHART_CSS, COLORS, chart
-from .history import History, mean_of
-from .sample import to_jsonable
 
 if TYPE_CHECKING:
-    from .pipeline import Pipeline
+    from ..pipeline import Pipeline
 
 RANGES = {"1h": 3600.0, "6h": 6 * 3600.0, "24h": 86400.0, "7d": 7 * 86400.0}
 CHART_POINTS = 240  # per series and chart: about two pixels each, with the min-max band for the rest
@@ -287,7 +287,7 @@ class Page:
 
     def jobs(self, query: str) -> tuple[str, bytes]:
         """The running jobs and the last RECENT_JOBS that ended, as ``rigmon jobs --json``."""
-        from .jobs import LedgerError, ledger_path, load
+        from ..sinks.jobs import LedgerError, ledger_path, load
 
         price = self.config.jobs.price_per_kwh
         currency = self.config.jobs.currency
@@ -313,7 +313,7 @@ class Page:
         return "text/html; charset=utf-8", body, (("Content-Security-Policy", REPORT_CSP),)
 
     def _burnin(self) -> tuple[dict, Path | None] | None:
-        reports = next((c for c in self.pipeline.collectors if hasattr(c, "latest")), None)
+        reports = self.pipeline.reports
         summary = reports.latest() if reports is not None else None
         if summary is None:
             return None

@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-MAX_GPUS = 64  # NVML's own limit per box (rigmon.args.MAX_GPUS)
+MAX_GPUS = 64  # NVML's own limit per box (rigmon.model.args)
 FORMAT = "rigmon-recording"
 VERSION = 1
 

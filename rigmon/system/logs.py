@@ -6,7 +6,7 @@ import logging
 import sys
 import time
 
-from .text import printable, printable_lines
+from ..model.text import printable, printable_lines
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

@@ -9,8 +9,8 @@ base units (``power_watts``, ``utilization_gpu_ratio``, ``pcie_replays``: a coun
 one family holds several readings (``rigmon_gpu_utilization_ratio{kind="gpu"}``).
 
 The Prometheus collector, the line-protocol encoder, the alert entities and the burn-in's
-ticks are generated from this table (``rigmon.project``), and so are the docs' metrics and
-InfluxDB tables (``python -m rigmon.readings docs/*.md``). Adding a reading is an entry here
+ticks are generated from this table (``rigmon.model.project``), and so are the docs' metrics and
+InfluxDB tables (``python -m rigmon.model.readings docs/*.md``). Adding a reading is an entry here
 and the reader line that fills the sample.
 
 A ``get`` is a path from the entity's record (``g`` a GpuReading, ``i`` its GpuInfo, ``s`` the
@@ -585,7 +585,7 @@ def docs(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m rigmon.readings [FILE.md ...]: print the tables, or rewrite them where the
+    """python -m rigmon.model.readings [FILE.md ...]: print the tables, or rewrite them where the
     files hold them (docs/*.md); each table must be in one of them."""
     import sys
 

@@ -44,13 +44,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from .durations import format_duration
-from .readers.procs import executable
-from .sample import SLOWDOWNS, GpuReading, Sample
-from .text import printable
+from ..model.durations import format_duration
+from ..model.sample import SLOWDOWNS, GpuReading, Sample
+from ..model.text import printable
+from ..readers.procs import executable
 
 if TYPE_CHECKING:
-    from .config import Config, JobsConfig
+    from ..config.schema import Config, JobsConfig
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
-"""``python -m rigmon.validate [REQUEST]`` (else REQUEST on standard input): validate a config
-and write it to standard output as pickled ``rigmon.settings.Settings`` (or the
+"""``python -m rigmon.config.validate [REQUEST]`` (else REQUEST on standard input): validate a config
+and write it to standard output as pickled ``rigmon.config.settings.Settings`` (or the
 ``ConfigError``), for ``settings.validated``: the parent, a daemon, gets its config without
 importing pydantic. REQUEST is JSON: {"path": file or null, "overrides": {table: {field:
 value}}, "text": the file's text, read before}."""
@@ -11,8 +11,8 @@ import logging
 import pickle
 import sys
 
-from . import config as configmod
-from . import logs
+from ..system import logs
+from . import schema as configmod
 
 
 def main(argv: list[str]) -> int:

@@ -25,9 +25,9 @@ from pydantic import (
     model_validator,
 )
 
-from .alerts.rules import analysed
-from .alerts.specs import Duration, RuleOverride, RuleSpec, merge
-from .args import DEFAULT_CONFIG
+from ..alerts.rules import analysed
+from ..alerts.specs import Duration, RuleOverride, RuleSpec, merge
+from ..model.args import DEFAULT_CONFIG
 from .settings import AlertsSettings, ConfigError, Secret, Settings
 
 DEFAULT_PATH = DEFAULT_CONFIG
@@ -432,7 +432,7 @@ def load(path: str | Path | None = None, env: dict[str, str] | None = None, text
 
 
 def settings(config: Config) -> Settings:
-    """The validated config as plain data (``rigmon.settings``): what runs with it needs no pydantic."""
+    """The validated config as plain data (``rigmon.config.settings``): what runs with it needs no pydantic."""
 
     def plain(value: Any) -> Any:
         if isinstance(value, BaseModel):

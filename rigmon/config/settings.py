@@ -29,14 +29,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from .. import __version__
 
 try:  # CPython's own SHA-256: hashlib would load OpenSSL first, a third of this module's import
     from _sha256 import sha256
 except ImportError:  # another Python, or 3.12's _sha2
     from hashlib import sha256
 
-from .args import DEFAULT_CONFIG
+from ..model.args import DEFAULT_CONFIG
 
 CACHE_FILES = 8  # configs a user's cache keeps (the oldest goes)
 MAX_CACHE_BYTES = 1 << 20
@@ -176,9 +176,11 @@ def validated(path: str | Path | None = None, overrides: dict[str, dict[str, Any
 
     request = json.dumps({"path": None if path is None else str(path), "overrides": overrides or {}, "text": text})
     # on its standard input: a command line is anyone's to read (ps), and the text may hold secrets
-    done = subprocess.run([sys.executable, "-m", "rigmon.validate"], input=request.encode(), stdout=subprocess.PIPE)
+    done = subprocess.run([sys.executable, "-m", "rigmon.config.validate"], input=request.encode(),
+                          stdout=subprocess.PIPE)
     if done.returncode != 0 or not done.stdout:
-        raise RuntimeError(f"validating the config: {sys.executable} -m rigmon.validate exited {done.returncode}")
+        raise RuntimeError(f"validating the config: {sys.executable} -m rigmon.config.validate exited "
+                           f"{done.returncode}")
     answer = pickle.loads(done.stdout)  # our own child's, through our own pipe
     if isinstance(answer, ConfigError):
         raise answer

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .readers.procs import walk_up
-from .recording import VALUE_FIELDS, Recording, call_key
+from ..model.recording import VALUE_FIELDS, Recording, call_key
+from .procs import walk_up
 
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_UNKNOWN = 999
@@ -512,6 +512,6 @@ def _sensors(answer: Any, width: int) -> dict:
 
 def replay_backend(source: ReplaySource) -> ReplayNVML:
     """A pynvml stand-in answering from a replay source, raising pynvml's own exceptions."""
-    from .readers.gpu import make_error  # the only module that imports pynvml
+    from .gpu import make_error  # the only module that imports pynvml
 
     return ReplayNVML(source, make_error)

@@ -151,7 +151,7 @@ class GpuInfo(NamedTuple):
     fan_count: int | None = None
 
 
-# GpuReading's fields: who it is, the per-poll readings of the table (rigmon.polled), then what
+# GpuReading's fields: who it is, the per-poll readings of the table (rigmon.model.polled), then what
 # the reader makes of several answers or reads every slow_interval.
 _GPU_READING_FIELDS = ("index", "uuid", "lost", *(p.field for p in POLLED), "pcie_full_in_other_pstate",
                        "energy_joules", "clock_events",
