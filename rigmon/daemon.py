@@ -66,27 +66,32 @@ class PollStats:
 
     def collect(self):
         with self._lock:
-            duration = GaugeMetricFamily("rigmon_poll_duration_seconds", "Duration of the last poll.",
-                                         labels=[])
+            duration = GaugeMetricFamily("rigmon_poll_duration_seconds", "Duration of the last poll.", labels=[])
             if self.last_duration is not None:
                 duration.add_metric([], self.last_duration)
             yield duration
-            last = GaugeMetricFamily("rigmon_last_poll_timestamp_seconds", "Unix time of the last completed poll.",
-                                     labels=[])
+            last = GaugeMetricFamily(
+                "rigmon_last_poll_timestamp_seconds", "Unix time of the last completed poll.", labels=[]
+            )
             if self.last_time is not None:
                 last.add_metric([], self.last_time)
             yield last
-            yield GaugeMetricFamily("rigmon_poll_interval_seconds", "Configured seconds between polls.",
-                                    value=self.interval)
+            yield GaugeMetricFamily(
+                "rigmon_poll_interval_seconds", "Configured seconds between polls.", value=self.interval
+            )
             yield CounterMetricFamily("rigmon_polls", "Polls completed since start.", value=self.polls)
             yield CounterMetricFamily("rigmon_polls_failed", "Polls that raised since start.", value=self.failed)
-            yield CounterMetricFamily("rigmon_polls_skipped", "Polls skipped because the previous one overran.",
-                                      value=self.skipped)
-            reader_duration = GaugeMetricFamily("rigmon_reader_duration_seconds",
-                                                "How long each reader took in the last poll.", labels=["reader"])
-            reader_success = GaugeMetricFamily("rigmon_reader_success",
-                                               "1 if the reader worked in the last poll (0: no GPUs, no NVML, "
-                                               "or a failure; see the log).", labels=["reader"])
+            yield CounterMetricFamily(
+                "rigmon_polls_skipped", "Polls skipped because the previous one overran.", value=self.skipped
+            )
+            reader_duration = GaugeMetricFamily(
+                "rigmon_reader_duration_seconds", "How long each reader took in the last poll.", labels=["reader"]
+            )
+            reader_success = GaugeMetricFamily(
+                "rigmon_reader_success",
+                "1 if the reader worked in the last poll (0: no GPUs, no NVML, or a failure; see the log).",
+                labels=["reader"],
+            )
             for status in self.readers:
                 reader_duration.add_metric([status.name], status.duration_seconds)
                 reader_success.add_metric([status.name], int(status.ok))
@@ -98,8 +103,9 @@ class Daemon:
     """A pipeline on a schedule: the daemon keeps only its lifecycle, signals, the HTTP server
     and what systemd is told."""
 
-    def __init__(self, config: Config | Settings, pipeline: Pipeline, notifier: Notifier | None = None,
-                 speed: float = 1.0):
+    def __init__(
+        self, config: Config | Settings, pipeline: Pipeline, notifier: Notifier | None = None, speed: float = 1.0
+    ):
         self.config = config
         self.speed = speed  # a replay run faster: polls come this many times as often (the samples' clock too)
         self.pipeline = pipeline
@@ -140,8 +146,10 @@ class Daemon:
         alerts, influx = self.pipeline.alerts, self.pipeline.influx
         if alerts is not None:
             firing = [a for a in alerts.state.firing if a.severity != "info"]
-            parts.append(f"{len(firing)} alert(s) firing" + (f": {', '.join(sorted({a.alertname for a in firing}))}"
-                                                               if firing else ""))
+            parts.append(
+                f"{len(firing)} alert(s) firing"
+                + (f": {', '.join(sorted({a.alertname for a in firing}))}" if firing else "")
+            )
         if influx is not None and influx.last_error:
             parts.append(f"InfluxDB failing, {influx.spool.points} point(s) spooled")
         return "; ".join(parts)
@@ -173,8 +181,9 @@ class Daemon:
     def _on_event(self, event) -> None:
         if event.code in (EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED):
             self.stats.skipped += 1
-            log.warning("poll skipped: the previous poll is still running (interval %.3g s)",
-                        self.config.daemon.interval)
+            log.warning(
+                "poll skipped: the previous poll is still running (interval %.3g s)", self.config.daemon.interval
+            )
 
     # --- life cycle ----------------------------------------------------------------------
     def start(self, serve_http: bool = True, sock=None) -> None:
@@ -190,8 +199,13 @@ class Daemon:
                 page = Page(self.pipeline, history, self.config)
                 routes.update(page.routes)
                 slow.update(page.slow_routes)
-            app = MetricsApp(self.registry(), lambda: self.stats.generation, basic_auth(self.config.prometheus),
-                             routes=routes, slow_routes=slow)
+            app = MetricsApp(
+                self.registry(),
+                lambda: self.stats.generation,
+                basic_auth(self.config.prometheus),
+                routes=routes,
+                slow_routes=slow,
+            )
             self._server, _ = serve(app, self.config.prometheus, sock)
             scheme = "https" if self.config.prometheus.tls_cert else "http"
             listen = self.config.prometheus.listen
@@ -201,15 +215,19 @@ class Daemon:
             if history is not None:
                 log.info("the page: %s/", where)
         interval = self.config.daemon.interval / self.speed
-        self._scheduler = BackgroundScheduler(job_defaults={"max_instances": 1, "coalesce": True,
-                                                            "misfire_grace_time": max(interval, 1.0)})
+        self._scheduler = BackgroundScheduler(
+            job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": max(interval, 1.0)}
+        )
         self._scheduler.add_listener(self._on_event, EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
         self._scheduler.add_job(self._job, "interval", seconds=interval, id="poll", name="poll")
         self._scheduler.start()
         watchdog = self.notifier.watchdog_seconds
         if watchdog is not None and watchdog < 2 * interval:
-            log.warning("WatchdogSec=%.3g s is less than twice the poll interval (%.3g s): systemd may kill a "
-                        "healthy daemon", watchdog, interval)
+            log.warning(
+                "WatchdogSec=%.3g s is less than twice the poll interval (%.3g s): systemd may kill a healthy daemon",
+                watchdog,
+                interval,
+            )
         gpus = len(self.pipeline.latest.gpus) if self.pipeline.latest else 0
         self._status = self.status_line()
         self.notifier.ready(self._status)
@@ -224,8 +242,12 @@ class Daemon:
         """What ``rigmon status`` shows of the daemon: firing alerts, the InfluxDB sink."""
         alerts, influx = self.pipeline.alerts, self.pipeline.influx
         firing = alerts.state.firing if alerts else ()
-        state = {"alerts": [a.as_dict() for a in firing], "influxdb": influx.state() if influx else None,
-                 "polls": self.stats.polls, "skipped": self.stats.skipped}
+        state = {
+            "alerts": [a.as_dict() for a in firing],
+            "influxdb": influx.state() if influx else None,
+            "polls": self.stats.polls,
+            "skipped": self.stats.skipped,
+        }
         return "application/json", json.dumps(state).encode()
 
     @property

@@ -14,8 +14,13 @@ if TYPE_CHECKING:
     from .config.schema import Config
 
 
-def replay_rules(recording: Recording, config: Config, until: float | None = None,
-                 engine: AlertEngine | None = None, source: ReplaySource | None = None) -> list[Transition]:
+def replay_rules(
+    recording: Recording,
+    config: Config,
+    until: float | None = None,
+    engine: AlertEngine | None = None,
+    source: ReplaySource | None = None,
+) -> list[Transition]:
     """Every transition the rules make on ``recording``, tick by tick, at the recording's times
     (up to ``until`` seconds into it). Pass an ``engine`` to look at its alerts afterwards, and
     the ``source`` (with a clock it may set) of a replay that goes on from ``until``: each tick
@@ -24,8 +29,12 @@ def replay_rules(recording: Recording, config: Config, until: float | None = Non
         source = ReplaySource(recording, ReplayClock(realtime=False), loop=False)
     clock = source.clock
     t0 = recording.ticks[0]["t"]
-    inputs = Inputs(source=source, wall=lambda: t0 + clock(), event_thread=False,
-                    engine=engine if engine is not None else build_engine(config))
+    inputs = Inputs(
+        source=source,
+        wall=lambda: t0 + clock(),
+        event_thread=False,
+        engine=engine if engine is not None else build_engine(config),
+    )
     pipeline = Pipeline.from_config(config, Outputs(), inputs=inputs)
     transitions: list[Transition] = []
     with opened(pipeline):

@@ -78,10 +78,20 @@ class Inputs:
 
 
 class Pipeline:
-    def __init__(self, poller: Poller, alerts: AlertSink | None = None, *, source: ReplaySource | None = None,
-                 collector: SampleCollector | None = None, influx: InfluxSink | None = None,
-                 jobs: JobLedger | None = None, known: Known | None = None, history: History | None = None,
-                 reports: BurninReports | None = None, sinks: Iterable[Sink] = ()):
+    def __init__(
+        self,
+        poller: Poller,
+        alerts: AlertSink | None = None,
+        *,
+        source: ReplaySource | None = None,
+        collector: SampleCollector | None = None,
+        influx: InfluxSink | None = None,
+        jobs: JobLedger | None = None,
+        known: Known | None = None,
+        history: History | None = None,
+        reports: BurninReports | None = None,
+        sinks: Iterable[Sink] = (),
+    ):
         self.poller = poller
         self.source = source
         self.alerts = alerts
@@ -96,8 +106,9 @@ class Pipeline:
         self.latest: Sample | None = None
 
     @classmethod
-    def from_config(cls, config: Config, outputs: Outputs = Outputs.DAEMON, sinks: Iterable[Sink] = (),
-                    inputs: Inputs | None = None) -> Pipeline:
+    def from_config(
+        cls, config: Config, outputs: Outputs = Outputs.DAEMON, sinks: Iterable[Sink] = (), inputs: Inputs | None = None
+    ) -> Pipeline:
         """The config's pipeline: the poller on the hardware (or ``inputs``' replay or
         backends), the rules and the ``outputs`` the loop wants, then its own ``sinks``."""
         inputs = inputs if inputs is not None else Inputs()
@@ -105,15 +116,32 @@ class Pipeline:
         engine = inputs.engine
         # compiled once, for the poller (a rule may want the rare counters every poll) and the engine;
         # an engine handed in has them compiled already
-        compiled = [] if not config.alerts.enabled else list(engine.rules) if engine is not None \
+        compiled = (
+            []
+            if not config.alerts.enabled
+            else list(engine.rules)
+            if engine is not None
             else compile_rules(config.alerts)
-        poller = build_poller(config, inputs.source, nvml=inputs.nvml, host_backend=inputs.host_backend,
-                              wall=inputs.wall, event_thread=inputs.event_thread,
-                              rare_every_poll=wants_rare_counters_every_poll(compiled))
+        )
+        poller = build_poller(
+            config,
+            inputs.source,
+            nvml=inputs.nvml,
+            host_backend=inputs.host_backend,
+            wall=inputs.wall,
+            event_thread=inputs.event_thread,
+            rare_every_poll=wants_rare_counters_every_poll(compiled),
+        )
         alerts = None
         if outputs.rules and config.alerts.enabled:
-            alerts = AlertSink(config, notifiers=None if outputs.announce else [], host=host, rules=compiled,
-                               engine=engine, announce=outputs.announce)
+            alerts = AlertSink(
+                config,
+                notifiers=None if outputs.announce else [],
+                host=host,
+                rules=compiled,
+                engine=engine,
+                announce=outputs.announce,
+            )
         built: dict[str, Any] = {}
         try:  # each imported where wanted: a loop that only shows or records never loads the outputs
             if outputs.prometheus:
@@ -144,8 +172,12 @@ class Pipeline:
             if outputs.history and config.daemon.page:
                 from .sinks.history import History
 
-                built["history"] = History(state_dir / "history.bin", config.daemon.interval,
-                                           invalid=poller.invalid, replay=inputs.source is not None)
+                built["history"] = History(
+                    state_dir / "history.bin",
+                    config.daemon.interval,
+                    invalid=poller.invalid,
+                    replay=inputs.source is not None,
+                )
         except BaseException:
             for part in built.values():
                 if hasattr(part, "close"):
@@ -167,8 +199,14 @@ class Pipeline:
             sample = self.poller.poll()
         transitions = tuple(self.alerts.evaluate(sample)) if self.alerts is not None else ()
         ended = self.jobs.book(sample, transitions) if self.jobs is not None else ()
-        result = PollResult(sample, transitions, self.alerts.state if self.alerts is not None else None, ended,
-                            tuple(lines), time.perf_counter() - started)
+        result = PollResult(
+            sample,
+            transitions,
+            self.alerts.state if self.alerts is not None else None,
+            ended,
+            tuple(lines),
+            time.perf_counter() - started,
+        )
         self._hand(result)
         self.latest = sample
         return result
@@ -200,8 +238,11 @@ class Pipeline:
         yield BuildInfo()
         yield from first
         yield self.poller.invalid
-        yield from (part for part in (self.alerts, self.influx, self.jobs, self.poller.gpu, self.reports,
-                                      self.collector) if part is not None)
+        yield from (
+            part
+            for part in (self.alerts, self.influx, self.jobs, self.poller.gpu, self.reports, self.collector)
+            if part is not None
+        )
 
     def registry(self, *first) -> CollectorRegistry:
         from prometheus_client import CollectorRegistry
@@ -218,8 +259,11 @@ class Pipeline:
         influx = self.influx
         if influx is not None:
             influx.spool_now()  # the last poll is on disk before anything waits
-        closing = ([self.alerts] if self.alerts is not None else []) + self.sinks + (
-            [self.jobs] if self.jobs is not None else [])
+        closing = (
+            ([self.alerts] if self.alerts is not None else [])
+            + self.sinks
+            + ([self.jobs] if self.jobs is not None else [])
+        )
         try:
             return close_side_by_side(closing, deadline)
         finally:

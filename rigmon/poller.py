@@ -59,16 +59,18 @@ class Poller:
                 error = self._failure("host", e)
             statuses.append(ReaderStatus("host", error is None, time.perf_counter() - started, error))
         # every value checked at its source, hardware's or a recording's, before anything sees it
-        return self.invalid.check(Sample(
-            time=self._wall(),
-            host=host,
-            gpus=gpus,
-            gpu_info=self.gpu.info if self.gpu is not None else (),
-            system=self.gpu.system if self.gpu is not None else None,
-            events=events,
-            readers=tuple(statuses),
-            processes=processes,
-        ))
+        return self.invalid.check(
+            Sample(
+                time=self._wall(),
+                host=host,
+                gpus=gpus,
+                gpu_info=self.gpu.info if self.gpu is not None else (),
+                system=self.gpu.system if self.gpu is not None else None,
+                events=events,
+                readers=tuple(statuses),
+                processes=processes,
+            )
+        )
 
     def _failure(self, name: str, exc: Exception) -> str:
         message = f"{type(exc).__name__}: {exc}"
@@ -83,9 +85,16 @@ class Poller:
                 reader.close()
 
 
-def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=None, host_backend=None,
-                 wall: Callable[[], float] = time.time, event_thread: bool = True,
-                 rare_every_poll: bool | None = None) -> Poller:
+def build_poller(
+    config: Config,
+    replay: ReplaySource | None = None,
+    *,
+    nvml=None,
+    host_backend=None,
+    wall: Callable[[], float] = time.time,
+    event_thread: bool = True,
+    rare_every_poll: bool | None = None,
+) -> Poller:
     """The readers the config asks for, on real hardware, a replay, or given backends
     (the recorder hands in its recording proxies). ``rare_every_poll``: the rules' wish for the
     rare counters (``wants_rare_counters_every_poll``), worked out from the config if not given."""
@@ -103,8 +112,9 @@ def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=Non
             indices=config.gpu.indices,
             expected_pcie_generation=config.gpu.pcie_expected_generation,
             expected_pcie_width=config.gpu.pcie_expected_width,
-            rare_counters_every_poll=(rare_every_poll if rare_every_poll is not None
-                                      else rules_want_rare_counters_every_poll(config)),
+            rare_counters_every_poll=(
+                rare_every_poll if rare_every_poll is not None else rules_want_rare_counters_every_poll(config)
+            ),
             wall=wall,
             # a replay's own clock paces the slow counters and lost-GPU probes, in a replay run
             # faster than real time too
@@ -118,16 +128,29 @@ def build_poller(config: Config, replay: ReplaySource | None = None, *, nvml=Non
                 host_backend = ReplayHost(replay)
             else:
                 host_backend = SystemHost(Path(config.host.sysfs), launchers=tuple(config.jobs.launchers))
-        host = HostReader(host_backend, rapl=config.host.rapl, sysfs_sensors=config.host.sysfs_sensors,
-                          launchers=tuple(config.jobs.launchers))
+        host = HostReader(
+            host_backend,
+            rapl=config.host.rapl,
+            sysfs_sensors=config.host.sysfs_sensors,
+            launchers=tuple(config.jobs.launchers),
+        )
     return Poller(gpu, host, wall)
 
 
 # Rule variables of the counters read every slow_interval (see readers.gpu._RARE).
-RARE_COUNTER_VARIABLES = frozenset({*(p.field for p in POLLED if p.rare), "ecc_corrected_volatile",
-                                    "ecc_uncorrected_volatile", "ecc_corrected_aggregate", "ecc_uncorrected_aggregate",
-                                    "remap_pending", "remap_failure", "remapped_rows_correctable",
-                                    "remapped_rows_uncorrectable"})
+RARE_COUNTER_VARIABLES = frozenset(
+    {
+        *(p.field for p in POLLED if p.rare),
+        "ecc_corrected_volatile",
+        "ecc_uncorrected_volatile",
+        "ecc_corrected_aggregate",
+        "ecc_uncorrected_aggregate",
+        "remap_pending",
+        "remap_failure",
+        "remapped_rows_correctable",
+        "remapped_rows_uncorrectable",
+    }
+)
 SHORT_WINDOW = 60.0  # a rule looking at a rare counter over less than this wants it every poll
 
 

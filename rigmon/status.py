@@ -40,9 +40,19 @@ _RED, _YELLOW, _RESET = "\x1b[31m", "\x1b[33m", "\x1b[0m"
 SHORT_EVENTS = {r.name: r.short for r in CLOCK_EVENT_REASONS}
 
 
-def render(sample: Sample, source: str = "", alerts: list[dict] | None = None, alerts_note: str = "",
-           daemon: dict | None = None, show_info: bool = False, now: float | None = None, width: int = WIDTH,
-           color: bool = False, host: str = "", not_recorded: tuple[str, ...] = ()) -> str:
+def render(
+    sample: Sample,
+    source: str = "",
+    alerts: list[dict] | None = None,
+    alerts_note: str = "",
+    daemon: dict | None = None,
+    show_info: bool = False,
+    now: float | None = None,
+    width: int = WIDTH,
+    color: bool = False,
+    host: str = "",
+    not_recorded: tuple[str, ...] = (),
+) -> str:
     """The status for people, ``width`` columns wide, in colour where asked (a terminal): every
     string from outside made printable here, before any colour of ours is added."""
     lines = []
@@ -51,8 +61,12 @@ def render(sample: Sample, source: str = "", alerts: list[dict] | None = None, a
     versions = ""
     if system is not None and system.driver_version:
         versions = f"driver {system.driver_version}, CUDA {system.cuda_driver_version or NS}"
-    lines.append(_cut(printable("  ".join(part for part in (f"rigmon status  {host}".rstrip(), stamp, versions,
-                                                              source) if part)), width))
+    lines.append(
+        _cut(
+            printable("  ".join(part for part in (f"rigmon status  {host}".rstrip(), stamp, versions, source) if part)),
+            width,
+        )
+    )
     lines.append("")
     info = {i.index: i for i in sample.gpu_info}
     if sample.gpus:
@@ -77,8 +91,12 @@ def render(sample: Sample, source: str = "", alerts: list[dict] | None = None, a
         lines.append("")
     lines.append(f"{NS} = not supported by this hardware or not readable here")
     if not_recorded:  # a replay: what the recording never asked is unknown, not unsupported
-        lines += textwrap.wrap(f"not recorded (the recording holds no answer, so {NS} here says nothing of the "
-                               f"hardware): {', '.join(not_recorded)}", width, subsequent_indent="  ")
+        lines += textwrap.wrap(
+            f"not recorded (the recording holds no answer, so {NS} here says nothing of the "
+            f"hardware): {', '.join(not_recorded)}",
+            width,
+            subsequent_indent="  ",
+        )
     return "\n".join(lines)
 
 
@@ -103,20 +121,29 @@ def _processes(sample: Sample, width: int = WIDTH) -> list[str]:
     for g in sample.gpus:
         for p in g.processes or ():
             info = who.get(p.pid)
-            rows.append([str(g.index), str(p.pid), printable((info.user if info else None) or "?"),
-                         _gib(p.used_memory_bytes), f"{p.sm_ratio:.0%}" if p.sm_ratio is not None else NS,
-                         printable(((info.unit or info.job) if info else None) or "?"),
-                         printable(_program_named((info.command if info else None) or "?"))])
+            rows.append(
+                [
+                    str(g.index),
+                    str(p.pid),
+                    printable((info.user if info else None) or "?"),
+                    _gib(p.used_memory_bytes),
+                    f"{p.sm_ratio:.0%}" if p.sm_ratio is not None else NS,
+                    printable(((info.unit or info.job) if info else None) or "?"),
+                    printable(_program_named((info.command if info else None) or "?")),
+                ]
+            )
     if not rows:
         return []
     head = ["GPU", "PID", "USER", "MEM GiB", "SM", "JOB", "COMMAND"]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - 1)]
-    return ["PROCESSES"] + [_cut("  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)), r[-1]]),
-                                 width) for r in [head, *rows]]
+    return ["PROCESSES"] + [
+        _cut("  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)), r[-1]]), width)
+        for r in [head, *rows]
+    ]
 
 
 def short_name(name: str) -> str:
-    """"NVIDIA GeForce RTX 4090" → "RTX 4090", "NVIDIA H200" → "H200"."""
+    """ "NVIDIA GeForce RTX 4090" → "RTX 4090", "NVIDIA H200" → "H200"."""
     for prefix in ("NVIDIA ", "GeForce "):
         name = name.removeprefix(prefix)
     return printable(name)[:14]
@@ -170,10 +197,24 @@ def _events(events: tuple[str, ...], room: int) -> str:
     return text
 
 
-def _gpu_table(gpus: tuple[GpuReading, ...], info: dict[int, GpuInfo], width: int = WIDTH,
-               color: bool = False) -> list[str]:
-    header = ("GPU", "NAME", "°C/SLOW", "MEM°C", "W/LIMIT", "UTIL", "SM MHz", "MEM GiB", "PCIe", "REPLAY",
-              "ECC", "FAN % RPM", "CLOCK EVENTS")
+def _gpu_table(
+    gpus: tuple[GpuReading, ...], info: dict[int, GpuInfo], width: int = WIDTH, color: bool = False
+) -> list[str]:
+    header = (
+        "GPU",
+        "NAME",
+        "°C/SLOW",
+        "MEM°C",
+        "W/LIMIT",
+        "UTIL",
+        "SM MHz",
+        "MEM GiB",
+        "PCIe",
+        "REPLAY",
+        "ECC",
+        "FAN % RPM",
+        "CLOCK EVENTS",
+    )
     rows: list[dict] = []
     for g in gpus:
         i = info.get(g.index)
@@ -187,18 +228,28 @@ def _gpu_table(gpus: tuple[GpuReading, ...], info: dict[int, GpuInfo], width: in
         if i and (i.max_pcie_generation, i.max_pcie_width) != (g.pcie_generation, g.pcie_width):
             link += f" of {_link(i.max_pcie_generation, i.max_pcie_width)}"
         temp = g.temperature_celsius
-        rows.append({
-            "GPU": str(g.index), "NAME": name, "°C/SLOW": _pair(temp, slowdown),
-            "MEM°C": _fmt(g.memory_temperature_celsius), "W/LIMIT": _pair(g.power_watts, g.power_limit_watts),
-            "UTIL": _fmt(g.utilization_gpu_ratio * 100 if g.utilization_gpu_ratio is not None else None, unit="%"),
-            "SM MHz": _fmt(g.sm_clock_hertz / 1e6 if g.sm_clock_hertz is not None else None),
-            "MEM GiB": f"{_gib(g.memory_used_bytes)}/{_fmt(g.memory_total_bytes and g.memory_total_bytes / GIB)}",
-            "PCIe": link, "REPLAY": _fmt(g.pcie_replays),
-            "ECC": _fmt(g.ecc_errors.uncorrected_volatile if g.ecc_errors else None), "FAN % RPM": _fans(g),
-            "events": events,
-            "hot": _RED if temp is not None and slowdown and temp >= slowdown else
-                   _YELLOW if temp is not None and slowdown and temp >= slowdown - 5 else "",
-        })
+        rows.append(
+            {
+                "GPU": str(g.index),
+                "NAME": name,
+                "°C/SLOW": _pair(temp, slowdown),
+                "MEM°C": _fmt(g.memory_temperature_celsius),
+                "W/LIMIT": _pair(g.power_watts, g.power_limit_watts),
+                "UTIL": _fmt(g.utilization_gpu_ratio * 100 if g.utilization_gpu_ratio is not None else None, unit="%"),
+                "SM MHz": _fmt(g.sm_clock_hertz / 1e6 if g.sm_clock_hertz is not None else None),
+                "MEM GiB": f"{_gib(g.memory_used_bytes)}/{_fmt(g.memory_total_bytes and g.memory_total_bytes / GIB)}",
+                "PCIe": link,
+                "REPLAY": _fmt(g.pcie_replays),
+                "ECC": _fmt(g.ecc_errors.uncorrected_volatile if g.ecc_errors else None),
+                "FAN % RPM": _fans(g),
+                "events": events,
+                "hot": _RED
+                if temp is not None and slowdown and temp >= slowdown
+                else _YELLOW
+                if temp is not None and slowdown and temp >= slowdown - 5
+                else "",
+            }
+        )
     columns = list(header[:-1])
     widths = {c: max([len(c)] + [len(r[c]) for r in rows if c in r]) for c in columns}
     least = max((len(SHORT_EVENTS.get(e, e)) for r in rows if r.get("events") for e in r["events"]), default=4)
@@ -245,23 +296,33 @@ def _host(sample: Sample) -> list[str]:
         lines.append(f"  {_chip(t.chip, t.device, twins)} {t.label}  {t.celsius:.1f} °C")
     if host.fans:
         control = {(c.chip, c.device, c.fan): c for c in host.fan_controls}
-        lines.append("  fans  " + ", ".join(f"{_chip(f.chip, f.device, twins)}/{f.label} {f.rpm:.0f} rpm"
-                                            + _fan_control(control.get((f.chip, f.device, f.label)))
-                                            for f in host.fans))
+        lines.append(
+            "  fans  "
+            + ", ".join(
+                f"{_chip(f.chip, f.device, twins)}/{f.label} {f.rpm:.0f} rpm"
+                + _fan_control(control.get((f.chip, f.device, f.label)))
+                for f in host.fans
+            )
+        )
     else:
         lines.append(f"  fans  {NS}")
-    for title, values, unit in (("power", host.powers, "W"), ("current", host.currents, "A"),
-                                ("voltage", host.voltages, "V")):
+    for title, values, unit in (
+        ("power", host.powers, "W"),
+        ("current", host.currents, "A"),
+        ("voltage", host.voltages, "V"),
+    ):
         if values:
             digits = 1 if unit == "W" else 2
-            lines.append(_cut(f"  {title}  " + ", ".join(f"{v.chip} {v.sensor} {v.value:.{digits}f} {unit}"
-                                                         for v in values)))
+            lines.append(
+                _cut(f"  {title}  " + ", ".join(f"{v.chip} {v.sensor} {v.value:.{digits}f} {unit}" for v in values))
+            )
     cpu = _fmt(host.cpu_utilization_ratio * 100 if host.cpu_utilization_ratio is not None else None, unit=" %")
     load = " ".join(_fmt(v, "{:.2f}") for v in (host.load1, host.load5, host.load15))
     lines.append(f"  CPU  {cpu} of {_fmt(host.cpu_count)} cores, load {load}")
     if host.memory_total_bytes:
-        lines.append(f"  memory  {_gib(host.memory_available_bytes)} GiB available of "
-                     f"{_gib(host.memory_total_bytes)} GiB")
+        lines.append(
+            f"  memory  {_gib(host.memory_available_bytes)} GiB available of {_gib(host.memory_total_bytes)} GiB"
+        )
     for e in host.cpu_energy:
         lines.append(f"  CPU energy {e.zone}  {e.joules / 3.6e6:.4f} kWh (RAPL)")
     for note in host.notes:
@@ -300,8 +361,9 @@ def age(seconds: float) -> str:
     return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
 
 
-def _alerts(alerts: list[dict] | None, note: str, show_info: bool, now: float, width: int = WIDTH,
-            color: bool = False) -> list[str]:
+def _alerts(
+    alerts: list[dict] | None, note: str, show_info: bool, now: float, width: int = WIDTH, color: bool = False
+) -> list[str]:
     if alerts is None:
         return [f"ALERTS  unknown: {note}" if note else "ALERTS  unknown"]
     shown = [a for a in alerts if show_info or a.get("severity") != "info"]
@@ -311,8 +373,13 @@ def _alerts(alerts: list[dict] | None, note: str, show_info: bool, now: float, w
     for a in shown:
         since = a.get("since")
         since = f"  (for {age(now - since)})" if isinstance(since, (int, float)) and abs(since) < 1e12 else ""
-        line = _cut(printable(f"  {str(a.get('severity')).upper():<8} {a.get('alertname')} [{a.get('subject')}]  "
-                              f"{a.get('summary')}{since}"), width)
+        line = _cut(
+            printable(
+                f"  {str(a.get('severity')).upper():<8} {a.get('alertname')} [{a.get('subject')}]  "
+                f"{a.get('summary')}{since}"
+            ),
+            width,
+        )
         lines.append(_paint(line, {"critical": _RED, "warning": _YELLOW}.get(str(a.get("severity")), ""), color))
     if hidden:
         lines.append(f"  ({hidden} info alert(s) not shown: --all shows them)")
@@ -322,9 +389,13 @@ def _alerts(alerts: list[dict] | None, note: str, show_info: bool, now: float, w
 def _influx(s: dict) -> list[str]:
     try:
         last = time.strftime("%H:%M:%S", time.localtime(s["last_success"])) if s.get("last_success") else "never"
-        lines = [printable(f"INFLUXDB ({s['api']}, {s['url']})  written {s['points_written']}, spooled "
-                           f"{s['points_spooled']} ({s['spool_bytes'] / 1e6:.1f} MB), dropped {s['points_dropped']}, "
-                           f"failed {s['points_failed']}, last success {last}")]
+        lines = [
+            printable(
+                f"INFLUXDB ({s['api']}, {s['url']})  written {s['points_written']}, spooled "
+                f"{s['points_spooled']} ({s['spool_bytes'] / 1e6:.1f} MB), dropped {s['points_dropped']}, "
+                f"failed {s['points_failed']}, last success {last}"
+            )
+        ]
     except (KeyError, TypeError, ValueError, OverflowError, OSError):  # not what a rigmon daemon answers
         return ["INFLUXDB  the daemon's answer is not readable"]
     if s.get("last_error"):

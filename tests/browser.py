@@ -18,13 +18,27 @@ class Chromium:
         assert browser, "tests/run installs Debian's chromium"
         to_child, self._out = os.pipe()  # we write, it reads on fd 3
         self._in, from_child = os.pipe()  # it writes on fd 4, we read
-        cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
-               "--disable-background-networking", "--disable-component-update", "--hide-scrollbars",
-               "--remote-debugging-pipe", f"--user-data-dir={profile}", "about:blank"]
+        cmd = [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-sync",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--hide-scrollbars",
+            "--remote-debugging-pipe",
+            f"--user-data-dir={profile}",
+            "about:blank",
+        ]
         # the shell puts the pipe's ends at 3 and 4, where Chromium looks for them
-        self.proc = subprocess.Popen(["bash", "-c", f'exec 3<&{to_child} 4>&{from_child}; exec "$@"', "chromium", *cmd],
-                                     pass_fds=(to_child, from_child), stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            ["bash", "-c", f'exec 3<&{to_child} 4>&{from_child}; exec "$@"', "chromium", *cmd],
+            pass_fds=(to_child, from_child),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.close(to_child)
         os.close(from_child)
         self._id = 0
@@ -57,14 +71,21 @@ class Chromium:
         return json.loads(message)
 
     def open(self, url: str, width: int, height: int = 900) -> None:
-        self.send("Emulation.setDeviceMetricsOverride", session=True, width=width, height=height,
-                  deviceScaleFactor=1, mobile=width < 600)
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            session=True,
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=width < 600,
+        )
         self.send("Page.navigate", session=True, url=url)
 
     def js(self, expression: str):
         """The expression's value (awaited where it is a promise), as JSON."""
-        found = self.send("Runtime.evaluate", session=True, expression=expression, returnByValue=True,
-                          awaitPromise=True)
+        found = self.send(
+            "Runtime.evaluate", session=True, expression=expression, returnByValue=True, awaitPromise=True
+        )
         if "exceptionDetails" in found:
             raise RuntimeError(f"{expression}: {found['exceptionDetails']}")
         return found["result"].get("value")

@@ -18,9 +18,19 @@ os.environ["COLUMNS"] = "120"
 
 # Modules whose every test needs a server (Prometheus, InfluxDB, Alertmanager), root, systemd,
 # Chromium or torch; elsewhere a test is one through the fixtures it takes, or its own marker.
-SYSTEM_MODULES = {"test_alertmanager", "test_alerts_daemon", "test_burnin", "test_dashboards", "test_deploy",
-                  "test_doc_commands", "test_fleet", "test_influxdb", "test_launchers", "test_prometheus_rules",
-                  "test_systemd"}
+SYSTEM_MODULES = {
+    "test_alertmanager",
+    "test_alerts_daemon",
+    "test_burnin",
+    "test_dashboards",
+    "test_deploy",
+    "test_doc_commands",
+    "test_fleet",
+    "test_influxdb",
+    "test_launchers",
+    "test_prometheus_rules",
+    "test_systemd",
+}
 SYSTEM_FIXTURES = {"influx", "named_cgroup", "hostile_processes", "chromium"}
 
 
@@ -43,15 +53,22 @@ def default_port():
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "system: needs a server (Prometheus, InfluxDB, Alertmanager), root, "
-                                       "systemd, Chromium or torch; tests/run --fast leaves it out")
-    config.addinivalue_line("markers", "slow: a soak, flood, fuzz or install run of its own (seconds to "
-                                       "minutes); tests/run --fast leaves it out")
+    config.addinivalue_line(
+        "markers",
+        "system: needs a server (Prometheus, InfluxDB, Alertmanager), root, "
+        "systemd, Chromium or torch; tests/run --fast leaves it out",
+    )
+    config.addinivalue_line(
+        "markers",
+        "slow: a soak, flood, fuzz or install run of its own (seconds to minutes); tests/run --fast leaves it out",
+    )
     import rigmon
 
     if Path(rigmon.__file__).resolve().is_relative_to(ROOT / "rigmon"):
-        raise pytest.UsageError(f"rigmon is imported from the checkout ({rigmon.__file__}), not from an "
-                                "installed wheel: run the tests with tests/run")
+        raise pytest.UsageError(
+            f"rigmon is imported from the checkout ({rigmon.__file__}), not from an "
+            "installed wheel: run the tests with tests/run"
+        )
 
 
 @pytest.fixture

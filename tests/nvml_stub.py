@@ -18,6 +18,21 @@ def build(branch: str, where: Path) -> Path:
     assert gcc, "gcc builds the stand-in NVML library"
     out = where / f"nvml-{branch}"
     out.mkdir(parents=True, exist_ok=True)
-    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", f"-DDRIVER={branch}", "-o",
-                    str(out / "libnvidia-ml.so.1"), str(SOURCE)], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            gcc,
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            f"-DDRIVER={branch}",
+            "-o",
+            str(out / "libnvidia-ml.so.1"),
+            str(SOURCE),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return out

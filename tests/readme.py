@@ -16,9 +16,9 @@ def section(heading: str) -> str:
         text = path.read_text()
         found = re.search(rf"^(#+) {re.escape(heading)}\n", text, re.M)
         if found:
-            body = text[found.end():]
+            body = text[found.end() :]
             end = re.search(rf"^#{{1,{len(found.group(1))}}} ", body, re.M)
-            return body[:end.start()] if end else body
+            return body[: end.start()] if end else body
     raise LookupError(f"no heading {heading!r} in README or docs/")
 
 

@@ -66,9 +66,13 @@ def gpu_lost(recording: Recording, gpus: int = 2, lost: int = 1, from_second: fl
 def old_driver(recording: Recording) -> Recording:
     """A driver older than the bindings: the newer calls are FunctionNotFound."""
     rec = copy.deepcopy(recording)
-    for key in ("nvmlDeviceGetTemperatureV:0", "nvmlDeviceGetCurrentClocksEventReasons",
-                "nvmlDeviceGetSupportedClocksEventReasons", "nvmlDeviceGetMemoryInfo:33554472",
-                "nvmlDeviceGetGpuMaxPcieLinkGeneration"):
+    for key in (
+        "nvmlDeviceGetTemperatureV:0",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetSupportedClocksEventReasons",
+        "nvmlDeviceGetMemoryInfo:33554472",
+        "nvmlDeviceGetGpuMaxPcieLinkGeneration",
+    ):
         rec.header["gpus"][0][key] = error("FunctionNotFound")
     for tick in rec.ticks:
         tick["gpus"][0].pop("nvmlDeviceGetCurrentClocksEventReasons", None)
@@ -91,10 +95,16 @@ def with_xid(recording: Recording, at_second: float, xid: int, gpu: int = 0) -> 
 
 
 K10TEMP_TCTL_ONLY = {"k10temp": [["Tctl", 71.25, None, None]], "nvme": [["Composite", 38.85, 84.85, 84.85]]}
-CORETEMP_TWO_PACKAGES = {"coretemp": [
-    ["Package id 0", 58.0, 80.0, 100.0], ["Core 0", 55.0, 80.0, 100.0], ["Core 1", 57.0, 80.0, 100.0],
-    ["Package id 1", 64.0, 80.0, 100.0], ["Core 0", 61.0, 80.0, 100.0], ["Core 1", 63.0, 80.0, 100.0],
-]}
+CORETEMP_TWO_PACKAGES = {
+    "coretemp": [
+        ["Package id 0", 58.0, 80.0, 100.0],
+        ["Core 0", 55.0, 80.0, 100.0],
+        ["Core 1", 57.0, 80.0, 100.0],
+        ["Package id 1", 64.0, 80.0, 100.0],
+        ["Core 0", 61.0, 80.0, 100.0],
+        ["Core 1", 63.0, 80.0, 100.0],
+    ]
+}
 K10TEMP_TDIE = {"k10temp": [["Tctl", 80.5, None, None], ["Tdie", 70.5, None, None], ["Tccd1", 68.0, None, None]]}
 FAN_STOPPED = {"nct6798": [["", 1150], ["", 0], ["", 870]]}
 # What rigmon's own sysfs walk finds on the rich box (the host key "hwmon"): the same chips as
@@ -102,24 +112,77 @@ FAN_STOPPED = {"nct6798": [["", 1150], ["", 0], ["", 870]]}
 # and alarm, voltages, and a Corsair PSU's power and current inputs.
 HWMON_RICH = {
     "hwmon0": {"name": "nvme", "device": "nvme0", "files": {"temp1_input": "38850", "temp1_label": "Composite"}},
-    "hwmon1": {"name": "coretemp", "device": "coretemp.0", "files": {
-        "temp1_input": "58000", "temp1_label": "Package id 0", "temp2_input": "55000", "temp2_label": "Core 0",
-        "temp3_input": "57000", "temp3_label": "Core 1"}},
-    "hwmon2": {"name": "coretemp", "device": "coretemp.1", "files": {
-        "temp1_input": "64000", "temp1_label": "Package id 1", "temp2_input": "61000", "temp2_label": "Core 0",
-        "temp3_input": "63000", "temp3_label": "Core 1"}},
-    "hwmon3": {"name": "nct6798", "device": "nct6775.656", "files": {
-        "fan1_input": "1150", "fan2_input": "0", "fan3_input": "870", "pwm1": "128", "pwm1_enable": "5",
-        "pwm2": "255", "pwm2_enable": "1", "pwm3": "102", "pwm3_enable": "5", "fan1_min": "300", "fan2_min": "300",
-        "fan2_alarm": "1", "fan1_alarm": "0", "in0_input": "1056", "in0_label": "Vcore", "in1_input": "12096"}},
-    "hwmon4": {"name": "corsair-psu", "device": "0003:1B1C:1C05.0001", "files": {
-        "power1_input": "412000000", "power1_label": "power total", "curr1_input": "34500", "curr1_label": "curr +12v",
-        "in0_input": "12040", "in0_label": "v_out +12v"}},
+    "hwmon1": {
+        "name": "coretemp",
+        "device": "coretemp.0",
+        "files": {
+            "temp1_input": "58000",
+            "temp1_label": "Package id 0",
+            "temp2_input": "55000",
+            "temp2_label": "Core 0",
+            "temp3_input": "57000",
+            "temp3_label": "Core 1",
+        },
+    },
+    "hwmon2": {
+        "name": "coretemp",
+        "device": "coretemp.1",
+        "files": {
+            "temp1_input": "64000",
+            "temp1_label": "Package id 1",
+            "temp2_input": "61000",
+            "temp2_label": "Core 0",
+            "temp3_input": "63000",
+            "temp3_label": "Core 1",
+        },
+    },
+    "hwmon3": {
+        "name": "nct6798",
+        "device": "nct6775.656",
+        "files": {
+            "fan1_input": "1150",
+            "fan2_input": "0",
+            "fan3_input": "870",
+            "pwm1": "128",
+            "pwm1_enable": "5",
+            "pwm2": "255",
+            "pwm2_enable": "1",
+            "pwm3": "102",
+            "pwm3_enable": "5",
+            "fan1_min": "300",
+            "fan2_min": "300",
+            "fan2_alarm": "1",
+            "fan1_alarm": "0",
+            "in0_input": "1056",
+            "in0_label": "Vcore",
+            "in1_input": "12096",
+        },
+    },
+    "hwmon4": {
+        "name": "corsair-psu",
+        "device": "0003:1B1C:1C05.0001",
+        "files": {
+            "power1_input": "412000000",
+            "power1_label": "power total",
+            "curr1_input": "34500",
+            "curr1_label": "curr +12v",
+            "in0_input": "12040",
+            "in0_label": "v_out +12v",
+        },
+    },
 }
 # /proc's answer for the rich box's GPU processes (the host key "processes")
-PROCESSES_RICH = {"4242": {"user": "alice", "uid": 1000, "cmdline": "python train.py --config gpt.yaml",
-                           "cgroup": "0::/user.slice/user-1000.slice/session-3.scope\n", "ppid": 4200,
-                           "pgid": 4242, "start": 1796170000.0}}
+PROCESSES_RICH = {
+    "4242": {
+        "user": "alice",
+        "uid": 1000,
+        "cmdline": "python train.py --config gpt.yaml",
+        "cgroup": "0::/user.slice/user-1000.slice/session-3.scope\n",
+        "ppid": 4200,
+        "pgid": 4242,
+        "start": 1796170000.0,
+    }
+}
 
 
 def write(recording: Recording, path: Path) -> Path:
@@ -160,11 +223,17 @@ def one_tick(recording: Recording, at: float = LOAD_AT) -> Recording:
 
 def rich(recording: Recording, gpus: int = 8) -> Recording:
     """Every kind of reading present: 8 GPUs, fans, field values, CPU sensors and an XID."""
-    rec = with_host(recording.widened(gpus), sensors_temperatures={**CORETEMP_TWO_PACKAGES,
-                                                                    "nvme": [["Composite", 38.85, 84.85, 84.85]]},
-                    sensors_fans=FAN_STOPPED, cpu_percent=42.0, getloadavg=[3.5, 2.5, 1.5],
-                    virtual_memory={"total": 128 * 2**30, "available": 100 * 2**30},
-                    powercap={"package-0": [123456789, 262143328850]}, hwmon=HWMON_RICH, processes=PROCESSES_RICH)
+    rec = with_host(
+        recording.widened(gpus),
+        sensors_temperatures={**CORETEMP_TWO_PACKAGES, "nvme": [["Composite", 38.85, 84.85, 84.85]]},
+        sensors_fans=FAN_STOPPED,
+        cpu_percent=42.0,
+        getloadavg=[3.5, 2.5, 1.5],
+        virtual_memory={"total": 128 * 2**30, "available": 100 * 2**30},
+        powercap={"package-0": [123456789, 262143328850]},
+        hwmon=HWMON_RICH,
+        processes=PROCESSES_RICH,
+    )
     rec = copy.deepcopy(rec)
     for g in rec.header["gpus"]:
         g["nvmlDeviceGetFieldValues:82"] = {"nvmlReturn": 0, "valueType": 1, "value": 43}
@@ -177,8 +246,9 @@ def rich(recording: Recording, gpus: int = 8) -> Recording:
         g["nvmlDeviceGetTargetFanSpeed:0"] = 55
         g["nvmlDeviceGetFanSpeedRPM:0"] = 1650
         g["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": 4242, "usedGpuMemory": 1 << 30}]
-        g["nvmlDeviceGetProcessUtilization:0"] = [{"pid": 4242, "timeStamp": 1796170761000000, "smUtil": 97,
-                                                   "memUtil": 40, "encUtil": 0, "decUtil": 0}]
+        g["nvmlDeviceGetProcessUtilization:0"] = [
+            {"pid": 4242, "timeStamp": 1796170761000000, "smUtil": 97, "memUtil": 40, "encUtil": 0, "decUtil": 0}
+        ]
     return with_xid(rec, at_second=1.0, xid=79, gpu=3)
 
 
@@ -194,21 +264,36 @@ def gpu_fans(recording: Recording, fans: int = 2, percent: int = 60, rpm: int = 
     """A board with ``fans`` fans (a 3090 or 4090) asked for ``percent`` and turning at ``rpm``."""
     answers = {"nvmlDeviceGetNumFans": fans}
     for i in range(fans):
-        answers.update({f"nvmlDeviceGetFanSpeed_v2__{i}": percent, f"nvmlDeviceGetTargetFanSpeed__{i}": percent,
-                        f"nvmlDeviceGetFanSpeedRPM__{i}": rpm})
+        answers.update(
+            {
+                f"nvmlDeviceGetFanSpeed_v2__{i}": percent,
+                f"nvmlDeviceGetTargetFanSpeed__{i}": percent,
+                f"nvmlDeviceGetFanSpeedRPM__{i}": rpm,
+            }
+        )
     return on_every_gpu(recording, **answers)
 
 
 def pre_ampere(recording: Recording, single_bit: int = 2, double_bit: int = 0, pending: int = 0) -> Recording:
     """An ECC board before Ampere (a V100): no row remapping, retired pages instead."""
-    return on_every_gpu(recording, nvmlDeviceGetRemappedRows=error("NotSupported"),
-                        nvmlDeviceGetRetiredPages__0=[0x1000 * (i + 1) for i in range(single_bit)],
-                        nvmlDeviceGetRetiredPages__1=[0x9000 * (i + 1) for i in range(double_bit)],
-                        nvmlDeviceGetRetiredPagesPendingStatus=pending)
+    return on_every_gpu(
+        recording,
+        nvmlDeviceGetRemappedRows=error("NotSupported"),
+        nvmlDeviceGetRetiredPages__0=[0x1000 * (i + 1) for i in range(single_bit)],
+        nvmlDeviceGetRetiredPages__1=[0x9000 * (i + 1) for i in range(double_bit)],
+        nvmlDeviceGetRetiredPagesPendingStatus=pending,
+    )
 
 
-def timeline(seconds: float, step: float = 5.0, at: float = LOAD_AT, gpus: int = 1, host: dict | None = None,
-             modify=None, board=None) -> Recording:
+def timeline(
+    seconds: float,
+    step: float = 5.0,
+    at: float = LOAD_AT,
+    gpus: int = 1,
+    host: dict | None = None,
+    modify=None,
+    board=None,
+) -> Recording:
     """``seconds`` of ticks every ``step`` s, each a copy of the H200 tick at ``at`` (with
     ``gpus`` GPUs and the given host answers, the board changed by ``board(recording)``),
     changed by ``modify(t, tick)``."""
@@ -244,8 +329,9 @@ class Replayed:
     """The daemon's pipeline over a recording, stepped by hand: the set-up the tests share.
     ``recording_time``: the samples carry the recording's times (jobs, alerts' ``for``), not now."""
 
-    def __init__(self, recording: Recording, config, at: float = 0.0, loop: bool = False,
-                 recording_time: bool = False, **kw):
+    def __init__(
+        self, recording: Recording, config, at: float = 0.0, loop: bool = False, recording_time: bool = False, **kw
+    ):
         from rigmon.config import schema as configmod
         from rigmon.daemon import Daemon
         from rigmon.pipeline import Inputs
@@ -257,8 +343,9 @@ class Replayed:
             import tempfile
 
             self._own_state = Path(tempfile.mkdtemp(prefix="rigmon-test-state-"))
-            config = config.model_copy(update={"daemon": config.daemon.model_copy(
-                update={"state_dir": self._own_state})})
+            config = config.model_copy(
+                update={"daemon": config.daemon.model_copy(update={"state_dir": self._own_state})}
+            )
         self.config = config
         self.source = source(recording, at, loop=loop)
         if recording_time:
@@ -312,4 +399,5 @@ class CallLog:
             self.calls.append((name, args[1:] if name.startswith("nvmlDevice") else args))
             self.bound.append((target, args))
             return target(*args)
+
         return call

@@ -58,8 +58,9 @@ def metric_at(url: str, name: str, labels: str = "") -> float:
 def wait_polls_at(url: str, count: int, timeout: float = 60.0) -> float:
     """Until the rigmon at ``url`` has made ``count`` more polls; its poll count then."""
     want = metric_at(url, "rigmon_polls_total") + count
-    return wait_for(lambda: (n := metric_at(url, "rigmon_polls_total")) >= want and n, timeout,
-                    what=f"{count} more polls")
+    return wait_for(
+        lambda: (n := metric_at(url, "rigmon_polls_total")) >= want and n, timeout, what=f"{count} more polls"
+    )
 
 
 def http_get(url: str, headers: dict | None = None, timeout: float = 10.0, context=None) -> tuple[int, bytes]:
@@ -95,18 +96,36 @@ class Rigmon:
     """``rigmon run`` as a subprocess with its own config file (its state in ``tmp/state`` unless
     the config says where)."""
 
-    def __init__(self, tmp: Path, replay: Path | None = None, config: str = "", extra_args: list[str] | None = None,
-                 env: dict | None = None, port: int | None = None):
+    def __init__(
+        self,
+        tmp: Path,
+        replay: Path | None = None,
+        config: str = "",
+        extra_args: list[str] | None = None,
+        env: dict | None = None,
+        port: int | None = None,
+    ):
         self.port = port or free_port()
         self.config = tmp / "rigmon.toml"
         self.config.write_text(_with_state_dir(config, tmp / "state"))
         self.log = open(tmp / "rigmon.log", "w+")
-        args = [sys.executable, "-m", "rigmon", "run", "--config", str(self.config), "--listen", "127.0.0.1",
-                "--port", str(self.port)]
+        args = [
+            sys.executable,
+            "-m",
+            "rigmon",
+            "run",
+            "--config",
+            str(self.config),
+            "--listen",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
         if replay is not None:
             args += ["--replay", str(replay)]
-        self.proc = subprocess.Popen(args + (extra_args or []), stdout=self.log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})})
+        self.proc = subprocess.Popen(
+            args + (extra_args or []), stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
 
     @property
     def url(self) -> str:
@@ -117,6 +136,7 @@ class Rigmon:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"rigmon exited {self.proc.returncode}: {self.output()}")
             return http_get(self.url, timeout=2)[0] in (200, 401)
+
         wait_for(up, timeout, what="rigmon to serve metrics")
 
     def metric(self, name: str, labels: str = "") -> float:
@@ -148,9 +168,17 @@ class Rigmon:
 class Prometheus:
     """Debian's prometheus, scraping the given targets every second."""
 
-    def __init__(self, tmp: Path, targets: list[str], scrape_interval: str = "1s", rule_files: list[str] | None = None,
-                 labels: dict[str, str] | None = None, scrape_configs: list[dict] | None = None,
-                 extra: dict | None = None, args: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        tmp: Path,
+        targets: list[str],
+        scrape_interval: str = "1s",
+        rule_files: list[str] | None = None,
+        labels: dict[str, str] | None = None,
+        scrape_configs: list[dict] | None = None,
+        extra: dict | None = None,
+        args: tuple[str, ...] = (),
+    ):
         binary = shutil.which("prometheus")
         if binary is None:
             raise RuntimeError("prometheus is not installed: run tests/run, which installs it")
@@ -159,20 +187,31 @@ class Prometheus:
         self.dir.mkdir()
         config = {
             "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
-            "scrape_configs": scrape_configs if scrape_configs is not None else [
-                {"job_name": "rigmon", "static_configs": [{"targets": targets, "labels": labels or {}}]}],
+            "scrape_configs": scrape_configs
+            if scrape_configs is not None
+            else [{"job_name": "rigmon", "static_configs": [{"targets": targets, "labels": labels or {}}]}],
             **(extra or {}),
         }
         if rule_files:
             config["rule_files"] = rule_files
         (self.dir / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
         self.log = open(self.dir / "log", "w+")
-        self.proc = subprocess.Popen([binary, f"--config.file={self.dir / 'prometheus.yml'}",
-                                      f"--storage.tsdb.path={self.dir / 'data'}",
-                                      f"--web.listen-address=127.0.0.1:{self.port}", *args],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for(lambda: http_get(f"http://127.0.0.1:{self.port}/-/ready", timeout=2)[0] == 200, 60,
-                 what="prometheus to be ready")
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={self.dir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={self.dir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                *args,
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_for(
+            lambda: http_get(f"http://127.0.0.1:{self.port}/-/ready", timeout=2)[0] == 200,
+            60,
+            what="prometheus to be ready",
+        )
 
     def query(self, promql: str) -> list[dict]:
         url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
@@ -230,8 +269,9 @@ bind-address = "127.0.0.1:{self.rpc_port}"
 
     def start(self) -> None:
         self.log = open(self.dir / "log", "a")
-        self.proc = subprocess.Popen(["influxd", "-config", str(self.dir / "influxdb.conf")], stdout=self.log,
-                                     stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            ["influxd", "-config", str(self.dir / "influxdb.conf")], stdout=self.log, stderr=subprocess.STDOUT
+        )
         wait_for(lambda: http_get(f"{self.url}/ping", timeout=2)[0] == 204, 60, what="influxd to answer /ping")
 
     def stop(self) -> None:
@@ -274,9 +314,17 @@ class Alertmanager:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = open(tmp / "am.log", "w")
-        self.proc = subprocess.Popen([binary, f"--config.file={tmp / 'am.yml'}", f"--storage.path={tmp / 'am-data'}",
-                                      f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address="],
-                                     stdout=self._log, stderr=subprocess.STDOUT)  # no cluster peers
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={tmp / 'am.yml'}",
+                f"--storage.path={tmp / 'am-data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--cluster.listen-address=",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )  # no cluster peers
         wait_for(lambda: http_get(f"{self.url}/-/ready", timeout=2)[0] == 200, 60, what="alertmanager")
 
     def alerts(self) -> list[dict]:
@@ -378,7 +426,8 @@ class V2Gateway(LoopbackHTTP):
         if precision not in ("ns", "us", "ms", "s"):
             return _json(400, {"code": "invalid", "message": "invalid precision"})
         forward = urllib.request.Request(
-            f"{self.influx.url}/write?db={self.bucket}&precision={'u' if precision == 'us' else precision}", data=body)
+            f"{self.influx.url}/write?db={self.bucket}&precision={'u' if precision == 'us' else precision}", data=body
+        )
         try:
             with urllib.request.urlopen(forward, timeout=30):
                 pass

@@ -69,9 +69,13 @@ class SystemdBox:
     def boot(self, timeout: float = 60.0) -> None:
         with open(self.log, "w") as log:
             # its own session, never the foreground of this process: systemd owns its terminal
-            self._proc = subprocess.Popen(["unshare", "--fork", "--pid", "--mount", "--mount-proc", str(self.init)],
-                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                          start_new_session=True)
+            self._proc = subprocess.Popen(
+                ["unshare", "--fork", "--pid", "--mount", "--mount-proc", str(self.init)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while self.pid is None and time.monotonic() < deadline:
             self.pid = self._find_pid()
@@ -96,16 +100,46 @@ class SystemdBox:
                 continue
         return None
 
-    def run(self, *command: str, timeout: float = 120.0, check: bool = True, input: str | None = None,
-            env: dict | None = None, cwd: str | None = None) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        *command: str,
+        timeout: float = 120.0,
+        check: bool = True,
+        input: str | None = None,
+        env: dict | None = None,
+        cwd: str | None = None,
+    ) -> subprocess.CompletedProcess:
         """A command inside the box, as root, with sudo's PATH; ``cwd`` is a path in the box."""
         assert self.pid is not None
-        environment = {"PATH": SECURE_PATH, "LANG": "C.UTF-8", "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0",
-                       **(env or {})}
-        done = subprocess.run(["nsenter", "-t", str(self.pid), "-m", "-p", "--", "env", "-i",
-                               *(f"{k}={v}" for k, v in environment.items()),
-                               "sh", "-c", 'cd "$0" && exec "$@"', cwd or "/", *command],
-                              capture_output=True, text=True, timeout=timeout, input=input)
+        environment = {
+            "PATH": SECURE_PATH,
+            "LANG": "C.UTF-8",
+            "SYSTEMD_PAGER": "",
+            "SYSTEMD_COLORS": "0",
+            **(env or {}),
+        }
+        done = subprocess.run(
+            [
+                "nsenter",
+                "-t",
+                str(self.pid),
+                "-m",
+                "-p",
+                "--",
+                "env",
+                "-i",
+                *(f"{k}={v}" for k, v in environment.items()),
+                "sh",
+                "-c",
+                'cd "$0" && exec "$@"',
+                cwd or "/",
+                *command,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=input,
+        )
         if check and done.returncode != 0:
             raise AssertionError(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
         return done

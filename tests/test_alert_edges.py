@@ -25,28 +25,50 @@ def ev(text, kind="cpu", params=None, **names):
     return Expression(text, kind, params or {}).evaluate(names)
 
 
-@pytest.mark.parametrize("text, names, want", [
-    ("celsius > 90 or critical_celsius > 90", {"celsius": 95, "critical_celsius": None}, True),
-    ("celsius > 90 or critical_celsius > 90", {"celsius": 60, "critical_celsius": None}, None),
-    ("celsius > 90 and critical_celsius > 90", {"celsius": 60, "critical_celsius": None}, False),
-    ("celsius > 90 and critical_celsius > 90", {"celsius": 95, "critical_celsius": None}, None),
-    ("not critical_celsius > 90", {"critical_celsius": None}, None),
-    ("celsius - critical_celsius > 1 or celsius > 50", {"celsius": 60, "critical_celsius": None}, True),
-    ("known(critical_celsius) and celsius >= critical_celsius - 5", {"celsius": 99, "critical_celsius": None}, False),
-    ("known(critical_celsius) and celsius >= critical_celsius - 5", {"celsius": 99, "critical_celsius": 100}, True),
-    ("50 < celsius <= 60", {"celsius": 55}, True),
-    ("50 < celsius <= critical_celsius", {"celsius": 55, "critical_celsius": None}, None),
-    ("abs(celsius - 60) < 1 and max(celsius, critical_celsius) > 0", {"celsius": 60, "critical_celsius": None}, None),
-    ("celsius / 0 > 1 or celsius > 50", {"celsius": 60}, True),
-    ("(celsius if critical_celsius else 0) > 1", {"celsius": 60, "critical_celsius": None}, None),
-])
+@pytest.mark.parametrize(
+    "text, names, want",
+    [
+        ("celsius > 90 or critical_celsius > 90", {"celsius": 95, "critical_celsius": None}, True),
+        ("celsius > 90 or critical_celsius > 90", {"celsius": 60, "critical_celsius": None}, None),
+        ("celsius > 90 and critical_celsius > 90", {"celsius": 60, "critical_celsius": None}, False),
+        ("celsius > 90 and critical_celsius > 90", {"celsius": 95, "critical_celsius": None}, None),
+        ("not critical_celsius > 90", {"critical_celsius": None}, None),
+        ("celsius - critical_celsius > 1 or celsius > 50", {"celsius": 60, "critical_celsius": None}, True),
+        (
+            "known(critical_celsius) and celsius >= critical_celsius - 5",
+            {"celsius": 99, "critical_celsius": None},
+            False,
+        ),
+        ("known(critical_celsius) and celsius >= critical_celsius - 5", {"celsius": 99, "critical_celsius": 100}, True),
+        ("50 < celsius <= 60", {"celsius": 55}, True),
+        ("50 < celsius <= critical_celsius", {"celsius": 55, "critical_celsius": None}, None),
+        (
+            "abs(celsius - 60) < 1 and max(celsius, critical_celsius) > 0",
+            {"celsius": 60, "critical_celsius": None},
+            None,
+        ),
+        ("celsius / 0 > 1 or celsius > 50", {"celsius": 60}, True),
+        ("(celsius if critical_celsius else 0) > 1", {"celsius": 60, "critical_celsius": None}, None),
+    ],
+)
 def test_three_valued_logic(text, names, want):
     assert ev(text, **names) is want
 
 
 def rule(when, for_="0s", clear=None):
-    return Rule(RuleSpec.model_validate({"name": "T", "kind": "cpu", "when": when, "clear": clear, "for": for_,
-                                         "severity": "warning", "summary": "CPU {socket} at {celsius}"}))
+    return Rule(
+        RuleSpec.model_validate(
+            {
+                "name": "T",
+                "kind": "cpu",
+                "when": when,
+                "clear": clear,
+                "for": for_,
+                "severity": "warning",
+                "summary": "CPU {socket} at {celsius}",
+            }
+        )
+    )
 
 
 def at(t: float):
@@ -81,8 +103,14 @@ def test_a_firing_alerts_texts_follow_every_change_of_the_values_they_read():
     from rigmon.alerts.engine import render
 
     summary = "CPU {socket} at {celsius} ({celsius:.0f}) of {critical_celsius}"
-    spec = {"name": "T", "kind": "cpu", "when": "celsius > -1000", "severity": "warning", "summary": summary,
-            "description": "{sensor}: {celsius:+}"}
+    spec = {
+        "name": "T",
+        "kind": "cpu",
+        "when": "celsius > -1000",
+        "severity": "warning",
+        "summary": summary,
+        "description": "{sensor}: {celsius:+}",
+    }
     engine = AlertEngine([Rule(RuleSpec.model_validate(spec))])
     values = {"socket": "0", "chip": "k10temp", "sensor": "Tctl", "critical_celsius": None}
     engine.entities = lambda sample, complete=True: {("cpu", "0"): dict(values)}
@@ -122,8 +150,13 @@ def test_tctl_only_cpu_fires_at_100_and_resolves_at_60(tmp_path):
 
 def test_rules_test_prints_the_tctl_alert_firing_then_resolving(tmp_path):
     path = sc.write(hot_then_cool(), tmp_path / "tctl-100-then-60.rec.jsonl")
-    done = subprocess.run([sys.executable, "-m", "rigmon", "rules", "test", "--replay", str(path)],
-                          capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+    done = subprocess.run(
+        [sys.executable, "-m", "rigmon", "rules", "test", "--replay", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stdout.splitlines() if "CpuTemperatureCritical" in line]
     assert len(lines) == 2 and "FIRING" in lines[0] and "RESOLVED" in lines[1], done.stdout
@@ -142,21 +175,27 @@ def test_gpu_without_a_slowdown_threshold_is_quiet_and_doctor_says_why(tmp_path)
         for g in recording.header["gpus"]:
             g["nvmlDeviceGetTemperatureThreshold:1"] = {"nvml_error": "NotSupported"}
         return recording
+
     rec = no_threshold(timeline(120, 5, modify=lambda t, tick: set_gpu(tick, nvmlDeviceGetTemperature__0=95)))
     transitions = run(rec, tmp_path)
     assert not [t for t in transitions if t.alertname in ("GpuNearSlowdown", "GpuAtSlowdownTemperature")]
     path = sc.write(rec, tmp_path / "no-threshold.rec.jsonl")
-    done = subprocess.run([sys.executable, "-m", "rigmon", "doctor", "--replay", str(path)], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "rigmon", "doctor", "--replay", str(path)], capture_output=True, text=True, timeout=60
+    )
     line = next(x for x in done.stdout.splitlines() if "GpuAtSlowdownTemperature" in x)
     assert "cannot evaluate" in line and "slowdown_celsius not available" in line
 
 
 def test_no_power_limit_leaves_starved_quiet_and_resolves_one_that_fired(tmp_path):
     def power(mw, limit):
-        return lambda t, tick: set_gpu(tick, nvmlDeviceGetPowerUsage=mw,
-                                       nvmlDeviceGetEnforcedPowerLimit=limit,
-                                       nvmlDeviceGetUtilizationRates={"gpu": 100, "memory": 10})
+        return lambda t, tick: set_gpu(
+            tick,
+            nvmlDeviceGetPowerUsage=mw,
+            nvmlDeviceGetEnforcedPowerLimit=limit,
+            nvmlDeviceGetUtilizationRates={"gpu": 100, "memory": 10},
+        )
+
     starved = timeline(900, 15, modify=power(300000, 700000))
     gone = timeline(900, 15, modify=power(300000, {"nvml_error": "NotSupported"}))
     assert not [t for t in run(gone, tmp_path) if t.alertname == "GpuStarved"]
@@ -169,24 +208,38 @@ def test_no_fans_leaves_fan_rules_quiet(tmp_path):
     assert not [t for t in run(rec, tmp_path) if t.alertname == "FanStalled"]
 
 
-@pytest.mark.parametrize("rule_name, bit, supported", [
-    ("GpuThermalSlowdown", 0x40, 0x1FF & ~0x20),  # HW thermal active, SW thermal not reported
-    ("GpuPowerBrake", 0x80, 0x1FF & ~0x8),        # power brake active, HW slowdown not reported
-])
+@pytest.mark.parametrize(
+    "rule_name, bit, supported",
+    [
+        ("GpuThermalSlowdown", 0x40, 0x1FF & ~0x20),  # HW thermal active, SW thermal not reported
+        ("GpuPowerBrake", 0x80, 0x1FF & ~0x8),  # power brake active, HW slowdown not reported
+    ],
+)
 def test_a_throttle_rule_resolves_when_the_other_reason_is_not_reported(rule_name, bit, supported, tmp_path):
     def board(recording):
         for g in recording.header["gpus"]:
             g["nvmlDeviceGetSupportedClocksEventReasons"] = supported
         return recording
-    rec = board(sc.then(timeline(60, 1, modify=lambda t, tick: set_gpu(tick, **{MASK: bit | 0x4})),
-                        timeline(60, 1, modify=lambda t, tick: set_gpu(tick, **{MASK: 0x4}))))
+
+    rec = board(
+        sc.then(
+            timeline(60, 1, modify=lambda t, tick: set_gpu(tick, **{MASK: bit | 0x4})),
+            timeline(60, 1, modify=lambda t, tick: set_gpu(tick, **{MASK: 0x4})),
+        )
+    )
     assert statuses(run(rec, tmp_path), rule_name) == [("firing", ""), ("resolved", "")]
 
 
 def test_ecc_rule_with_volatile_counters_only_fires_and_resolves(tmp_path):
     def ecc(count):
-        return lambda t, tick: set_gpu(tick, **{"nvmlDeviceGetTotalEccErrors:1,0": count,
-                                                "nvmlDeviceGetTotalEccErrors:1,1": {"nvml_error": "NotSupported"}})
+        return lambda t, tick: set_gpu(
+            tick,
+            **{
+                "nvmlDeviceGetTotalEccErrors:1,0": count,
+                "nvmlDeviceGetTotalEccErrors:1,1": {"nvml_error": "NotSupported"},
+            },
+        )
+
     rec = sc.then(timeline(60, 5, modify=ecc(0)), timeline(60, 5, modify=ecc(2)))
     rec = sc.then(rec, timeline(3700, 100, modify=ecc(2)))
     assert statuses(run(rec, tmp_path), "GpuEccUncorrectable") == [("firing", ""), ("resolved", "")]
@@ -194,17 +247,22 @@ def test_ecc_rule_with_volatile_counters_only_fires_and_resolves(tmp_path):
 
 def test_pcie_link_rule_without_a_width_reading_still_judges_the_generation(tmp_path):
     def link(gen):
-        return lambda t, tick: set_gpu(tick, nvmlDeviceGetCurrPcieLinkGeneration=gen,
-                                       nvmlDeviceGetCurrPcieLinkWidth={"nvml_error": "NotSupported"},
-                                       nvmlDeviceGetUtilizationRates={"gpu": 100, "memory": 10})
+        return lambda t, tick: set_gpu(
+            tick,
+            nvmlDeviceGetCurrPcieLinkGeneration=gen,
+            nvmlDeviceGetCurrPcieLinkWidth={"nvml_error": "NotSupported"},
+            nvmlDeviceGetUtilizationRates={"gpu": 100, "memory": 10},
+        )
+
     rec = sc.then(timeline(120, 5, modify=link(3)), timeline(120, 5, modify=link(5)))
     assert statuses(run(rec, tmp_path), "PcieLinkDegraded") == [("firing", ""), ("resolved", "")]
 
 
 def test_doctor_names_the_terms_that_cannot_evaluate(tmp_path):
     path = sc.write(timeline(30, 5, host=tctl(50)), tmp_path / "tctl.rec.jsonl")
-    done = subprocess.run([sys.executable, "-m", "rigmon", "doctor", "--replay", str(path)], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "rigmon", "doctor", "--replay", str(path)], capture_output=True, text=True, timeout=60
+    )
     line = next(x for x in done.stdout.splitlines() if "CpuTemperatureCritical" in x)
     assert line.split()[1] == "ok," and "celsius >= critical_celsius - margin_celsius" in line
     assert "critical_celsius not available" in line and "other terms still evaluate" in line
@@ -212,8 +270,9 @@ def test_doctor_names_the_terms_that_cannot_evaluate(tmp_path):
 
 # --- PCIe: the link the slot allows, a riser declared in the config, replays as a rate ----------
 def busy_on_gen(gen):
-    return lambda t, tick: set_gpu(tick, nvmlDeviceGetCurrPcieLinkGeneration=gen,
-                                   nvmlDeviceGetUtilizationRates={"gpu": 100, "memory": 10})
+    return lambda t, tick: set_gpu(
+        tick, nvmlDeviceGetCurrPcieLinkGeneration=gen, nvmlDeviceGetUtilizationRates={"gpu": 100, "memory": 10}
+    )
 
 
 def slot_allows(gen):
@@ -251,6 +310,7 @@ def test_pcie_link_maxima_are_exported(tmp_path):
 def test_pcie_replays_fire_on_a_rate_and_say_it(per_minute, fires, tmp_path):
     def replays(t, tick):
         set_gpu(tick, nvmlDeviceGetPcieReplayCounter=1 + int(t * per_minute / 60))
+
     transitions = [t for t in run(timeline(600, 5, modify=replays), tmp_path) if t.alertname == "PcieReplaysRising"]
     assert bool(transitions) is fires
     if fires:
@@ -294,6 +354,7 @@ def test_gpu_fans_export_target_and_measured_speed(tmp_path):
 def test_a_fan_turning_far_below_what_it_is_asked_fires(tmp_path):
     def slow(t, tick):
         set_gpu(tick, nvmlDeviceGetFanSpeedRPM__0=1800 if t < 60 else 400)
+
     rec = sc.then(timeline(180, 5, board=sc.gpu_fans, modify=slow), timeline(120, 5, board=sc.gpu_fans))
     got = [t for t in run(rec, tmp_path) if t.alertname == "GpuFanStalled"]
     assert [(t.status, t.labels["fan"]) for t in got] == [("firing", "0"), ("resolved", "0")]
@@ -303,6 +364,7 @@ def test_a_fan_turning_far_below_what_it_is_asked_fires(tmp_path):
 @pytest.mark.parametrize("missing", ["nvmlDeviceGetFanSpeedRPM", "nvmlDeviceGetTargetFanSpeed"])
 def test_gpu_fan_rule_with_rpm_or_target_not_reported(missing, tmp_path):
     """No rpm: the rule cannot tell (quiet; doctor says so). No target: the reported intended speed stands in."""
+
     def board(rec):
         rec = sc.gpu_fans(rec)
         return sc.on_every_gpu(rec, **{f"{missing}__{i}": sc.error("NotSupported") for i in range(2)})
@@ -310,13 +372,18 @@ def test_gpu_fan_rule_with_rpm_or_target_not_reported(missing, tmp_path):
     def stops(t, tick):
         if missing != "nvmlDeviceGetFanSpeedRPM":
             set_gpu(tick, nvmlDeviceGetFanSpeedRPM__1=1800 if t < 60 else 0)
+
     rec = timeline(180, 5, board=board, modify=stops)
     got = statuses(run(rec, tmp_path), "GpuFanStalled")
     if missing == "nvmlDeviceGetFanSpeedRPM":
         assert got == []
         path = sc.write(rec, tmp_path / "no-rpm.rec.jsonl")
-        done = subprocess.run([sys.executable, "-m", "rigmon", "doctor", "--replay", str(path)],
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "rigmon", "doctor", "--replay", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         line = next(x for x in done.stdout.splitlines() if "GpuFanStalled" in x)
         assert "cannot evaluate" in line and "rpm not available" in line
     else:
@@ -325,8 +392,9 @@ def test_gpu_fan_rule_with_rpm_or_target_not_reported(missing, tmp_path):
 
 def test_passive_board_has_no_gpu_fan_entities_and_doctor_says_why(tmp_path):
     path = sc.write(timeline(10, 5), tmp_path / "h200.rec.jsonl")
-    done = subprocess.run([sys.executable, "-m", "rigmon", "doctor", "--replay", str(path)], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "rigmon", "doctor", "--replay", str(path)], capture_output=True, text=True, timeout=60
+    )
     line = next(x for x in done.stdout.splitlines() if "GpuFanStalled" in x)
     assert "cannot evaluate: no GPU fans reported (passively cooled" in line
 
@@ -342,6 +410,7 @@ def test_retired_pages_are_read_exported_and_rising_pages_fire(tmp_path):
 
     def rising(t, tick):
         set_gpu(tick, nvmlDeviceGetRetiredPages__1=[0x9000] * (1 if t < 60 else 2))
+
     rec = timeline(120, 5, board=lambda r: sc.pre_ampere(r, single_bit=3, double_bit=1), modify=rising)
     assert statuses(run(rec, tmp_path), "GpuPageRetirement") == [("firing", "")]
 
@@ -363,9 +432,18 @@ def test_max_and_min_over_carried_between_polls_equal_a_full_scan():
     answer equals a scan of the readings in the window."""
     import random
 
-    spec = {"name": "T", "kind": "cpu", "when": "celsius > -1000", "severity": "info", "summary": "{hi} {lo}",
-            "values": {"hi": "max_over(celsius, '30s')", "lo": "min_over(celsius, '30s')",
-                       "hi2": "max_over(celsius, '2m')"}}
+    spec = {
+        "name": "T",
+        "kind": "cpu",
+        "when": "celsius > -1000",
+        "severity": "info",
+        "summary": "{hi} {lo}",
+        "values": {
+            "hi": "max_over(celsius, '30s')",
+            "lo": "min_over(celsius, '30s')",
+            "hi2": "max_over(celsius, '2m')",
+        },
+    }
     engine = AlertEngine([Rule(RuleSpec.model_validate(spec))])
     rng = random.Random(7)
     values = {"socket": "0", "sensor": "Tctl", "celsius": 50.0}
@@ -397,10 +475,12 @@ def test_max_and_min_over_carried_between_polls_equal_a_full_scan():
 def thermal_event(seconds_near: float):
     """GPU 0 near its slowdown for ``seconds_near``, then for two minutes past it and throttling for heat
     (SW and HW thermal slowdown), then cool again."""
+
     def modify(t, tick):
         hot = seconds_near <= t < seconds_near + 120
         celsius = 92 if hot else 86 if t < seconds_near else 60
         set_gpu(tick, nvmlDeviceGetTemperature__0=celsius, nvmlDeviceGetCurrentClocksEventReasons=0x60 if hot else 0)
+
     return timeline(seconds_near + 240, 5, modify=modify)
 
 
@@ -417,14 +497,20 @@ def test_a_slow_approach_is_superseded_then_told_again_while_it_holds(tmp_path):
     def modify(t, tick):  # near, past the slowdown for 2 min, near again, cool
         celsius = 86 if t < 60 else 92 if t < 180 else 86 if t < 300 else 60
         set_gpu(tick, nvmlDeviceGetTemperature__0=celsius)
-    told = [(t.alertname, t.status, t.reason) for t in run(timeline(400, 5, modify=modify), tmp_path)
-            if t.alertname in THERMAL]
-    assert told == [("GpuNearSlowdown", "firing", ""),
-                    ("GpuAtSlowdownTemperature", "firing", ""),
-                    ("GpuNearSlowdown", "resolved", "superseded by GpuAtSlowdownTemperature"),
-                    ("GpuAtSlowdownTemperature", "resolved", ""),
-                    ("GpuNearSlowdown", "firing", ""),  # still near when the worse one ends: told again
-                    ("GpuNearSlowdown", "resolved", "")]
+
+    told = [
+        (t.alertname, t.status, t.reason)
+        for t in run(timeline(400, 5, modify=modify), tmp_path)
+        if t.alertname in THERMAL
+    ]
+    assert told == [
+        ("GpuNearSlowdown", "firing", ""),
+        ("GpuAtSlowdownTemperature", "firing", ""),
+        ("GpuNearSlowdown", "resolved", "superseded by GpuAtSlowdownTemperature"),
+        ("GpuAtSlowdownTemperature", "resolved", ""),
+        ("GpuNearSlowdown", "firing", ""),  # still near when the worse one ends: told again
+        ("GpuNearSlowdown", "resolved", ""),
+    ]
 
 
 def test_without_the_inhibiting_rule_every_alert_is_told(tmp_path):
@@ -437,22 +523,34 @@ def test_without_the_inhibiting_rule_every_alert_is_told(tmp_path):
 
 
 def _dead_cpu_fan(t, tick):  # a hot idle CPU, its fan stopped a minute in
-    tick["host"] = {"sensors_temperatures": {"k10temp": [["Tdie", 75, 95.0, 100.0]]}, "cpu_percent": 5,
-                    "sensors_fans": {"nct6798": [["", 1150], ["", 1150 if t < 60 else 0]]}}
+    tick["host"] = {
+        "sensors_temperatures": {"k10temp": [["Tdie", 75, 95.0, 100.0]]},
+        "cpu_percent": 5,
+        "sensors_fans": {"nct6798": [["", 1150], ["", 1150 if t < 60 else 0]]},
+    }
 
 
 def _dead_gpu_fan(t, tick):  # GPU 0's fan 0 stops a minute in, and the GPU heats up to near its slowdown
-    set_gpu(tick, nvmlDeviceGetFanSpeedRPM__0=1800 if t < 60 else 0,
-            nvmlDeviceGetTemperature__0=60 if t < 60 else 80 if t < 150 else 86)
+    set_gpu(
+        tick,
+        nvmlDeviceGetFanSpeedRPM__0=1800 if t < 60 else 0,
+        nvmlDeviceGetTemperature__0=60 if t < 60 else 80 if t < 150 else 86,
+    )
 
 
 # one cause, the alerts it raises, the one that is told (rigmon rules list: inhibits)
 ONE_CAUSE = {
     "a stopped CPU fan": (lambda: timeline(900, 15, modify=_dead_cpu_fan), "FanStalled", ["CoolingDegraded"]),
-    "a GPU off the bus with its XID 79": (lambda: sc.with_xid(sc.gpu_lost(sc.h200()), at_second=20, xid=79, gpu=1),
-                                          "GpuLost", ["GpuCountDropped", "GpuXid"]),
-    "a stopped GPU fan": (lambda: timeline(240, 5, board=sc.gpu_fans, modify=_dead_gpu_fan), "GpuFanStalled",
-                          ["GpuNearSlowdown"]),
+    "a GPU off the bus with its XID 79": (
+        lambda: sc.with_xid(sc.gpu_lost(sc.h200()), at_second=20, xid=79, gpu=1),
+        "GpuLost",
+        ["GpuCountDropped", "GpuXid"],
+    ),
+    "a stopped GPU fan": (
+        lambda: timeline(240, 5, board=sc.gpu_fans, modify=_dead_gpu_fan),
+        "GpuFanStalled",
+        ["GpuNearSlowdown"],
+    ),
 }
 
 
@@ -469,19 +567,31 @@ def test_one_cause_pages_once(tmp_path, cause):
     assert told >= rules, told
 
 
-@pytest.mark.parametrize(("inhibits", "error"), [
-    (["GpuNearSlowdwn"], "builtin.GpuAtSlowdownTemperature.inhibits: no rule named GpuNearSlowdwn "
-                         "(did you mean GpuNearSlowdown?)"),
-    (["FanStalled"], "builtin.GpuAtSlowdownTemperature.inhibits: FanStalled watches fan entities, "
-                     "GpuAtSlowdownTemperature gpu: a rule inhibits only rules of its own kind, the box's (host), "
-                     "a GPU fan's GPU (gpu_fan on gpu) or a fan's CPUs (fan on cpu)"),
-    (["GpuAtSlowdownTemperature"], "builtin.GpuAtSlowdownTemperature.inhibits: a rule cannot inhibit itself"),
-])
+@pytest.mark.parametrize(
+    ("inhibits", "error"),
+    [
+        (
+            ["GpuNearSlowdwn"],
+            "builtin.GpuAtSlowdownTemperature.inhibits: no rule named GpuNearSlowdwn (did you mean GpuNearSlowdown?)",
+        ),
+        (
+            ["FanStalled"],
+            "builtin.GpuAtSlowdownTemperature.inhibits: FanStalled watches fan entities, "
+            "GpuAtSlowdownTemperature gpu: a rule inhibits only rules of its own kind, the box's (host), "
+            "a GPU fan's GPU (gpu_fan on gpu) or a fan's CPUs (fan on cpu)",
+        ),
+        (["GpuAtSlowdownTemperature"], "builtin.GpuAtSlowdownTemperature.inhibits: a rule cannot inhibit itself"),
+    ],
+)
 def test_inhibits_names_rules_of_its_kind(tmp_path, inhibits, error):
     path = tmp_path / "rigmon.toml"
     path.write_text(f"[alerts.builtin.GpuAtSlowdownTemperature]\ninhibits = {inhibits!r}\n".replace("'", '"'))
-    done = subprocess.run([sys.executable, "-m", "rigmon", "config", "check", "--config", str(path)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "rigmon", "config", "check", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and error in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
 
@@ -490,10 +600,22 @@ def test_each_variable_is_kept_as_long_as_its_own_rules_look_back():
     """A 15-minute max_over keeps about 16 minutes of utilisation, though another rule looks an
     hour back at a counter: two hours at 1 Hz hold a bounded history, and both rules still see
     their whole windows."""
-    specs = [{"name": "Idle", "kind": "cpu", "when": "max_over(cpu_utilization_ratio, '15m') < 0.05",
-              "severity": "warning", "summary": "idle"},
-             {"name": "Rising", "kind": "cpu", "when": "increase(celsius, '1h') > 30", "severity": "warning",
-              "summary": "rising"}]
+    specs = [
+        {
+            "name": "Idle",
+            "kind": "cpu",
+            "when": "max_over(cpu_utilization_ratio, '15m') < 0.05",
+            "severity": "warning",
+            "summary": "idle",
+        },
+        {
+            "name": "Rising",
+            "kind": "cpu",
+            "when": "increase(celsius, '1h') > 30",
+            "severity": "warning",
+            "summary": "rising",
+        },
+    ]
     engine = AlertEngine([Rule(RuleSpec.model_validate(s)) for s in specs])
     values = {"socket": "0", "sensor": "Tctl"}
     engine.entities = lambda sample, complete=True: {("cpu", "0"): dict(values)}

@@ -19,9 +19,10 @@ def fans(rpm2):
 
 
 def cpu(celsius, busy, critical=100.0):
-    return {"sensors_temperatures": {"k10temp": [["Tctl", celsius + 10, None, None],
-                                                 ["Tdie", celsius, 95.0, critical]]},
-            "cpu_percent": busy}
+    return {
+        "sensors_temperatures": {"k10temp": [["Tctl", celsius + 10, None, None], ["Tdie", celsius, 95.0, critical]]},
+        "cpu_percent": busy,
+    }
 
 
 def fan_stops(t, tick):
@@ -43,8 +44,12 @@ def sw_thermal(sm_mhz):
 
 def power(mw, util=100):
     """A GPU at ``mw`` milliwatts and ``util`` % busy; the SW power cap is active only near the 700 W cap."""
-    return lambda t, tick: set_gpu(tick, nvmlDeviceGetPowerUsage=mw, **{MASK: 0x4 if mw > 680000 else 0},
-                                   nvmlDeviceGetUtilizationRates={"gpu": util, "memory": 10})
+    return lambda t, tick: set_gpu(
+        tick,
+        nvmlDeviceGetPowerUsage=mw,
+        **{MASK: 0x4 if mw > 680000 else 0},
+        nvmlDeviceGetUtilizationRates={"gpu": util, "memory": 10},
+    )
 
 
 def temperature(celsius):
@@ -52,8 +57,11 @@ def temperature(celsius):
 
 
 def stalled_job(util):
-    return lambda t, tick: set_gpu(tick, nvmlDeviceGetUtilizationRates={"gpu": util, "memory": 0},
-                                   nvmlDeviceGetComputeRunningProcesses=[{"pid": 4242, "usedGpuMemory": 20 << 30}])
+    return lambda t, tick: set_gpu(
+        tick,
+        nvmlDeviceGetUtilizationRates={"gpu": util, "memory": 0},
+        nvmlDeviceGetComputeRunningProcesses=[{"pid": 4242, "usedGpuMemory": 20 << 30}],
+    )
 
 
 def ecc(before, after):
@@ -71,9 +79,12 @@ def replays(per_minute):
 
 def gpu_fan(rpm_after_60s, percent_after_60s=60):
     """GPU 0's fan 1 turns at 1800 rpm for 60 s, then at ``rpm_after_60s`` asked for ``percent_after_60s``."""
-    return lambda t, tick: set_gpu(tick, nvmlDeviceGetFanSpeedRPM__1=1800 if t < 60 else rpm_after_60s,
-                                   nvmlDeviceGetTargetFanSpeed__1=60 if t < 60 else percent_after_60s,
-                                   nvmlDeviceGetFanSpeed_v2__1=60 if t < 60 else percent_after_60s)
+    return lambda t, tick: set_gpu(
+        tick,
+        nvmlDeviceGetFanSpeedRPM__1=1800 if t < 60 else rpm_after_60s,
+        nvmlDeviceGetTargetFanSpeed__1=60 if t < 60 else percent_after_60s,
+        nvmlDeviceGetFanSpeed_v2__1=60 if t < 60 else percent_after_60s,
+    )
 
 
 def retirement(pending_after_30s):
@@ -81,8 +92,9 @@ def retirement(pending_after_30s):
 
 
 def link(gen, util):
-    return lambda t, tick: set_gpu(tick, nvmlDeviceGetCurrPcieLinkGeneration=gen,
-                                   nvmlDeviceGetUtilizationRates={"gpu": util, "memory": 10})
+    return lambda t, tick: set_gpu(
+        tick, nvmlDeviceGetCurrPcieLinkGeneration=gen, nvmlDeviceGetUtilizationRates={"gpu": util, "memory": 10}
+    )
 
 
 def fan_vanishes(t, tick):
@@ -93,6 +105,7 @@ def two_gpus_at(mw):
     def modify(t, tick):
         for g in tick["gpus"]:
             g["nvmlDeviceGetPowerUsage"] = mw
+
     return modify
 
 
@@ -100,47 +113,91 @@ def two_gpus_at(mw):
 SCENARIOS = {
     "FanStalled": (lambda: timeline(120, 5, modify=fan_stops), lambda: timeline(120, 5, modify=fan_blips), {}),
     "CoolingDegraded": (lambda: timeline(900, 15, host=cpu(75, 5)), lambda: timeline(900, 15, host=cpu(75, 90)), {}),
-    "CpuTemperatureCritical": (lambda: timeline(60, 5, host=cpu(97, 100, critical=105)),
-                               lambda: timeline(60, 5, host=cpu(80, 100)), {}),
+    "CpuTemperatureCritical": (
+        lambda: timeline(60, 5, host=cpu(97, 100, critical=105)),
+        lambda: timeline(60, 5, host=cpu(80, 100)),
+        {},
+    ),
     # the software flag counts where it holds the clock below the applications (base) clock
-    "GpuThermalSlowdown": (lambda: timeline(60, 5, modify=sw_thermal(1400)), lambda: timeline(60, 5, modify=mask(0x4)),
-                           {}),
-    "GpuNearSlowdown": (lambda: timeline(90, 5, modify=temperature(86)),
-                        lambda: timeline(90, 5, modify=temperature(80)), {}),
-    "GpuAtSlowdownTemperature": (lambda: timeline(60, 5, modify=temperature(90)),
-                                 lambda: timeline(60, 5, modify=temperature(86)), {}),
-    "GpuPowerBrake": (lambda: timeline(60, 1, modify=mask(0x80 | 0x4)),
-                      lambda: timeline(60, 1, modify=lambda t, tick: set_gpu(
-                          tick, **{MASK: 0x8 if 30 <= t < 32 else 0x4})), {}),
-    "GpuPowerCapped": (lambda: timeline(180, 5, modify=mask(0x4)),
-                       lambda: timeline(180, 5, modify=power(120000, 0)), {}),
-    "GpuStarved": (lambda: timeline(900, 15, modify=power(300000)), lambda: timeline(900, 15, modify=power(690000)),
-                   {}),
-    "GpuJobStalled": (lambda: timeline(1500, 30, modify=stalled_job(0)),
-                      lambda: timeline(1500, 30, modify=stalled_job(100)), {}),
+    "GpuThermalSlowdown": (
+        lambda: timeline(60, 5, modify=sw_thermal(1400)),
+        lambda: timeline(60, 5, modify=mask(0x4)),
+        {},
+    ),
+    "GpuNearSlowdown": (
+        lambda: timeline(90, 5, modify=temperature(86)),
+        lambda: timeline(90, 5, modify=temperature(80)),
+        {},
+    ),
+    "GpuAtSlowdownTemperature": (
+        lambda: timeline(60, 5, modify=temperature(90)),
+        lambda: timeline(60, 5, modify=temperature(86)),
+        {},
+    ),
+    "GpuPowerBrake": (
+        lambda: timeline(60, 1, modify=mask(0x80 | 0x4)),
+        lambda: timeline(60, 1, modify=lambda t, tick: set_gpu(tick, **{MASK: 0x8 if 30 <= t < 32 else 0x4})),
+        {},
+    ),
+    "GpuPowerCapped": (
+        lambda: timeline(180, 5, modify=mask(0x4)),
+        lambda: timeline(180, 5, modify=power(120000, 0)),
+        {},
+    ),
+    "GpuStarved": (
+        lambda: timeline(900, 15, modify=power(300000)),
+        lambda: timeline(900, 15, modify=power(690000)),
+        {},
+    ),
+    "GpuJobStalled": (
+        lambda: timeline(1500, 30, modify=stalled_job(0)),
+        lambda: timeline(1500, 30, modify=stalled_job(100)),
+        {},
+    ),
     "GpuLost": (lambda: sc.gpu_lost(sc.h200()), lambda: sc.h200(), {}),
     # GpuLost holds it back (one lost GPU, one page): the count alone, with GpuLost off
-    "GpuCountDropped": (lambda: sc.gpu_lost(sc.h200()), lambda: sc.h200().widened(2),
-                        {"alerts": {"builtin": {"GpuLost": {"enabled": False}}}}),
+    "GpuCountDropped": (
+        lambda: sc.gpu_lost(sc.h200()),
+        lambda: sc.h200().widened(2),
+        {"alerts": {"builtin": {"GpuLost": {"enabled": False}}}},
+    ),
     "GpuXid": (lambda: sc.with_xid(sc.h200(), at_second=20, xid=79), lambda: sc.h200(), {}),
-    "GpuEccUncorrectable": (lambda: timeline(120, 5, modify=ecc(0, 2)), lambda: timeline(120, 5, modify=ecc(3, 3)),
-                            {}),
-    "GpuRowRemap": (lambda: timeline(30, 5, modify=rows([0, 0, 1, 0])),
-                    lambda: timeline(30, 5, modify=rows([5, 0, 0, 0])), {}),
-    "PcieReplaysRising": (lambda: timeline(120, 5, modify=replays(60)),
-                          lambda: timeline(120, 5, modify=replays(3)), {}),
-    "GpuFanStalled": (lambda: timeline(180, 5, board=sc.gpu_fans, modify=gpu_fan(0)),
-                      lambda: timeline(180, 5, board=sc.gpu_fans, modify=gpu_fan(0, percent_after_60s=0)), {}),
-    "GpuPageRetirement": (lambda: timeline(60, 5, board=sc.pre_ampere, modify=retirement(True)),
-                          lambda: timeline(60, 5, board=sc.pre_ampere, modify=retirement(False)), {}),
-    "PcieLinkDegraded": (lambda: timeline(120, 5, modify=link(3, 100)), lambda: timeline(120, 5, modify=link(3, 0)),
-                         {}),
-    "PowerBudgetHigh": (lambda: timeline(90, 5), lambda: timeline(90, 5, modify=power(500000)),
-                        {"alerts": {"power_budget": {"watts": 750, "include_cpu": False}}}),
-    "PowerBudgetExceeded": (lambda: timeline(60, 5, gpus=2, modify=two_gpus_at(692000)),
-                            lambda: timeline(60, 5, gpus=2, modify=two_gpus_at(500000)),
-                            {"alerts": {"power_budget": {"groups": [
-                                {"name": "psu-a", "gpus": [0, 1], "watts": 1300}]}}}),
+    "GpuEccUncorrectable": (lambda: timeline(120, 5, modify=ecc(0, 2)), lambda: timeline(120, 5, modify=ecc(3, 3)), {}),
+    "GpuRowRemap": (
+        lambda: timeline(30, 5, modify=rows([0, 0, 1, 0])),
+        lambda: timeline(30, 5, modify=rows([5, 0, 0, 0])),
+        {},
+    ),
+    "PcieReplaysRising": (
+        lambda: timeline(120, 5, modify=replays(60)),
+        lambda: timeline(120, 5, modify=replays(3)),
+        {},
+    ),
+    "GpuFanStalled": (
+        lambda: timeline(180, 5, board=sc.gpu_fans, modify=gpu_fan(0)),
+        lambda: timeline(180, 5, board=sc.gpu_fans, modify=gpu_fan(0, percent_after_60s=0)),
+        {},
+    ),
+    "GpuPageRetirement": (
+        lambda: timeline(60, 5, board=sc.pre_ampere, modify=retirement(True)),
+        lambda: timeline(60, 5, board=sc.pre_ampere, modify=retirement(False)),
+        {},
+    ),
+    "PcieLinkDegraded": (
+        lambda: timeline(120, 5, modify=link(3, 100)),
+        lambda: timeline(120, 5, modify=link(3, 0)),
+        {},
+    ),
+    "PowerBudgetHigh": (
+        lambda: timeline(90, 5),
+        lambda: timeline(90, 5, modify=power(500000)),
+        {"alerts": {"power_budget": {"watts": 750, "include_cpu": False}}},
+    ),
+    "PowerBudgetExceeded": (
+        lambda: timeline(60, 5, gpus=2, modify=two_gpus_at(692000)),
+        lambda: timeline(60, 5, gpus=2, modify=two_gpus_at(500000)),
+        {"alerts": {"power_budget": {"groups": [{"name": "psu-a", "gpus": [0, 1], "watts": 1300}]}}},
+    ),
     "SensorMissing": (lambda: timeline(120, 5, modify=fan_vanishes), lambda: timeline(120, 5, host=fans(900)), {}),
 }
 
@@ -166,8 +223,9 @@ def test_rule_fires_on_its_scenario(rule, tmp_path):
 def test_one_lost_gpu_is_one_page(tmp_path):
     """GpuLost says which GPU; the box's GpuCountDropped that follows from it is held back."""
     transitions = run(sc.gpu_lost(sc.h200()), tmp_path, {})
-    assert [(t.alertname, t.status) for t in transitions if t.severity == "critical"] == [("GpuLost", "firing")], \
-        [t.line() for t in transitions]
+    assert [(t.alertname, t.status) for t in transitions if t.severity == "critical"] == [("GpuLost", "firing")], [
+        t.line() for t in transitions
+    ]
 
 
 @pytest.mark.parametrize("rule", sorted(SCENARIOS))
@@ -184,7 +242,8 @@ RECOVERIES = {
     "CoolingDegraded": lambda: timeline(900, 15, host=cpu(60, 5)),
     "CpuTemperatureCritical": lambda: timeline(60, 5, host=cpu(70, 100, critical=105)),
     # the lost GPU answers again (a reset): rigmon asks a lost GPU again every 30 s
-    "GpuLost": lambda: sc.h200().widened(2), "GpuCountDropped": lambda: sc.h200().widened(2),
+    "GpuLost": lambda: sc.h200().widened(2),
+    "GpuCountDropped": lambda: sc.h200().widened(2),
     "SensorMissing": lambda: timeline(60, 5, host=fans(900)),  # the sensor is back
 }
 
@@ -217,8 +276,9 @@ def test_texts_show_the_values(tmp_path):
     assert starved.labels == {"gpu": "0", "uuid": "GPU-051bc521-f352-6ece-a775-fbe39f974666", "name": "NVIDIA H200"}
     assert "input pipeline" in starved.hint
     xid = [t for t in run(SCENARIOS["GpuXid"][0](), tmp_path, {}) if t.alertname == "GpuXid"]
-    assert xid[0].summary == ("GPU 0 (NVIDIA H200): XID 79, GPU has fallen off the bus (power, PCIe link, riser or "
-                              "seating)")
+    assert xid[0].summary == (
+        "GPU 0 (NVIDIA H200): XID 79, GPU has fallen off the bus (power, PCIe link, riser or seating)"
+    )
     assert [t.status for t in xid] == ["firing"]  # resolves 10 min after the last XID, past this recording
 
 
@@ -240,10 +300,21 @@ def test_disable_and_rethreshold_builtins(tmp_path):
 
 
 def test_user_rule(tmp_path):
-    config = {"alerts": {"rules": [{
-        "name": "MemoryAlmostFull", "kind": "gpu", "severity": "warning", "for": "10s",
-        "when": "memory_used_bytes > share * 150e9", "params": {"share": 0.001},
-        "summary": "GPU {gpu} memory at {memory_used_bytes:.3g} bytes"}]}}
+    config = {
+        "alerts": {
+            "rules": [
+                {
+                    "name": "MemoryAlmostFull",
+                    "kind": "gpu",
+                    "severity": "warning",
+                    "for": "10s",
+                    "when": "memory_used_bytes > share * 150e9",
+                    "params": {"share": 0.001},
+                    "summary": "GPU {gpu} memory at {memory_used_bytes:.3g} bytes",
+                }
+            ]
+        }
+    }
     fired = [t for t in run(timeline(60, 5), tmp_path, config) if t.alertname == "MemoryAlmostFull"]
     assert fired and fired[0].summary == "GPU 0 memory at 1.84e+09 bytes"
 
@@ -283,10 +354,13 @@ def test_a_restart_keeps_the_fans_that_turned_and_the_sensors_that_answered(tmp_
         with sc.Replayed(after, config, recording_time=True) as r:
             for t in range(0, 91, 5):
                 r.poll(t)
-            firing[kept] = sorted((a.alertname, a.subject) for a in r.pipeline.alerts.state.firing
-                                  if a.severity != "info")
-    assert firing[True] == [("FanStalled", "chip=nct6798, fan=fan2"),
-                            ("SensorMissing", "sensor_kind=fan, sensor=nct6798/fan3")], firing
+            firing[kept] = sorted(
+                (a.alertname, a.subject) for a in r.pipeline.alerts.state.firing if a.severity != "info"
+            )
+    assert firing[True] == [
+        ("FanStalled", "chip=nct6798, fan=fan2"),
+        ("SensorMissing", "sensor_kind=fan, sensor=nct6798/fan3"),
+    ], firing
     assert firing[False] == [], firing  # forgotten: an empty header and a fan that never was
 
 
@@ -300,12 +374,16 @@ def test_a_restart_keeps_each_gpu_fans_best_and_exports_it(tmp_path):
             before.poll(t)
         exported = before.metrics()
     assert 'rigmon_gpu_fan_best_speed_rpm_per_ratio{fan="0",gpu="0",uuid="' in exported
-    best = float(next(x for x in exported.splitlines()
-                      if x.startswith("rigmon_gpu_fan_best_speed_rpm_per_ratio{fan=\"0\",gpu=\"0\"")).split()[-1])
+    best = float(
+        next(
+            x for x in exported.splitlines() if x.startswith('rigmon_gpu_fan_best_speed_rpm_per_ratio{fan="0",gpu="0"')
+        ).split()[-1]
+    )
     assert best == pytest.approx(1800 / 0.6)
 
     def slow(t, tick):
         set_gpu(tick, nvmlDeviceGetFanSpeedRPM__0=400)
+
     firing = {}
     for kept in (True, False):
         if not kept:
@@ -313,23 +391,34 @@ def test_a_restart_keeps_each_gpu_fans_best_and_exports_it(tmp_path):
         with sc.Replayed(timeline(120, 5, board=sc.gpu_fans, modify=slow), config, recording_time=True) as r:
             for t in range(0, 121, 5):
                 r.poll(t)
-            firing[kept] = sorted((a.alertname, dict(a.labels).get("fan")) for a in r.pipeline.alerts.state.firing
-                                  if a.alertname == "GpuFanStalled")
+            firing[kept] = sorted(
+                (a.alertname, dict(a.labels).get("fan"))
+                for a in r.pipeline.alerts.state.firing
+                if a.alertname == "GpuFanStalled"
+            )
             after = r.metrics()
         if kept:  # the best is still the one from before, not the slow fan's own
             assert 'rigmon_gpu_fan_best_speed_rpm_per_ratio{fan="0",gpu="0",uuid="' in after
-            assert f" {best}" in next(x for x in after.splitlines()
-                                      if x.startswith('rigmon_gpu_fan_best_speed_rpm_per_ratio{fan="0",gpu="0"'))
+            assert f" {best}" in next(
+                x for x in after.splitlines() if x.startswith('rigmon_gpu_fan_best_speed_rpm_per_ratio{fan="0",gpu="0"')
+            )
     assert firing[True] == [("GpuFanStalled", "0")], firing
     assert firing[False] == [], firing  # forgotten: the slow fan is its own best
 
 
-@pytest.mark.parametrize("text", ["not json", '{"fans_turned": 5}', '[1, 2]', '{"sensors": [["fan"], [1, 2], null]}',
-                                  '{"fans_turned": [["c", "d", "' + "x" * 300 + '"]]}',
-                                  '{"gpu_fans_best": [["GPU-a", "0", NaN], ["GPU-a", "1", -1], ["GPU-a", "2", 1e300],'
-                                  ' ["GPU-a", "3", true], ["GPU-a", 4, 10], "x", ["GPU-a", "5", 3000]]}',
-                                  '{"sensors": ' + str([["fan", f"c/f{i}"] for i in range(5000)]).replace("'", '"')
-                                  + '}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        '{"fans_turned": 5}',
+        "[1, 2]",
+        '{"sensors": [["fan"], [1, 2], null]}',
+        '{"fans_turned": [["c", "d", "' + "x" * 300 + '"]]}',
+        '{"gpu_fans_best": [["GPU-a", "0", NaN], ["GPU-a", "1", -1], ["GPU-a", "2", 1e300],'
+        ' ["GPU-a", "3", true], ["GPU-a", 4, 10], "x", ["GPU-a", "5", 3000]]}',
+        '{"sensors": ' + str([["fan", f"c/f{i}"] for i in range(5000)]).replace("'", '"') + "}",
+    ],
+)
 def test_a_damaged_known_file_is_bounded_and_never_stops_the_daemon(tmp_path, text):
     from rigmon.sinks.known import MAX_ENTRIES, Known
 

@@ -70,10 +70,12 @@ def test_scrapes_see_whole_polls_while_alerts_flip_every_poll(tmp_path):
                 problems.append(f"{which}: {e}")
                 continue
             if which == "metrics":
-                active = sum(1 for line in body.splitlines()
-                             if line.startswith('rigmon_alert_active{alertname="Flip"'))
-                transitions = [line for line in body.splitlines() if line.startswith("rigmon_alert_transitions_total")
-                               and 'alertname="Flip"' in line]
+                active = sum(1 for line in body.splitlines() if line.startswith('rigmon_alert_active{alertname="Flip"'))
+                transitions = [
+                    line
+                    for line in body.splitlines()
+                    if line.startswith("rigmon_alert_transitions_total") and 'alertname="Flip"' in line
+                ]
             else:
                 state = json.loads(body)
                 active = sum(1 for a in state["alerts"] if a["alertname"] == "Flip")
@@ -87,8 +89,11 @@ def test_scrapes_see_whole_polls_while_alerts_flip_every_poll(tmp_path):
         rigmon.wait_ready()
         # The replay's clock starts before the daemon's first poll, which may land on a 60 °C
         # tick: until a poll at 95 °C, no Flip transition exists to be seen, whole or not.
-        wait_for(lambda: b'rigmon_alert_transitions_total{alertname="Flip"' in http_get(rigmon.url)[1], 10,
-                 what="the first Flip transition")
+        wait_for(
+            lambda: b'rigmon_alert_transitions_total{alertname="Flip"' in http_get(rigmon.url)[1],
+            10,
+            what="the first Flip transition",
+        )
         threads = [threading.Thread(target=scrape, args=(w,)) for w in ("metrics", "metrics", "state", "state")]
         for t in threads:
             t.start()
@@ -101,8 +106,10 @@ def test_scrapes_see_whole_polls_while_alerts_flip_every_poll(tmp_path):
         code = rigmon.stop()
     log = rigmon.output()
     flips = log.count("FIRING warning Flip") + log.count("resolved warning Flip")
-    print(f"\n{result['metrics']} /metrics and {result['state']} /state scrapes, {result['failed']} failed; "
-          f"{flips} transitions; firing GPUs seen per scrape: {dict(firing_seen)}")
+    print(
+        f"\n{result['metrics']} /metrics and {result['state']} /state scrapes, {result['failed']} failed; "
+        f"{flips} transitions; firing GPUs seen per scrape: {dict(firing_seen)}"
+    )
     assert code == 0, log[-3000:]
     assert result["failed"] == 0 and not problems, problems[:10]
     assert result["metrics"] > 100 and result["state"] > 100

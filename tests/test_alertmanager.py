@@ -15,8 +15,10 @@ RULE = "GpuAtSlowdownTemperature"
 def test_the_engine_alert_reaches_alertmanager_with_gpu_and_site_then_resolves(tmp_path):
     receiver = Receiver()
     am = Alertmanager(tmp_path, receiver.url)
-    config = {"daemon": {"hostname": "rig-04", "labels": {"site": "lab"}, "state_dir": str(tmp_path / "state")},
-              "notifiers": [{"type": "alertmanager", "url": am.url, "retry_initial": 0.2}]}
+    config = {
+        "daemon": {"hostname": "rig-04", "labels": {"site": "lab"}, "state_dir": str(tmp_path / "state")},
+        "notifiers": [{"type": "alertmanager", "url": am.url, "retry_initial": 0.2}],
+    }
     fault, healthy = SCENARIOS[RULE][0](), recovery(RULE)
 
     def ours():
@@ -30,12 +32,20 @@ def test_the_engine_alert_reaches_alertmanager_with_gpu_and_site_then_resolves(t
             (alert,) = wait_for(ours, 30, what=f"{RULE} in Alertmanager")
             labels = alert["labels"]
             assert {k: labels.get(k) for k in ("gpu", "site", "host", "instance", "severity")} == {
-                "gpu": "0", "site": "lab", "host": "rig-04", "instance": "rig-04:9963", "severity": "critical"}
+                "gpu": "0",
+                "site": "lab",
+                "host": "rig-04",
+                "instance": "rig-04:9963",
+                "severity": "critical",
+            }
             assert alert["generatorURL"] == "http://rig-04:9963/" and alert["status"]["state"] == "active"
             assert "slowdown" in alert["annotations"]["summary"]
             # the receiver is told once, with the site (Alertmanager's own webhook)
-            told = wait_for(lambda: [a for body in receiver.json() for a in body["alerts"]
-                                     if a["labels"]["alertname"] == RULE], 30, what="the receiver told")
+            told = wait_for(
+                lambda: [a for body in receiver.json() for a in body["alerts"] if a["labels"]["alertname"] == RULE],
+                30,
+                what="the receiver told",
+            )
             assert told[0]["labels"]["site"] == "lab" and told[0]["status"] == "firing"
             healthy_until = healthy.ticks[-1]["t"] - fault.ticks[0]["t"] + 5
             for t in range(int(end_of_fault) + 5, int(healthy_until) + 1, 5):

@@ -35,16 +35,25 @@ retry_max = "1s"
     try:
         rigmon.wait_ready()
         wait_for(lambda: first.bodies, 20, what="the first alert")
-        active = [line for line in http_get(rigmon.url, {"Accept": "text/plain"})[1].decode().splitlines()
-                  if line.startswith("rigmon_alert_active{")]
+        active = [
+            line
+            for line in http_get(rigmon.url, {"Accept": "text/plain"})[1].decode().splitlines()
+            if line.startswith("rigmon_alert_active{")
+        ]
         assert any('alertname="GpuAtSlowdownTemperature"' in a and 'subject="gpu=0"' in a for a in active), active
         first.stop()  # the receiver goes away for a stretch: two transitions or more while it is away
-        wait_for(lambda: len(logged_transitions(rigmon.output())) - len(first.bodies) >= 2, 60,
-                 what="two transitions during the outage")
+        wait_for(
+            lambda: len(logged_transitions(rigmon.output())) - len(first.bodies) >= 2,
+            60,
+            what="two transitions during the outage",
+        )
         during_outage = len(logged_transitions(rigmon.output())) - len(first.bodies)
         second = Receiver(first.port)
-        wait_for(lambda: len(first.bodies) + len(second.bodies) >= len(logged_transitions(rigmon.output())), 30,
-                 what="the queued transitions")
+        wait_for(
+            lambda: len(first.bodies) + len(second.bodies) >= len(logged_transitions(rigmon.output())),
+            30,
+            what="the queued transitions",
+        )
     finally:
         assert rigmon.stop() == 0  # a warm stop flushes what is queued
         if second is not None:
@@ -58,8 +67,10 @@ retry_max = "1s"
 
 
 def test_reminders_while_firing(tmp_path):
-    recording = sc.write(timeline(60, 1, modify=lambda t, tick: set_gpu(tick, nvmlDeviceGetTemperature__0=95)),
-                         tmp_path / "hot.rec.jsonl")
+    recording = sc.write(
+        timeline(60, 1, modify=lambda t, tick: set_gpu(tick, nvmlDeviceGetTemperature__0=95)),
+        tmp_path / "hot.rec.jsonl",
+    )
     receiver = Receiver()
     config = f"""
 [daemon]
@@ -93,14 +104,18 @@ def test_an_alert_joins_its_gpu_in_promql(tmp_path):
         tick["gpus"][1]["nvmlDeviceGetTemperature:0"] = 95
 
     recording = sc.write(timeline(120, 1, gpus=2, modify=second_hot), tmp_path / "hot.rec.jsonl")
-    rigmon = Rigmon(tmp_path, recording, '[daemon]\ninterval = 0.5\n[alerts.builtin.GpuAtSlowdownTemperature]\n'
-                                         'for = "0s"\n')
+    rigmon = Rigmon(
+        tmp_path, recording, '[daemon]\ninterval = 0.5\n[alerts.builtin.GpuAtSlowdownTemperature]\nfor = "0s"\n'
+    )
     prometheus = None
     try:
         rigmon.wait_ready()
         prometheus = Prometheus(tmp_path, [f"127.0.0.1:{rigmon.port}"])
-        joined = prometheus.wait_query('rigmon_alert_active{alertname="GpuAtSlowdownTemperature"} '
-                                       '* on (instance, gpu) group_left rigmon_gpu_power_watts', 60)
+        joined = prometheus.wait_query(
+            'rigmon_alert_active{alertname="GpuAtSlowdownTemperature"} '
+            "* on (instance, gpu) group_left rigmon_gpu_power_watts",
+            60,
+        )
     finally:
         if prometheus is not None:
             prometheus.stop()

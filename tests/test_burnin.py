@@ -15,8 +15,13 @@ pytest.importorskip("torch")
 
 def burnin(tmp_path, *args, env=None, timeout=600):
     report = tmp_path / "report"
-    done = subprocess.run([sys.executable, "-m", "rigmon", "burnin", "--report", str(report), *args],
-                          capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    done = subprocess.run(
+        [sys.executable, "-m", "rigmon", "burnin", "--report", str(report), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
     data = json.loads((report / "burnin.json").read_text()) if (report / "burnin.json").exists() else None
     return done, data, report
 
@@ -39,8 +44,11 @@ def test_cpu_burnin_passes_with_a_complete_report(tmp_path):
     assert "(floor " in done.stdout  # the progress line shows the loss against its floor
     assert (report / "summary.json").exists()
     page = (report / "burnin.html").read_text()
-    assert page.count("<svg") >= 4 and "loss above the data&#x27;s floor" in page and "http" not in page.replace(
-        'xmlns="http://www.w3.org/2000/svg"', "")
+    assert (
+        page.count("<svg") >= 4
+        and "loss above the data&#x27;s floor" in page
+        and "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    )
     render_in_chromium(report / "burnin.html", tmp_path / "burnin.png")
 
 
@@ -51,10 +59,26 @@ def render_in_chromium(page, png):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         return
-    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    f"--user-data-dir={png.parent / 'chromium'}", "--hide-scrollbars", "--window-size=1560,1500",
-                    f"--screenshot={png}", page.as_uri()], capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={png.parent / 'chromium'}",
+            "--hide-scrollbars",
+            "--window-size=1560,1500",
+            f"--screenshot={png}",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+    )
     assert png.exists() and png.stat().st_size > 30_000  # charts, not a blank page
 
 
@@ -74,9 +98,16 @@ def test_xid_from_replayed_hardware_fails(tmp_path):
 
 
 def test_thermal_slowdown_from_replayed_hardware_fails(tmp_path):
-    hot = timeline(60, 1, modify=lambda t, tick: set_gpu(tick, nvmlDeviceGetCurrentClocksEventReasons=0x20 | 0x4,
-                                                          nvmlDeviceGetTemperature__0=86,
-                                                          nvmlDeviceGetUtilizationRates={"gpu": 100, "memory": 9}))
+    hot = timeline(
+        60,
+        1,
+        modify=lambda t, tick: set_gpu(
+            tick,
+            nvmlDeviceGetCurrentClocksEventReasons=0x20 | 0x4,
+            nvmlDeviceGetTemperature__0=86,
+            nvmlDeviceGetUtilizationRates={"gpu": 100, "memory": 9},
+        ),
+    )
     done, data, _ = burnin(tmp_path, "--minutes", "0.5", "--replay", replayed(tmp_path, hot, "hot"), "--cpu")
     assert done.returncode == 1
     assert any("sw thermal slowdown active 100 % of the time" in r for r in gpu_unit(data)["reasons"])
@@ -86,8 +117,9 @@ def test_stalled_cpu_fan_fails(tmp_path):
     def fan(t, tick):
         tick["host"] = {"sensors_fans": {"nct6798": [["", 1150 if t < 3 else 0]]}}
 
-    done, data, _ = burnin(tmp_path, "--minutes", "0.75", "--cpu",
-                           "--replay", replayed(tmp_path, timeline(120, 1, modify=fan), "fan"))
+    done, data, _ = burnin(
+        tmp_path, "--minutes", "0.75", "--cpu", "--replay", replayed(tmp_path, timeline(120, 1, modify=fan), "fan")
+    )
     assert done.returncode == 1, done.stdout
     assert data["host_verdict"]["status"] == "fail"
     assert any(r.startswith("FanStalled: Fan nct6798/fan1 stopped") for r in data["host_verdict"]["reasons"])
@@ -107,9 +139,11 @@ def test_nan_loss_fails(tmp_path):
 
 
 def test_without_torch_says_how_to_install_and_exits_2(tmp_path):
-    code = ("import sys; sys.modules['torch'] = None\n"
-            "from rigmon.commands import main\n"
-            "raise SystemExit(main(['burnin', '--minutes', '1', '--report', sys.argv[1]]))")
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from rigmon.commands import main\n"
+        "raise SystemExit(main(['burnin', '--minutes', '1', '--report', sys.argv[1]]))"
+    )
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r")], capture_output=True, text=True)
     # this environment's own pip, and PyTorch's CPU build where no NVIDIA driver is loaded (this machine)
     assert done.returncode == 2 and f"{sys.executable} -m pip install torch" in done.stderr
@@ -121,8 +155,13 @@ def test_refuses_to_start_beside_a_training_run_unless_forced(tmp_path):
     (here a real process, named by PID in the replayed NVML answers) stops it with exit 2."""
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)  # train_gpt.py --epochs 9"])
     try:
-        busy = timeline(60, 1, modify=lambda t, tick: set_gpu(
-            tick, nvmlDeviceGetComputeRunningProcesses=[{"pid": job.pid, "usedGpuMemory": 20 << 30}]))
+        busy = timeline(
+            60,
+            1,
+            modify=lambda t, tick: set_gpu(
+                tick, nvmlDeviceGetComputeRunningProcesses=[{"pid": job.pid, "usedGpuMemory": 20 << 30}]
+            ),
+        )
         path = replayed(tmp_path, busy, "busy")
         done, data, report = burnin(tmp_path, "--minutes", "0.25", "--replay", path)
         assert done.returncode == 2, done.stdout + done.stderr
@@ -169,13 +208,18 @@ def test_cpu_flag_trains_on_the_cpu_and_only_watches_the_gpus(tmp_path):
     assert "GPU0 NVIDIA H200: not tested" in done.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--gpus", "9"], "could not run: --gpus 9: there is no GPU 9"),
-    (["--report", "FILE/sub"], "--report"),
-    (["--baseline", "/nonexistent/old.json"], "--baseline /nonexistent/old.json: cannot read it"),
-    (["--baseline", "BAD"], "not JSON"),
-    (["--hours", "nan"], "--hours"), (["--minutes", "0"], "--minutes"), (["--hours", "-1"], "--hours"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--gpus", "9"], "could not run: --gpus 9: there is no GPU 9"),
+        (["--report", "FILE/sub"], "--report"),
+        (["--baseline", "/nonexistent/old.json"], "--baseline /nonexistent/old.json: cannot read it"),
+        (["--baseline", "BAD"], "not JSON"),
+        (["--hours", "nan"], "--hours"),
+        (["--minutes", "0"], "--minutes"),
+        (["--hours", "-1"], "--hours"),
+    ],
+)
 def test_bad_arguments_are_one_clear_line_and_exit_2(args, message, tmp_path):
     (tmp_path / "FILE").write_text("a file where a directory should be")
     (tmp_path / "BAD").write_text("{not json")
@@ -194,15 +238,26 @@ def test_bad_arguments_are_one_clear_line_and_exit_2(args, message, tmp_path):
 def unit(name, gpu, gpu_name, model, rate):
     start = {"event": "start", "gpu_name": gpu_name, "model": model, "floor": 1.0}
     end = {"event": "end", "final_loss": 1.02, "floor": 1.0}
-    return {"name": name, "gpu": gpu, "device": f"cuda:{gpu}", "start": start, "end": end, "probes": 3,
-            "failed_probes": [], "rates": [(t, rate) for t in range(0, 600, 20)], "exit_code": 0}
+    return {
+        "name": name,
+        "gpu": gpu,
+        "device": f"cuda:{gpu}",
+        "start": start,
+        "end": end,
+        "probes": 3,
+        "failed_probes": [],
+        "rates": [(t, rate) for t in range(0, 600, 20)],
+        "exit_code": 0,
+    }
 
 
 def test_a_4090_beside_a_3060_passes_and_a_slow_gpu_of_one_model_fails():
     from rigmon.burnin.verdict import judge
 
-    mixed = [unit("GPU0", 0, "NVIDIA GeForce RTX 4090", "gpt2", 180_000),
-             unit("GPU1", 1, "NVIDIA GeForce RTX 3060", "small", 60_000)]
+    mixed = [
+        unit("GPU0", 0, "NVIDIA GeForce RTX 4090", "gpt2", 180_000),
+        unit("GPU1", 1, "NVIDIA GeForce RTX 3060", "small", 60_000),
+    ]
     overall, judgements, _ = judge(mixed, {}, [])
     assert overall == "pass" and [j.status for j in judgements] == ["pass", "pass"]
     same = [unit(f"GPU{i}", i, "NVIDIA GeForce RTX 3090", "gpt2", 100_000) for i in range(3)]
@@ -264,6 +319,7 @@ def test_eight_gpu_report_in_chromium(tmp_path):
 
     def spike(t, tick):  # GPU 5 touches 95 °C for 3 s: the reading that fails the run
         tick["gpus"][5]["nvmlDeviceGetTemperature:0"] = 95 if 8 <= t < 11 else 62
+
     rec = sc.with_xid(timeline(40, 1, gpus=8, modify=spike), at_second=3, xid=79, gpu=2)
     done, data, report = burnin(tmp_path, "--minutes", "0.4", "--cpu", "--replay", replayed(tmp_path, rec, "eight"))
     assert done.returncode == 1, done.stdout + done.stderr  # the XID on GPU 2 and the heat on GPU 5 fail it
@@ -274,27 +330,37 @@ def test_eight_gpu_report_in_chromium(tmp_path):
     probed.write_text(page.read_text().replace("</body>", LEGEND_PROBE + "</body>"))
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     assert browser, "tests/run installs Debian's chromium"
-    common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
-              "--disable-background-networking", "--disable-component-update", f"--user-data-dir={tmp_path / 'c'}",
-              "--window-size=1560,2400"]
+    common = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-sync",
+        "--disable-background-networking",
+        "--disable-component-update",
+        f"--user-data-dir={tmp_path / 'c'}",
+        "--window-size=1560,2400",
+    ]
     dom = subprocess.run(common + ["--dump-dom", probed.as_uri()], capture_output=True, text=True, timeout=120).stdout
     assert re.search(r'id="verdict"[^>]*>FAIL<', dom)
     assert re.search(r"model auto: tiny \(0\.\d+ M parameters\)", dom), "the model and its size in the header"
     for i in range(8):
         assert f"<td>GPU{i}</td><td>NVIDIA H200</td>" in dom
-    alerts = dom[dom.index('id="alerts"'):]
-    assert "GpuXid" in alerts[:alerts.index("</table>")] and "XID 79" in alerts[:alerts.index("</table>")]
+    alerts = dom[dom.index('id="alerts"') :]
+    assert "GpuXid" in alerts[: alerts.index("</table>")] and "XID 79" in alerts[: alerts.index("</table>")]
     assert "NVIDIA H200 × 8" in dom  # one section for the group, one chart per reading
     charts = {c["title"]: c for c in json.loads(html.unescape(re.search(r'data-probe="([^"]*)"', dom).group(1)))}
 
     def rgb(hex_colour):
-        return "rgb({}, {}, {})".format(*(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)))
+        return "rgb({}, {}, {})".format(*(int(hex_colour[i : i + 2], 16) for i in (1, 3, 5)))
+
     temperature = charts["GPU temperature against the slowdown threshold"]
     assert [name for name, _ in temperature["legend"]] == [f"GPU{i}" for i in range(8)]
     colours = [colour for _, colour in temperature["legend"]]
     assert len(set(colours)) == 8 and "rgb(85, 85, 85)" not in colours, colours  # not the ticks' grey
     assert colours == [rgb(c) for c in temperature["series"]], "each label in its own line's colour"
-    (peak, colour), = temperature["peaks"]
+    ((peak, colour),) = temperature["peaks"]
     assert peak.startswith("GPU5 peak 95 °C ≥ slowdown") and colour == colours[5], temperature["peaks"]
     for title, c in charts.items():
         assert c["drawn"] >= 0.95 * c["card"] - 2, (title, c["drawn"], c["card"])  # the chart fills its card
@@ -317,8 +383,11 @@ def test_eight_gpu_report_in_chromium(tmp_path):
     assert ticked >= 5  # temperature, power, SM clock, throughput, loss (memory temperature: not measured)
     for width in (1600, 420):
         png = tmp_path / f"burnin-{width}.png"
-        subprocess.run(common[:-1] + ["--hide-scrollbars", f"--window-size={width},2400", f"--screenshot={png}",
-                                      page.as_uri()], capture_output=True, timeout=120)
+        subprocess.run(
+            common[:-1] + ["--hide-scrollbars", f"--window-size={width},2400", f"--screenshot={png}", page.as_uri()],
+            capture_output=True,
+            timeout=120,
+        )
         assert png.exists()
 
 
@@ -332,8 +401,12 @@ def test_an_interrupted_run_says_so_and_claims_no_verdict(tmp_path, signame, cod
     from rigmon.exporters.burnin import BurninReports
 
     report = tmp_path / "reports" / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "rigmon", "burnin", "--report", str(report), "--minutes", "5"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rigmon", "burnin", "--report", str(report), "--minutes", "5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for line in proc.stdout:  # until a progress line gives a rate: it is training, not starting
         if "tok/s" in line:
             break

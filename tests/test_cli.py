@@ -9,8 +9,9 @@ import scenarios as sc
 
 
 def rigmon(*args, env=None, timeout=60):
-    return subprocess.run([sys.executable, "-m", "rigmon", *args], capture_output=True, text=True, timeout=timeout,
-                          env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "rigmon", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def test_status_replay_json_in_base_units():
@@ -32,8 +33,19 @@ def test_status_table_shows_units_and_unsupported():
     done = rigmon("status", "--demo", "--at", "10")
     assert done.returncode == 0, done.stderr
     text = done.stdout
-    for expected in ("°C/SLOW", "W/LIMIT", "SM MHz", "H200", "692/700", "63/89", "1470", "pwr-cap", "n/s",
-                     "Gen5 x16", "no temperature or fan sensors"):
+    for expected in (
+        "°C/SLOW",
+        "W/LIMIT",
+        "SM MHz",
+        "H200",
+        "692/700",
+        "63/89",
+        "1470",
+        "pwr-cap",
+        "n/s",
+        "Gen5 x16",
+        "no temperature or fan sensors",
+    ):
         assert expected in text, expected
 
 
@@ -51,8 +63,12 @@ def test_status_without_nvml_still_shows_the_host(tmp_path):
 
 
 def test_watch_refreshes_until_interrupted():
-    proc = subprocess.Popen([sys.executable, "-m", "rigmon", "status", "--demo", "--watch", "0.2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rigmon", "status", "--demo", "--watch", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     import signal
 
     frames = 0
@@ -72,8 +88,9 @@ def test_version_and_help():
     assert rigmon("status", "--replay", "/nonexistent.jsonl").returncode == 2
 
 
-@pytest.mark.parametrize("argv", [["status", "--replay-gpus", "0", "--demo"], ["record", "--demo", "--out", "/x",
-                                                                               "--seconds", "-1"]])
+@pytest.mark.parametrize(
+    "argv", [["status", "--replay-gpus", "0", "--demo"], ["record", "--demo", "--out", "/x", "--seconds", "-1"]]
+)
 def test_bad_arguments_exit_2(argv):
     done = rigmon(*argv)
     assert done.returncode == 2 and "Traceback" not in done.stderr
@@ -106,11 +123,11 @@ def test_rules_list_shows_overrides(tmp_path):
     at = next(n for n, line in enumerate(lines) if line.startswith("GpuStarved"))
     assert "(disabled)" in lines[at] and "for 10m" in lines[at]
     end = next(n for n in range(at + 1, len(lines)) if not lines[n].startswith(" "))
-    block = " ".join(lines[at + 1:end])
+    block = " ".join(lines[at + 1 : end])
     assert "when:" in block and "utilization_gpu_ratio >= min_utilization" in block and "min_utilization=0.9" in block
     assert max(len(line) for line in lines) <= 100  # not a repr on one 300-column line
     at = lines.index(next(line for line in lines if line.startswith("GpuAtSlowdownTemperature")))
-    assert "  inhibits: GpuNearSlowdown, GpuThermalSlowdown" in lines[at + 1:at + 6]
+    assert "  inhibits: GpuNearSlowdown, GpuThermalSlowdown" in lines[at + 1 : at + 6]
 
 
 def test_doctor_on_a_box_where_nothing_evaluates_says_what_to_do_and_exits_1():
@@ -139,8 +156,10 @@ def test_status_shows_the_alerts_of_a_recording(tmp_path):
     path = sc.write(SCENARIOS["GpuStarved"][0](), tmp_path / "starved.rec.jsonl")
     done = rigmon("status", "--replay", str(path), "--at", "700")
     assert "ALERTS  1 firing" in done.stdout
-    assert ("WARNING  GpuStarved [gpu=0]  GPU 0 (NVIDIA H200) shows 100% busy but draws 300 of 700 W  (for 1m40s)"
-            in done.stdout), done.stdout
+    assert (
+        "WARNING  GpuStarved [gpu=0]  GPU 0 (NVIDIA H200) shows 100% busy but draws 300 of 700 W  (for 1m40s)"
+        in done.stdout
+    ), done.stdout
     early = rigmon("status", "--replay", str(path), "--at", "100", "--json")
     assert json.loads(early.stdout)["alerts"] == []
 
@@ -206,8 +225,12 @@ def test_watch_without_a_terminal_does_not_clear_and_json_is_one_object_per_line
     import signal
 
     for extra, check in ((["--json"], "json"), ([], "text")):
-        proc = subprocess.Popen([sys.executable, "-m", "rigmon", "status", "--demo", "--watch", "0.2", *extra],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rigmon", "status", "--demo", "--watch", "0.2", *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         seen, frames = [], 0
         while frames < 2:  # two frames out
             seen.append(proc.stdout.readline())
@@ -225,18 +248,26 @@ def test_watch_without_a_terminal_does_not_clear_and_json_is_one_object_per_line
 
 
 def test_watch_json_into_head_exits_quietly():
-    done = subprocess.run(f"{sys.executable} -m rigmon status --demo --watch 0.1 --json | head -1", shell=True,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        f"{sys.executable} -m rigmon status --demo --watch 0.1 --json | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert json.loads(done.stdout)["gpus"] and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["run", "--port", "99999"], "--port: a port is 0 to 65535 (0: any free one), not 99999"),
-    (["status", "--demo", "--at", "999"], "--at 999: the recording lasts 53.3 s"),
-    (["status", "--at", "5"], "--at goes only with --replay FILE or --demo"),
-    (["status", "--replay-gpus", "8"], "--replay-gpus goes only with --replay FILE or --demo"),
-    (["rules", "test"], "give --replay FILE (rigmon record makes one), or --demo"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "--port", "99999"], "--port: a port is 0 to 65535 (0: any free one), not 99999"),
+        (["status", "--demo", "--at", "999"], "--at 999: the recording lasts 53.3 s"),
+        (["status", "--at", "5"], "--at goes only with --replay FILE or --demo"),
+        (["status", "--replay-gpus", "8"], "--replay-gpus goes only with --replay FILE or --demo"),
+        (["rules", "test"], "give --replay FILE (rigmon record makes one), or --demo"),
+    ],
+)
 def test_options_that_cannot_work_are_one_clear_line(args, message):
     done = rigmon(*args)
     assert done.returncode == 2 and message in done.stderr, done.stderr
@@ -258,6 +289,7 @@ def _throttled_eight(tmp_path):
             g["nvmlDeviceGetSupportedClocksEventReasons"] = 0x1FF
             g["nvmlDeviceGetCurrentClocksEventReasons"] = 0xED if n == 3 else 0x4
         tick["gpus"][5]["nvmlDeviceGetTemperature:0"] = 90
+
     return sc.write(timeline(30, 1, gpus=8, modify=throttle), tmp_path / "throttled.rec.jsonl")
 
 
@@ -289,8 +321,12 @@ def test_status_in_a_real_terminal_of_80_columns_is_in_colour(tmp_path):
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 80, 0, 0))
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")}
-    proc = subprocess.Popen([sys.executable, "-m", "rigmon", "status", "--replay", str(path), "--at", "10"],
-                            stdout=slave, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rigmon", "status", "--replay", str(path), "--at", "10"],
+        stdout=slave,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     os.close(slave)
     out = b""
     while True:
@@ -308,8 +344,12 @@ def test_status_in_a_real_terminal_of_80_columns_is_in_colour(tmp_path):
     assert "\x1b[31m" in text  # the thermal slowdown and the hot GPU, in red
     assert "\x1b" not in plain  # colours only, nothing else
     assert max(len(line) for line in plain.replace("\r", "").splitlines()) <= 80
-    with_no_color = subprocess.run([sys.executable, "-m", "rigmon", "status", "--replay", str(path), "--at", "10"],
-                                   capture_output=True, text=True, env={**env, "NO_COLOR": "1"})
+    with_no_color = subprocess.run(
+        [sys.executable, "-m", "rigmon", "status", "--replay", str(path), "--at", "10"],
+        capture_output=True,
+        text=True,
+        env={**env, "NO_COLOR": "1"},
+    )
     assert "\x1b" not in with_no_color.stdout
 
 
@@ -335,8 +375,7 @@ def test_doctor_says_when_the_service_could_not_see_this_python():
     else:
         assert "service:" not in done.stdout
     assert hidden_from_the_service(("/usr/bin/python3", "/opt/rigmon/lib/python3.11/site-packages/rigmon")) is None
-    assert hidden_from_the_service(("/home/ada/miniconda3/bin/python",)) == ("/home/ada/miniconda3/bin/python",
-                                                                            "/home")
+    assert hidden_from_the_service(("/home/ada/miniconda3/bin/python",)) == ("/home/ada/miniconda3/bin/python", "/home")
     assert hidden_from_the_service(("/rootless/python",)) is None
 
 
@@ -345,7 +384,12 @@ def test_doctor_lists_the_calls_the_gpu_does_not_support(tmp_path):
     path = sc.write(rec, tmp_path / "half.rec.jsonl")
     done = rigmon("doctor", "--replay", str(path))
     line = next(x for x in done.stdout.splitlines() if "NVML calls not supported here" in x)
-    asked = {"nvmlDeviceGetPowerUsage", "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetUtilizationRates",
-             "nvmlDeviceGetPerformanceState", "nvmlDeviceGetMemoryInfo"}  # a few that every poll asks
+    asked = {
+        "nvmlDeviceGetPowerUsage",
+        "nvmlDeviceGetEnforcedPowerLimit",
+        "nvmlDeviceGetUtilizationRates",
+        "nvmlDeviceGetPerformanceState",
+        "nvmlDeviceGetMemoryInfo",
+    }  # a few that every poll asks
     listed = set(line.split(": ", 2)[-1].split(", "))
     assert listed & asked == {k for k in rec.dropped if k in asked}, (line, rec.dropped)

@@ -11,56 +11,112 @@ from rigmon.config import schema as config
 
 
 def check(path, env=None):
-    return subprocess.run([sys.executable, "-m", "rigmon", "config", "check", str(path)], capture_output=True,
-                          text=True, timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "rigmon", "config", "check", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 BAD = [
-    ("unknown field", "[daemon]\ninterval = 1\nintervall = 2\n",
-     "daemon.intervall: unknown field (did you mean interval?)"),
+    (
+        "unknown field",
+        "[daemon]\ninterval = 1\nintervall = 2\n",
+        "daemon.intervall: unknown field (did you mean interval?)",
+    ),
     ("unknown section", "[gpus]\nenabled = true\n", "gpus: unknown field (did you mean gpu?)"),
-    ("unknown nested field", "[[notifiers]]\ntype = \"webhook\"\nurl = \"http://x\"\nheader = {}\n",
-     "notifiers[0].header: unknown field (did you mean headers?)"),
-    ("unknown override field", "[alerts.builtin.FanStalled]\nfro = \"1m\"\n",
-     "alerts.builtin.FanStalled.fro: unknown field (did you mean for?)"),
-    ("wrong type", "[gpu]\npcie_throughput = \"fast\"\n", "gpu.pcie_throughput: Input should be a valid boolean"),
-    ("bad duration setting", "[gpu]\nslow_interval = \"fast\"\n", "gpu.slow_interval: not a duration: 'fast'"),
+    (
+        "unknown nested field",
+        '[[notifiers]]\ntype = "webhook"\nurl = "http://x"\nheader = {}\n',
+        "notifiers[0].header: unknown field (did you mean headers?)",
+    ),
+    (
+        "unknown override field",
+        '[alerts.builtin.FanStalled]\nfro = "1m"\n',
+        "alerts.builtin.FanStalled.fro: unknown field (did you mean for?)",
+    ),
+    ("wrong type", '[gpu]\npcie_throughput = "fast"\n', "gpu.pcie_throughput: Input should be a valid boolean"),
+    ("bad duration setting", '[gpu]\nslow_interval = "fast"\n', "gpu.slow_interval: not a duration: 'fast'"),
     ("out of range", "[prometheus]\nport = 70000\n", "prometheus.port: Input should be less than or equal to 65535"),
     ("not positive", "[daemon]\ninterval = 0\n", "daemon.interval: Input should be greater than 0"),
     ("bad list item", "[gpu]\nindices = [0, -1]\n", "gpu.indices[1]: Input should be greater than or equal to 0"),
-    ("bad choice", "[daemon]\nlog_level = \"loud\"\n", "daemon.log_level: Input should be 'debug', 'info'"),
+    ("bad choice", '[daemon]\nlog_level = "loud"\n', "daemon.log_level: Input should be 'debug', 'info'"),
     ("bad TOML", "[daemon\ninterval = 1\n", "not valid TOML"),
-    ("missing env", "[prometheus.basic_auth]\nusername = \"u\"\npassword_sha256 = \"${NO_SUCH_VAR_X}\"\n",
-     "prometheus.basic_auth.password_sha256: environment variable NO_SUCH_VAR_X is not set"),
-    ("bad hash", "[prometheus.basic_auth]\nusername = \"u\"\npassword_sha256 = \"secret\"\n",
-     "prometheus.basic_auth.password_sha256: must be 64 hex digits"),
-    ("missing field", "[prometheus.basic_auth]\nusername = \"u\"\n",
-     "prometheus.basic_auth: set one of password_bcrypt (preferred) or password_sha256"),
-    ("misspelt builtin param", "[alerts.builtin.GpuStarved]\nparams = { min_power_ratoi = 0.5 }\n",
-     "alerts: builtin.GpuStarved: params.min_power_ratoi: no condition, value or text of the rule reads it (did "
-     "you mean min_power_ratio?)"),
-    ("misspelt placeholder", "[[alerts.rules]]\nname = \"X\"\nkind = \"gpu\"\nwhen = \"power_watts > 1\"\n"
-     "severity = \"info\"\nsummary = \"at {temperatur_celsius}\"\n",
-     "alerts.rules[0]: summary: {temperatur_celsius}: unknown name (did you mean temperature_celsius?)"),
-    ("misspelt variable", "[[alerts.rules]]\nname = \"X\"\nkind = \"gpu\"\nwhen = \"temperatur_celsius > 1\"\n"
-     "severity = \"info\"\nsummary = \"x\"\n",
-     "alerts.rules[0]: when: unknown name 'temperatur_celsius' (did you mean temperature_celsius?)"),
-    ("bad param type", "[alerts.builtin.GpuStarved]\nparams = { min_power_ratio = \"half\" }\n",
-     "alerts.builtin.GpuStarved.params.min_power_ratio: a param is a number or true/false"),
-    ("unknown builtin rule", "[alerts.builtin.GpuStarvd]\nenabled = false\n",
-     "alerts: no built-in rule named GpuStarvd (did you mean GpuStarved?)"),
-    ("rule with a typo", "[alerts.builtin.GpuStarved]\nwhen = \"utilisation_gpu > 0.9\"\n",
-     "alerts: builtin.GpuStarved: when: unknown name 'utilisation_gpu'"),
-    ("bad duration", "[alerts.builtin.GpuStarved]\nfor = \"10 parsecs\"\n",
-     "alerts.builtin.GpuStarved.for: not a duration: '10 parsecs'"),
-    ("user rule syntax", "[[alerts.rules]]\nname = \"X\"\nkind = \"gpu\"\nwhen = \"power_watts >\"\n"
-     "severity = \"warning\"\nsummary = \"s\"\n", "alerts.rules[0]: when: syntax error"),
-    ("user rule kind", "[[alerts.rules]]\nname = \"X\"\nkind = \"psu\"\nwhen = \"rpm > 0\"\n"
-     "severity = \"warning\"\nsummary = \"s\"\n", "alerts.rules[0]: when: unknown name 'rpm'"),
-    ("notifier type", "[[notifiers]]\ntype = \"pager\"\nurl = \"http://x\"\n",
-     "notifiers[0].type: Input should be 'webhook', 'alertmanager', 'slack', 'discord' or 'ntfy'"),
-    ("notifier secret url", "[[notifiers]]\ntype = \"slack\"\nurl = \"hooks.slack.com/T0/B0/secret\"\n",
-     "notifiers[0].url: must be an http:// or https:// URL"),
+    (
+        "missing env",
+        '[prometheus.basic_auth]\nusername = "u"\npassword_sha256 = "${NO_SUCH_VAR_X}"\n',
+        "prometheus.basic_auth.password_sha256: environment variable NO_SUCH_VAR_X is not set",
+    ),
+    (
+        "bad hash",
+        '[prometheus.basic_auth]\nusername = "u"\npassword_sha256 = "secret"\n',
+        "prometheus.basic_auth.password_sha256: must be 64 hex digits",
+    ),
+    (
+        "missing field",
+        '[prometheus.basic_auth]\nusername = "u"\n',
+        "prometheus.basic_auth: set one of password_bcrypt (preferred) or password_sha256",
+    ),
+    (
+        "misspelt builtin param",
+        "[alerts.builtin.GpuStarved]\nparams = { min_power_ratoi = 0.5 }\n",
+        "alerts: builtin.GpuStarved: params.min_power_ratoi: no condition, value or text of the rule reads it (did "
+        "you mean min_power_ratio?)",
+    ),
+    (
+        "misspelt placeholder",
+        '[[alerts.rules]]\nname = "X"\nkind = "gpu"\nwhen = "power_watts > 1"\n'
+        'severity = "info"\nsummary = "at {temperatur_celsius}"\n',
+        "alerts.rules[0]: summary: {temperatur_celsius}: unknown name (did you mean temperature_celsius?)",
+    ),
+    (
+        "misspelt variable",
+        '[[alerts.rules]]\nname = "X"\nkind = "gpu"\nwhen = "temperatur_celsius > 1"\n'
+        'severity = "info"\nsummary = "x"\n',
+        "alerts.rules[0]: when: unknown name 'temperatur_celsius' (did you mean temperature_celsius?)",
+    ),
+    (
+        "bad param type",
+        '[alerts.builtin.GpuStarved]\nparams = { min_power_ratio = "half" }\n',
+        "alerts.builtin.GpuStarved.params.min_power_ratio: a param is a number or true/false",
+    ),
+    (
+        "unknown builtin rule",
+        "[alerts.builtin.GpuStarvd]\nenabled = false\n",
+        "alerts: no built-in rule named GpuStarvd (did you mean GpuStarved?)",
+    ),
+    (
+        "rule with a typo",
+        '[alerts.builtin.GpuStarved]\nwhen = "utilisation_gpu > 0.9"\n',
+        "alerts: builtin.GpuStarved: when: unknown name 'utilisation_gpu'",
+    ),
+    (
+        "bad duration",
+        '[alerts.builtin.GpuStarved]\nfor = "10 parsecs"\n',
+        "alerts.builtin.GpuStarved.for: not a duration: '10 parsecs'",
+    ),
+    (
+        "user rule syntax",
+        '[[alerts.rules]]\nname = "X"\nkind = "gpu"\nwhen = "power_watts >"\nseverity = "warning"\nsummary = "s"\n',
+        "alerts.rules[0]: when: syntax error",
+    ),
+    (
+        "user rule kind",
+        '[[alerts.rules]]\nname = "X"\nkind = "psu"\nwhen = "rpm > 0"\nseverity = "warning"\nsummary = "s"\n',
+        "alerts.rules[0]: when: unknown name 'rpm'",
+    ),
+    (
+        "notifier type",
+        '[[notifiers]]\ntype = "pager"\nurl = "http://x"\n',
+        "notifiers[0].type: Input should be 'webhook', 'alertmanager', 'slack', 'discord' or 'ntfy'",
+    ),
+    (
+        "notifier secret url",
+        '[[notifiers]]\ntype = "slack"\nurl = "hooks.slack.com/T0/B0/secret"\n',
+        "notifiers[0].url: must be an http:// or https:// URL",
+    ),
 ]
 
 
@@ -86,8 +142,10 @@ def test_missing_file_exits_2(tmp_path):
 def test_good_config_prints_effective_config_with_secret_masked(tmp_path):
     digest = "ab" * 32
     path = tmp_path / "rigmon.toml"
-    path.write_text("[daemon]\ninterval = 2.5\n[prometheus.basic_auth]\nusername = \"ops\"\n"
-                    "password_sha256 = \"${RIGMON_TEST_HASH}\"\n[influxdb]\ntoken = \"literal-secret\"\n")
+    path.write_text(
+        '[daemon]\ninterval = 2.5\n[prometheus.basic_auth]\nusername = "ops"\n'
+        'password_sha256 = "${RIGMON_TEST_HASH}"\n[influxdb]\ntoken = "literal-secret"\n'
+    )
     done = check(path, env={**os.environ, "RIGMON_TEST_HASH": digest})
     assert done.returncode == 0, done.stderr
     assert 'interval = "2.5s"' in done.stdout and "[prometheus.basic_auth]" in done.stdout
@@ -179,8 +237,13 @@ spool_max_bytes = 1048576
 price_per_kwh = 0.31
 currency = "CHF"
 """
-ENV = {"HASH": "cd" * 32, "SLACK": "https://hooks.slack.com/services/T0/B0/xyzsecret", "HOOK_KEY": "k3y-secret",
-       "TENANT": "tenant-secret", "INFLUX_TOKEN": "influx-secret"}
+ENV = {
+    "HASH": "cd" * 32,
+    "SLACK": "https://hooks.slack.com/services/T0/B0/xyzsecret",
+    "HOOK_KEY": "k3y-secret",
+    "TENANT": "tenant-secret",
+    "INFLUX_TOKEN": "influx-secret",
+}
 
 
 def leaves(data, path=""):
@@ -214,9 +277,14 @@ def test_config_check_output_parses_back_into_the_same_config(tmp_path):
 
 
 def test_durations_are_accepted_everywhere():
-    c = config.parse({"daemon": {"interval": "0.5s"}, "gpu": {"slow_interval": "1m"},
-                      "influxdb": {"timeout": "30s", "flush_interval": 2, "retry_max": "1h"},
-                      "notifiers": [{"type": "webhook", "url": "http://x", "timeout": "5s", "max_age": "2h"}]})
+    c = config.parse(
+        {
+            "daemon": {"interval": "0.5s"},
+            "gpu": {"slow_interval": "1m"},
+            "influxdb": {"timeout": "30s", "flush_interval": 2, "retry_max": "1h"},
+            "notifiers": [{"type": "webhook", "url": "http://x", "timeout": "5s", "max_age": "2h"}],
+        }
+    )
     assert (c.daemon.interval, c.gpu.slow_interval, c.influxdb.timeout, c.influxdb.flush_interval) == (0.5, 60, 30, 2)
     assert (c.influxdb.retry_max, c.notifiers[0].timeout, c.notifiers[0].max_age) == (3600, 5, 7200)
 
@@ -225,8 +293,10 @@ def test_a_secret_comes_from_a_systemd_credential(tmp_path):
     (tmp_path / "INFLUX_TOKEN").write_text("from-credential\n")
     c = config.parse({"influxdb": {"token": "${INFLUX_TOKEN}"}}, env={"CREDENTIALS_DIRECTORY": str(tmp_path)})
     assert c.influxdb.token.get_secret_value() == "from-credential"
-    c = config.parse({"influxdb": {"token": "${INFLUX_TOKEN}"}},
-                     env={"CREDENTIALS_DIRECTORY": str(tmp_path), "INFLUX_TOKEN": "from-env"})
+    c = config.parse(
+        {"influxdb": {"token": "${INFLUX_TOKEN}"}},
+        env={"CREDENTIALS_DIRECTORY": str(tmp_path), "INFLUX_TOKEN": "from-env"},
+    )
     assert c.influxdb.token.get_secret_value() == "from-env"  # the environment first
     with pytest.raises(config.ConfigError, match="INFLUX_TOKEN is not set nor a credential"):
         config.parse({"influxdb": {"token": "${INFLUX_TOKEN}"}}, env={"CREDENTIALS_DIRECTORY": str(tmp_path / "x")})

@@ -19,11 +19,18 @@ MASK = "nvmlDeviceGetCurrentClocksEventReasons"
 
 def card(name: str, max_gen: int, max_width: int, app_mhz: int | None, max_mhz: int):
     """A GeForce board: its name, its link's maximum, its applications and maximum SM clocks."""
+
     def board(rec):
-        return sc.on_every_gpu(rec, nvmlDeviceGetName=name, nvmlDeviceGetMaxPcieLinkGeneration=max_gen,
-                               nvmlDeviceGetGpuMaxPcieLinkGeneration=max_gen, nvmlDeviceGetMaxPcieLinkWidth=max_width,
-                               nvmlDeviceGetMaxClockInfo__1=max_mhz,
-                               nvmlDeviceGetApplicationsClock__1=app_mhz if app_mhz else sc.error("NotSupported"))
+        return sc.on_every_gpu(
+            rec,
+            nvmlDeviceGetName=name,
+            nvmlDeviceGetMaxPcieLinkGeneration=max_gen,
+            nvmlDeviceGetGpuMaxPcieLinkGeneration=max_gen,
+            nvmlDeviceGetMaxPcieLinkWidth=max_width,
+            nvmlDeviceGetMaxClockInfo__1=max_mhz,
+            nvmlDeviceGetApplicationsClock__1=app_mhz if app_mhz else sc.error("NotSupported"),
+        )
+
     return board
 
 
@@ -32,11 +39,15 @@ RTX_4090 = card("NVIDIA GeForce RTX 4090", 4, 16, None, 3120)  # no applications
 
 
 def busy(gen, width, pstate=0, sm_mhz=1900, reasons=0x4):
-    return lambda t, tick: set_gpu(tick, nvmlDeviceGetCurrPcieLinkGeneration=gen(t) if callable(gen) else gen,
-                                   nvmlDeviceGetCurrPcieLinkWidth=width,
-                                   nvmlDeviceGetPerformanceState=pstate(t) if callable(pstate) else pstate,
-                                   nvmlDeviceGetUtilizationRates={"gpu": 100, "memory": 40},
-                                   nvmlDeviceGetClockInfo__1=sm_mhz, **{MASK: reasons})
+    return lambda t, tick: set_gpu(
+        tick,
+        nvmlDeviceGetCurrPcieLinkGeneration=gen(t) if callable(gen) else gen,
+        nvmlDeviceGetCurrPcieLinkWidth=width,
+        nvmlDeviceGetPerformanceState=pstate(t) if callable(pstate) else pstate,
+        nvmlDeviceGetUtilizationRates={"gpu": 100, "memory": 40},
+        nvmlDeviceGetClockInfo__1=sm_mhz,
+        **{MASK: reasons},
+    )
 
 
 def alerts(recording: Recording, tmp_path, config: dict | None = None) -> set[str]:
@@ -49,31 +60,60 @@ X1_RISER = {"gpu": {"pcie_expected_width": {"0": 1}}}
 CASES = {
     # (scenario, config, the alerts it must raise of these two)
     "3090 on an x1 riser, declared": (lambda: timeline(180, 5, board=RTX_3090, modify=busy(4, 1)), X1_RISER, set()),
-    "3090 on an x1 riser, not declared": (lambda: timeline(180, 5, board=RTX_3090, modify=busy(4, 1)), {},
-                                          {"PcieLinkDegraded"}),
-    "3090 on an x1 riser that never trains above Gen1": (lambda: timeline(180, 5, board=RTX_3090, modify=busy(1, 1)),
-                                                         X1_RISER, {"PcieLinkDegraded"}),
+    "3090 on an x1 riser, not declared": (
+        lambda: timeline(180, 5, board=RTX_3090, modify=busy(4, 1)),
+        {},
+        {"PcieLinkDegraded"},
+    ),
+    "3090 on an x1 riser that never trains above Gen1": (
+        lambda: timeline(180, 5, board=RTX_3090, modify=busy(1, 1)),
+        X1_RISER,
+        {"PcieLinkDegraded"},
+    ),
     # at Gen4 in P0 first, then busy in P2 at Gen3: the link steps with the P-state
-    "4090 busy in P2 at Gen3 of 4": (lambda: timeline(240, 5, board=RTX_4090, modify=busy(
-        lambda t: 4 if t < 30 else 3, 16, pstate=lambda t: 0 if t < 30 else 2)), {}, set()),
-    "4090 that dropped to Gen3 in P0, where it ran at Gen4": (lambda: timeline(240, 5, board=RTX_4090, modify=busy(
-        lambda t: 4 if t < 30 else 3, 16, pstate=0)), {}, {"PcieLinkDegraded"}),
-    "4090 that never trains above Gen1": (lambda: timeline(240, 5, board=RTX_4090, modify=busy(1, 16, pstate=2)),
-                                          {}, {"PcieLinkDegraded"}),
+    "4090 busy in P2 at Gen3 of 4": (
+        lambda: timeline(
+            240, 5, board=RTX_4090, modify=busy(lambda t: 4 if t < 30 else 3, 16, pstate=lambda t: 0 if t < 30 else 2)
+        ),
+        {},
+        set(),
+    ),
+    "4090 that dropped to Gen3 in P0, where it ran at Gen4": (
+        lambda: timeline(240, 5, board=RTX_4090, modify=busy(lambda t: 4 if t < 30 else 3, 16, pstate=0)),
+        {},
+        {"PcieLinkDegraded"},
+    ),
+    "4090 that never trains above Gen1": (
+        lambda: timeline(240, 5, board=RTX_4090, modify=busy(1, 16, pstate=2)),
+        {},
+        {"PcieLinkDegraded"},
+    ),
     # the software thermal flag at the target temperature: the clock still above the base clock
     "3090 at its target temperature, SW thermal flag, boosting": (
-        lambda: timeline(120, 5, board=RTX_3090, modify=busy(4, 16, sm_mhz=1800, reasons=0x20)), {}, set()),
+        lambda: timeline(120, 5, board=RTX_3090, modify=busy(4, 16, sm_mhz=1800, reasons=0x20)),
+        {},
+        set(),
+    ),
     "3090 held below its base clock by the SW thermal flag": (
-        lambda: timeline(120, 5, board=RTX_3090, modify=busy(4, 16, sm_mhz=1100, reasons=0x20)), {},
-        {"GpuThermalSlowdown"}),
+        lambda: timeline(120, 5, board=RTX_3090, modify=busy(4, 16, sm_mhz=1100, reasons=0x20)),
+        {},
+        {"GpuThermalSlowdown"},
+    ),
     "4090 (no applications clock), SW thermal flag, near its maximum clock": (
-        lambda: timeline(120, 5, board=RTX_4090, modify=busy(4, 16, sm_mhz=2700, reasons=0x20)), {}, set()),
+        lambda: timeline(120, 5, board=RTX_4090, modify=busy(4, 16, sm_mhz=2700, reasons=0x20)),
+        {},
+        set(),
+    ),
     "4090 (no applications clock) held below 3/4 of its maximum clock": (
-        lambda: timeline(120, 5, board=RTX_4090, modify=busy(4, 16, sm_mhz=1500, reasons=0x20)), {},
-        {"GpuThermalSlowdown"}),
+        lambda: timeline(120, 5, board=RTX_4090, modify=busy(4, 16, sm_mhz=1500, reasons=0x20)),
+        {},
+        {"GpuThermalSlowdown"},
+    ),
     "3090 in a real hardware thermal slowdown": (
-        lambda: timeline(120, 5, board=RTX_3090, modify=busy(4, 16, sm_mhz=1800, reasons=0x40)), {},
-        {"GpuThermalSlowdown"}),
+        lambda: timeline(120, 5, board=RTX_3090, modify=busy(4, 16, sm_mhz=1800, reasons=0x40)),
+        {},
+        {"GpuThermalSlowdown"},
+    ),
 }
 
 
@@ -86,8 +126,11 @@ def test_consumer_cards(case, tmp_path):
 
 def test_the_warning_says_how_to_declare_a_narrow_slot(tmp_path):
     path = sc.write(timeline(180, 5, board=RTX_3090, modify=busy(4, 1)), tmp_path / "x1.rec.jsonl")
-    fired = [t for t in replay_rules(Recording.load(path), parse({}))
-             if t.alertname == "PcieLinkDegraded" and t.status == "firing"]
+    fired = [
+        t
+        for t in replay_rules(Recording.load(path), parse({}))
+        if t.alertname == "PcieLinkDegraded" and t.status == "firing"
+    ]
     assert fired and "gpu.pcie_expected_width = { 0 = 1 }" in fired[0].description, fired[0].description
     assert "gen 4 x1 of gen 4 x16" in fired[0].summary
 

@@ -84,16 +84,17 @@ def test_promtool_check_metrics_finds_no_problem(tmp_path, recording):
         assert done.returncode == 0 and done.stdout == b"" and done.stderr == b"", done.stdout + done.stderr
         text = body.decode()
         if recording == "rich":
-            for line in ('rigmon_fan_speed_rpm{chip="nct6798",device="nct6775.656",fan="fan2"} 0.0',
-                         'rigmon_sensor_temperature_celsius{chip="coretemp",device="coretemp.1",sensor="Core 0"} 61.0',
-                         'rigmon_hwmon_power_watts{chip="corsair-psu",device="0003:1B1C:1C05.0001",'
-                         'sensor="power total"} 412.0',
-                         'rigmon_fan_alarm{chip="nct6798",device="nct6775.656",fan="fan2"} 1.0',
-                         'rigmon_cpu_temperature_celsius{chip="coretemp",sensor="Package id 1",socket="1"} 64.0',
-                         'rigmon_gpu_xid_errors_total{gpu="3",',
-                         'rigmon_gpu_temperature_celsius{gpu="7",sensor="memory"',
-                         'rigmon_gpu_clock_event_seconds_total{gpu="0",reason="sw_power_cap"',
-                         'rigmon_cpu_energy_joules_total{zone="package-0"} 123.456789'):
+            for line in (
+                'rigmon_fan_speed_rpm{chip="nct6798",device="nct6775.656",fan="fan2"} 0.0',
+                'rigmon_sensor_temperature_celsius{chip="coretemp",device="coretemp.1",sensor="Core 0"} 61.0',
+                'rigmon_hwmon_power_watts{chip="corsair-psu",device="0003:1B1C:1C05.0001",sensor="power total"} 412.0',
+                'rigmon_fan_alarm{chip="nct6798",device="nct6775.656",fan="fan2"} 1.0',
+                'rigmon_cpu_temperature_celsius{chip="coretemp",sensor="Package id 1",socket="1"} 64.0',
+                'rigmon_gpu_xid_errors_total{gpu="3",',
+                'rigmon_gpu_temperature_celsius{gpu="7",sensor="memory"',
+                'rigmon_gpu_clock_event_seconds_total{gpu="0",reason="sw_power_cap"',
+                'rigmon_cpu_energy_joules_total{zone="package-0"} 123.456789',
+            ):
                 assert line in text, line
             assert text.count("rigmon_gpu_up{") == 8
     finally:
@@ -105,8 +106,12 @@ def test_sigterm_warm_stop_and_systemd_notifications(tmp_path):
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(address)
     sock.settimeout(0.2)
-    rigmon = Rigmon(tmp_path, sc.demo_path(), "[daemon]\ninterval = 0.2\n",
-                    env={"NOTIFY_SOCKET": address, "WATCHDOG_USEC": "2000000"})
+    rigmon = Rigmon(
+        tmp_path,
+        sc.demo_path(),
+        "[daemon]\ninterval = 0.2\n",
+        env={"NOTIFY_SOCKET": address, "WATCHDOG_USEC": "2000000"},
+    )
     messages = []
 
     def receive(until: float, enough=lambda: False):
@@ -144,10 +149,16 @@ def test_systemd_status_follows_the_alerts(tmp_path):
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(address)
     sock.settimeout(0.2)
-    hot_later = sc.write(timeline(60, 0.5, modify=lambda t, tick: set_gpu(
-        tick, nvmlDeviceGetTemperature__0=95 if t >= 2 else 60)), tmp_path / "hot.rec.jsonl")
-    rigmon = Rigmon(tmp_path, hot_later, "[daemon]\ninterval = 0.2\n[alerts.builtin.GpuAtSlowdownTemperature]\n"
-                                         'for = "0s"\n', env={"NOTIFY_SOCKET": address})
+    hot_later = sc.write(
+        timeline(60, 0.5, modify=lambda t, tick: set_gpu(tick, nvmlDeviceGetTemperature__0=95 if t >= 2 else 60)),
+        tmp_path / "hot.rec.jsonl",
+    )
+    rigmon = Rigmon(
+        tmp_path,
+        hot_later,
+        '[daemon]\ninterval = 0.2\n[alerts.builtin.GpuAtSlowdownTemperature]\nfor = "0s"\n',
+        env={"NOTIFY_SOCKET": address},
+    )
     statuses = []
     try:
         firing = "polling 1 GPU(s) every 0.2 s; 1 alert(s) firing: GpuAtSlowdownTemperature"
@@ -187,8 +198,9 @@ class SlowPoller:
 
 
 def test_overrunning_polls_are_skipped_and_counted_not_stacked(tmp_path):
-    config = Config.model_validate({"daemon": {"interval": 0.1, "state_dir": str(tmp_path)},
-                                    "prometheus": {"enabled": False}})
+    config = Config.model_validate(
+        {"daemon": {"interval": 0.1, "state_dir": str(tmp_path)}, "prometheus": {"enabled": False}}
+    )
     pipeline = Pipeline.from_config(config, inputs=Inputs(source=sc.source(sc.h200(), loop=True)))
     pipeline.poller = SlowPoller(pipeline.poller, 0.35)
     daemon = Daemon(config, pipeline)
@@ -208,7 +220,7 @@ def test_no_gpu_no_sensors_still_serves(tmp_path):
         text = _exposition(rigmon.url).decode()
         assert 'rigmon_reader_success{reader="gpu"} 0.0' in text
         assert 'rigmon_reader_success{reader="host"} 1.0' in text
-        assert 'rigmon_host_sensors_visible 0.0' in text
+        assert "rigmon_host_sensors_visible 0.0" in text
         assert "rigmon_gpu_power_watts{" not in text
         assert "NVML unavailable (LibraryNotFound" in rigmon.output()
     finally:
@@ -217,9 +229,28 @@ def test_no_gpu_no_sensors_still_serves(tmp_path):
 
 def _self_signed(tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return cert, key
 
 
@@ -229,8 +260,10 @@ def test_tls_and_basic_auth(tmp_path):
 
     cert, key = _self_signed(tmp_path)
     digest = hashlib.sha256(b"s3cret pass").hexdigest()
-    config = (f'[daemon]\ninterval = 0.5\n[prometheus]\ntls_cert = "{cert}"\ntls_key = "{key}"\n'
-              f'[prometheus.basic_auth]\nusername = "prom"\npassword_sha256 = "${{RIGMON_TEST_DIGEST}}"\n')
+    config = (
+        f'[daemon]\ninterval = 0.5\n[prometheus]\ntls_cert = "{cert}"\ntls_key = "{key}"\n'
+        f'[prometheus.basic_auth]\nusername = "prom"\npassword_sha256 = "${{RIGMON_TEST_DIGEST}}"\n'
+    )
     rigmon = Rigmon(tmp_path, sc.demo_path(), config, env={"RIGMON_TEST_DIGEST": digest})
     context = ssl.create_default_context(cafile=str(cert))
     url = f"https://127.0.0.1:{rigmon.port}/metrics"
@@ -339,7 +372,7 @@ def test_unknown_replay_file_exit_2(tmp_path):
 
 
 def test_config_error_names_the_field_for_run(tmp_path):
-    rigmon = Rigmon(tmp_path, sc.demo_path(), "[prometheus]\nport = \"x\"\n")
+    rigmon = Rigmon(tmp_path, sc.demo_path(), '[prometheus]\nport = "x"\n')
     assert rigmon.proc.wait(30) == 2
     assert "prometheus.port" in rigmon.output()
 
@@ -361,8 +394,8 @@ def _responses(sock: socket.socket, count: int) -> list[tuple[bytes, dict, bytes
             headers = {k.strip().lower(): v.strip() for k, _, v in (line.decode().partition(":") for line in lines)}
             length = int(headers.get("content-length", 0))
             if len(data) >= end + 4 + length:
-                out.append((status, headers, data[end + 4:end + 4 + length]))
-                data = data[end + 4 + length:]
+                out.append((status, headers, data[end + 4 : end + 4 + length]))
+                data = data[end + 4 + length :]
                 continue
         chunk = sock.recv(65536)
         if not chunk:
@@ -406,9 +439,11 @@ def test_keep_alive_pipelining_head_and_close(tmp_path):
                 data += chunk
             end = data.find(b"\r\n\r\n")
             assert data.startswith(b"HTTP/1.1 200 OK") and f"Content-Length: {len(bodies[0])}".encode() in data[:end]
-            assert data[end + 4:].startswith(b"HTTP/1.1 200 OK")  # no body after HEAD: the next answer
-        for request in (b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-                        b"GET /metrics HTTP/1.0\r\n\r\n"):
+            assert data[end + 4 :].startswith(b"HTTP/1.1 200 OK")  # no body after HEAD: the next answer
+        for request in (
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            b"GET /metrics HTTP/1.0\r\n\r\n",
+        ):
             with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
                 s.sendall(request)
                 data = b""
@@ -422,9 +457,11 @@ def test_keep_alive_pipelining_head_and_close(tmp_path):
 
 def test_nvml_errors_are_counted_by_gpu_call_and_error(tmp_path):
     """A call that fails (not one the GPU does not support) is counted where a scrape sees it."""
+
     def flaky(t, tick):
         if int(t) % 2:
             tick["gpus"][0]["nvmlDeviceGetPowerUsage"] = {"nvml_error": "Unknown"}
+
     path = sc.write(sc.timeline(30, 0.5, modify=flaky), tmp_path / "flaky.rec.jsonl")
     rigmon = Rigmon(tmp_path, path, "[daemon]\ninterval = 0.25\n")
     try:
@@ -432,9 +469,14 @@ def test_nvml_errors_are_counted_by_gpu_call_and_error(tmp_path):
 
         def counted():
             text = http_get(rigmon.url)[1].decode()
-            return [line for line in text.splitlines() if line.startswith("rigmon_nvml_errors_total{")
-                    and all(label in line for label in ('gpu="0"', 'call="nvmlDeviceGetPowerUsage"',
-                                                        'error="Unknown"')) and float(line.split()[-1]) >= 2]
+            return [
+                line
+                for line in text.splitlines()
+                if line.startswith("rigmon_nvml_errors_total{")
+                and all(label in line for label in ('gpu="0"', 'call="nvmlDeviceGetPowerUsage"', 'error="Unknown"'))
+                and float(line.split()[-1]) >= 2
+            ]
+
         wait_for(counted, 30, what="the NVML errors counted")
     finally:
         rigmon.stop()

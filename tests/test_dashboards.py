@@ -27,9 +27,9 @@ def fed(tmp_path_factory):
     config = f"""
 [daemon]
 interval = 0.5
-state_dir = "{tmp / 'state'}"
+state_dir = "{tmp / "state"}"
 [burnin]
-reports_dir = "{tmp / 'burnin-reports'}"
+reports_dir = "{tmp / "burnin-reports"}"
 [influxdb]
 enabled = true
 api = "v1"
@@ -48,15 +48,38 @@ url = "http://127.0.0.1:9/hook"
         prom = Prometheus(tmp, [f"127.0.0.1:{rigmon.port}"], labels={"site": "lab"})  # as deploy's targets give
         if "torch" in sys.modules or subprocess.run([sys.executable, "-c", "import torch"]).returncode == 0:
             burnin_config = tmp / "burnin.toml"
-            burnin_config.write_text(f'[daemon]\nstate_dir = "{tmp / "burnin-state"}"\n[influxdb]\nenabled = true\n'
-                                     f'api = "v1"\nurl = "{influx.url}"\nflush_interval = 0.2\n')
-            done = subprocess.run([sys.executable, "-m", "rigmon", "burnin", "--minutes", "0.25", "--config",
-                                   str(burnin_config), "--report", str(tmp / "burnin-reports" / "run1")],
-                                  capture_output=True, text=True, timeout=300)
+            burnin_config.write_text(
+                f'[daemon]\nstate_dir = "{tmp / "burnin-state"}"\n[influxdb]\nenabled = true\n'
+                f'api = "v1"\nurl = "{influx.url}"\nflush_interval = 0.2\n'
+            )
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "rigmon",
+                    "burnin",
+                    "--minutes",
+                    "0.25",
+                    "--config",
+                    str(burnin_config),
+                    "--report",
+                    str(tmp / "burnin-reports" / "run1"),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert done.returncode in (0, 1), done.stdout + done.stderr  # it ran: a verdict either way
-        wait_for(lambda: prom.query("rigmon_alert_active") and prom.query("rigmon_gpu_xid_errors_total")
-                 and prom.query("rigmon_burnin_last_passed")
-                 and prom.query("increase(rigmon_gpu_energy_joules_total[1d])"), 60, what="alerts and XIDs")
+        wait_for(
+            lambda: (
+                prom.query("rigmon_alert_active")
+                and prom.query("rigmon_gpu_xid_errors_total")
+                and prom.query("rigmon_burnin_last_passed")
+                and prom.query("increase(rigmon_gpu_energy_joules_total[1d])")
+            ),
+            60,
+            what="alerts and XIDs",
+        )
         yield prom, influx, rigmon
     finally:
         if prom is not None:
@@ -68,7 +91,8 @@ url = "http://127.0.0.1:9/hook"
 def test_committed_dashboards_are_the_generated_ones():
     for name, (kind, box) in build.FILES.items():
         assert json.loads((ROOT / "dashboards" / name).read_text()) == build.dashboard(kind, box), (
-            f"{name} is stale: run python dashboards/build.py")
+            f"{name} is stale: run python dashboards/build.py"
+        )
 
 
 def _panels(kind):
@@ -112,8 +136,9 @@ def test_the_dashboards_read_the_same_through_federation_and_remote_write(fed, t
 
     prom, _, rigmon = fed
     federate = yaml.safe_load((ROOT / "deploy" / "prometheus" / "federate.yml").read_text())["scrape_configs"]
-    federate[0].update(static_configs=[{"targets": [f"127.0.0.1:{prom.port}"]}], scrape_interval="1s",
-                       scrape_timeout="1s")
+    federate[0].update(
+        static_configs=[{"targets": [f"127.0.0.1:{prom.port}"]}], scrape_interval="1s", scrape_timeout="1s"
+    )
     remote = yaml.safe_load((ROOT / "deploy" / "prometheus" / "remote-write.yml").read_text())
     (tmp_path / "fleet").mkdir()
     (tmp_path / "store").mkdir()
@@ -129,8 +154,10 @@ def test_the_dashboards_read_the_same_through_federation_and_remote_write(fed, t
         want = _panel_answers(prom, instance)
         for name, p in (("federated", fleet), ("remote-written", store)):
             got = _panel_answers(p, instance)
-            print(f"{name}: {sum(a for _, a in got)} of {len(got)} queries with data, "
-                  f"the site Prometheus {sum(a for _, a in want)}")
+            print(
+                f"{name}: {sum(a for _, a in got)} of {len(got)} queries with data, "
+                f"the site Prometheus {sum(a for _, a in want)}"
+            )
             assert [w for (w, a), (_, b) in zip(got, want, strict=True) if a != b] == [], name
     finally:
         for p in (site, store, fleet):
@@ -180,11 +207,17 @@ def test_every_influxdb_panel_returns_data(fed):
     host = re.escape(socket.gethostname())
     checked = 0
     for where, target in _panels("influxdb"):
-        q = (target["query"].replace("$timeFilter", "time > now() - 1h").replace("$__interval", "10s")
-             .replace("$host", host).replace("$gpu", ".*"))
+        q = (
+            target["query"]
+            .replace("$timeFilter", "time > now() - 1h")
+            .replace("$__interval", "10s")
+            .replace("$host", host)
+            .replace("$gpu", ".*")
+        )
         series = influx.query(q)
         assert series and any(any(v is not None for v in row[1:]) for s in series for row in s["values"]), (
-            f"dead panel: {where}: {q}")
+            f"dead panel: {where}: {q}"
+        )
         checked += 1
     assert checked >= 20
 
@@ -198,8 +231,9 @@ def test_template_variables_resolve(fed):
             q = var["query"]
             if kind == "prometheus":
                 metric, label = re.match(r"label_values\((\w+)(?:\{[^}]*\})?, (\w+)\)", q).groups()
-                url = (f"http://127.0.0.1:{prom.port}/api/v1/label/{label}/values?"
-                       + urllib.parse.urlencode({"match[]": metric}))
+                url = f"http://127.0.0.1:{prom.port}/api/v1/label/{label}/values?" + urllib.parse.urlencode(
+                    {"match[]": metric}
+                )
                 assert json.loads(http_get(url)[1])["data"], f"{name}: ${var['name']}"
             else:
                 assert influx.query(q.replace("$host", re.escape(socket.gethostname()))), f"{name}: ${var['name']}"
@@ -213,8 +247,11 @@ def test_slowest_fan_counts_only_fans_that_have_turned(fed):
     promql = promql.replace("$job", "rigmon").replace("$site", "lab")
     assert [float(r["value"][1]) for r in prom.query(promql)] == [870.0]
     (influxql,) = [p.influx[0][0] for p in build.FLEET if p.title == "Slowest fan per box"]
-    series = influx.query(influxql.replace("$timeFilter", "time > now() - 1h").replace("$__interval", "1h")
-                          .replace("$host", re.escape(socket.gethostname())))
+    series = influx.query(
+        influxql.replace("$timeFilter", "time > now() - 1h")
+        .replace("$__interval", "1h")
+        .replace("$host", re.escape(socket.gethostname()))
+    )
     assert {v for s in series for _, v in s["values"] if v is not None} == {870.0}
 
 
@@ -232,7 +269,8 @@ def test_every_fleet_query_follows_job_and_site_and_every_panel_says_what_it_sho
             if kind == "prometheus" and not box:
                 names = re.findall(r"\b(up|rigmon_\w+)\b", query)
                 assert names and query.count('job=~"$job", site=~"$site"') == len(names), (
-                    f"{name}: {panel['title']}: every series filtered by $job and $site: {query}")
+                    f"{name}: {panel['title']}: every series filtered by $job and $site: {query}"
+                )
             elif kind == "prometheus":
                 assert "$instance" in query, f"{name}: {panel['title']}: {query}"
             else:
@@ -249,8 +287,15 @@ def test_the_fleet_filters_filter(fed):
             assert not prom.query(expr.replace("$site", "lab").replace('job=~"rigmon"', 'job=~"other"')), where
 
 
-UNITS = (("celsius", "celsius"), ("watts", "watt"), ("rpm", "rpm"), ("hertz", "hertz"), ("bytes", "bytes"),
-         ("ratio", "percentunit"), ("seconds", "s"))
+UNITS = (
+    ("celsius", "celsius"),
+    ("watts", "watt"),
+    ("rpm", "rpm"),
+    ("hertz", "hertz"),
+    ("bytes", "bytes"),
+    ("ratio", "percentunit"),
+    ("seconds", "s"),
+)
 
 
 def _unit_of(query: str) -> str:
@@ -273,8 +318,11 @@ def test_no_panel_mixes_units_on_one_axis():
         if panel["type"] == "row":
             continue
         default = panel["fieldConfig"]["defaults"]["unit"]
-        overrides = {o["matcher"]["options"]: {p["id"]: p["value"] for p in o["properties"]}
-                     for o in panel["fieldConfig"]["overrides"] if o["matcher"]["id"] == "byFrameRefID"}
+        overrides = {
+            o["matcher"]["options"]: {p["id"]: p["value"] for p in o["properties"]}
+            for o in panel["fieldConfig"]["overrides"]
+            if o["matcher"]["id"] == "byFrameRefID"
+        }
         units = set()
         for target in panel["targets"]:
             query = target.get("expr") or target.get("query")
@@ -286,6 +334,11 @@ def test_no_panel_mixes_units_on_one_axis():
             checked += 1
         assert len(units) <= 2, (name, panel["title"], units)
         text = json.dumps(panel["targets"])
-        assert sum(q in text for q in ("pcie_link_generation", "pcie_generation", "pcie_link_width", "pcie_width",
-                                       "pcie_replays")) <= 1, f"{name}: {panel['title']} mixes PCIe quantities"
+        assert (
+            sum(
+                q in text
+                for q in ("pcie_link_generation", "pcie_generation", "pcie_link_width", "pcie_width", "pcie_replays")
+            )
+            <= 1
+        ), f"{name}: {panel['title']} mixes PCIe quantities"
     assert checked >= 60

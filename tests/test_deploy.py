@@ -23,15 +23,20 @@ def test_systemd_analyze_verify(unit, tmp_path):
         text = (ROOT / "systemd" / name).read_text()
         # verify checks that ExecStart's program exists: point it at the rigmon installed here
         (tmp_path / name).write_text(text.replace("/opt/rigmon/bin/rigmon", rigmon))
-    done = subprocess.run(["systemd-analyze", "verify", "--man=no", str(tmp_path / unit)], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(tmp_path / unit)], capture_output=True, text=True, timeout=60
+    )
     problems = [line for line in done.stderr.splitlines() if unit in line or "rigmon" in line]
     assert done.returncode == 0 and not problems, done.stderr
 
 
 def test_promtool_check_config():
-    done = subprocess.run(["promtool", "check", "config", str(ROOT / "deploy" / "prometheus" / "prometheus.yml")],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["promtool", "check", "config", str(ROOT / "deploy" / "prometheus" / "prometheus.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
 
@@ -50,8 +55,11 @@ def test_compose_and_provisioning_parse_and_reference_existing_files():
                 assert (deploy / source).exists(), f"{name}: {source} does not exist"
             else:
                 assert source in compose["volumes"], f"{name}: volume {source} is not declared"
-    env = {line.split("=")[0] for line in (deploy / ".env.example").read_text().splitlines()
-           if line and not line.startswith("#")}
+    env = {
+        line.split("=")[0]
+        for line in (deploy / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
     needed = set(re.findall(r"\$\{(\w+)", (deploy / "compose.yml").read_text()))
     assert needed <= env, needed - env
     sources = yaml.safe_load((deploy / "grafana/provisioning/datasources/rigmon.yml").read_text())
@@ -83,30 +91,44 @@ def test_alertmanager_mutes_everything_on_a_box_while_rigmon_is_down(tmp_path):
 
     receiver = Receiver()
     am = Alertmanager(tmp_path, receiver.url)
-    want = {("RigmonDown", "box1:9963", ""), ("GpuStarved", "box2:9963", "0"),
-            ("GpuAtSlowdownTemperature", "box2:9963", "1"), ("GpuNearSlowdown", "box2:9963", "2")}
+    want = {
+        ("RigmonDown", "box1:9963", ""),
+        ("GpuStarved", "box2:9963", "0"),
+        ("GpuAtSlowdownTemperature", "box2:9963", "1"),
+        ("GpuNearSlowdown", "box2:9963", "2"),
+    }
 
     def got():
-        return {(a["labels"]["alertname"], a["labels"]["instance"], a["labels"].get("gpu", ""))
-                for body in receiver.json() for a in body["alerts"]}
+        return {
+            (a["labels"]["alertname"], a["labels"]["instance"], a["labels"].get("gpu", ""))
+            for body in receiver.json()
+            for a in body["alerts"]
+        }
 
     try:
         now = datetime.datetime.now(datetime.UTC).isoformat()
-        alerts = [{"labels": {"alertname": name, "severity": severity, "instance": instance, "gpu": gpu},
-                   "startsAt": now}
-                  for name, severity, instance, gpu in (("RigmonDown", "critical", "box1:9963", ""),
-                                                        ("GpuAtSlowdownTemperature", "critical", "box1:9963", "0"),
-                                                        ("GpuStarved", "warning", "box1:9963", "0"),
-                                                        ("GpuStarved", "warning", "box2:9963", "0"),
-                                                        ("GpuAtSlowdownTemperature", "critical", "box2:9963", "1"),
-                                                        ("GpuThermalSlowdown", "warning", "box2:9963", "1"),
-                                                        ("GpuNearSlowdown", "warning", "box2:9963", "1"),
-                                                        ("GpuNearSlowdown", "warning", "box2:9963", "2"))]
+        alerts = [
+            {"labels": {"alertname": name, "severity": severity, "instance": instance, "gpu": gpu}, "startsAt": now}
+            for name, severity, instance, gpu in (
+                ("RigmonDown", "critical", "box1:9963", ""),
+                ("GpuAtSlowdownTemperature", "critical", "box1:9963", "0"),
+                ("GpuStarved", "warning", "box1:9963", "0"),
+                ("GpuStarved", "warning", "box2:9963", "0"),
+                ("GpuAtSlowdownTemperature", "critical", "box2:9963", "1"),
+                ("GpuThermalSlowdown", "warning", "box2:9963", "1"),
+                ("GpuNearSlowdown", "warning", "box2:9963", "1"),
+                ("GpuNearSlowdown", "warning", "box2:9963", "2"),
+            )
+        ]
         for a in alerts:
             if not a["labels"]["gpu"]:
                 del a["labels"]["gpu"]
-        request = urllib.request.Request(f"{am.url}/api/v2/alerts", data=json.dumps(alerts).encode(),
-                                         headers={"Content-Type": "application/json"}, method="POST")
+        request = urllib.request.Request(
+            f"{am.url}/api/v2/alerts",
+            data=json.dumps(alerts).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
         urllib.request.urlopen(request, timeout=10).read()
         wait_for(lambda: got() >= want, 30, what="alertmanager's notifications")
         time.sleep(2)  # two group intervals more: an alert the rules inhibit would have come by now
@@ -117,9 +139,15 @@ def test_alertmanager_mutes_everything_on_a_box_while_rigmon_is_down(tmp_path):
 
 
 # labels an alert of each kind carries in Alertmanager (rigmon's engine and the PromQL rules alike)
-_KIND_LABELS = {"gpu": {"gpu": "0", "uuid": "GPU-a"}, "gpu_fan": {"gpu": "0", "uuid": "GPU-a", "fan": "0"},
-                "fan": {"chip": "nct6798", "fan": "fan2"}, "cpu": {"socket": "0"}, "host": {},
-                "psu": {"psu": "psu-a"}, "sensor": {"sensor_kind": "fan", "sensor": "nct6798/fan2"}}
+_KIND_LABELS = {
+    "gpu": {"gpu": "0", "uuid": "GPU-a"},
+    "gpu_fan": {"gpu": "0", "uuid": "GPU-a", "fan": "0"},
+    "fan": {"chip": "nct6798", "fan": "fan2"},
+    "cpu": {"socket": "0"},
+    "host": {},
+    "psu": {"psu": "psu-a"},
+    "sensor": {"sensor_kind": "fan", "sensor": "nct6798/fan2"},
+}
 
 
 def test_alertmanager_holds_back_what_rigmons_engine_holds_back(tmp_path):
@@ -142,8 +170,19 @@ def test_alertmanager_holds_back_what_rigmons_engine_holds_back(tmp_path):
     alerts, held, free = [], set(), set()
 
     def alert(name, box, **labels):
-        alerts.append({"labels": {"alertname": name, "severity": specs[name]["severity"], "instance": box,
-                                  "site": "lab", **_KIND_LABELS[specs[name]["kind"]], **labels}, "startsAt": now})
+        alerts.append(
+            {
+                "labels": {
+                    "alertname": name,
+                    "severity": specs[name]["severity"],
+                    "instance": box,
+                    "site": "lab",
+                    **_KIND_LABELS[specs[name]["kind"]],
+                    **labels,
+                },
+                "startsAt": now,
+            }
+        )
         return (name, box, alerts[-1]["labels"].get("gpu", ""))
 
     for i, (source, target) in enumerate(pairs):
@@ -157,16 +196,23 @@ def test_alertmanager_holds_back_what_rigmons_engine_holds_back(tmp_path):
     receiver_url = "http://127.0.0.1:9/none"  # nothing is delivered: the API says what is muted
     am = Alertmanager(tmp_path, receiver_url)
     try:
-        request = urllib.request.Request(f"{am.url}/api/v2/alerts", data=json.dumps(alerts).encode(),
-                                         headers={"Content-Type": "application/json"}, method="POST")
+        request = urllib.request.Request(
+            f"{am.url}/api/v2/alerts",
+            data=json.dumps(alerts).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
         urllib.request.urlopen(request, timeout=10).read()
 
         def state():
-            return {(a["labels"]["alertname"], a["labels"]["instance"], a["labels"].get("gpu", "")):
-                    bool(a["status"]["inhibitedBy"]) for a in am.alerts()}
+            return {
+                (a["labels"]["alertname"], a["labels"]["instance"], a["labels"].get("gpu", "")): bool(
+                    a["status"]["inhibitedBy"]
+                )
+                for a in am.alerts()
+            }
 
-        wait_for(lambda: {k for k, muted in state().items() if muted} >= held, 30,
-                 what="the inhibitions of every pair")
+        wait_for(lambda: {k for k, muted in state().items() if muted} >= held, 30, what="the inhibitions of every pair")
         got = state()
     finally:
         am.stop()

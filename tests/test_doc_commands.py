@@ -27,11 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # run by a test of their own, from the same block of the same file
 ELSEWHERE = {
-    "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/rigmon run":
-        "test_install.py::test_readme_first_command_installs_and_runs_the_daemon",
+    "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/rigmon run": (
+        "test_install.py::test_readme_first_command_installs_and_runs_the_daemon"
+    ),
     "tests/run": "test_tests_run.py (the quick tier from a clean clone) and CI, which runs it whole",
-    **{line: "test_systemd.py (the block, as written, under a real systemd)"
-       for line in readme.sh_blocks("Running as a service")[0].splitlines()},
+    **{
+        line: "test_systemd.py (the block, as written, under a real systemd)"
+        for line in readme.sh_blocks("Running as a service")[0].splitlines()
+    },
 }
 
 # what is changed to run here: (pattern, replacement), applied in order
@@ -57,8 +60,10 @@ def test_every_command_in_the_docs_has_a_runner():
     commands = readme.commands()
     unknown = [c for _, c in commands if c not in ELSEWHERE and not _runner(normal(c))]
     assert unknown == [], f"commands in the docs that no test runs: {unknown}"
-    print(f"{len(commands)} commands shown ({len({normal(c) for _, c in commands})} distinct), "
-          f"{sum(c in ELSEWHERE for _, c in commands)} of them run by their own tests")
+    print(
+        f"{len(commands)} commands shown ({len({normal(c) for _, c in commands})} distinct), "
+        f"{sum(c in ELSEWHERE for _, c in commands)} of them run by their own tests"
+    )
 
 
 def _runner(command: str):
@@ -75,8 +80,9 @@ def scratch(tmp_path_factory):
     with a ledger of one job, and the files the docs' commands take."""
     base = tmp_path_factory.mktemp("docs")
     work = base / "rigmon"
-    for name in subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
-                               check=True).stdout.splitlines():
+    for name in subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines():
         if (ROOT / name).is_file():
             (work / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, work / name)
@@ -108,10 +114,27 @@ def shell(scratch, command: str, **popen) -> subprocess.Popen:
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     if os.geteuid() != 0:
         pytest.skip("a private /var/lib needs root")
-    wrapped = ["unshare", "--mount", "--propagation", "private", "bash", "-c",
-               'mount --bind "$1" /var/lib && exec bash -c "$0"', command, str(varlib)]
-    return subprocess.Popen(wrapped, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True, **popen)
+    wrapped = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "bash",
+        "-c",
+        'mount --bind "$1" /var/lib && exec bash -c "$0"',
+        command,
+        str(varlib),
+    ]
+    return subprocess.Popen(
+        wrapped,
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        **popen,
+    )
 
 
 def run(scratch, command: str, timeout=300) -> tuple[int, str]:
@@ -124,8 +147,10 @@ def run(scratch, command: str, timeout=300) -> tuple[int, str]:
     return proc.returncode, out
 
 
-ONCE = sorted({normal(c) for _, c in readme.commands() if _runner(normal(c)) == "once"},
-              key=lambda c: ("record" not in c, "baseline" in c, c))  # the recording first, the baseline last
+ONCE = sorted(
+    {normal(c) for _, c in readme.commands() if _runner(normal(c)) == "once"},
+    key=lambda c: ("record" not in c, "baseline" in c, c),
+)  # the recording first, the baseline last
 
 
 @pytest.mark.parametrize("command", ONCE)
@@ -153,6 +178,7 @@ def _same_output(command: str, documented: str, out: str):
         lines = [re.sub(r"\s+", " ", line).strip() for line in text.splitlines() if line.strip()]
         lines = [re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d(:\d\d)?", "TIME", line) for line in lines]
         return [re.sub(r"^rigmon status \S+", "rigmon status HOST", line)[:100] for line in lines]
+
     if command.startswith("rigmon jobs"):  # other jobs here, and no price: the same columns but COST
         assert shape(out)[0] == shape(documented)[0].replace(" COST", ""), out
         return
@@ -167,8 +193,12 @@ def test_the_daemon_command_serves(scratch, command):
     port = free_port()
     proc = shell(scratch, command.replace("--port 9964", f"--port {port} --listen 127.0.0.1"))
     try:
-        wait_for(lambda: proc.poll() is None and http_get(f"http://127.0.0.1:{port}/metrics", timeout=2)[0] == 200,
-                 120, interval=0.3, what=command)
+        wait_for(
+            lambda: proc.poll() is None and http_get(f"http://127.0.0.1:{port}/metrics", timeout=2)[0] == 200,
+            120,
+            interval=0.3,
+            what=command,
+        )
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         out = proc.communicate(timeout=30)[0]
@@ -182,15 +212,21 @@ def test_the_api_commands_answer_json(scratch):
     port = free_port()
     proc = shell(scratch, f"rigmon run --demo --replay-gpus 2 --listen 127.0.0.1 --port {port}")
     try:
-        wait_for(lambda: http_get(f"http://127.0.0.1:{port}/api/state", timeout=2)[0] == 200, 120, interval=0.3,
-                 what="the demo daemon")
+        wait_for(
+            lambda: http_get(f"http://127.0.0.1:{port}/api/state", timeout=2)[0] == 200,
+            120,
+            interval=0.3,
+            what="the demo daemon",
+        )
         for command in CURLS:
+
             def answer(command=command):
                 code, out = run(scratch, command.replace("localhost:9963", f"127.0.0.1:{port}"), timeout=30)
                 assert code == 0, (command, out)
                 got = json.loads(out)
                 # the history's first polls may still be on their way
                 return got if "history" not in command or "gpu0/power_watts" in got["series"] else None
+
             got = wait_for(answer, 30, interval=0.5, what=command)
             assert got, command
             if "history" in command:

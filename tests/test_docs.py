@@ -19,8 +19,11 @@ def test_example_config_is_generated_valid_and_equals_the_defaults():
     done = subprocess.run([sys.executable, "-m", "rigmon", "config", "example"], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout == shipped, "deploy/rigmon.toml: rigmon config example > it"
     assert config.load(ROOT / "deploy" / "rigmon.toml") == config.Config()
-    done = subprocess.run([sys.executable, "-m", "rigmon", "config", "check", str(ROOT / "deploy" / "rigmon.toml")],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "rigmon", "config", "check", str(ROOT / "deploy" / "rigmon.toml")],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -60,8 +63,13 @@ def test_example_config_commented_settings_are_valid_when_uncommented():
         if re.match(r"^# (\[|[a-z0-9_]+ = )", line) and "tls_" not in line and "password_sha256" not in line:
             line = line[2:]
         lines.append(line)
-    env = {"RIGMON_METRICS_PASSWORD_BCRYPT": "$2b$10$" + "a" * 53, "SLACK_WEBHOOK_URL": "https://hooks.slack.com/x",
-           "NTFY_TOKEN": "t", "INFLUX_TOKEN": "t", "INFLUX_PASSWORD": "p"}
+    env = {
+        "RIGMON_METRICS_PASSWORD_BCRYPT": "$2b$10$" + "a" * 53,
+        "SLACK_WEBHOOK_URL": "https://hooks.slack.com/x",
+        "NTFY_TOKEN": "t",
+        "INFLUX_TOKEN": "t",
+        "INFLUX_PASSWORD": "p",
+    }
     c = config.parse(tomllib.loads("\n".join(lines)), "uncommented", env)
     assert c.alerts.rules[0].name == "GpuHot" and c.alerts.power_budget.groups[0].watts == 1500
     assert c.notifiers[0].type == "slack" and c.prometheus.basic_auth.username == "prometheus"
@@ -70,9 +78,11 @@ def test_example_config_commented_settings_are_valid_when_uncommented():
 
 def test_the_metrics_table_matches_the_exporter(tmp_path):
     documented = set(re.findall(r"^\| `(rigmon_[a-z0-9_]+)`", (ROOT / "docs" / "metrics.md").read_text(), re.M))
-    config = (f"[daemon]\ninterval = 0.3\nstate_dir = \"{tmp_path / 'state'}\"\n"
-              "[gpu]\nprocess_series = 2\n"
-              "[influxdb]\nenabled = true\napi = \"v1\"\nurl = \"http://127.0.0.1:9\"\n")
+    config = (
+        f'[daemon]\ninterval = 0.3\nstate_dir = "{tmp_path / "state"}"\n'
+        "[gpu]\nprocess_series = 2\n"
+        '[influxdb]\nenabled = true\napi = "v1"\nurl = "http://127.0.0.1:9"\n'
+    )
     rigmon = Rigmon(tmp_path, sc.write(sc.rich(sc.h200()), tmp_path / "rich.rec.jsonl"), config)
     try:
         rigmon.wait_ready()

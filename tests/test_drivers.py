@@ -27,19 +27,23 @@ def driver(request, tmp_path_factory):
 
 
 def rigmon(env, *args):
-    return subprocess.run([sys.executable, "-m", "rigmon", *args], capture_output=True, text=True, timeout=60,
-                          env=env)
+    return subprocess.run([sys.executable, "-m", "rigmon", *args], capture_output=True, text=True, timeout=60, env=env)
 
 
 def test_the_bindings_alone_fail_where_rigmon_reads(driver):
     """What nvidia-ml-py itself does with this driver (the bugs rigmon reads around)."""
     branch, env = driver
-    probe = ("import pynvml; pynvml.nvmlInit(); h = pynvml.nvmlDeviceGetHandleByIndex(0)\n"
-             "try: print([(p.pid, p.usedGpuMemory) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)])\n"
-             "except Exception as e: print(type(e).__name__)")
+    probe = (
+        "import pynvml; pynvml.nvmlInit(); h = pynvml.nvmlDeviceGetHandleByIndex(0)\n"
+        "try: print([(p.pid, p.usedGpuMemory) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)])\n"
+        "except Exception as e: print(type(e).__name__)"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60).stdout
-    expected = {"470": "NVMLLibraryMismatchError", "535": "[(4242, 2147483648), (0, 4343)]",
-                "580": "[(4242, 2147483648), (4343, 1073741824)]"}[branch]
+    expected = {
+        "470": "NVMLLibraryMismatchError",
+        "535": "[(4242, 2147483648), (0, 4343)]",
+        "580": "[(4242, 2147483648), (4343, 1073741824)]",
+    }[branch]
     assert out.strip() == expected
 
 
@@ -70,8 +74,11 @@ def test_metrics_show_the_gpus_and_their_processes(driver, tmp_path):
     assert 'rigmon_gpu_power_watts{gpu="0",uuid="GPU-3090aaaa-0000-4000-8000-000000000000"} 312.0' in body
     assert 'rigmon_gpu_power_watts{gpu="1",uuid="GPU-1660bbbb-0000-4000-8000-000000000001"} 67.0' in body
     assert body.count("rigmon_gpu_processes{") == 2 and 'rigmon_gpu_up{gpu="1"' in body
-    held = {int(line.split('pid="')[1].split('"')[0]): float(line.rsplit(" ", 1)[1])
-            for line in body.splitlines() if line.startswith("rigmon_gpu_process_memory_bytes{")}
+    held = {
+        int(line.split('pid="')[1].split('"')[0]): float(line.rsplit(" ", 1)[1])
+        for line in body.splitlines()
+        if line.startswith("rigmon_gpu_process_memory_bytes{")
+    }
     assert held == {pid: used for expected in PROCESSES.values() for pid, used in expected}, (branch, held)
     assert "Traceback" not in daemon.output()
 
@@ -119,8 +126,13 @@ for _ in range(3):
     sample = poller.poll()
 print("processes", [g.processes for g in sample.gpus], [g.power_watts for g in sample.gpus])
 """
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "LD_LIBRARY_PATH": str(where)})
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "LD_LIBRARY_PATH": str(where)},
+    )
     assert done.returncode == 0, done.stderr
     assert "processes [None, None] [312.0, 67.0]" in done.stdout, done.stdout
     told = [line for line in done.stdout.splitlines() if "do not read as processes" in line]
@@ -134,8 +146,9 @@ def test_a_recording_can_say_the_driver_lacks_a_call(tmp_path):
     from rigmon.poller import build_poller
 
     rec = sc.on_every_gpu(sc.h200(), nvmlDeviceGetComputeRunningProcesses=sc.error("LibraryMismatch"))
-    poller = build_poller(configmod.parse({"gpu": {"xid_events": False}}), sc.source(rec, sc.LOAD_AT),
-                          event_thread=False)
+    poller = build_poller(
+        configmod.parse({"gpu": {"xid_events": False}}), sc.source(rec, sc.LOAD_AT), event_thread=False
+    )
     poller.open()
     try:
         sample = poller.poll()

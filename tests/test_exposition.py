@@ -15,11 +15,15 @@ from rigmon.exporters.exposition import Exposition
 
 # what Prometheus 2 and 3 send, a bare text scraper (curl), and text with an escaping
 ACCEPTS = {
-    "prometheus2": ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
-                    "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"),
-    "prometheus3": ("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
-                    "application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;"
-                    "escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"),
+    "prometheus2": (
+        "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+        "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+    ),
+    "prometheus3": (
+        "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+        "application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;"
+        "escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+    ),
     "curl": "*/*",
     "text-utf8": "text/plain;version=1.0.0;escaping=allow-utf-8",
 }
@@ -37,8 +41,12 @@ BOARDS = {
 def test_the_same_bytes_as_prometheus_client(board):
     """Each format, tick by tick (GPUs lost, XIDs counted, values moving): byte for byte what
     prometheus_client writes, while the kept prefixes carry over from render to render."""
-    config = {"influxdb": {"enabled": False}, "prometheus": {"enabled": False}, "jobs": {"enabled": False},
-              "gpu": {"process_series": 4}}
+    config = {
+        "influxdb": {"enabled": False},
+        "prometheus": {"enabled": False},
+        "jobs": {"enabled": False},
+        "gpu": {"process_series": 4},
+    }
     writer = Exposition()
     encoders = {name: choose_encoder(accept)[0] for name, accept in ACCEPTS.items()}
     renders = 0
@@ -59,8 +67,9 @@ def test_what_it_does_not_write_prometheus_client_does():
     registry = CollectorRegistry()
     Counter("jobs", "Jobs done.", ["user"], registry=registry).labels("alice").inc()
     Histogram("step_seconds", "Step time.", registry=registry).observe(0.2)
-    Gauge("odd_name", "A label value with \"quotes\", a \\ and a\nnewline.", ["path"],
-          registry=registry).labels('a"b\\c\nd').set(1e21)
+    Gauge("odd_name", 'A label value with "quotes", a \\ and a\nnewline.', ["path"], registry=registry).labels(
+        'a"b\\c\nd'
+    ).set(1e21)
     writer = Exposition()
     for accept in ACCEPTS.values():
         encoder = choose_encoder(accept)[0]
@@ -81,8 +90,23 @@ def test_values_as_go_writes_them():
     negative, infinite, NaN, booleans and ints."""
     registry = CollectorRegistry()
     gauge = Gauge("v", "Values.", ["n"], registry=registry)
-    values = [0, -0.0, 1, True, 7.5, 1e-7, 999_999.9, 1e6, 1_980_000_000, 143_771_090_944, 2.5e21, -3e12,
-              float("inf"), float("-inf"), float("nan")]
+    values = [
+        0,
+        -0.0,
+        1,
+        True,
+        7.5,
+        1e-7,
+        999_999.9,
+        1e6,
+        1_980_000_000,
+        143_771_090_944,
+        2.5e21,
+        -3e12,
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+    ]
     for n, v in enumerate(values):
         gauge.labels(str(n)).set(v)
     writer = Exposition()
@@ -101,17 +125,39 @@ def test_line_protocol_writes_each_value_by_its_type():
 
     info = GpuInfo(index=0, uuid="GPU-a b", name="NVIDIA H200, 141GB=big")
     nan, inf = float("nan"), float("inf")
-    odd = GpuReading(index=0, uuid="GPU-a b", power_watts=nan, power_limit_watts=inf, energy_joules=-inf,
-                     temperature_celsius=70, utilization_gpu_ratio=0.5, memory_used_bytes=2.5,
-                     memory_total_bytes=143_771_090_944, performance_state=True, pcie_generation="5",
-                     fan_speed_ratios=(0.3, None), fan_speed_rpm=(1800, nan))
-    sample = Sample(time=1_780_000_000.25, host=None, gpus=(odd,), gpu_info=(info,),
-                    system=SystemInfo())
+    odd = GpuReading(
+        index=0,
+        uuid="GPU-a b",
+        power_watts=nan,
+        power_limit_watts=inf,
+        energy_joules=-inf,
+        temperature_celsius=70,
+        utilization_gpu_ratio=0.5,
+        memory_used_bytes=2.5,
+        memory_total_bytes=143_771_090_944,
+        performance_state=True,
+        pcie_generation="5",
+        fan_speed_ratios=(0.3, None),
+        fan_speed_rpm=(1800, nan),
+    )
+    sample = Sample(time=1_780_000_000.25, host=None, gpus=(odd,), gpu_info=(info,), system=SystemInfo())
     [point] = encode(sample, "rig 1")
-    assert point == line("gpu", {"host": "rig 1", "gpu": "0", "uuid": "GPU-a b", "name": info.name}, {
-        "lost": False, "temperature_celsius": 70, "utilization_gpu_ratio": 0.5, "memory_used_bytes": 2.5,
-        "memory_total_bytes": 143_771_090_944, "performance_state": True, "pcie_generation": "5",
-        "fan0_speed_ratio": 0.3, "fan0_speed_rpm": 1800}, int(round(sample.time * 1e9)))
+    assert point == line(
+        "gpu",
+        {"host": "rig 1", "gpu": "0", "uuid": "GPU-a b", "name": info.name},
+        {
+            "lost": False,
+            "temperature_celsius": 70,
+            "utilization_gpu_ratio": 0.5,
+            "memory_used_bytes": 2.5,
+            "memory_total_bytes": 143_771_090_944,
+            "performance_state": True,
+            "pcie_generation": "5",
+            "fan0_speed_ratio": 0.3,
+            "fan0_speed_rpm": 1800,
+        },
+        int(round(sample.time * 1e9)),
+    )
     assert point.startswith("gpu,gpu=0,host=rig\\ 1,name=NVIDIA\\ H200\\,\\ 141GB\\=big,uuid=GPU-a\\ b lost=false,")
     assert "temperature_celsius=70i" in point and "memory_used_bytes=2.5," in point
     assert "performance_state=true" in point and 'pcie_generation="5"' in point
@@ -132,15 +178,21 @@ def test_a_family_reads_like_prometheus_clients_own():
 
     from rigmon.exporters.exposition import Family
 
-    for typ, theirs in (("counter", CounterMetricFamily("x_errors", "Errors.", labels=["gpu", "kind"])),
-                        ("gauge", GaugeMetricFamily("x_errors", "Errors.", labels=["gpu", "kind"]))):
+    for typ, theirs in (
+        ("counter", CounterMetricFamily("x_errors", "Errors.", labels=["gpu", "kind"])),
+        ("gauge", GaugeMetricFamily("x_errors", "Errors.", labels=["gpu", "kind"])),
+    ):
         template = Family("x_errors", "Errors.", typ, ("gpu", "kind"))
         ours = template.empty()
         for labels, value in ((("0", "a"), 3), (("1", "b"), 0.5)):
             ours.add_metric(labels, value)
             theirs.add_metric(list(labels), value)
         assert (ours.name, ours.type, ours.documentation, ours.samples) == (
-            theirs.name, theirs.type, theirs.documentation, theirs.samples)
+            theirs.name,
+            theirs.type,
+            theirs.documentation,
+            theirs.samples,
+        )
         assert template.rows == [] and template.empty().rows == []
     with pytest.raises(ValueError):
         Family("x_info", "Info.", "info", ())

@@ -31,8 +31,9 @@ from rigmon.sinks.retry import backoff
 
 
 def rigmon_cli(*args, timeout=60, **kw):
-    return subprocess.run([sys.executable, "-m", "rigmon", *args], capture_output=True, text=True, timeout=timeout,
-                          **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "rigmon", *args], capture_output=True, text=True, timeout=timeout, **kw
+    )
 
 
 def influx_config(url, state_dir, api="v1", extra="", interval=0.2):
@@ -89,8 +90,10 @@ def test_idle_and_slow_tls_clients_never_block_a_scrape(tmp_path):
             threads = max(threads, threads_of(rigmon.proc.pid))
         assert threads <= 64 + 16, threads
         wait_for(lambda: http_get(url, context=context, timeout=2)[0] == 200, 30, what="scrapes after the timeout")
-        print(f"\n5 scrapes beside an idle connection: {max(times) * 1000:.0f} ms at most; "
-              f"200 idle connections: {threads} threads")
+        print(
+            f"\n5 scrapes beside an idle connection: {max(times) * 1000:.0f} ms at most; "
+            f"200 idle connections: {threads} threads"
+        )
     finally:
         for s in idle:
             s.close()
@@ -111,21 +114,36 @@ def test_a_full_disk_loses_nothing(tmp_path, influx, eight_gpus):
     port = free_port()
     log = open(tmp_path / "rigmon.log", "w+")
     # rigmon's state directory on a 512 KiB tmpfs in a mount namespace of its own
-    proc = subprocess.Popen(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=512k tmpfs {state} && exec "
-                             f"{sys.executable} -m rigmon run --config {config} --listen 127.0.0.1 --port {port} "
-                             f"--replay {eight_gpus}"], stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            "unshare",
+            "-m",
+            "sh",
+            "-c",
+            f"mount -t tmpfs -o size=512k tmpfs {state} && exec "
+            f"{sys.executable} -m rigmon run --config {config} --listen 127.0.0.1 --port {port} "
+            f"--replay {eight_gpus}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     metrics = f"http://127.0.0.1:{port}/metrics"
     try:
         wait_for(lambda: http_get(metrics, timeout=2)[0] == 200, 30, what="rigmon")
-        wait_for(lambda: "cannot write the spool" in (tmp_path / "rigmon.log").read_text(), 60,
-                 what="the disk to fill")
-        wait_for(lambda: metric_at(metrics, "rigmon_influxdb_memory_points") > 0, 60,
-                 what="samples held in memory for want of disk")
+        wait_for(lambda: "cannot write the spool" in (tmp_path / "rigmon.log").read_text(), 60, what="the disk to fill")
+        wait_for(
+            lambda: metric_at(metrics, "rigmon_influxdb_memory_points") > 0,
+            60,
+            what="samples held in memory for want of disk",
+        )
         wait_polls_at(metrics, 20)  # two more seconds of samples with the disk full
         proxy.mode = "pass"
         body = lambda: http_get(metrics, timeout=2)[1].decode()  # noqa: E731
-        wait_for(lambda: "rigmon_influxdb_spool_points 0.0" in body() and "rigmon_influxdb_memory_points 0.0" in
-                 body(), 90, what="the spool and memory to drain")
+        wait_for(
+            lambda: "rigmon_influxdb_spool_points 0.0" in body() and "rigmon_influxdb_memory_points 0.0" in body(),
+            90,
+            what="the spool and memory to drain",
+        )
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(30)
@@ -257,11 +275,11 @@ def test_a_segment_dropped_while_it_is_sent_is_counted_once(tmp_path):
 
     spool = Spool(tmp_path / "spool", max_bytes=65536)  # segments of 16 KB
     for i in range(3):
-        spool.append([f"m v={i}i,pad=\"{'x' * 17000}\""])  # one line a segment
+        spool.append([f'm v={i}i,pad="{"x" * 17000}"'])  # one line a segment
     in_flight = spool.ready(max_bytes=1 << 20)
     assert [points for _, _, points in in_flight] == [1, 1, 1]
     for i in range(3):  # the outage goes on: the bound drops the oldest, those in flight included
-        spool.append([f"m v={10 + i}i,pad=\"{'x' * 17000}\""])
+        spool.append([f'm v={10 + i}i,pad="{"x" * 17000}"'])
     dropped = spool.dropped_points
     assert dropped >= 1
     written = spool.remove(*(path for path, _, _ in in_flight))
@@ -324,8 +342,10 @@ def test_warm_stop_with_hanging_servers_exits_0_in_time_and_spools_the_last_poll
     hang.mode = "hang"
     notifiers = "".join(f'[[notifiers]]\ntype = "webhook"\nurl = "{h.url}"\nretry_initial = "5s"\n' for h in hooks)
     notifiers += f'[[notifiers]]\ntype = "webhook"\nurl = "{hang.url}/hook"\ntimeout = "30s"\n'
-    rule = ('[[alerts.rules]]\nname = "Watched"\nkind = "gpu"\nwhen = "utilization_gpu >= 0"\n'
-            'severity = "warning"\nsummary = "GPU {gpu}"\n')
+    rule = (
+        '[[alerts.rules]]\nname = "Watched"\nkind = "gpu"\nwhen = "utilization_gpu >= 0"\n'
+        'severity = "warning"\nsummary = "GPU {gpu}"\n'
+    )
     state = tmp_path / "state"
     config = influx_config(proxy.url, state, extra='timeout = "60s"') + rule + notifiers
     rigmon = Rigmon(tmp_path, eight_gpus, config)
@@ -348,10 +368,15 @@ def test_warm_stop_with_hanging_servers_exits_0_in_time_and_spools_the_last_poll
     polls = polls_from_log(output)
     spooled = sum(p.read_bytes().count(b"\n") for p in spool_dir(state).glob("*.lp"))
     stored_and_spooled = gpu_points(influx) + sum(
-        1 for p in spool_dir(state).glob("*.lp") for x in p.read_bytes().splitlines() if x.startswith(b"gpu,")
-        and b"gpu=0," in x)
-    print(f"\nwarm stop with hanging InfluxDB and 5 stuck webhooks: exit {code} in {took:.2f} s; {polls} polls, "
-          f"{stored_and_spooled} of GPU 0's points stored or spooled ({spooled} lines spooled)")
+        1
+        for p in spool_dir(state).glob("*.lp")
+        for x in p.read_bytes().splitlines()
+        if x.startswith(b"gpu,") and b"gpu=0," in x
+    )
+    print(
+        f"\nwarm stop with hanging InfluxDB and 5 stuck webhooks: exit {code} in {took:.2f} s; {polls} polls, "
+        f"{stored_and_spooled} of GPU 0's points stored or spooled ({spooled} lines spooled)"
+    )
     assert code == 0 and took < 5.0, output[-3000:]
     assert stored_and_spooled == polls, output[-3000:]
 
@@ -369,8 +394,11 @@ def test_sighup_reloads_a_valid_config_and_keeps_running_on_an_invalid_one(tmp_p
         rigmon.config.write_text("[daemon]\ninterval = 0.25\n" + state)
         rigmon.proc.send_signal(signal.SIGHUP)
         wait_for(lambda: "restarting with it" in rigmon.output(), 10, what="the reload")
-        wait_for(lambda: b"rigmon_poll_interval_seconds 0.25" in http_get(rigmon.url, timeout=2)[1], 30,
-                 what="the new interval")
+        wait_for(
+            lambda: b"rigmon_poll_interval_seconds 0.25" in http_get(rigmon.url, timeout=2)[1],
+            30,
+            what="the new interval",
+        )
         assert rigmon.proc.pid == pid and rigmon.proc.poll() is None
     finally:
         assert rigmon.stop() == 0
@@ -402,6 +430,7 @@ def test_a_notifier_thread_survives_any_exception():
         if len(calls) == 1:
             raise ValueError("URL can't contain control characters. '/services/T0/B0/secret'")
         real_send(message)
+
     notifier.send = send
     try:
         notifier.submit(transition(1))
@@ -413,18 +442,27 @@ def test_a_notifier_thread_survives_any_exception():
 
 
 # 8. Hostile rules ---------------------------------------------------------------------------
-@pytest.mark.parametrize("field, value, message", [
-    ("when", "temperature_celsius > 1 or " * 3000 + "True", "too long"),
-    ("when", "not " * 100 + "lost", "nested too deeply"),
-    ("when", "name == '" + "x" * 500 + "'", "string constant is longer"),
-    ("when", "temperature_celsius > 1e300", "out of range"),
-    ("summary", "{uuid:>999999999}", "widths and precisions go up to 64"),
-    ("summary", "{uuid.__class__}", "only a plain name"),
-    ("summary", "{uuid[0]}", "only a plain name"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("when", "temperature_celsius > 1 or " * 3000 + "True", "too long"),
+        ("when", "not " * 100 + "lost", "nested too deeply"),
+        ("when", "name == '" + "x" * 500 + "'", "string constant is longer"),
+        ("when", "temperature_celsius > 1e300", "out of range"),
+        ("summary", "{uuid:>999999999}", "widths and precisions go up to 64"),
+        ("summary", "{uuid.__class__}", "only a plain name"),
+        ("summary", "{uuid[0]}", "only a plain name"),
+    ],
+)
 def test_hostile_rules_fail_config_check_with_a_clear_message(field, value, message, tmp_path):
-    rule = {"name": "Hostile", "kind": "gpu", "when": "temperature_celsius > 1", "severity": "warning",
-            "summary": "x", field: value}
+    rule = {
+        "name": "Hostile",
+        "kind": "gpu",
+        "when": "temperature_celsius > 1",
+        "severity": "warning",
+        "summary": "x",
+        field: value,
+    }
     path = tmp_path / "c.toml"
     path.write_text("[[alerts.rules]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in rule.items()))
     done = rigmon_cli("config", "check", str(path))
@@ -433,8 +471,10 @@ def test_hostile_rules_fail_config_check_with_a_clear_message(field, value, mess
 
 def test_a_rule_that_fails_at_evaluation_is_unknown_for_itself_only():
     def rule(name, when):
-        return Rule(RuleSpec.model_validate({"name": name, "kind": "cpu", "when": when, "severity": "warning",
-                                             "summary": "x"}))
+        return Rule(
+            RuleSpec.model_validate({"name": name, "kind": "cpu", "when": when, "severity": "warning", "summary": "x"})
+        )
+
     assert Expression("'a' * 100000000000 == 'b'", "cpu", {}).evaluate({}) is None  # no 100 GB string
     broken = rule("Boom", "celsius > 1")
     broken.when.body = "no_such_name"  # its compiled code raises NameError when evaluated
@@ -465,9 +505,14 @@ def test_nan_power_is_left_out_of_line_protocol_and_json(tmp_path):
     json.loads(done.stdout, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
 
 
-@pytest.mark.parametrize("toml", ['[alerts.builtin.GpuStarved]\nparams = { min_power_ratio = nan }\n',
-                                  '[daemon]\ninterval = inf\n',
-                                  '[alerts.power_budget]\nwatts = inf\n'])
+@pytest.mark.parametrize(
+    "toml",
+    [
+        "[alerts.builtin.GpuStarved]\nparams = { min_power_ratio = nan }\n",
+        "[daemon]\ninterval = inf\n",
+        "[alerts.power_budget]\nwatts = inf\n",
+    ],
+)
 def test_non_finite_numbers_are_refused_by_the_config(toml, tmp_path):
     path = tmp_path / "c.toml"
     path.write_text(toml)
@@ -476,12 +521,19 @@ def test_non_finite_numbers_are_refused_by_the_config(toml, tmp_path):
 
 
 # 10. Unbounded inputs --------------------------------------------------------------------
-@pytest.mark.parametrize("argv", [
-    ["status", "--demo", "--replay-gpus", "100000"], ["status", "--demo", "--watch", "-1"],
-    ["status", "--demo", "--watch", "nan"], ["status", "--demo", "--at", "inf"],
-    ["record", "--demo", "--out", "/tmp/x.jsonl", "--interval", "inf"],
-    ["burnin", "--hours", "nan"], ["burnin", "--minutes", "-1"], ["run", "--demo", "--replay-gpus", "0"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status", "--demo", "--replay-gpus", "100000"],
+        ["status", "--demo", "--watch", "-1"],
+        ["status", "--demo", "--watch", "nan"],
+        ["status", "--demo", "--at", "inf"],
+        ["record", "--demo", "--out", "/tmp/x.jsonl", "--interval", "inf"],
+        ["burnin", "--hours", "nan"],
+        ["burnin", "--minutes", "-1"],
+        ["run", "--demo", "--replay-gpus", "0"],
+    ],
+)
 def test_bad_numbers_on_the_command_line_exit_2(argv):
     done = rigmon_cli(*argv)
     assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.strip(), done.stderr
@@ -490,8 +542,10 @@ def test_bad_numbers_on_the_command_line_exit_2(argv):
 def test_hostile_recordings_are_clear_errors(tmp_path):
     header = json.loads(sc.H200.read_text().splitlines()[0])
     cases = {
-        "huge-count": json.dumps({**header, "nvml": {**header["nvml"], "nvmlDeviceGetCount": 100000}}) + "\n"
-                      + sc.H200.read_text().splitlines()[1] + "\n",
+        "huge-count": json.dumps({**header, "nvml": {**header["nvml"], "nvmlDeviceGetCount": 100000}})
+        + "\n"
+        + sc.H200.read_text().splitlines()[1]
+        + "\n",
         "deep": json.dumps(header) + "\n" + '{"t": 1, "gpus": [' + "[" * 100000 + "]" * 100000 + "]}\n",
         "header-only": json.dumps(header) + "\n",
     }
@@ -506,8 +560,7 @@ def test_hostile_recordings_are_clear_errors(tmp_path):
 # 11. A non-ASCII user name is a 401, not a 500 -------------------------------------------------
 def test_non_ascii_basic_auth_is_refused_cleanly(tmp_path):
     digest = hashlib.sha256(b"pw").hexdigest()
-    config = (f'[daemon]\ninterval = 0.5\n[prometheus.basic_auth]\nusername = "prom"\n'
-              f'password_sha256 = "{digest}"\n')
+    config = f'[daemon]\ninterval = 0.5\n[prometheus.basic_auth]\nusername = "prom"\npassword_sha256 = "{digest}"\n'
     rigmon = Rigmon(tmp_path, sc.demo_path(), config)
     try:
         rigmon.wait_ready()
@@ -536,8 +589,31 @@ def test_fuzz_configs_and_recordings_are_accepted_or_refused_clearly(tmp_path):
     from rigmon.config.schema import Config
 
     rng = random.Random(16)
-    values = [0, -1, 1, 1.5, float("nan"), float("inf"), -1e308, 10**30, "", "x", "10m", "-5s", "1h30m", True,
-              [], [1, "a"], {}, {"a": 1}, "http://x y", "https://ok.example/hook", "${NOPE}", "a\nb", "🔥" * 3]
+    values = [
+        0,
+        -1,
+        1,
+        1.5,
+        float("nan"),
+        float("inf"),
+        -1e308,
+        10**30,
+        "",
+        "x",
+        "10m",
+        "-5s",
+        "1h30m",
+        True,
+        [],
+        [1, "a"],
+        {},
+        {"a": 1},
+        "http://x y",
+        "https://ok.example/hook",
+        "${NOPE}",
+        "a\nb",
+        "🔥" * 3,
+    ]
     base = json.loads(Config().model_dump_json())
     paths = []
 
@@ -546,6 +622,7 @@ def test_fuzz_configs_and_recordings_are_accepted_or_refused_clearly(tmp_path):
             for k, v in node.items():
                 walk(v, (*path, k))
         paths.append(path)
+
     walk(base, ())
     refused = accepted = 0
     for _ in range(1200):
@@ -575,9 +652,9 @@ def test_fuzz_configs_and_recordings_are_accepted_or_refused_clearly(tmp_path):
         kind = rng.randrange(5)
         if kind == 0:  # flip a byte
             pos = rng.randrange(len(text))
-            text = text[:pos] + chr(rng.randrange(32, 127)) + text[pos + 1:]
+            text = text[:pos] + chr(rng.randrange(32, 127)) + text[pos + 1 :]
         elif kind == 1:  # cut the line
-            text = text[:rng.randrange(len(text))]
+            text = text[: rng.randrange(len(text))]
         elif kind == 2:  # a value replaced by another JSON value
             obj = json.loads(text)
             key = rng.choice(list(obj))
@@ -606,8 +683,10 @@ def test_fuzz_configs_and_recordings_are_accepted_or_refused_clearly(tmp_path):
         loaded += 1
         _replay_a_tick(rec)
     assert mutations >= 1000
-    print(f"\nfuzz: {accepted + refused} configs ({accepted} accepted, {refused} refused with the field named); "
-          f"{mutations} damaged recordings ({rejected} refused with the line, {loaded} replayed); 0 tracebacks")
+    print(
+        f"\nfuzz: {accepted + refused} configs ({accepted} accepted, {refused} refused with the field named); "
+        f"{mutations} damaged recordings ({rejected} refused with the line, {loaded} replayed); 0 tracebacks"
+    )
 
 
 def _replay_a_tick(rec: Recording) -> None:

@@ -54,23 +54,39 @@ def test_ten_boxes_page_once_per_fault_with_their_site_and_a_dead_box_only_as_do
         (tmp_path / "prom").mkdir()
         targets = tmp_path / "prom" / "targets"
         targets.mkdir()
-        (targets / "rigmon.yml").write_text(yaml.safe_dump(
-            [{"targets": [f"127.0.0.1:{b.port}" for b in boxes], "labels": {"site": "lab"}}]))
+        (targets / "rigmon.yml").write_text(
+            yaml.safe_dump([{"targets": [f"127.0.0.1:{b.port}" for b in boxes], "labels": {"site": "lab"}}])
+        )
         for job in config["scrape_configs"]:
             for sd in job.get("file_sd_configs", ()):
                 sd["files"] = [str(targets / "*.yml")]
-        prom = Prometheus(tmp_path / "prom", [], scrape_configs=config["scrape_configs"],
-                          extra={k: v for k, v in config.items() if k in ("rule_files", "alerting")})
+        prom = Prometheus(
+            tmp_path / "prom",
+            [],
+            scrape_configs=config["scrape_configs"],
+            extra={k: v for k, v in config.items() if k in ("rule_files", "alerting")},
+        )
         prom_global = config["global"]
         assert prom_global["evaluation_interval"] == "15s"  # the shipped pace, not the test's
 
         def told():
-            return [(a["labels"]["alertname"], a["labels"]["instance"], a["labels"].get("gpu", ""),
-                     a["labels"].get("site"), a["status"]) for body in receiver.json() for a in body["alerts"]]
+            return [
+                (
+                    a["labels"]["alertname"],
+                    a["labels"]["instance"],
+                    a["labels"].get("gpu", ""),
+                    a["labels"].get("site"),
+                    a["status"],
+                )
+                for body in receiver.json()
+                for a in body["alerts"]
+            ]
 
         hot_box, fan_box, dead = (f"127.0.0.1:{boxes[i].port}" for i in (0, 1, 2))
-        want = {("GpuAtSlowdownTemperature", hot_box, "0", "lab", "firing"),
-                ("FanStalled", fan_box, "", "lab", "firing")}
+        want = {
+            ("GpuAtSlowdownTemperature", hot_box, "0", "lab", "firing"),
+            ("FanStalled", fan_box, "", "lab", "firing"),
+        }
         wait_for(lambda: want <= set(told()), 240, interval=1, what="the two faults told")
         boxes[2].proc.kill()  # a box that dies: no warm stop
         boxes[2].proc.wait()

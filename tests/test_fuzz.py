@@ -17,10 +17,33 @@ from prometheus_client.exposition import choose_encoder
 from rigmon.config.schema import ConfigError, parse
 from rigmon.model.recording import Recording, RecordingError
 
-GARBAGE = [None, -1, 0, 10**12, -(10**18), 1e308, float("nan"), "x", "\ud800", "\x1b[2J\n", "é" * 300, [], {},
-           [[1]], [None, "a"], {"a": 1}, {"gpu": "x", "memory": []}, True, {"nvml_error": "Bogus"},
-           {"nvml_error": "GpuIsLost"}, {"nvml_error": 5}, [{"pid": "x"}], [{"pid": 1, "usedGpuMemory": -5}],
-           [{"pid": 10**30}], {"total": "a", "free": None, "used": []}]
+GARBAGE = [
+    None,
+    -1,
+    0,
+    10**12,
+    -(10**18),
+    1e308,
+    float("nan"),
+    "x",
+    "\ud800",
+    "\x1b[2J\n",
+    "é" * 300,
+    [],
+    {},
+    [[1]],
+    [None, "a"],
+    {"a": 1},
+    {"gpu": "x", "memory": []},
+    True,
+    {"nvml_error": "Bogus"},
+    {"nvml_error": "GpuIsLost"},
+    {"nvml_error": 5},
+    [{"pid": "x"}],
+    [{"pid": 1, "usedGpuMemory": -5}],
+    [{"pid": 10**30}],
+    {"total": "a", "free": None, "used": []},
+]
 COUNTS = ("nvmlDeviceGetNumFans", "nvmlDeviceGetCount", "nvmlDeviceGetMaxPcieLinkWidth")
 
 
@@ -40,16 +63,35 @@ def _mutate(base: Recording, rng: random.Random) -> Recording:
             target[rng.choice(COUNTS)] = rng.choice([10**12, -3, 2**63, "many", 1e300])
         elif where == 3:  # the host's answers
             host = rng.choice(rec.ticks).setdefault("host", {})
-            host[rng.choice(["sensors_temperatures", "sensors_fans", "cpu_percent", "processes", "hwmon",
-                             "powercap", "virtual_memory", "getloadavg", "start_times"])] = rng.choice(
-                GARBAGE + [{"chip": [[value, value, value, value]]}, {"1": {"user": value, "cmdline": value,
-                                                                          "cgroup": value, "pgid": value}}])
+            host[
+                rng.choice(
+                    [
+                        "sensors_temperatures",
+                        "sensors_fans",
+                        "cpu_percent",
+                        "processes",
+                        "hwmon",
+                        "powercap",
+                        "virtual_memory",
+                        "getloadavg",
+                        "start_times",
+                    ]
+                )
+            ] = rng.choice(
+                GARBAGE
+                + [
+                    {"chip": [[value, value, value, value]]},
+                    {"1": {"user": value, "cmdline": value, "cgroup": value, "pgid": value}},
+                ]
+            )
         elif where == 4:  # a name or a uuid
-            rec.header["gpus"][0][rng.choice(["nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetSerial"])] = \
+            rec.header["gpus"][0][rng.choice(["nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetSerial"])] = (
                 rng.choice(["\ud800bad", "\x1b]52;c;eA==\x07", "a\nb", "x" * 5000, 7, None, ["a"]])
+            )
         else:  # processes on the GPU
             rng.choice(rec.ticks)["gpus"][0]["nvmlDeviceGetComputeRunningProcesses"] = rng.choice(
-                [[{"pid": n, "usedGpuMemory": value} for n in range(3)], value, [value] * 3])
+                [[{"pid": n, "usedGpuMemory": value} for n in range(3)], value, [value] * 3]
+            )
     return rec
 
 
@@ -66,8 +108,14 @@ def _every_output(rec: Recording, path) -> None:
     except RecordingError as e:
         assert str(e)
         return
-    config = Config.model_validate({"daemon": {"state_dir": str(path.parent / "state")}, "gpu": {"xid_events": False},
-                                    "prometheus": {"enabled": False}, "jobs": {"enabled": False}})
+    config = Config.model_validate(
+        {
+            "daemon": {"state_dir": str(path.parent / "state")},
+            "gpu": {"xid_events": False},
+            "prometheus": {"enabled": False},
+            "jobs": {"enabled": False},
+        }
+    )
     replayed = sc.Replayed(rec, config)
     exposition = Exposition()
     try:
@@ -97,8 +145,10 @@ def test_fuzz_recordings_through_every_output(tmp_path, caplog):
             pytest.fail(f"recording {i}: {type(e).__name__}: {e}\n{json.dumps(rec.header)[:2000]}")
     failed = [r.getMessage() for r in caplog.records if "failed" in r.getMessage() and r.levelname == "ERROR"]
     grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
-    print(f"\nfuzz: 2,000 damaged recordings through status, line protocol, /metrics and the rules; "
-          f"peak memory +{grown:.0f} MiB; {len(failed)} sink failures logged")
+    print(
+        f"\nfuzz: 2,000 damaged recordings through status, line protocol, /metrics and the rules; "
+        f"peak memory +{grown:.0f} MiB; {len(failed)} sink failures logged"
+    )
     assert not failed, failed[:5]
     assert grown < 300
 
@@ -112,9 +162,18 @@ def test_fuzz_rule_sets(tmp_path):
     rng = random.Random(30)
     names = ["temperature_celsius", "power_watts", "memory_total_bytes", "gpu", "name", "p", "nope", "xid_total"]
     specs = ["", ":c", ":d", ":.2f", ":>60", ":x", ":%", ":e", ":,", ":=^20", ":b", ":s", ":.0f", ":99", ":{p}"]
-    expressions = ["temperature_celsius > p", "power_watts / 0 > 1", "name == 'H200'", "increase(xid_total, 60) > 0",
-                   "memory_total_bytes * 10**6 > p", "abs(power_watts) > -1", "p > 0 and nope", "rate(x, 1) > 1",
-                   "max(power_watts, p) >= 0", "temperature_celsius >"]
+    expressions = [
+        "temperature_celsius > p",
+        "power_watts / 0 > 1",
+        "name == 'H200'",
+        "increase(xid_total, 60) > 0",
+        "memory_total_bytes * 10**6 > p",
+        "abs(power_watts) > -1",
+        "p > 0 and nope",
+        "rate(x, 1) > 1",
+        "max(power_watts, p) >= 0",
+        "temperature_celsius >",
+    ]
     rec = sc.one_tick(sc.h200())
     source = sc.source(rec, 0)
     poller = build_poller(parse({"gpu": {"xid_events": False}}, "fuzz"), source, event_thread=False)
@@ -127,8 +186,16 @@ def test_fuzz_rule_sets(tmp_path):
         for n in range(rng.randint(1, 3)):
             fields = ["{" + rng.choice(names) + rng.choice(specs) + "}" for _ in range(rng.randint(1, 3))]
             summary = " ".join(fields) + " {p}"  # p read, so an unused param is not what refuses it
-            rules.append({"name": f"R{n}", "kind": "gpu", "when": rng.choice(expressions), "severity": "warning",
-                          "summary": summary, "params": {"p": rng.choice([0, 1, 10**9, 2.5, True, -7])}})
+            rules.append(
+                {
+                    "name": f"R{n}",
+                    "kind": "gpu",
+                    "when": rng.choice(expressions),
+                    "severity": "warning",
+                    "summary": summary,
+                    "params": {"p": rng.choice([0, 1, 10**9, 2.5, True, -7])},
+                }
+            )
         try:
             config = parse({"alerts": {"rules": rules}}, "fuzz", env={})
         except ConfigError as e:

@@ -50,8 +50,9 @@ def _compare(name: str, text: str) -> None:
         path.parent.mkdir(exist_ok=True)
         path.write_text(text)
     want = path.read_text()
-    diff = "".join(difflib.unified_diff(want.splitlines(True), text.splitlines(True), f"{name} (committed)",
-                                        f"{name} (now)"))
+    diff = "".join(
+        difflib.unified_diff(want.splitlines(True), text.splitlines(True), f"{name} (committed)", f"{name} (now)")
+    )
     assert text == want, f"{name} changed (RIGMON_UPDATE_GOLDEN=1 rewrites it if it should):\n{diff[:6000]}"
 
 

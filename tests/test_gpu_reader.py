@@ -84,8 +84,18 @@ def test_not_supported_is_remembered_and_not_asked_again():
     assert not [c for c in backend.calls if c[0] in {k.split(":")[0] for k in unsupported if ":" not in k}]
     assert len(backend.calls) < asked_first
     # and the reading says None for them rather than failing
-    none_fields = [f for f in ("power_watts", "power_limit_watts", "temperature_celsius", "sm_clock_hertz",
-                               "pcie_generation", "utilization_gpu_ratio") if getattr(second, f) is None]
+    none_fields = [
+        f
+        for f in (
+            "power_watts",
+            "power_limit_watts",
+            "temperature_celsius",
+            "sm_clock_hertz",
+            "pcie_generation",
+            "utilization_gpu_ratio",
+        )
+        if getattr(second, f) is None
+    ]
     assert none_fields
 
 
@@ -275,8 +285,13 @@ def test_a_rule_with_a_short_window_on_a_rare_counter_reads_it_every_poll():
     from rigmon.config.schema import parse
     from rigmon.poller import build_poller
 
-    rule = {"name": "ReplaysFast", "kind": "gpu", "when": "rate(pcie_replays, '30s') > 1", "severity": "warning",
-            "summary": "fast"}
+    rule = {
+        "name": "ReplaysFast",
+        "kind": "gpu",
+        "when": "rate(pcie_replays, '30s') > 1",
+        "severity": "warning",
+        "summary": "fast",
+    }
     for rules, every_poll in (([], False), ([rule], True)):
         config = parse({"alerts": {"rules": rules}, "gpu": {"xid_events": False}, "host": {"enabled": False}})
         source = sc.source(sc.h200(), sc.LOAD_AT)
@@ -294,6 +309,7 @@ def test_a_rule_with_a_short_window_on_a_rare_counter_reads_it_every_poll():
 def test_the_power_limit_set_is_read_on_the_slow_interval_and_when_the_enforced_limit_moves():
     """nvmlDeviceGetPowerManagementLimit (164 µs a GPU on an H200) changes by an administrator's
     hand, not by load: read every slow_interval, and at once where the enforced limit moves."""
+
     def modify(t, tick):
         watts = 700_000 if t < 6 else 450_000  # nvidia-smi -pl 450 six seconds in
         sc.set_gpu(tick, nvmlDeviceGetEnforcedPowerLimit=watts, nvmlDeviceGetPowerManagementLimit=watts)

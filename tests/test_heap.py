@@ -51,8 +51,9 @@ def test_the_daemon_tidies_between_polls(tmp_path, monkeypatch):
     real = heap.tidy
     monkeypatch.setattr(heap, "TIDY_SECONDS", 0.5)
     monkeypatch.setattr(heap, "tidy", lambda: (tidied.append(time.monotonic()), real()))
-    config = Config.model_validate({"daemon": {"interval": 0.1, "state_dir": str(tmp_path), "page": False},
-                                    "prometheus": {"enabled": False}})
+    config = Config.model_validate(
+        {"daemon": {"interval": 0.1, "state_dir": str(tmp_path), "page": False}, "prometheus": {"enabled": False}}
+    )
     daemon = Daemon(config, Pipeline.from_config(config, inputs=Inputs(source=sc.source(sc.h200(), loop=True))))
     daemon.start(serve_http=False)
     time.sleep(2.0)

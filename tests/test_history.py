@@ -21,8 +21,9 @@ WEEK = 7 * 86400.0
 def pipeline_with(history: History, now: list[float]) -> Pipeline:
     config = configmod.parse({"alerts": {"power_budget": {"watts": 6000}}}, "test")
     source = sc.source(sc.rich(sc.h200()), at=sc.LOAD_AT)
-    pipeline = Pipeline.from_config(config, Outputs(), sinks=[history],
-                                    inputs=Inputs(source=source, wall=lambda: now[0], event_thread=False))
+    pipeline = Pipeline.from_config(
+        config, Outputs(), sinks=[history], inputs=Inputs(source=source, wall=lambda: now[0], event_thread=False)
+    )
     pipeline.open()
     return pipeline
 
@@ -75,8 +76,7 @@ def test_a_damaged_history_starts_empty_with_one_warning(tmp_path, caplog, damag
     run_for(pipeline, now, 3600, 60.0)
     pipeline.close(time.monotonic() + 5)
     data = path.read_bytes()
-    path.write_bytes({"garbage": b"\x00not a history" * 100, "truncated": data[:len(data) // 2],
-                      "empty": b""}[damage])
+    path.write_bytes({"garbage": b"\x00not a history" * 100, "truncated": data[: len(data) // 2], "empty": b""}[damage])
     with caplog.at_level(logging.WARNING, logger="rigmon.sinks.history"):
         fresh = History(path, interval=60.0)
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -43,18 +43,24 @@ def test_k10temp_prefers_tdie_over_tctl():
 def test_coretemp_two_packages_give_two_sockets():
     cpus = read_host(sensors_temperatures=sc.CORETEMP_TWO_PACKAGES).cpu_temperatures
     assert [(c.socket, c.sensor, c.celsius, c.critical_celsius) for c in cpus] == [
-        (0, "Package id 0", 58.0, 100.0), (1, "Package id 1", 64.0, 100.0)]
+        (0, "Package id 0", 58.0, 100.0),
+        (1, "Package id 1", 64.0, 100.0),
+    ]
 
 
 def test_fan_at_zero_rpm_is_read_and_unnamed_fans_are_numbered():
     fans = read_host(sensors_fans=sc.FAN_STOPPED).fans
-    assert [(f.chip, f.label, f.rpm) for f in fans] == [("nct6798", "fan1", 1150), ("nct6798", "fan2", 0),
-                                                        ("nct6798", "fan3", 870)]
+    assert [(f.chip, f.label, f.rpm) for f in fans] == [
+        ("nct6798", "fan1", 1150),
+        ("nct6798", "fan2", 0),
+        ("nct6798", "fan3", 870),
+    ]
 
 
 def test_load_memory_and_cpu_in_base_units():
-    reading = read_host(cpu_percent=37.5, getloadavg=[1.5, 1.0, 0.5],
-                        virtual_memory={"total": 64 * 2**30, "available": 40 * 2**30})
+    reading = read_host(
+        cpu_percent=37.5, getloadavg=[1.5, 1.0, 0.5], virtual_memory={"total": 64 * 2**30, "available": 40 * 2**30}
+    )
     assert reading.cpu_utilization_ratio == 0.375
     assert (reading.load1, reading.load15) == (1.5, 0.5)
     assert reading.memory_total_bytes == 64 * 2**30
@@ -118,8 +124,9 @@ def in_mount_namespace(script: str, fake_class) -> dict:
     """Run ``script`` in a private mount namespace with ``fake_class`` over /sys/class; its JSON."""
     import json
 
-    done = subprocess.run(["unshare", "-m", sys.executable, "-c", script, str(fake_class)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["unshare", "-m", sys.executable, "-c", script, str(fake_class)], capture_output=True, text=True
+    )
     if done.returncode != 0 and "mount" in done.stderr:
         pytest.skip(f"cannot bind-mount here: {done.stderr.strip()[-200:]}")
     assert done.returncode == 0, done.stderr
@@ -174,21 +181,69 @@ def test_chips_of_one_name_stay_apart_and_sysfs_adds_what_psutil_lacks(tmp_path)
     stopped fan in alarm, read by the real psutil and rigmon's sysfs walk over a fake hwmon
     tree mounted over /sys/class in a private mount namespace."""
     hwmon, devices = tmp_path / "class" / "hwmon", tmp_path / "devices"
-    _chip(hwmon, 0, "nvme", devices / "pci0000:00" / "0000:00:1d.0" / "nvme" / "nvme0",
-          {"temp1_input": 41850, "temp1_label": "Composite"})
-    _chip(hwmon, 1, "coretemp", devices / "platform" / "coretemp.0",
-          {"temp1_input": 58000, "temp1_label": "Package id 0", "temp2_input": 55000, "temp2_label": "Core 0"})
-    _chip(hwmon, 2, "coretemp", devices / "platform" / "coretemp.1",
-          {"temp1_input": 64000, "temp1_label": "Package id 1", "temp2_input": 61000, "temp2_label": "Core 0"})
-    _chip(hwmon, 3, "nvme", devices / "pci0000:40" / "0000:41:00.0" / "nvme" / "nvme1",
-          {"temp1_input": 52850, "temp1_label": "Composite"})
-    _chip(hwmon, 4, "nct6798", devices / "platform" / "nct6775.656",
-          {"fan1_input": 1150, "fan2_input": 0, "fan2_min": 300, "fan2_alarm": 1, "fan1_alarm": 0, "pwm1": 128,
-           "pwm1_enable": 5, "pwm2": 255, "pwm2_enable": 1, "in0_input": 1056, "in0_label": "Vcore"})
-    _chip(hwmon, 5, "corsair-psu", devices / "usb1" / "1-4" / "0003:1B1C:1C05.0001",
-          {"power1_input": 412000000, "power1_label": "power total", "curr1_input": 34500,
-           "curr1_label": "curr +12v", "in0_input": 12040, "in0_label": "v_out +12v", "temp1_input": 36250,
-           "temp1_label": "vrm temp"})
+    _chip(
+        hwmon,
+        0,
+        "nvme",
+        devices / "pci0000:00" / "0000:00:1d.0" / "nvme" / "nvme0",
+        {"temp1_input": 41850, "temp1_label": "Composite"},
+    )
+    _chip(
+        hwmon,
+        1,
+        "coretemp",
+        devices / "platform" / "coretemp.0",
+        {"temp1_input": 58000, "temp1_label": "Package id 0", "temp2_input": 55000, "temp2_label": "Core 0"},
+    )
+    _chip(
+        hwmon,
+        2,
+        "coretemp",
+        devices / "platform" / "coretemp.1",
+        {"temp1_input": 64000, "temp1_label": "Package id 1", "temp2_input": 61000, "temp2_label": "Core 0"},
+    )
+    _chip(
+        hwmon,
+        3,
+        "nvme",
+        devices / "pci0000:40" / "0000:41:00.0" / "nvme" / "nvme1",
+        {"temp1_input": 52850, "temp1_label": "Composite"},
+    )
+    _chip(
+        hwmon,
+        4,
+        "nct6798",
+        devices / "platform" / "nct6775.656",
+        {
+            "fan1_input": 1150,
+            "fan2_input": 0,
+            "fan2_min": 300,
+            "fan2_alarm": 1,
+            "fan1_alarm": 0,
+            "pwm1": 128,
+            "pwm1_enable": 5,
+            "pwm2": 255,
+            "pwm2_enable": 1,
+            "in0_input": 1056,
+            "in0_label": "Vcore",
+        },
+    )
+    _chip(
+        hwmon,
+        5,
+        "corsair-psu",
+        devices / "usb1" / "1-4" / "0003:1B1C:1C05.0001",
+        {
+            "power1_input": 412000000,
+            "power1_label": "power total",
+            "curr1_input": 34500,
+            "curr1_label": "curr +12v",
+            "in0_input": 12040,
+            "in0_label": "v_out +12v",
+            "temp1_input": 36250,
+            "temp1_label": "vrm temp",
+        },
+    )
     seen = in_mount_namespace(HWMON_DEVICES_SCRIPT, tmp_path / "class")
     temps = {(chip, device, label): c for chip, device, label, c in seen["temps"]}
     assert temps[("coretemp", "coretemp.0", "Core 0")] == 55.0 and temps[("coretemp", "coretemp.1", "Core 0")] == 61.0
@@ -210,10 +265,14 @@ def test_a_psu_that_reports_its_power_feeds_its_budget():
     from rigmon.offline import replay_rules
 
     rec = sc.rich(sc.h200(), gpus=8)
-    for sensor, fires in (("corsair-psu/power total", True), ("corsair-psu/0003:1B1C:1C05.0001/power total", True),
-                          ("corsair-psu/no such input", False)):
-        config = parse({"alerts": {"power_budget": {"groups": [
-            {"name": "psu-a", "watts": 450, "sensor": sensor, "gpus": [0]}]}}})
+    for sensor, fires in (
+        ("corsair-psu/power total", True),
+        ("corsair-psu/0003:1B1C:1C05.0001/power total", True),
+        ("corsair-psu/no such input", False),
+    ):
+        config = parse(
+            {"alerts": {"power_budget": {"groups": [{"name": "psu-a", "watts": 450, "sensor": sensor, "gpus": [0]}]}}}
+        )
         fired = [t for t in replay_rules(rec, config) if t.alertname == "PowerBudgetHigh" and t.status == "firing"]
         if fires:
             assert fired and "psu-a: 412 W of a 450 W budget" in fired[0].summary, sensor

@@ -25,9 +25,17 @@ from rigmon.readers.host import SystemHost
 # What a user can put in argv: OSC 52 (writes the clipboard), OSC 0 (window title), clear the
 # screen, hide the rest, colours that forge a verdict, a newline that forges a log line, a
 # trailing backslash, and bytes that are not UTF-8.
-HOSTILE_ARGS = [b"--hf-token=hf_SECRET", b"\x1b]52;c;cm0gLXJmIH4K\x07", b"\x1b]0;owned\x07", b"\x1b[2J", b"\x1b[8m",
-                b"\x1b[32mALL GPUS OK\x1b[0m", b"line\n2026-12-03 INFO rigmon: forged",
-                b"\xff\xfe\xc3", b"tail\\"]
+HOSTILE_ARGS = [
+    b"--hf-token=hf_SECRET",
+    b"\x1b]52;c;cm0gLXJmIH4K\x07",
+    b"\x1b]0;owned\x07",
+    b"\x1b[2J",
+    b"\x1b[8m",
+    b"\x1b[32mALL GPUS OK\x1b[0m",
+    b"line\n2026-12-03 INFO rigmon: forged",
+    b"\xff\xfe\xc3",
+    b"tail\\",
+]
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")  # anything but our own newlines and tabs
 
 
@@ -43,8 +51,10 @@ def hostile_processes(tmp_path):
     os.symlink(sys.executable, weird)
     sleeper = [b"-c", b"import time; time.sleep(120)"]
     hostile = subprocess.Popen([os.fsencode(weird), *sleeper, *HOSTILE_ARGS], start_new_session=True)
-    plain = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "train.py"],
-                              start_new_session=True) for _ in range(2)]
+    plain = [
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "train.py"], start_new_session=True)
+        for _ in range(2)
+    ]
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and b"hf_SECRET" not in Path(f"/proc/{hostile.pid}/cmdline").read_bytes():
         time.sleep(0.05)
@@ -72,8 +82,11 @@ def named_cgroup(tmp_path):
     can be put in, whatever this machine's own cgroups allow."""
     mountpoint = tmp_path / "cgroup"
     mountpoint.mkdir()
-    done = subprocess.run(["mount", "-t", "cgroup", "-o", "none,name=rigmontest", "cgroup", str(mountpoint)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "cgroup", "-o", "none,name=rigmontest", "cgroup", str(mountpoint)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a named cgroup hierarchy: {done.stderr.strip()}")
     yield mountpoint
@@ -104,10 +117,22 @@ def test_a_hostile_cgroup_name_is_shown_as_text():
     """A unit name in a user's own subtree is the user's to choose (systemd-run --user --unit=…):
     it names no job there (the user's process group does); outside it, as text."""
     cgroup = "\x1b]0;owned\x07\x1b[2Jtrain \x9b31m forged.service\n"
-    answer = {"7": {"user": "eve", "cmdline": "python x.py", "pgid": 7, "start": 1.0,
-                    "cgroup": "0::/user.slice/user-1000.slice/user@1000.service/app.slice/" + cgroup},
-              "8": {"user": "root", "cmdline": "python x.py", "pgid": 8, "start": 1.0,
-                    "cgroup": "0::/system.slice/" + cgroup}}
+    answer = {
+        "7": {
+            "user": "eve",
+            "cmdline": "python x.py",
+            "pgid": 7,
+            "start": 1.0,
+            "cgroup": "0::/user.slice/user-1000.slice/user@1000.service/app.slice/" + cgroup,
+        },
+        "8": {
+            "user": "root",
+            "cmdline": "python x.py",
+            "pgid": 8,
+            "start": 1.0,
+            "cgroup": "0::/system.slice/" + cgroup,
+        },
+    }
     info = procs.parse(answer)
     assert info[7].unit is None and info[7].job == "eve/pgid:7"
     assert info[8].job == "root/" + info[8].unit and info[8].unit.startswith("systemd:\\x1b]0;owned\\x07")
@@ -115,8 +140,12 @@ def test_a_hostile_cgroup_name_is_shown_as_text():
 
 
 def _recording_with(pids: list[int], gpus: int, tmp_path: Path) -> Path:
-    rec = sc.on_every_gpu(sc.h200().widened(gpus), nvmlDeviceGetComputeRunningProcesses=[
-        {"pid": pid, "usedGpuMemory": (n + 1) << 30} for n, pid in enumerate(pids)])
+    rec = sc.on_every_gpu(
+        sc.h200().widened(gpus),
+        nvmlDeviceGetComputeRunningProcesses=[
+            {"pid": pid, "usedGpuMemory": (n + 1) << 30} for n, pid in enumerate(pids)
+        ],
+    )
     rec = sc.with_host(rec, processes=SystemHost().processes(pids))  # as rigmon record stores /proc's answer
     return sc.write(rec, tmp_path / "hostile.rec.jsonl")
 
@@ -173,10 +202,17 @@ def test_command_lines_are_kept_only_when_asked(hostile_processes, tmp_path):
     path = _recording_with([hostile], 1, tmp_path)
     commands = {}
     for keep in (False, True):
-        config = configmod.parse({"daemon": {"state_dir": str(tmp_path / str(keep))}, "prometheus": {"enabled": False},
-                                  "gpu": {"xid_events": False}, "jobs": {"store_command_lines": keep}})
-        poller = build_poller(config, sc.source(sc.Recording.load(path), 10), event_thread=False,
-                              host_backend=SystemHost())
+        config = configmod.parse(
+            {
+                "daemon": {"state_dir": str(tmp_path / str(keep))},
+                "prometheus": {"enabled": False},
+                "gpu": {"xid_events": False},
+                "jobs": {"store_command_lines": keep},
+            }
+        )
+        poller = build_poller(
+            config, sc.source(sc.Recording.load(path), 10), event_thread=False, host_backend=SystemHost()
+        )
         poller.open()
         ledger = JobLedger(config, "box")
         ledger.book(poller.poll())
@@ -198,8 +234,10 @@ def test_hostile_strings_round_trip_through_influxdb_and_prometheus(hostile_proc
     hostile, plain = hostile_processes
     info = procs.parse(procs.raw([hostile]))[hostile]
     keys = [info.command, "systemd:a\\x2db.service", "ends in a backslash\\", "p\\,q", "line\nbreak"]
-    lines = [encode_job(Job(n + 1, key, info.command, info.command, None, 1.0, 2.0, ended=2.0), "box")
-             for n, key in enumerate(keys)]
+    lines = [
+        encode_job(Job(n + 1, key, info.command, info.command, None, 1.0, 2.0, ended=2.0), "box")
+        for n, key in enumerate(keys)
+    ]
     assert all("\n" not in line for line in lines)
     request = urllib.request.Request(f"{influx.url}/write?db={influx.database}", data="\n".join(lines).encode())
     with urllib.request.urlopen(request, timeout=30) as response:
@@ -219,8 +257,11 @@ def test_hostile_strings_round_trip_through_influxdb_and_prometheus(hostile_proc
     try:
         daemon.wait_ready()
         prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}"])
-        series = wait_for(lambda: prometheus.query('rigmon_gpu_process_memory_bytes') or None, 60,
-                          what="the process series in Prometheus")
+        series = wait_for(
+            lambda: prometheus.query("rigmon_gpu_process_memory_bytes") or None,
+            60,
+            what="the process series in Prometheus",
+        )
         exported = http_get(daemon.url)[1].decode()
     finally:
         if prometheus is not None:
@@ -249,12 +290,18 @@ when = "temperature_celsius > 0"
 severity = "warning"
 summary = "GPU {gpu} at {temperature_celsius:.0f} °C"
 """
-    rigmon = Rigmon(tmp_path, sc.demo_path(), f'[daemon]\ninterval = 0.3\n{rules}\n[[notifiers]]\ntype = "webhook"\n'
-                                             f'url = "{receiver.url}"\n')
+    rigmon = Rigmon(
+        tmp_path,
+        sc.demo_path(),
+        f'[daemon]\ninterval = 0.3\n{rules}\n[[notifiers]]\ntype = "webhook"\nurl = "{receiver.url}"\n',
+    )
     try:
         rigmon.wait_ready()
-        wait_for(lambda: {b["alerts"][0]["labels"]["alertname"] for b in receiver.json()} >= {"PlainWarm"}, 20,
-                 what="the plain rule's notification")
+        wait_for(
+            lambda: {b["alerts"][0]["labels"]["alertname"] for b in receiver.json()} >= {"PlainWarm"},
+            20,
+            what="the plain rule's notification",
+        )
         active = http_get(rigmon.url)[1].decode()
     finally:
         assert rigmon.stop() == 0
@@ -266,8 +313,10 @@ summary = "GPU {gpu} at {temperature_celsius:.0f} °C"
     config.write_text(rules)
     tested = rigmon_cli("rules", "test", "--config", str(config), "--replay", str(sc.demo_path()))
     assert tested.returncode in (0, 1) and b"Traceback" not in tested.stderr and b"PlainWarm" in tested.stdout
-    config.write_text('[[alerts.rules]]\nname = "Bad"\nkind = "gpu"\nwhen = "temperature_celsius > p"\n'
-                      'severity = "info"\nsummary = "{p:c}"\nparams = { p = 1000000000 }\n')
+    config.write_text(
+        '[[alerts.rules]]\nname = "Bad"\nkind = "gpu"\nwhen = "temperature_celsius > p"\n'
+        'severity = "info"\nsummary = "{p:c}"\nparams = { p = 1000000000 }\n'
+    )
     checked = rigmon_cli("config", "check", str(config))
     assert checked.returncode == 2 and b"summary" in checked.stderr and b"{p:c}" in checked.stderr
     assert b"Traceback" not in checked.stderr
@@ -281,9 +330,11 @@ def _metric(url: str, name: str) -> float:
 
 def test_a_vanished_spool_segment_and_a_second_daemon(tmp_path, influx, eight_gpus):
     state = tmp_path / "state"
-    config = (f'[daemon]\ninterval = 0.2\nstate_dir = "{state}"\n[influxdb]\nenabled = true\napi = "v1"\n'
-              f'url = "{influx.url}"\ndatabase = "rigmon"\nflush_interval = "0.2s"\nretry_initial = "0.2s"\n'
-              f'retry_max = "0.5s"\n')
+    config = (
+        f'[daemon]\ninterval = 0.2\nstate_dir = "{state}"\n[influxdb]\nenabled = true\napi = "v1"\n'
+        f'url = "{influx.url}"\ndatabase = "rigmon"\nflush_interval = "0.2s"\nretry_initial = "0.2s"\n'
+        f'retry_max = "0.5s"\n'
+    )
     rigmon = Rigmon(tmp_path, eight_gpus, config)
     try:
         rigmon.wait_ready()
@@ -303,11 +354,18 @@ def test_a_vanished_spool_segment_and_a_second_daemon(tmp_path, influx, eight_gp
         time.sleep(0.5)
         written_before = _metric(rigmon.url, "rigmon_influxdb_points_written_total")
         influx.start()
-        wait_for(lambda: _metric(rigmon.url, "rigmon_influxdb_spool_points") == 0
-                 and _metric(rigmon.url, "rigmon_influxdb_points_written_total") > written_before, 60,
-                 what="the spool to drain after the outage")
-        produced, written, dropped, failed, spooled = (_metric(rigmon.url, f"rigmon_influxdb_points_{n}") for n in (
-            "produced_total", "written_total", "dropped_total", "failed_total", "spooled"))
+        wait_for(
+            lambda: (
+                _metric(rigmon.url, "rigmon_influxdb_spool_points") == 0
+                and _metric(rigmon.url, "rigmon_influxdb_points_written_total") > written_before
+            ),
+            60,
+            what="the spool to drain after the outage",
+        )
+        produced, written, dropped, failed, spooled = (
+            _metric(rigmon.url, f"rigmon_influxdb_points_{n}")
+            for n in ("produced_total", "written_total", "dropped_total", "failed_total", "spooled")
+        )
     finally:
         assert rigmon.stop() == 0
     out = rigmon.output()
@@ -319,8 +377,17 @@ def test_a_vanished_spool_segment_and_a_second_daemon(tmp_path, influx, eight_gp
 
 # --- churn and reuse ----------------------------------------------------------------------------
 def _owner(user: str, start: float) -> dict:
-    return {"500": {"user": user, "uid": 1000, "cmdline": f"python {user}.py", "cgroup": "", "ppid": 1, "pgid": 500,
-                    "start": start}}
+    return {
+        "500": {
+            "user": user,
+            "uid": 1000,
+            "cmdline": f"python {user}.py",
+            "cgroup": "",
+            "ppid": 1,
+            "pgid": 500,
+            "start": start,
+        }
+    }
 
 
 def test_a_reused_pid_is_a_new_process_and_a_new_job(tmp_path):
@@ -334,9 +401,15 @@ def test_a_reused_pid_is_a_new_process_and_a_new_job(tmp_path):
         tick["host"]["processes"] = _owner("alice", t0 - 30) if t < 60 else _owner("bob", t0 + 58)
 
     rec = sc.timeline(120, 5, host={"processes": {}}, modify=modify)
-    config = configmod.parse({"daemon": {"state_dir": str(tmp_path)}, "prometheus": {"enabled": False},
-                              "gpu": {"xid_events": False, "slow_interval": 0}, "host": {"rapl": False},
-                              "jobs": {"end_after": 10}})
+    config = configmod.parse(
+        {
+            "daemon": {"state_dir": str(tmp_path)},
+            "prometheus": {"enabled": False},
+            "gpu": {"xid_events": False, "slow_interval": 0},
+            "host": {"rapl": False},
+            "jobs": {"end_after": 10},
+        }
+    )
     source = sc.source(rec, 0)
     t0 = rec.ticks[0]["t"]
     poller = build_poller(config, source, event_thread=False, wall=lambda: t0 + source.clock())  # the recording's time
@@ -371,14 +444,28 @@ def test_process_series_churn_keeps_memory_flat(tmp_path):
         n = int(t)
         for g in tick["gpus"]:
             g["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": 10_000 + n, "usedGpuMemory": 1 << 30}]
-        tick["host"]["processes"] = {str(10_000 + n): {"user": f"user{n % 7}", "uid": n % 7, "cmdline": "python x.py",
-                                                       "cgroup": "", "ppid": 1, "pgid": 10_000 + n,
-                                                       "start": tick["t"] - 0.5}}
+        tick["host"]["processes"] = {
+            str(10_000 + n): {
+                "user": f"user{n % 7}",
+                "uid": n % 7,
+                "cmdline": "python x.py",
+                "cgroup": "",
+                "ppid": 1,
+                "pgid": 10_000 + n,
+                "start": tick["t"] - 0.5,
+            }
+        }
 
     polls = 10_000
     rec = sc.timeline(polls, 1, gpus=8, host={"processes": {}}, modify=modify)
-    config = configmod.parse({"daemon": {"state_dir": str(tmp_path)}, "prometheus": {"enabled": False},
-                              "gpu": {"xid_events": False, "process_series": 4}, "jobs": {"end_after": 2}})
+    config = configmod.parse(
+        {
+            "daemon": {"state_dir": str(tmp_path)},
+            "prometheus": {"enabled": False},
+            "gpu": {"xid_events": False, "process_series": 4},
+            "jobs": {"end_after": 2},
+        }
+    )
     replayed = sc.Replayed(rec, config, recording_time=True)
     exposition = Exposition()
     render = exposition.encoder(choose_encoder("application/openmetrics-text; version=1.0.0")[0])
@@ -393,10 +480,12 @@ def test_process_series_churn_keeps_memory_flat(tmp_path):
     daemon = replayed.daemon
     assert f'pid="{10_000 + polls - 1}"'.encode() in text
     growth = (rss[polls - 1] - rss[polls // 2]) / 1024
-    print(f"prefixes kept: {kept[100]} at poll 100, at most {max(kept[polls // 2:])} over the second half; "
-          f"RSS {rss[polls // 2] / 1024:.1f} -> {rss[polls - 1] / 1024:.1f} MiB ({growth:+.2f}) over the second half; "
-          f"{len(daemon.pipeline.jobs.running)} job(s) running at the end")
-    assert max(kept[polls // 2:]) <= max(kept[100:200]) + 300  # bounded by the live series, not the polls
+    print(
+        f"prefixes kept: {kept[100]} at poll 100, at most {max(kept[polls // 2 :])} over the second half; "
+        f"RSS {rss[polls // 2] / 1024:.1f} -> {rss[polls - 1] / 1024:.1f} MiB ({growth:+.2f}) over the second half; "
+        f"{len(daemon.pipeline.jobs.running)} job(s) running at the end"
+    )
+    assert max(kept[polls // 2 :]) <= max(kept[100:200]) + 300  # bounded by the live series, not the polls
     assert growth <= 2.0
 
 
@@ -407,14 +496,19 @@ def test_a_413_sends_the_batch_in_smaller_parts(tmp_path, influx, eight_gpus):
     from servers import FaultProxy
 
     proxy = FaultProxy(influx.url)
-    config = (f'[daemon]\ninterval = 0.2\n[influxdb]\nenabled = true\napi = "v1"\nurl = "{proxy.url}"\n'
-              f'database = "rigmon"\nflush_interval = "0.2s"\nretry_initial = "0.2s"\nretry_max = "0.5s"\n')
+    config = (
+        f'[daemon]\ninterval = 0.2\n[influxdb]\nenabled = true\napi = "v1"\nurl = "{proxy.url}"\n'
+        f'database = "rigmon"\nflush_interval = "0.2s"\nretry_initial = "0.2s"\nretry_max = "0.5s"\n'
+    )
     rigmon = Rigmon(tmp_path, eight_gpus, config)
     try:
         rigmon.wait_ready()
         proxy.mode = 503
-        wait_for(lambda: _metric(rigmon.url, "rigmon_influxdb_spool_points") >= 300, 30,
-                 what="a backlog in the spool larger than 2,000 bytes gzipped")
+        wait_for(
+            lambda: _metric(rigmon.url, "rigmon_influxdb_spool_points") >= 300,
+            30,
+            what="a backlog in the spool larger than 2,000 bytes gzipped",
+        )
         proxy.max_body = 2000
         proxy.mode = "pass"
         wait_for(lambda: 413 in proxy.answered, 20, what="a 413")
@@ -445,8 +539,9 @@ def test_a_lone_surrogate_does_not_stop_the_spooler(tmp_path):
         def close(self) -> None:
             pass
 
-    config = configmod.parse({"daemon": {"state_dir": str(tmp_path)},
-                              "influxdb": {"enabled": True, "flush_interval": "0.1s"}})
+    config = configmod.parse(
+        {"daemon": {"state_dir": str(tmp_path)}, "influxdb": {"enabled": True, "flush_interval": "0.1s"}}
+    )
     sender = Sender()
     sink = InfluxSink(config, sender=sender)
     try:

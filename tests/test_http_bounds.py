@@ -49,7 +49,7 @@ def test_pipelined_floods_do_not_grow_memory(tmp_path, eight_gpus):
             for n, s in enumerate(sockets):
                 if sent[n] < len(flood):
                     try:
-                        sent[n] += s.send(flood[sent[n]:sent[n] + 65536])
+                        sent[n] += s.send(flood[sent[n] : sent[n] + 65536])
                     except BlockingIOError:
                         pass
             time.sleep(0.005)
@@ -60,8 +60,10 @@ def test_pipelined_floods_do_not_grow_memory(tmp_path, eight_gpus):
             s.close()
     finally:
         assert rigmon.stop() == 0
-    print(f"idle RSS {idle} KiB, peak {peak} KiB ({peak / idle:.2f}x); bytes sent per connection: {min(sent)}-"
-          f"{max(sent)} of {len(flood)}")
+    print(
+        f"idle RSS {idle} KiB, peak {peak} KiB ({peak / idle:.2f}x); bytes sent per connection: {min(sent)}-"
+        f"{max(sent)} of {len(flood)}"
+    )
     assert peak <= 2 * idle
 
 
@@ -107,8 +109,9 @@ class _Crowd:
         self._thread.join(5)
 
 
-@pytest.mark.parametrize("tls, crowd_size", [(False, 200), (True, 200), (False, 700)],
-                         ids=["plain", "tls-with-auth", "plain-over-the-bound"])
+@pytest.mark.parametrize(
+    "tls, crowd_size", [(False, 200), (True, 200), (False, 700)], ids=["plain", "tls-with-auth", "plain-over-the-bound"]
+)
 def test_idle_reconnecting_clients_never_keep_a_scraper_out(tmp_path, eight_gpus, tls, crowd_size):
     """200 idle clients (and 700, over the server's bound of 512: each newcomer closes the one
     waiting longest, and they reconnect at once): every scrape is answered."""
@@ -121,8 +124,10 @@ def test_idle_reconnecting_clients_never_keep_a_scraper_out(tmp_path, eight_gpus
     if tls:
         cert, key = _self_signed(tmp_path)
         digest = bcrypt.hashpw(b"scrape-pass", bcrypt.gensalt(10)).decode()
-        config += (f'[prometheus]\ntls_cert = "{cert}"\ntls_key = "{key}"\n[prometheus.basic_auth]\n'
-                   f'username = "prom"\npassword_bcrypt = "{digest}"\n')
+        config += (
+            f'[prometheus]\ntls_cert = "{cert}"\ntls_key = "{key}"\n[prometheus.basic_auth]\n'
+            f'username = "prom"\npassword_bcrypt = "{digest}"\n'
+        )
         headers = {"Authorization": "Basic " + base64.b64encode(b"prom:scrape-pass").decode()}
         context = ssl.create_default_context(cafile=str(cert))
     rigmon = Rigmon(tmp_path, eight_gpus, config)
@@ -153,8 +158,11 @@ def test_idle_reconnecting_clients_never_keep_a_scraper_out(tmp_path, eight_gpus
 def behind_bcrypt(tmp_path, eight_gpus):
     """The daemon asking for user prom with a bcrypt-hashed password, and the header that passes."""
     digest = bcrypt.hashpw(b"right", bcrypt.gensalt(10)).decode()
-    rigmon = Rigmon(tmp_path, eight_gpus, f'[daemon]\ninterval = 1\n[prometheus.basic_auth]\nusername = "prom"\n'
-                                          f'password_bcrypt = "{digest}"\n')
+    rigmon = Rigmon(
+        tmp_path,
+        eight_gpus,
+        f'[daemon]\ninterval = 1\n[prometheus.basic_auth]\nusername = "prom"\npassword_bcrypt = "{digest}"\n',
+    )
     try:
         rigmon.wait_ready()
         yield rigmon, "Basic " + base64.b64encode(b"prom:right").decode()
@@ -174,8 +182,9 @@ def test_heads_are_bounded_and_refusals_close(behind_bcrypt):
     rigmon, good = behind_bcrypt
     # a 17 KB head in one write: 431, whichever way it arrives
     with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
-        s.sendall(b"GET /metrics HTTP/1.1\r\nAuthorization: " + good.encode() + b"\r\nX-Pad: " + b"a" * 17000
-                  + b"\r\n\r\n")
+        s.sendall(
+            b"GET /metrics HTTP/1.1\r\nAuthorization: " + good.encode() + b"\r\nX-Pad: " + b"a" * 17000 + b"\r\n\r\n"
+        )
         assert s.recv(100).startswith(b"HTTP/1.1 431")
     # no credentials: 401 at once, and the connection closes
     with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
@@ -202,9 +211,12 @@ def test_pipelined_requests_wait_for_a_bcrypt_verdict_in_order(behind_bcrypt):
     in order (the check runs off the loop)."""
     rigmon, good = behind_bcrypt
     with socket.create_connection(("127.0.0.1", rigmon.port), timeout=10) as s:
-        s.sendall("".join(f"GET {path} HTTP/1.1\r\nAuthorization: {good}\r\n"
-                          f"{'Connection: close' if n == 2 else 'X-N: 1'}\r\n\r\n"
-                          for n, path in enumerate(("/state", "/metrics", "/state"))).encode())
+        s.sendall(
+            "".join(
+                f"GET {path} HTTP/1.1\r\nAuthorization: {good}\r\n{'Connection: close' if n == 2 else 'X-N: 1'}\r\n\r\n"
+                for n, path in enumerate(("/state", "/metrics", "/state"))
+            ).encode()
+        )
         data = _read_all(s)
     heads = [part.split(b"\r\n", 1)[0] for part in data.split(b"HTTP/1.1 ")[1:]]
     assert heads == [b"200 OK"] * 3, heads

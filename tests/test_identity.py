@@ -19,14 +19,29 @@ IDENTITY = {"hostname": "rig-04", "labels": {"site": "lab", "rack": "b2"}}
 
 
 def _transition() -> Transition:
-    return Transition(status="firing", alertname="GpuLost", severity="critical", labels={"gpu": "1", "uuid": "GPU-b"},
-                      summary="GPU 1 fell off the bus", description="", hint="", starts_at=1.0, ends_at=None,
-                      time=1.0, values={})
+    return Transition(
+        status="firing",
+        alertname="GpuLost",
+        severity="critical",
+        labels={"gpu": "1", "uuid": "GPU-b"},
+        summary="GPU 1 fell off the bus",
+        description="",
+        hint="",
+        starts_at=1.0,
+        ends_at=None,
+        time=1.0,
+        values={},
+    )
 
 
 def test_notifications_carry_the_name_and_labels(tmp_path):
-    config = configmod.parse({"daemon": {**IDENTITY, "state_dir": str(tmp_path)},
-                              "notifiers": [{"type": "webhook", "url": "http://127.0.0.1:9/hook"}]}, "test")
+    config = configmod.parse(
+        {
+            "daemon": {**IDENTITY, "state_dir": str(tmp_path)},
+            "notifiers": [{"type": "webhook", "url": "http://127.0.0.1:9/hook"}],
+        },
+        "test",
+    )
     from rigmon.sinks.alerts import AlertSink
 
     sink = AlertSink(config)
@@ -36,16 +51,28 @@ def test_notifications_carry_the_name_and_labels(tmp_path):
         message = notifier._queue[0]
         body, _ = notifier.request(message)
         alert = json.loads(body)["alerts"][0]
-        assert alert["labels"] | {} == {"site": "lab", "rack": "b2", "alertname": "GpuLost", "severity": "critical",
-                                        "host": "rig-04", "gpu": "1", "uuid": "GPU-b"}
+        assert alert["labels"] | {} == {
+            "site": "lab",
+            "rack": "b2",
+            "alertname": "GpuLost",
+            "severity": "critical",
+            "host": "rig-04",
+            "gpu": "1",
+            "uuid": "GPU-b",
+        }
         assert text(message)[0] == "[FIRING] GpuLost on rig-04 rack=b2 site=lab (critical)"
     finally:
         sink.close(0)
 
 
 def test_every_influxdb_point_carries_the_labels_as_tags(tmp_path):
-    config = configmod.parse({"daemon": {**IDENTITY, "state_dir": str(tmp_path)},
-                              "influxdb": {"enabled": True, "url": "http://127.0.0.1:9"}}, "test")
+    config = configmod.parse(
+        {
+            "daemon": {**IDENTITY, "state_dir": str(tmp_path)},
+            "influxdb": {"enabled": True, "url": "http://127.0.0.1:9"},
+        },
+        "test",
+    )
     sink = InfluxSink(config, sender=object())
     with sc.Replayed(sc.rich(sc.h200(), gpus=4), {"daemon": {"state_dir": str(tmp_path / "r")}}) as r:
         sample = r.poll(1)
@@ -56,8 +83,15 @@ def test_every_influxdb_point_carries_the_labels_as_tags(tmp_path):
         assert ",host=rig-04,rack=b2,site=lab" in head, line
 
 
-@pytest.mark.parametrize("labels, field", [({"9site": "x"}, "daemon.labels"), ({"host": "x"}, "daemon.labels"),
-                                           ({"site": "a\nb"}, "daemon.labels"), ({"site": ""}, "daemon.labels")])
+@pytest.mark.parametrize(
+    "labels, field",
+    [
+        ({"9site": "x"}, "daemon.labels"),
+        ({"host": "x"}, "daemon.labels"),
+        ({"site": "a\nb"}, "daemon.labels"),
+        ({"site": ""}, "daemon.labels"),
+    ],
+)
 def test_a_bad_label_is_refused_by_name(labels, field):
     with pytest.raises(ConfigError) as e:
         configmod.parse({"daemon": {"labels": labels}}, "test")
@@ -73,8 +107,12 @@ def test_a_bad_hostname_is_refused_by_name():
 def test_status_and_the_page_show_them(tmp_path):
     path = tmp_path / "rigmon.toml"
     path.write_text(f'[daemon]\nhostname = "rig-04"\nstate_dir = "{tmp_path}"\n[daemon.labels]\nsite = "lab"\n')
-    done = subprocess.run([sys.executable, "-m", "rigmon", "status", "--demo", "--at", "10", "--config", str(path)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "rigmon", "status", "--demo", "--at", "10", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("rigmon status  rig-04  site=lab  "), done.stdout.splitlines()[0]
     from rigmon.http.page import Page

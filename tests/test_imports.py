@@ -8,8 +8,15 @@ import sys
 
 import pytest
 
-FORBIDDEN = ("apscheduler", "influxdb_client", "rigmon.daemon", "rigmon.exporters.prometheus",
-             "rigmon.sinks.influxdb", "rigmon.burnin", "torch")
+FORBIDDEN = (
+    "apscheduler",
+    "influxdb_client",
+    "rigmon.daemon",
+    "rigmon.exporters.prometheus",
+    "rigmon.sinks.influxdb",
+    "rigmon.burnin",
+    "torch",
+)
 PROBE = """
 import json, sys
 from rigmon.commands import main
@@ -22,11 +29,21 @@ with open(sys.argv[1], "w") as f:
 """
 
 
-@pytest.mark.parametrize("args", [
-    ["status", "--demo"], ["status", "--demo", "--json", "--replay-gpus", "8"], ["rules", "list"],
-    ["rules", "list", "--variables"], ["rules", "test", "--demo"], ["doctor", "--demo"], ["config", "check"],
-    ["jobs"], ["record", "--demo", "--seconds", "0.3", "--interval", "0.1", "--out", "{tmp}/x.rec.jsonl"],
-], ids=" ".join)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status", "--demo"],
+        ["status", "--demo", "--json", "--replay-gpus", "8"],
+        ["rules", "list"],
+        ["rules", "list", "--variables"],
+        ["rules", "test", "--demo"],
+        ["doctor", "--demo"],
+        ["config", "check"],
+        ["jobs"],
+        ["record", "--demo", "--seconds", "0.3", "--interval", "0.1", "--out", "{tmp}/x.rec.jsonl"],
+    ],
+    ids=" ".join,
+)
 def test_a_one_shot_command_loads_nothing_of_the_daemon(args, tmp_path):
     config = tmp_path / "rigmon.toml"
     config.write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
@@ -35,8 +52,9 @@ def test_a_one_shot_command_loads_nothing_of_the_daemon(args, tmp_path):
     if args[0] == "config":
         args.append(str(config))
     loaded = tmp_path / "modules.json"
-    done = subprocess.run([sys.executable, "-c", PROBE, str(loaded), *args], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(loaded), *args], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     modules = json.loads(loaded.read_text())
     assert [m for m in modules if m.split(".")[0] in FORBIDDEN or m.startswith(FORBIDDEN)] == [], args
@@ -45,13 +63,22 @@ def test_a_one_shot_command_loads_nothing_of_the_daemon(args, tmp_path):
 def test_the_cli_entry_and_help_load_nothing_heavy():
     """``rigmon --help`` and the entry module: no config models (pydantic), no NVML, no psutil, no
     Prometheus client; each command imports its own needs on dispatch."""
-    probe = ("import json, sys, contextlib, io\nfrom rigmon.commands import main\n"
-             "with contextlib.redirect_stdout(io.StringIO()):\n"
-             "    try:\n        main(['--help'])\n    except SystemExit:\n        pass\n"
-             "print(json.dumps(sorted(sys.modules)))")
+    probe = (
+        "import json, sys, contextlib, io\nfrom rigmon.commands import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n        main(['--help'])\n    except SystemExit:\n        pass\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     modules = json.loads(done.stdout)
-    heavy = ("pydantic", "rigmon.config.schema", "pynvml", "psutil", "prometheus_client", "rigmon.readers",
-             "rigmon.alerts")
+    heavy = (
+        "pydantic",
+        "rigmon.config.schema",
+        "pynvml",
+        "psutil",
+        "prometheus_client",
+        "rigmon.readers",
+        "rigmon.alerts",
+    )
     assert [m for m in modules if m.startswith(heavy)] == []

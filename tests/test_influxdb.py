@@ -13,7 +13,7 @@ def v1_config(influx, tmp_path, extra="", interval=0.25):
     return f"""
 [daemon]
 interval = {interval}
-state_dir = "{tmp_path / 'state'}"
+state_dir = "{tmp_path / "state"}"
 [influxdb]
 enabled = true
 api = "v1"
@@ -51,8 +51,10 @@ def test_v1_writes_and_reads_back_in_base_units(tmp_path, influx, eight_gpus):
     assert polls >= 5
     assert influx.count("SELECT count(power_watts) FROM gpu") == polls * GPUS
     assert gpu_points(influx, "7") == polls
-    (series,) = influx.query("SELECT last(power_watts), last(sm_clock_hertz), last(memory_used_bytes), "
-                             "last(event_sw_power_cap), last(lost) FROM gpu WHERE gpu = '0'")
+    (series,) = influx.query(
+        "SELECT last(power_watts), last(sm_clock_hertz), last(memory_used_bytes), "
+        "last(event_sw_power_cap), last(lost) FROM gpu WHERE gpu = '0'"
+    )
     _, power, sm, memory, capped, lost = series["values"][0]
     assert (power, sm, memory, capped, lost) == (692.159, 1470e6, 1839071232, True, False)
     fields = {name: kind for name, kind in influx.query("SHOW FIELD KEYS FROM gpu")[0]["values"]}
@@ -69,7 +71,7 @@ def test_v2_api_through_influxdb_client(tmp_path, influx, eight_gpus):
     config = f"""
 [daemon]
 interval = 0.25
-state_dir = "{tmp_path / 'state'}"
+state_dir = "{tmp_path / "state"}"
 [influxdb]
 enabled = true
 api = "v2"
@@ -192,7 +194,7 @@ def test_bad_token_is_one_clear_error_and_the_data_stays(tmp_path, influx, eight
     config = f"""
 [daemon]
 interval = 0.2
-state_dir = "{tmp_path / 'state'}"
+state_dir = "{tmp_path / "state"}"
 [influxdb]
 enabled = true
 url = "{gateway.url}"

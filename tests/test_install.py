@@ -36,8 +36,13 @@ def clean_env(**extra) -> dict:
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    done = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], capture_output=True,
-                          text=True, timeout=600, cwd=out)
+    done = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=out,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out
 
@@ -62,16 +67,23 @@ def test_wheel_in_a_fresh_venv_works_outside_the_checkout(dist, tmp_path):
     (wheel,) = dist.glob("*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120, env=clean_env())
-    done = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], capture_output=True, text=True,
-                          timeout=600, env=clean_env(), cwd=tmp_path)
+    done = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=clean_env(),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rigmon = str(venv / "bin" / "rigmon")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
 
     def run(*args):
-        done = subprocess.run([rigmon, *args], capture_output=True, text=True, timeout=120, cwd=elsewhere,
-                              env=clean_env())
+        done = subprocess.run(
+            [rigmon, *args], capture_output=True, text=True, timeout=120, cwd=elsewhere, env=clean_env()
+        )
         assert done.returncode == 0, f"rigmon {' '.join(args)}: {done.stdout}{done.stderr}"
         return done.stdout
 
@@ -83,14 +95,31 @@ def test_wheel_in_a_fresh_venv_works_outside_the_checkout(dist, tmp_path):
     assert "PowerBudgetExceeded" in run("doctor", "--demo")
     port = free_port()
     (elsewhere / "own.toml").write_text(f'[daemon]\nstate_dir = "{elsewhere / "state"}"\n')  # never the box's
-    proc = subprocess.Popen([rigmon, "run", "--demo", "--listen", "127.0.0.1", "--port", str(port),
-                             "--config", str(elsewhere / "own.toml")],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=elsewhere,
-                            env=clean_env())
+    proc = subprocess.Popen(
+        [
+            rigmon,
+            "run",
+            "--demo",
+            "--listen",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--config",
+            str(elsewhere / "own.toml"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=elsewhere,
+        env=clean_env(),
+    )
     try:
-        body = wait_for(lambda: http_get(f"http://127.0.0.1:{port}/metrics")[1].decode(), 60,
-                        what="the installed rigmon to answer a scrape")
-        assert 'rigmon_gpu_power_watts{' in body and "NVIDIA H200" in body
+        body = wait_for(
+            lambda: http_get(f"http://127.0.0.1:{port}/metrics")[1].decode(),
+            60,
+            what="the installed rigmon to answer a scrape",
+        )
+        assert "rigmon_gpu_power_watts{" in body and "NVIDIA H200" in body
         assert Path(proc.args[0]).resolve().is_relative_to(venv.resolve())
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -120,16 +149,27 @@ def test_readme_first_command_installs_and_runs_the_daemon(tmp_path, default_por
     log = open(tmp_path / "readme.log", "w+")
     shell = ["bash", "-c", command]
     if os.geteuid() == 0:  # the built-in defaults' state directory, /var/lib/rigmon: a private one, never this box's
-        shell = ["unshare", "--mount", "--propagation", "private", "bash", "-c",
-                 'mount -t tmpfs tmpfs /var/lib && exec bash -c "$0"', command]
-    proc = subprocess.Popen(shell, cwd=scratch, stdout=log, stderr=subprocess.STDOUT,
-                            env=clean_env(), start_new_session=True)
+        shell = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "bash",
+            "-c",
+            'mount -t tmpfs tmpfs /var/lib && exec bash -c "$0"',
+            command,
+        ]
+    proc = subprocess.Popen(
+        shell, cwd=scratch, stdout=log, stderr=subprocess.STDOUT, env=clean_env(), start_new_session=True
+    )
     try:
+
         def up():
             if proc.poll() is not None:
                 log.seek(0)
                 raise AssertionError(f"README's command exited {proc.returncode}:\n{log.read()[-4000:]}")
             return http_get(url, timeout=2)
+
         status, body = wait_for(up, 600, interval=0.5, what="README's first command to serve metrics")
         assert status == 200
         text = body.decode()

@@ -17,11 +17,24 @@ A = {"gpu": 0, "pid": 1111, "start": 600.0, "seconds": 2 * 3600.0, "watts": 350.
 B = {"gpu": 1, "pid": 2222, "start": 1800.0, "seconds": 6 * 3600.0, "watts": 67.0, "limit": 125.0}
 IDLE_WATTS = 20.0
 PROCESSES = {
-    "1111": {"user": "alice", "uid": 1000, "cmdline": "python train.py --model gpt2", "pgid": 1111, "ppid": 1000,
-             "cgroup": "0::/user.slice/user-1000.slice/session-4.scope\n", "start": 0.0},
-    "2222": {"user": "bob", "uid": 1001, "cmdline": "python finetune.py", "pgid": 2222, "ppid": 1,
-             "cgroup": "0::/system.slice/docker-4f3c2a1b0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b"
-                       ".scope\n", "start": 0.0},
+    "1111": {
+        "user": "alice",
+        "uid": 1000,
+        "cmdline": "python train.py --model gpt2",
+        "pgid": 1111,
+        "ppid": 1000,
+        "cgroup": "0::/user.slice/user-1000.slice/session-4.scope\n",
+        "start": 0.0,
+    },
+    "2222": {
+        "user": "bob",
+        "uid": 1001,
+        "cmdline": "python finetune.py",
+        "pgid": 2222,
+        "ppid": 1,
+        "cgroup": "0::/system.slice/docker-4f3c2a1b0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b.scope\n",
+        "start": 0.0,
+    },
 }
 
 
@@ -41,12 +54,14 @@ def two_job_day():
             g["nvmlDeviceGetEnforcedPowerLimit"] = int(limit * 1000)
             g["nvmlDeviceGetUtilizationRates"] = {"gpu": 100 if job else 0, "memory": 30 if job else 0}
             g["nvmlDeviceGetTotalEnergyConsumption"] = int(energy[n] * 1000)
-            g["nvmlDeviceGetComputeRunningProcesses"] = (
-                [{"pid": job["pid"], "usedGpuMemory": 6 << 30}] if job else [])
+            g["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": job["pid"], "usedGpuMemory": 6 << 30}] if job else []
             g["nvmlDeviceGetProcessUtilization:0"] = {"nvml_error": "NotSupported"}
             energy[n] += watts * STEP
-        tick["host"] = {"processes": {str(j["pid"]): dict(PROCESSES[str(j["pid"])], start=tick["t"] - 5)
-                                      for j in running}} if running else {"processes": {}}
+        tick["host"] = (
+            {"processes": {str(j["pid"]): dict(PROCESSES[str(j["pid"])], start=tick["t"] - 5) for j in running}}
+            if running
+            else {"processes": {}}
+        )
 
     rec = sc.timeline(DAY, step=STEP, gpus=2, modify=modify)
     for j in (A, B):  # a process started just before rigmon first saw it
@@ -83,8 +98,10 @@ def replay(rec, config, ticks: range) -> dict:
 def day(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("day")
     rec = two_job_day()
-    (tmp / "rigmon.toml").write_text(f'[daemon]\nstate_dir = "{tmp / "state"}"\n'
-                                     '[prometheus]\nenabled = false\n[jobs]\nprice_per_kwh = 0.30\ncurrency = "EUR"\n')
+    (tmp / "rigmon.toml").write_text(
+        f'[daemon]\nstate_dir = "{tmp / "state"}"\n'
+        '[prometheus]\nenabled = false\n[jobs]\nprice_per_kwh = 0.30\ncurrency = "EUR"\n'
+    )
     config = configmod.load(str(tmp / "rigmon.toml"))
     n = len(rec.ticks)
     # the daemon runs 4 hours, is stopped for 10 minutes mid-job (B), and runs on to the end
@@ -95,8 +112,12 @@ def day(tmp_path_factory):
 
 
 def jobs_cli(tmp, *args):
-    return subprocess.run([sys.executable, "-m", "rigmon", "jobs", "--config", str(tmp / "rigmon.toml"), *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "rigmon", "jobs", "--config", str(tmp / "rigmon.toml"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_two_jobs_energy_within_one_percent_of_the_recorded_power(day):
@@ -158,9 +179,14 @@ def test_no_ledger_yet_says_so(tmp_path):
 
 def test_each_finished_job_is_one_influxdb_point(influx, tmp_path):
     rec = two_job_day()
-    config = configmod.parse({"daemon": {"state_dir": str(tmp_path / "state")}, "prometheus": {"enabled": False},
-                              "influxdb": {"enabled": True, "api": "v1", "url": influx.url, "flush_interval": 0.2},
-                              "jobs": {"price_per_kwh": 0.30}})
+    config = configmod.parse(
+        {
+            "daemon": {"state_dir": str(tmp_path / "state")},
+            "prometheus": {"enabled": False},
+            "influxdb": {"enabled": True, "api": "v1", "url": influx.url, "flush_interval": 0.2},
+            "jobs": {"price_per_kwh": 0.30},
+        }
+    )
     replay(rec, config, range(len(rec.ticks)))
     points = influx.query('SELECT * FROM "job" GROUP BY "user"', epoch="s")
     by_user = {p["tags"]["user"]: dict(zip(p["columns"], p["values"][0], strict=True)) for p in points}
@@ -184,7 +210,8 @@ def test_a_real_daemon_restarted_mid_job_keeps_the_job(tmp_path):
 
         (tmp_path / "read").mkdir(exist_ok=True)
         (tmp_path / "read" / "rigmon.toml").write_text(
-            f'[daemon]\nstate_dir = "{replay_state(tmp_path / "state", path)}"\n')
+            f'[daemon]\nstate_dir = "{replay_state(tmp_path / "state", path)}"\n'
+        )
         done = jobs_cli(tmp_path / "read", "--json")
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)["jobs"]
@@ -211,15 +238,19 @@ def test_a_real_daemon_restarted_mid_job_keeps_the_job(tmp_path):
 def test_a_shared_gpu_splits_its_energy_by_sm_share(tmp_path):
     """Two jobs on one GPU, one with 75 % of the SMs' time and one with 25 %: its energy (from
     the counter) goes 3:1; without SM shares it goes evenly."""
+
     def modify(t, tick):
         g = tick["gpus"][0]
         g["nvmlDeviceGetPowerUsage"] = 400_000
         g["nvmlDeviceGetTotalEnergyConsumption"] = int(400 * t * 1000)
-        g["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": 1111, "usedGpuMemory": 1 << 30},
-                                                    {"pid": 2222, "usedGpuMemory": 1 << 30}]
+        g["nvmlDeviceGetComputeRunningProcesses"] = [
+            {"pid": 1111, "usedGpuMemory": 1 << 30},
+            {"pid": 2222, "usedGpuMemory": 1 << 30},
+        ]
         g["nvmlDeviceGetProcessUtilization:0"] = [
             {"pid": 1111, "timeStamp": int(t * 1e6), "smUtil": 75, "memUtil": 0, "encUtil": 0, "decUtil": 0},
-            {"pid": 2222, "timeStamp": int(t * 1e6), "smUtil": 25, "memUtil": 0, "encUtil": 0, "decUtil": 0}]
+            {"pid": 2222, "timeStamp": int(t * 1e6), "smUtil": 25, "memUtil": 0, "encUtil": 0, "decUtil": 0},
+        ]
         tick["host"] = {"processes": {k: dict(v, start=0.0) for k, v in PROCESSES.items()}}
 
     for by_sm in (True, False):
@@ -227,8 +258,9 @@ def test_a_shared_gpu_splits_its_energy_by_sm_share(tmp_path):
         if not by_sm:
             for tick in rec.ticks:
                 tick["gpus"][0]["nvmlDeviceGetProcessUtilization:0"] = {"nvml_error": "NotSupported"}
-        config = configmod.parse({"daemon": {"state_dir": str(tmp_path / str(by_sm))},
-                                  "prometheus": {"enabled": False}})
+        config = configmod.parse(
+            {"daemon": {"state_dir": str(tmp_path / str(by_sm))}, "prometheus": {"enabled": False}}
+        )
         replay(rec, config, range(len(rec.ticks)))
         from rigmon.sinks import jobs as ledger
 
@@ -241,9 +273,16 @@ def test_a_shared_gpu_splits_its_energy_by_sm_share(tmp_path):
 
 # --- a day of jobs from 30 s to 2 h, with the default config ---------------------------------------
 # (pid, gpu, start, seconds, SM share on a shared GPU); GPU 1 is shared from 1000 to 1900 s
-DAY_JOBS = [(101, 0, 60, 30, None), (102, 0, 90, 7200, None), (103, 0, 7290, 120, None),
-            (104, 1, 100, 2400, 0.7), (105, 1, 1000, 900, 0.3), (106, 1, 2500, 90, None), (107, 1, 3000, 31, None),
-            (108, 0, 7500, 60, None)]
+DAY_JOBS = [
+    (101, 0, 60, 30, None),
+    (102, 0, 90, 7200, None),
+    (103, 0, 7290, 120, None),
+    (104, 1, 100, 2400, 0.7),
+    (105, 1, 1000, 900, 0.3),
+    (106, 1, 2500, 90, None),
+    (107, 1, 3000, 31, None),
+    (108, 0, 7500, 60, None),
+]
 UNREADABLE = 108  # its /proc entry could not be read
 
 
@@ -271,13 +310,38 @@ def busy_day():
             g["nvmlDeviceGetTotalEnergyConsumption"] = int(energy[n] * 1000)
             g["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": j[0], "usedGpuMemory": 1 << 30} for j in mine]
             g["nvmlDeviceGetProcessUtilization:0"] = (  # the driver's samples; none at all on an idle GPU
-                [{"pid": j[0], "timeStamp": int(t * 1e6), "smUtil": int((j[4] if len(mine) > 1 else 1) * 100),
-                  "memUtil": 0, "encUtil": 0, "decUtil": 0} for j in mine] if mine else {"nvml_error": "NotFound"})
+                [
+                    {
+                        "pid": j[0],
+                        "timeStamp": int(t * 1e6),
+                        "smUtil": int((j[4] if len(mine) > 1 else 1) * 100),
+                        "memUtil": 0,
+                        "encUtil": 0,
+                        "decUtil": 0,
+                    }
+                    for j in mine
+                ]
+                if mine
+                else {"nvml_error": "NotFound"}
+            )
             energy[n] += watts  # a tick a second: the counter is the running sum of the recorded power
-        tick["host"] = {"processes": {
-            str(j[0]): {"user": "ada", "uid": 1000, "cmdline": f"python job{j[0]}.py", "ppid": 1, "pgid": j[0],
-                        "sid": j[0], "cgroup": "0::/user.slice/user-1000.slice/session-2.scope\n",
-                        "start": tick["t"] - t + j[2] - 1} for j in running if j[0] != UNREADABLE}}
+        tick["host"] = {
+            "processes": {
+                str(j[0]): {
+                    "user": "ada",
+                    "uid": 1000,
+                    "cmdline": f"python job{j[0]}.py",
+                    "ppid": 1,
+                    "pgid": j[0],
+                    "sid": j[0],
+                    "cgroup": "0::/user.slice/user-1000.slice/session-2.scope\n",
+                    "start": tick["t"] - t + j[2] - 1,
+                }
+                for j in running
+                if j[0] != UNREADABLE
+            }
+        }
+
     return sc.timeline(7700, 1.0, gpus=2, modify=modify)
 
 
@@ -289,8 +353,9 @@ def expected_joules(rec) -> dict[int, float]:
         for g in a["gpus"]:
             pids = [p["pid"] for p in g["nvmlDeviceGetComputeRunningProcesses"]]
             sm = g["nvmlDeviceGetProcessUtilization:0"]
-            shares = ({s["pid"]: s["smUtil"] / 100 for s in sm} if isinstance(sm, list)
-                      else {p: 1 / len(pids) for p in pids})
+            shares = (
+                {s["pid"]: s["smUtil"] / 100 for s in sm} if isinstance(sm, list) else {p: 1 / len(pids) for p in pids}
+            )
             for pid in pids:
                 out[pid] += g["nvmlDeviceGetPowerUsage"] / 1000 * (b["t"] - a["t"]) * shares[pid]
     return out
@@ -305,16 +370,26 @@ def test_every_job_energy_within_one_percent_on_a_day_with_the_default_config(tm
     config = configmod.parse({"daemon": {"state_dir": str(tmp_path / "state")}, "prometheus": {"enabled": False}})
     assert config.gpu.slow_interval == 5.0
     replay(rec, config, range(len(rec.ticks)))
-    jobs = {j["job"].split("/", 1)[-1]: j for j in json.loads(subprocess.run(  # without the owner
-        [sys.executable, "-m", "rigmon", "jobs", "--json", "--config", str(_toml(tmp_path, config))],
-        capture_output=True, text=True, timeout=60).stdout)["jobs"]}
+    jobs = {
+        j["job"].split("/", 1)[-1]: j
+        for j in json.loads(
+            subprocess.run(  # without the owner
+                [sys.executable, "-m", "rigmon", "jobs", "--json", "--config", str(_toml(tmp_path, config))],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout
+        )["jobs"]
+    }
     want = expected_joules(rec)
     for pid, gpu, _, seconds, _ in DAY_JOBS:
         key = f"pid:{pid}" if pid == UNREADABLE else f"pgid:{pid}"
         job = jobs[key]
         error = job["energy_joules"] / want[pid] - 1
-        print(f"job {pid}: {seconds:>5} s on GPU {gpu}: {job['energy_joules']:>10.0f} J booked, "
-              f"{want[pid]:>10.0f} J recorded, error {error:+.3%}")
+        print(
+            f"job {pid}: {seconds:>5} s on GPU {gpu}: {job['energy_joules']:>10.0f} J booked, "
+            f"{want[pid]:>10.0f} J recorded, error {error:+.3%}"
+        )
         assert abs(error) < 0.01, (key, job["energy_joules"], want[pid])
         assert job["gpus"] == [gpu] and not job["energy_estimated"]
     shared, alone = jobs["pgid:104"], jobs["pgid:102"]
@@ -323,15 +398,44 @@ def test_every_job_energy_within_one_percent_on_a_day_with_the_default_config(tm
     assert shared["gpu_hours"] == pytest.approx((2400 - 900 * 0.3) / 3600, rel=0.01)
     assert alone["gpu_hours"] == pytest.approx(alone["held_gpu_hours"]) == pytest.approx(2.0, rel=0.01)
     assert jobs["pgid:107"]["starved"] is None  # 31 s at 54 % of the limit: too short to judge
-    shown = subprocess.run([sys.executable, "-m", "rigmon", "jobs", "show", str(jobs["pgid:107"]["id"]), "--config",
-                            str(_toml(tmp_path, config))], capture_output=True, text=True, timeout=60).stdout
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rigmon",
+            "jobs",
+            "show",
+            str(jobs["pgid:107"]["id"]),
+            "--config",
+            str(_toml(tmp_path, config)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     assert "starved" in shown and "too short to judge" in shown, shown
-    shown = subprocess.run([sys.executable, "-m", "rigmon", "jobs", "show", str(jobs[f"pid:{UNREADABLE}"]["id"]),
-                            "--config", str(_toml(tmp_path, config))], capture_output=True, text=True,
-                           timeout=60).stdout
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rigmon",
+            "jobs",
+            "show",
+            str(jobs[f"pid:{UNREADABLE}"]["id"]),
+            "--config",
+            str(_toml(tmp_path, config)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     assert "unknown (/proc could not be read" in shown and "a login session" not in shown, shown
-    shown = subprocess.run([sys.executable, "-m", "rigmon", "jobs", "show", str(shared["id"]), "--config",
-                            str(_toml(tmp_path, config))], capture_output=True, text=True, timeout=60).stdout
+    shown = subprocess.run(
+        [sys.executable, "-m", "rigmon", "jobs", "show", str(shared["id"]), "--config", str(_toml(tmp_path, config))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     assert "its share of each GPU's time; held 0.667" in shown and "from the GPUs' energy counters" in shown
 
 
@@ -351,12 +455,25 @@ def test_a_gpu_without_an_energy_counter_integrates_power_and_says_so(tmp_path):
     rec.ticks[:] = rec.ticks[:200]
     config = configmod.parse({"daemon": {"state_dir": str(tmp_path / "state")}, "prometheus": {"enabled": False}})
     replay(rec, config, range(len(rec.ticks)))
-    (job,) = [j for j in json.loads(subprocess.run(
-        [sys.executable, "-m", "rigmon", "jobs", "--json", "--config", str(_toml(tmp_path, config))],
-        capture_output=True, text=True, timeout=60).stdout)["jobs"] if j["job"].endswith("/pgid:104")]
+    (job,) = [
+        j
+        for j in json.loads(
+            subprocess.run(
+                [sys.executable, "-m", "rigmon", "jobs", "--json", "--config", str(_toml(tmp_path, config))],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout
+        )["jobs"]
+        if j["job"].endswith("/pgid:104")
+    ]
     assert job["energy_estimated"] and job["energy_joules"] > 0
-    shown = subprocess.run([sys.executable, "-m", "rigmon", "jobs", "show", str(job["id"]), "--config",
-                            str(_toml(tmp_path, config))], capture_output=True, text=True, timeout=60).stdout
+    shown = subprocess.run(
+        [sys.executable, "-m", "rigmon", "jobs", "show", str(job["id"]), "--config", str(_toml(tmp_path, config))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     assert "partly estimated: power × time on a GPU without an energy counter" in shown
 
 
@@ -368,19 +485,40 @@ def test_jobs_reads_any_number_of_rows_in_flat_memory_and_refuses_a_limit_below_
 
     (tmp_path / "rigmon.toml").write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n')
     db = ledger.connect(tmp_path / "jobs.sqlite")
-    db.executemany("INSERT INTO jobs (key, user, command, started, last_seen, ended, gpus, gpu_seconds) "
-                   "VALUES (?, ?, ?, ?, ?, ?, '[0,1]', 3600)",
-                   ((f"pgid:{n}", f"user{n % 50}", "python train.py " + "x" * 60, 1e9 + n, 1e9 + n + 60,
-                     1e9 + n + 60) for n in range(100_000)))
+    db.executemany(
+        "INSERT INTO jobs (key, user, command, started, last_seen, ended, gpus, gpu_seconds) "
+        "VALUES (?, ?, ?, ?, ?, ?, '[0,1]', 3600)",
+        (
+            (f"pgid:{n}", f"user{n % 50}", "python train.py " + "x" * 60, 1e9 + n, 1e9 + n + 60, 1e9 + n + 60)
+            for n in range(100_000)
+        ),
+    )
     db.commit()
     db.close()
 
     def peak(*args) -> tuple[int, int]:
-        script = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE); "
-                  "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.stdout.count(b'\\n'), "
-                  "p.returncode)")
-        done = subprocess.run([sys.executable, "-c", script, sys.executable, "-m", "rigmon", "jobs", "--config",
-                               str(tmp_path / "rigmon.toml"), *args], capture_output=True, text=True, timeout=600)
+        script = (
+            "import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE); "
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.stdout.count(b'\\n'), "
+            "p.returncode)"
+        )
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                script,
+                sys.executable,
+                "-m",
+                "rigmon",
+                "jobs",
+                "--config",
+                str(tmp_path / "rigmon.toml"),
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         kib, lines, code = map(int, done.stdout.split())
         assert code == 0, done.stderr
         return kib, lines
@@ -411,13 +549,24 @@ def _spoofing_day():
         4300: (f"0::/system.slice/docker-{alice_hex}.scope\n", 2),
         4400: ("0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n", 3),
     }
-    bob = [(f"{delegated}train-alice.service\n", 5100), (f"{delegated}docker-{alice_hex}.scope\n", 5200),
-           (f"{delegated}job_77.scope\n", 5300)]
+    bob = [
+        (f"{delegated}train-alice.service\n", 5100),
+        (f"{delegated}docker-{alice_hex}.scope\n", 5200),
+        (f"{delegated}job_77.scope\n", 5300),
+    ]
     energy = [0.0] * 4
 
     def entry(user, uid, pid, cgroup, start):
-        return {"user": user, "uid": uid, "cmdline": f"python {user}.py", "cgroup": cgroup, "ppid": 1, "pgid": pid,
-                "sid": pid, "start": start}
+        return {
+            "user": user,
+            "uid": uid,
+            "cmdline": f"python {user}.py",
+            "cgroup": cgroup,
+            "ppid": 1,
+            "pgid": pid,
+            "sid": pid,
+            "start": start,
+        }
 
     def modify(t, tick):
         t0 = tick["t"] - t
@@ -452,16 +601,22 @@ def test_a_user_cannot_book_her_gpu_time_to_anothers_job_by_naming_her_cgroups_a
     own process groups, never alice's service, container or Slurm job; bob's new group leader on
     a PID alice's group had is a new job, his. Each job has its own user, GPUs and energy."""
     rec = _spoofing_day()
-    config = configmod.parse({"daemon": {"state_dir": str(tmp_path / "state")}, "prometheus": {"enabled": False},
-                              "jobs": {"end_after": 30}})
+    config = configmod.parse(
+        {"daemon": {"state_dir": str(tmp_path / "state")}, "prometheus": {"enabled": False}, "jobs": {"end_after": 30}}
+    )
     replay(rec, config, range(len(rec.ticks)))
     from rigmon.sinks.jobs import ledger_path, load
 
     jobs = {j.key: j for j in load(ledger_path(config))}
     assert {k: (j.user, sorted(j.gpus)) for k, j in jobs.items()} == {
-        "alice/pgid:4100": ("alice", [0]), "bob/pgid:4100": ("bob", [0]),
-        "alice/systemd:train-alice.service": ("alice", [1]), "alice/docker:4f3c2a1b0e9d": ("alice", [2]),
-        "bob/pgid:5100": ("bob", [3]), "bob/pgid:5200": ("bob", [3]), "bob/pgid:5300": ("bob", [3])}, jobs
+        "alice/pgid:4100": ("alice", [0]),
+        "bob/pgid:4100": ("bob", [0]),
+        "alice/systemd:train-alice.service": ("alice", [1]),
+        "alice/docker:4f3c2a1b0e9d": ("alice", [2]),
+        "bob/pgid:5100": ("bob", [3]),
+        "bob/pgid:5200": ("bob", [3]),
+        "bob/pgid:5300": ("bob", [3]),
+    }, jobs
     # 300 W: each job's energy is its own GPU's for the time it ran, none of it booked to another
     assert jobs["alice/systemd:train-alice.service"].energy_joules == pytest.approx(300 * 590, rel=0.03)
     assert jobs["alice/pgid:4100"].energy_joules == pytest.approx(300 * 300, rel=0.05)

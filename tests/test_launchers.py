@@ -28,19 +28,25 @@ def work(out, stop):
     while not os.path.exists(stop):
         time.sleep(0.1)
 """
-TORCHRUN = WORKER + """
+TORCHRUN = (
+    WORKER
+    + """
 import torch.distributed as dist
 dist.init_process_group("gloo")
 work(sys.argv[1], sys.argv[2])
 dist.destroy_process_group()
 """
-SPAWN = WORKER + """
+)
+SPAWN = (
+    WORKER
+    + """
 import torch.multiprocessing as mp
 def rank(i, out, stop):
     work(out, stop)
 if __name__ == "__main__":
     mp.spawn(rank, args=(sys.argv[1], sys.argv[2]), nprocs=2)
 """
+)
 
 
 def _launch(tmp_path, command, workers):
@@ -48,8 +54,13 @@ def _launch(tmp_path, command, workers):
     ``workers`` workers once each has written its file."""
     out, stop = tmp_path / "out", tmp_path / "stop"
     out.mkdir()
-    proc = subprocess.Popen([*command, str(out), str(stop)], cwd=tmp_path, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [*command, str(out), str(stop)],
+        cwd=tmp_path,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_for(lambda: len(list(out.iterdir())) >= workers or proc.poll() is not None, 120, what="the workers")
     assert proc.poll() is None, "the launcher died"
     return proc, sorted(int(p.name.removeprefix("pid-")) for p in out.iterdir()), stop
@@ -71,10 +82,11 @@ def torchrun(tmp_path):
 
 def on_gpus(pids, seconds=20.0, step=1.0):
     """A 2-GPU recording where PID ``pids[i]`` computes on GPU i (i.e., as NVML would say)."""
+
     def modify(t, tick):
         for n, g in enumerate(tick["gpus"]):
-            g["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": p, "usedGpuMemory": 1 << 30}
-                                                        for p in pids[n::2]]
+            g["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": p, "usedGpuMemory": 1 << 30} for p in pids[n::2]]
+
     return sc.timeline(seconds, step, gpus=2, modify=modify)
 
 
@@ -107,8 +119,10 @@ def test_an_mp_spawn_run_is_one_job_and_two_unrelated_processes_are_two(tmp_path
     finally:
         stop.touch()
         main.wait(30)
-    alone = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
-             for _ in range(2)]
+    alone = [
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        for _ in range(2)
+    ]
     try:
         jobs = live_jobs(tmp_path / "two", on_gpus([p.pid for p in alone]))
         assert jobs == {f"root/pgid:{alone[0].pid}": {0}, f"root/pgid:{alone[1].pid}": {1}}, jobs
@@ -124,9 +138,25 @@ def _daemon_jobs(tmp_path, recording_path, speed, until, timeout):
     config = tmp_path / "replayed.toml"
     config.write_text(f'[daemon]\ninterval = 5\nstate_dir = "{state}"\n')
     started = time.monotonic()
-    daemon = subprocess.Popen([sys.executable, "-m", "rigmon", "run", "--config", str(config), "--replay",
-                               str(recording_path), "--speed", str(speed), "--port", str(free_port())],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rigmon",
+            "run",
+            "--config",
+            str(config),
+            "--replay",
+            str(recording_path),
+            "--speed",
+            str(speed),
+            "--port",
+            str(free_port()),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     jobs = []
 
     from servers import replay_state
@@ -136,10 +166,15 @@ def _daemon_jobs(tmp_path, recording_path, speed, until, timeout):
 
     def done():
         nonlocal jobs
-        listed = subprocess.run([sys.executable, "-m", "rigmon", "jobs", "--json", "--config", str(reading)],
-                                capture_output=True, text=True, timeout=60)
+        listed = subprocess.run(
+            [sys.executable, "-m", "rigmon", "jobs", "--json", "--config", str(reading)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         jobs = json.loads(listed.stdout)["jobs"] if listed.returncode == 0 and listed.stdout else []
         return until(jobs)
+
     try:
         wait_for(done, timeout, interval=0.5, what="the replayed jobs")
         took = time.monotonic() - started
@@ -154,9 +189,26 @@ def test_record_keeps_the_launcher_and_a_fast_replay_books_the_same_job(torchrun
     agent, workers = torchrun
     nvml = sc.write(on_gpus(workers), tmp_path / "nvml.rec.jsonl")
     recorded = tmp_path / "box.rec.jsonl"
-    done = subprocess.run([sys.executable, "-m", "rigmon", "record", "--replay", str(nvml), "--live-host",
-                           "--seconds", "3", "--interval", "0.5", "--out", str(recorded)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rigmon",
+            "record",
+            "--replay",
+            str(nvml),
+            "--live-host",
+            "--seconds",
+            "3",
+            "--interval",
+            "0.5",
+            "--out",
+            str(recorded),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     processes = {}
     for line in recorded.read_text().splitlines():
@@ -171,13 +223,29 @@ def test_record_keeps_the_launcher_and_a_fast_replay_books_the_same_job(torchrun
 def test_speed_60_replays_sixty_times_as_fast(tmp_path):
     """20 minutes recorded (a tick every 10 s) with one job from 2 to 17 min: at --speed 60 the
     daemon books it in about 16 s, with the recording's durations."""
+
     def modify(t, tick):
         running = 120 <= t < 1020
         tick["gpus"][0]["nvmlDeviceGetComputeRunningProcesses"] = (
-            [{"pid": 4242, "usedGpuMemory": 1 << 30}] if running else [])
-        tick["host"] = {"processes": {"4242": {"user": "alice", "uid": 1000, "cmdline": "python train.py",
-                                               "cgroup": "0::/user.slice\n", "ppid": 1, "pgid": 4242,
-                                               "sid": 4242, "start": 1.0}} if running else {}}
+            [{"pid": 4242, "usedGpuMemory": 1 << 30}] if running else []
+        )
+        tick["host"] = {
+            "processes": {
+                "4242": {
+                    "user": "alice",
+                    "uid": 1000,
+                    "cmdline": "python train.py",
+                    "cgroup": "0::/user.slice\n",
+                    "ppid": 1,
+                    "pgid": 4242,
+                    "sid": 4242,
+                    "start": 1.0,
+                }
+            }
+            if running
+            else {}
+        }
+
     recording = sc.write(sc.timeline(1200, 10, modify=modify), tmp_path / "twenty.rec.jsonl")
     jobs, took = _daemon_jobs(tmp_path, recording, 60, lambda jobs: jobs and not jobs[0]["running"], 120)
     (job,) = jobs
@@ -189,13 +257,21 @@ def test_speed_60_replays_sixty_times_as_fast(tmp_path):
 
 @pytest.mark.parametrize("speed", ["1e-300", "1e308", "0", "-1", "nan"])
 def test_a_speed_past_its_range_is_one_line_exit_2(speed):
-    done = subprocess.run([sys.executable, "-m", "rigmon", "run", "--demo", "--speed", speed, "--port", "0"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "rigmon", "run", "--demo", "--speed", speed, "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and "--speed" in done.stderr, done.stderr
 
 
 def test_speed_without_a_replay_is_refused(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "rigmon", "run", "--speed", "20", "--port", "0"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "rigmon", "run", "--speed", "20", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "--speed goes only with --replay" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr

@@ -12,16 +12,17 @@ ROOT = Path(__file__).resolve().parents[1] / "rigmon"
 # lowest first; a module belongs to the longest prefix that names it. The folders are the
 # layers: each package holds one, and its __init__ says what lives there and what it may import.
 LAYERS = [
-    ("model: a sample, the table of readings and the code made from it, units, recordings, text",
-     ["rigmon.model"]),
+    ("model: a sample, the table of readings and the code made from it, units, recordings, text", ["rigmon.model"]),
     ("system: the heap, systemd's socket, logging", ["rigmon.system"]),
     ("readers: the hardware, live, recorded or replayed", ["rigmon.readers"]),
     ("alerts: the rule language and its engine (no I/O)", ["rigmon.alerts"]),
     ("config: validated (pydantic), and as the plain data that runs with it", ["rigmon.config"]),
     ("the poller: readers chosen by a config, into one sample", ["rigmon.poller"]),
-    ("sinks and exporters: what each poll goes to (the alert sink and its notifiers, InfluxDB, the "
-     "history, the ledger, what the box has had; the Prometheus families); status's table",
-     ["rigmon.sinks", "rigmon.exporters", "rigmon.status"]),
+    (
+        "sinks and exporters: what each poll goes to (the alert sink and its notifiers, InfluxDB, the "
+        "history, the ledger, what the box has had; the Prometheus families); status's table",
+        ["rigmon.sinks", "rigmon.exporters", "rigmon.status"],
+    ),
     ("composition: the pipeline every loop steps", ["rigmon.pipeline"]),
     ("http: the server, the page and its API, charts", ["rigmon.http"]),
     ("the daemon, the burn-in and the offline rules", ["rigmon.daemon", "rigmon.burnin", "rigmon.offline"]),
@@ -46,7 +47,7 @@ def _imports(modules: dict[str, Path]) -> dict[str, set[str]]:
         found = set()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ImportFrom):
-                base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
                 target = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
                 for alias in node.names:
                     full = f"{target}.{alias.name}"
@@ -58,8 +59,16 @@ def _imports(modules: dict[str, Path]) -> dict[str, set[str]]:
 
 
 def _layer(module: str) -> int:
-    best = max(((n, len(prefix)) for n, (_, prefixes) in enumerate(LAYERS) for prefix in prefixes
-                if module == prefix or module.startswith(prefix + ".")), key=lambda x: x[1], default=None)
+    best = max(
+        (
+            (n, len(prefix))
+            for n, (_, prefixes) in enumerate(LAYERS)
+            for prefix in prefixes
+            if module == prefix or module.startswith(prefix + ".")
+        ),
+        key=lambda x: x[1],
+        default=None,
+    )
     if best is None:
         pytest.fail(f"{module} is in no layer: add it to LAYERS")
     return best[0]
@@ -67,9 +76,13 @@ def _layer(module: str) -> int:
 
 def test_no_module_imports_one_above_its_layer():
     modules = _modules()
-    up = [f"{m} ({LAYERS[_layer(m)][0]}) imports {o} ({LAYERS[_layer(o)][0]})"
-          for m, outs in sorted(_imports(modules).items()) if m != "rigmon" for o in sorted(outs)
-          if _layer(o) > _layer(m)]
+    up = [
+        f"{m} ({LAYERS[_layer(m)][0]}) imports {o} ({LAYERS[_layer(o)][0]})"
+        for m, outs in sorted(_imports(modules).items())
+        if m != "rigmon"
+        for o in sorted(outs)
+        if _layer(o) > _layer(m)
+    ]
     assert up == [], "\n".join(up)
 
 
@@ -81,10 +94,11 @@ def test_no_import_circles():
         state[m] = "open"
         for o in sorted(edges[m]):
             if state.get(o) == "open":
-                circles.append(" -> ".join(path[path.index(o):] + [o]))
+                circles.append(" -> ".join(path[path.index(o) :] + [o]))
             elif o not in state:
                 visit(o, path + [o])
         state[m] = "done"
+
     for m in sorted(edges):
         if m not in state:
             visit(m, [m])
@@ -94,9 +108,11 @@ def test_no_import_circles():
 def test_no_package_circles():
     """Packages too: alerts/ holds the rule language only, so the config can build on it while
     the alert sink (in sinks/) builds on the config."""
+
     def package(m):
         parts = m.split(".")
         return ".".join(parts[:2]) if len(parts) > 2 or _modules()[m].name == "__init__.py" else m
+
     modules = _modules()
     edges: dict[str, set[str]] = {}
     for m, outs in _imports(modules).items():

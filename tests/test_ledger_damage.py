@@ -22,10 +22,20 @@ def _ledger(path: Path, jobs: int = 3) -> None:
     db = connect(path)
     with db:
         for n in range(jobs):
-            job = Job(0, f"pgid:{100 + n}", "alice", "python train.py", None, 1000.0 + n, 1060.0 + n, ended=1060.0 + n,
-                      gpus={0}, gpu_seconds=60.0, energy_joules=42000.0)
-            db.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
-                       _row(job))
+            job = Job(
+                0,
+                f"pgid:{100 + n}",
+                "alice",
+                "python train.py",
+                None,
+                1000.0 + n,
+                1060.0 + n,
+                ended=1060.0 + n,
+                gpus={0},
+                gpu_seconds=60.0,
+                energy_joules=42000.0,
+            )
+            db.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", _row(job))
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.close()
 
@@ -42,6 +52,7 @@ def _sql(statement: str):
         with db:
             db.execute(statement)
         db.close()
+
     return damage
 
 
@@ -52,8 +63,11 @@ DAMAGE = {
     "text where numbers go": _sql("UPDATE jobs SET started = 'yesterday', energy_joules = x'00ff' WHERE id = 3"),
     "truncated": lambda p: p.write_bytes(p.read_bytes()[:5000]),
     "not a database": lambda p: p.write_bytes(b"this is not SQLite\n" * 400),
-    "columns missing": lambda p: (p.unlink(), _sql("CREATE TABLE jobs (id INTEGER PRIMARY KEY, key TEXT)")(p),
-                                  _sql("INSERT INTO jobs (key) VALUES ('pgid:1')")(p)),
+    "columns missing": lambda p: (
+        p.unlink(),
+        _sql("CREATE TABLE jobs (id INTEGER PRIMARY KEY, key TEXT)")(p),
+        _sql("INSERT INTO jobs (key) VALUES ('pgid:1')")(p),
+    ),
     "escape sequences": _sql("UPDATE jobs SET key = 'pgid:1\x1b]52;c;eA==\x07', user = 'a\nb' WHERE id = 1"),
 }
 
@@ -102,8 +116,20 @@ def _sample_with_a_process():
     from rigmon.poller import build_poller
 
     rec = sc.on_every_gpu(sc.h200(), nvmlDeviceGetComputeRunningProcesses=[{"pid": 4242, "usedGpuMemory": 1 << 30}])
-    rec = sc.with_host(rec, processes={"4242": {"user": "bob", "uid": 1000, "cmdline": "python x.py", "cgroup": "",
-                                                "ppid": 1, "pgid": 4242, "start": 1.0}})
+    rec = sc.with_host(
+        rec,
+        processes={
+            "4242": {
+                "user": "bob",
+                "uid": 1000,
+                "cmdline": "python x.py",
+                "cgroup": "",
+                "ppid": 1,
+                "pgid": 4242,
+                "start": 1.0,
+            }
+        },
+    )
     config = configmod.parse({"gpu": {"xid_events": False}, "host": {"rapl": False}})
     poller = build_poller(config, sc.source(rec, sc.LOAD_AT), event_thread=False)
     poller.open()
@@ -119,19 +145,35 @@ def test_jobs_limit_reads_only_what_it_prints(tmp_path):
     state = tmp_path / "state"
     state.mkdir()
     db = connect(state / "jobs.sqlite")
-    row = _row(Job(0, "pgid:1", "alice", "python train.py", None, 0.0, 60.0, ended=60.0, gpus={0, 1},
-                   gpu_seconds=120.0, energy_joules=1e5))
+    row = _row(
+        Job(
+            0,
+            "pgid:1",
+            "alice",
+            "python train.py",
+            None,
+            0.0,
+            60.0,
+            ended=60.0,
+            gpus={0, 1},
+            gpu_seconds=120.0,
+            energy_joules=1e5,
+        )
+    )
     with db:
-        db.executemany(f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
-                       ((f"pgid:{n}", *row[1:4], float(n), float(n) + 60, float(n) + 60, *row[7:]) for n in
-                        range(400_000)))
+        db.executemany(
+            f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
+            ((f"pgid:{n}", *row[1:4], float(n), float(n) + 60, float(n) + 60, *row[7:]) for n in range(400_000)),
+        )
     db.close()
     (tmp_path / "rigmon.toml").write_text(f'[daemon]\nstate_dir = "{state}"\n')
-    probe = (f"import resource, subprocess, sys, time\nt = time.perf_counter()\n"
-             f"p = subprocess.run([sys.executable, '-m', 'rigmon', 'jobs', '--limit', '5', '--config', "
-             f"{str(tmp_path / 'rigmon.toml')!r}], capture_output=True, text=True)\n"
-             f"print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode)\n"
-             f"print(p.stdout)")
+    probe = (
+        f"import resource, subprocess, sys, time\nt = time.perf_counter()\n"
+        f"p = subprocess.run([sys.executable, '-m', 'rigmon', 'jobs', '--limit', '5', '--config', "
+        f"{str(tmp_path / 'rigmon.toml')!r}], capture_output=True, text=True)\n"
+        f"print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode)\n"
+        f"print(p.stdout)"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     first, *rest = done.stdout.splitlines()
     seconds, max_rss_kib, code = first.split()
@@ -146,12 +188,16 @@ def test_finished_jobs_leave_the_ledger_after_jobs_keep_and_keep_their_energy(tm
     state = tmp_path / "state"
     state.mkdir()
     _ledger(state / "jobs.sqlite", jobs=3)  # ended around t=1060
-    config = configmod.parse({"daemon": {"state_dir": str(state)}, "prometheus": {"enabled": False},
-                              "jobs": {"keep": "7d"}})
+    config = configmod.parse(
+        {"daemon": {"state_dir": str(state)}, "prometheus": {"enabled": False}, "jobs": {"keep": "7d"}}
+    )
     assert config.jobs.keep == 7 * 86400
     ledger = JobLedger(config, "box")
-    before = {m.samples[0].labels["user"]: m.samples[0].value for m in ledger.collect()
-              if m.name == "rigmon_job_energy_joules"}
+    before = {
+        m.samples[0].labels["user"]: m.samples[0].value
+        for m in ledger.collect()
+        if m.name == "rigmon_job_energy_joules"
+    }
     sample = _sample_with_a_process()._replace(time=1060.0 + 8 * 86400)
     ledger.book(sample)
     ledger.close()
@@ -160,8 +206,9 @@ def test_finished_jobs_leave_the_ledger_after_jobs_keep_and_keep_their_energy(tm
     db.close()
     assert users == ["bob"]  # alice's three old jobs are gone, bob's running one stays
     ledger = JobLedger(config, "box")
-    after = {s.labels["user"]: s.value for m in ledger.collect() if m.name == "rigmon_job_energy_joules"
-             for s in m.samples}
+    after = {
+        s.labels["user"]: s.value for m in ledger.collect() if m.name == "rigmon_job_energy_joules" for s in m.samples
+    }
     ledger.close()
     assert before["alice"] == after["alice"] == 3 * 42000.0
     assert time  # durations in days and weeks parse
@@ -180,9 +227,30 @@ def test_a_ledger_from_before_held_time_and_estimated_energy_gains_them(tmp_path
     old = [c for c in _COLUMNS if c not in ("held_seconds", "energy_estimated")]
     db = sqlite3.connect(path)
     db.execute(f"CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, {', '.join(old)})")
-    db.execute(f"INSERT INTO jobs ({', '.join(old)}) VALUES ({', '.join('?' * len(old))})",
-               ("pgid:7", "ada", "python t.py", None, 10.0, 70.0, 70.0, None, "[0]", 60.0, 4200.0, 0, 0, 0, 0, 0, 0,
-                None, "[]"))
+    db.execute(
+        f"INSERT INTO jobs ({', '.join(old)}) VALUES ({', '.join('?' * len(old))})",
+        (
+            "pgid:7",
+            "ada",
+            "python t.py",
+            None,
+            10.0,
+            70.0,
+            70.0,
+            None,
+            "[0]",
+            60.0,
+            4200.0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            None,
+            "[]",
+        ),
+    )
     db.commit()
     db.close()
     (job,) = ledger.load(path)
@@ -190,5 +258,6 @@ def test_a_ledger_from_before_held_time_and_estimated_energy_gains_them(tmp_path
     JobLedger(configmod.parse({"daemon": {"state_dir": str(path.parent)}})).close()
     (job,) = ledger.load(path)
     assert job.energy_joules == 4200.0
-    assert {"held_seconds", "energy_estimated"} <= {r[1] for r in sqlite3.connect(path).execute(
-        "PRAGMA table_info(jobs)")}
+    assert {"held_seconds", "energy_estimated"} <= {
+        r[1] for r in sqlite3.connect(path).execute("PRAGMA table_info(jobs)")
+    }

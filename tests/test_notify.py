@@ -12,14 +12,32 @@ from rigmon.sinks.notify import Notifier, peers
 
 
 def transition(n: int, status: str = "firing", severity: str = "critical") -> Transition:
-    return Transition(status=status, alertname=f"Test{n}", severity=severity, labels={"gpu": str(n), "uuid": "GPU-x"},
-                      summary=f"summary {n}", description="desc", hint="check it", starts_at=1000.0 + n,
-                      ends_at=1010.0 + n if status == "resolved" else None, time=1000.0 + n, values={})
+    return Transition(
+        status=status,
+        alertname=f"Test{n}",
+        severity=severity,
+        labels={"gpu": str(n), "uuid": "GPU-x"},
+        summary=f"summary {n}",
+        description="desc",
+        hint="check it",
+        starts_at=1000.0 + n,
+        ends_at=1010.0 + n if status == "resolved" else None,
+        time=1000.0 + n,
+        values={},
+    )
 
 
 def notifier(url: str, **kw) -> Notifier:
-    config = NotifierConfig.model_validate({"type": kw.pop("type", "webhook"), "url": url, "retry_initial": 0.05,
-                                            "retry_max": 0.3, "min_severity": "info", **kw})
+    config = NotifierConfig.model_validate(
+        {
+            "type": kw.pop("type", "webhook"),
+            "url": url,
+            "retry_initial": 0.05,
+            "retry_max": 0.3,
+            "min_severity": "info",
+            **kw,
+        }
+    )
     return Notifier(config, "rig-01")
 
 
@@ -33,8 +51,13 @@ def test_alertmanager_webhook_format():
         firing, resolved = receiver.json()
         assert firing["version"] == "4" and firing["status"] == "firing" and firing["receiver"] == "am"
         (alert,) = firing["alerts"]
-        assert alert["labels"] == {"alertname": "Test1", "severity": "critical", "host": "rig-01", "gpu": "1",
-                                   "uuid": "GPU-x"}
+        assert alert["labels"] == {
+            "alertname": "Test1",
+            "severity": "critical",
+            "host": "rig-01",
+            "gpu": "1",
+            "uuid": "GPU-x",
+        }
         assert alert["annotations"] == {"summary": "summary 1", "description": "desc", "hint": "check it"}
         assert alert["startsAt"] == "1970-01-01T00:16:41.000Z" and alert["endsAt"] == "0001-01-01T00:00:00Z"
         assert firing["groupLabels"] == {"alertname": "Test1", "host": "rig-01"} and alert["fingerprint"]
@@ -45,10 +68,13 @@ def test_alertmanager_webhook_format():
         receiver.stop()
 
 
-@pytest.mark.parametrize("kind, check", [
-    ("slack", lambda body, headers: "*[FIRING] Test1 on rig-01 (critical)*" in body["text"]),
-    ("discord", lambda body, headers: "**[FIRING] Test1 on rig-01 (critical)**" in body["content"]),
-])
+@pytest.mark.parametrize(
+    "kind, check",
+    [
+        ("slack", lambda body, headers: "*[FIRING] Test1 on rig-01 (critical)*" in body["text"]),
+        ("discord", lambda body, headers: "**[FIRING] Test1 on rig-01 (critical)**" in body["content"]),
+    ],
+)
 def test_chat_formats(kind, check):
     receiver = Receiver()
     n = notifier(receiver.url, type=kind)
@@ -175,8 +201,14 @@ def test_alertmanager_firing_alerts_are_posted_again_until_they_resolve():
 def test_alertmanager_takes_a_list_of_peers_each_given_every_alert():
     """An HA pair: each Alertmanager gets every alert, from its own queue (am-1, am-2)."""
     receivers = [Receiver(), Receiver()]
-    config = NotifierConfig.model_validate({"type": "alertmanager", "name": "am", "min_severity": "info",
-                                            "url": [f"http://127.0.0.1:{r.port}" for r in receivers]})
+    config = NotifierConfig.model_validate(
+        {
+            "type": "alertmanager",
+            "name": "am",
+            "min_severity": "info",
+            "url": [f"http://127.0.0.1:{r.port}" for r in receivers],
+        }
+    )
     notifiers = [Notifier(config, "rig-01", peer=peer) for peer in peers(config)]
     try:
         assert [n.name for n in notifiers] == ["am-1", "am-2"]
@@ -233,12 +265,22 @@ def test_the_daemon_makes_one_notifier_per_alertmanager_peer():
     from rigmon.config.schema import parse, settings
     from rigmon.sinks.alerts import AlertSink
 
-    config = settings(parse({"notifiers": [{"type": "alertmanager", "name": "am",
-                                            "url": ["http://127.0.0.1:9", "http://127.0.0.1:10"]},
-                                           {"type": "webhook", "url": "http://127.0.0.1:11/hook"}]}))
+    config = settings(
+        parse(
+            {
+                "notifiers": [
+                    {"type": "alertmanager", "name": "am", "url": ["http://127.0.0.1:9", "http://127.0.0.1:10"]},
+                    {"type": "webhook", "url": "http://127.0.0.1:11/hook"},
+                ]
+            }
+        )
+    )
     sink = AlertSink(config, host="box")
     try:
         assert [(n.name, n._url) for n in sink.notifiers] == [
-            ("am-1", "http://127.0.0.1:9"), ("am-2", "http://127.0.0.1:10"), ("webhook", "http://127.0.0.1:11/hook")]
+            ("am-1", "http://127.0.0.1:9"),
+            ("am-2", "http://127.0.0.1:10"),
+            ("webhook", "http://127.0.0.1:11/hook"),
+        ]
     finally:
         sink.close(time.monotonic() + 0.5)

@@ -18,7 +18,7 @@ from rigmon.config import schema as configmod
 from rigmon.pipeline import Inputs, Outputs, Pipeline
 from rigmon.sinks.history import History
 
-HOSTILE = (2.0 ** 53, math.inf, 1e308, -0.0)
+HOSTILE = (2.0**53, math.inf, 1e308, -0.0)
 
 
 def hostile(value: float) -> sc.Recording:
@@ -35,11 +35,17 @@ def hostile(value: float) -> sc.Recording:
             g["nvmlDeviceGetTemperatureV:0"] = value
             g["nvmlDeviceGetCurrPcieLinkGeneration"] = value
             g["nvmlDeviceGetMemoryInfo"] = {"total": 150754820096, "free": 0, "used": value}
-            g["nvmlDeviceGetMemoryInfo:33554472"] = {"total": 150754820096, "free": 0, "used": value,
-                                                     "reserved": 0, "version": 33554472}
+            g["nvmlDeviceGetMemoryInfo:33554472"] = {
+                "total": 150754820096,
+                "free": 0,
+                "used": value,
+                "reserved": 0,
+                "version": 33554472,
+            }
         host = tick.setdefault("host", {})
-        host["sensors_temperatures"] = {"coretemp": [["Package id 0", value, 80.0, 100.0],
-                                                     ["Core 0", value, 80.0, 100.0]]}
+        host["sensors_temperatures"] = {
+            "coretemp": [["Package id 0", value, 80.0, 100.0], ["Core 0", value, 80.0, 100.0]]
+        }
     return rec
 
 
@@ -55,8 +61,12 @@ def test_a_value_no_hardware_can_mean_is_not_exported_charted_or_kept(value, tmp
     history = History(None, interval=1.0)
     source = sc.source(hostile(value), at=sc.LOAD_AT)
     # the daemon's outputs, told no one, and its own history whose answers are timed
-    pipeline = Pipeline.from_config(config, replace(Outputs.DAEMON, history=False, announce=False), sinks=[history],
-                                    inputs=Inputs(source=source, wall=lambda: now[0], event_thread=False))
+    pipeline = Pipeline.from_config(
+        config,
+        replace(Outputs.DAEMON, history=False, announce=False),
+        sinks=[history],
+        inputs=Inputs(source=source, wall=lambda: now[0], event_thread=False),
+    )
     pipeline.open()
     try:
         for _ in range(5):
@@ -76,8 +86,10 @@ def test_a_value_no_hardware_can_mean_is_not_exported_charted_or_kept(value, tmp
     names = history.series_names()
     assert ("gpu0/temperature_celsius" in names) == valid and ("host/cpu0_celsius" in names) == valid
     if valid:
-        assert "rigmon_readings_invalid_total" not in text or 'reading="' not in text.split(
-            "rigmon_readings_invalid_total")[1].split("\n# ")[0]
+        assert (
+            "rigmon_readings_invalid_total" not in text
+            or 'reading="' not in text.split("rigmon_readings_invalid_total")[1].split("\n# ")[0]
+        )
         return
     for reading in ("temperature_celsius", "memory_used_bytes", "pcie_generation", "celsius"):
         line = f'rigmon_readings_invalid_total{{reading="{reading}"}} '
@@ -140,8 +152,13 @@ def _serve_and_measure(tmp_path: Path, name: str, recording: Path, history_from=
     base = rigmon.url.rsplit("/", 1)[0]
     slowest = 0.0
     for _ in range(3):
-        for path in ("/api/charts?range=1h", "/api/charts?range=7d", "/api/history?series=*&since=-3600",
-                     "/api/state", "/"):
+        for path in (
+            "/api/charts?range=1h",
+            "/api/charts?range=7d",
+            "/api/history?series=*&since=-3600",
+            "/api/state",
+            "/",
+        ):
             started = time.monotonic()
             status, _ = http_get(base + path, timeout=10)
             slowest = max(slowest, time.monotonic() - started)
@@ -157,8 +174,10 @@ def test_hostile_recordings_and_history_answer_within_a_second_in_bounded_memory
     for n, value in enumerate(HOSTILE):
         rec = _write(hostile(value), tmp_path / f"hostile{n}.rec.jsonl")
         took, rss, rigmon = _serve_and_measure(tmp_path, f"hostile{n}", rec)
-        print(f"\n{value!r} in a recording: slowest answer {took * 1000:.0f} ms, RSS {rss / clean_rss:.2f}x a clean "
-              f"run's ({clean_rss} KiB; its slowest {clean_time * 1000:.0f} ms)")
+        print(
+            f"\n{value!r} in a recording: slowest answer {took * 1000:.0f} ms, RSS {rss / clean_rss:.2f}x a clean "
+            f"run's ({clean_rss} KiB; its slowest {clean_time * 1000:.0f} ms)"
+        )
         try:
             assert took < 1.0, f"{value}: {took:.2f} s"
             assert rss <= 1.2 * clean_rss, f"{value}: {rss} KiB against {clean_rss} KiB clean"
@@ -193,12 +212,18 @@ def test_hostile_recordings_and_history_answer_within_a_second_in_bounded_memory
 def test_any_float_charts_in_bounded_time():
     from rigmon.http.charts import chart, nice_ticks
 
-    for value in (2.0 ** 53, math.inf, -math.inf, math.nan, 1e308, -1e308, 1.7976931348623157e308, -0.0, 5e-324):
+    for value in (2.0**53, math.inf, -math.inf, math.nan, 1e308, -1e308, 1.7976931348623157e308, -0.0, 5e-324):
         for zero in (False, True):
             for log in (False, True):
                 started = time.monotonic()
-                svg = chart("t", [("a", [(0.0, value, value, value), (1.0, 1.0, 1.0, 1.0)], "#000")], "°C",
-                            zero=zero, log=log, span=10.0)
+                svg = chart(
+                    "t",
+                    [("a", [(0.0, value, value, value), (1.0, 1.0, 1.0, 1.0)], "#000")],
+                    "°C",
+                    zero=zero,
+                    log=log,
+                    span=10.0,
+                )
                 assert time.monotonic() - started < 0.1 and len(svg) < 20_000 and svg.endswith("</svg>")
         assert len(nice_ticks(value, value)) <= 30 if math.isfinite(value) else nice_ticks(value, value) == [0.0, 1.0]
     assert nice_ticks(0, 100) == [0, 20, 40, 60, 80, 100]
@@ -249,8 +274,10 @@ def test_the_state_directory_and_its_files_are_the_owners_alone(tmp_path):
     state.mkdir(mode=0o755)
     os.chmod(state, 0o755)
     (state / "old").mkdir()
-    config = (f'[daemon]\ninterval = 0.25\nstate_dir = "{state}"\n'
-              '[influxdb]\nenabled = true\nurl = "http://127.0.0.1:9"\n')  # nothing there: points spool
+    config = (
+        f'[daemon]\ninterval = 0.25\nstate_dir = "{state}"\n'
+        '[influxdb]\nenabled = true\nurl = "http://127.0.0.1:9"\n'
+    )  # nothing there: points spool
     rich = _write(sc.rich(sc.h200()), tmp_path / "rich.rec.jsonl")
     old = os.umask(0o022)
     try:
@@ -268,8 +295,7 @@ def test_the_state_directory_and_its_files_are_the_owners_alone(tmp_path):
     files = [p for p in state.rglob("*") if p.is_file()]
     names = {p.name for p in files}
     assert {"history.bin", "jobs.sqlite", "rigmon.lock"} <= names and any(n.endswith(".lp") for n in names), names
-    assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in files if stat.S_IMODE(p.stat().st_mode) != 0o600} \
-        == {}
+    assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in files if stat.S_IMODE(p.stat().st_mode) != 0o600} == {}
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o700 for p in state.rglob("*") if p.is_dir() and p.name != "old")
 
 
@@ -277,8 +303,9 @@ def test_a_host_reading_is_checked_and_counted_once(tmp_path):
     """The CPU utilisation is the host's and the cpu kind's variable: NaN from psutil is one invalid reading."""
     rec = sc.with_host(sc.rich(sc.h200(), gpus=4), cpu_percent=math.nan, getloadavg=[-1.0, 2.0, 3.0])
     config = configmod.parse({"daemon": {"state_dir": str(tmp_path / "state")}}, "test")
-    pipeline = Pipeline.from_config(config, Outputs(),
-                                    inputs=Inputs(source=sc.source(rec, at=sc.LOAD_AT), event_thread=False))
+    pipeline = Pipeline.from_config(
+        config, Outputs(), inputs=Inputs(source=sc.source(rec, at=sc.LOAD_AT), event_thread=False)
+    )
     pipeline.open()
     try:
         host = pipeline.step().sample.host

@@ -63,10 +63,11 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
     daemon.wait_output("the page: http://127.0.0.1:")  # rigmon run says where the page is
     page = daemon.url.replace("/metrics", "/")
     chromium.open(page, 1400)
-    wait_for(lambda: chromium.js("document.querySelectorAll('#gpus .card').length") == 8, 30,
-             what="eight GPU cards")
-    assert chromium.js("document.getElementById('host').textContent") == json.loads(
-        http_get(page + "api/state")[1])["host"]
+    wait_for(lambda: chromium.js("document.querySelectorAll('#gpus .card').length") == 8, 30, what="eight GPU cards")
+    assert (
+        chromium.js("document.getElementById('host').textContent")
+        == json.loads(http_get(page + "api/state")[1])["host"]
+    )
     names = chromium.js("[...document.querySelectorAll('.gpu-name')].map(e => e.textContent)")
     assert names == ["NVIDIA H200"] * 8
     powers = chromium.js("[...document.querySelectorAll('.gpu-power')].map(e => e.textContent)")
@@ -74,29 +75,43 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
 
     # the firing alerts, with their subjects: the hot GPU and the stopped fan
     def alerts():
-        return chromium.js("[...document.querySelectorAll('#alerts tr.alert')].map(r => [...r.cells].map("
-                           "c => c.textContent))")
-    found = wait_for(lambda: (rows := alerts()) and {r[1] for r in rows} >= {"GpuThermalSlowdown", "FanStalled"}
-                     and rows, 40, what="the thermal and fan alerts on the page")
+        return chromium.js(
+            "[...document.querySelectorAll('#alerts tr.alert')].map(r => [...r.cells].map(c => c.textContent))"
+        )
+
+    found = wait_for(
+        lambda: (rows := alerts()) and {r[1] for r in rows} >= {"GpuThermalSlowdown", "FanStalled"} and rows,
+        40,
+        what="the thermal and fan alerts on the page",
+    )
     assert [r[2] for r in found if r[1] == "GpuThermalSlowdown"] == [f"gpu={HOT_GPU}"]
     assert any("nct6798" in r[2] for r in found if r[1] == "FanStalled")
     # the jobs table: the training job on all eight GPUs, its energy and cost
-    jobs = wait_for(lambda: chromium.js("[...document.querySelectorAll('#jobs tr.job')].map(r => [...r.cells].map("
-                                        "c => c.textContent))"), 30, what="the jobs table")
+    jobs = wait_for(
+        lambda: chromium.js(
+            "[...document.querySelectorAll('#jobs tr.job')].map(r => [...r.cells].map(c => c.textContent))"
+        ),
+        30,
+        what="the jobs table",
+    )
     assert jobs[0][1] == "alice/pgid:4242" and jobs[0][3] == "0,1,2,3,4,5,6,7" and jobs[0][4] == "running"
     assert jobs[0][6].endswith(" kWh") and jobs[0][7].endswith(" EUR")
 
     # a chart's last point moves with the polls, without a reload
-    last_point = ("(() => { const l = document.querySelector('#gpu-0 svg[data-chart=power] polyline');"
-                  " return l ? l.getAttribute('points').split(' ').pop() : null })()")
+    last_point = (
+        "(() => { const l = document.querySelector('#gpu-0 svg[data-chart=power] polyline');"
+        " return l ? l.getAttribute('points').split(' ').pop() : null })()"
+    )
     first = wait_for(lambda: chromium.js(last_point), 30, what="the power chart")
     chromium.js("window.__same_page = 1")
     wait_for(lambda: chromium.js(last_point) != first, 30, what="the chart's last point to move")
     assert chromium.js("window.__same_page") == 1  # the same document: no reload
     # each poll's state, but the charts only when the daemon has drawn them again (every 5 s for the hour)
-    chromium.js("window.__asked = []; const f = window.fetch; "
-                "window.fetch = (u, o) => { window.__asked.push("
-                "new URL(u, location.href).href.slice(location.origin.length + 1)); return f(u, o); }; 0")
+    chromium.js(
+        "window.__asked = []; const f = window.fetch; "
+        "window.fetch = (u, o) => { window.__asked.push("
+        "new URL(u, location.href).href.slice(location.origin.length + 1)); return f(u, o); }; 0"
+    )
     time.sleep(10.5)
     asked = chromium.js("window.__asked")
     states, charts = (sum(u.startswith(what) for u in asked) for what in ("api/state", "api/charts"))
@@ -106,22 +121,31 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
     # the page asks for the charts of the cards on screen only: a card below the window shows its
     # charts as first drawn until it scrolls into view, and then asks for the latest at once
     drawn = "[...document.querySelectorAll('#gpus .card')].map(c => +c.dataset.time)"
-    cards = wait_for(lambda: len(set(d := chromium.js(drawn))) == 2 and d, 30,
-                     what="a later drawing on the cards on screen only")
+    cards = wait_for(
+        lambda: len(set(d := chromium.js(drawn))) == 2 and d, 30, what="a later drawing on the cards on screen only"
+    )
     assert cards[0] > cards[7]  # GPU 0 on screen, drawn again; GPU 7 far below, as first drawn
     assert chromium.js("document.getElementById('gpu-7').getBoundingClientRect().top") > 900 + 200
     chromium.js("document.getElementById('gpu-7').scrollIntoView(); 0")
-    wait_for(lambda: chromium.js("+document.getElementById('gpu-7').dataset.time") > cards[7], 10,
-             what="GPU 7's charts asked for as it scrolls into view")
+    wait_for(
+        lambda: chromium.js("+document.getElementById('gpu-7').dataset.time") > cards[7],
+        10,
+        what="GPU 7's charts asked for as it scrolls into view",
+    )
     assert any("cards=" in u and "7" in u.partition("cards=")[2].split(",") for u in chromium.js("window.__asked"))
     # the alert's transition is marked on the hot GPU's charts
     chromium.js(f"document.getElementById('gpu-{HOT_GPU}').scrollIntoView(); 0")
-    wait_for(lambda: chromium.js(f"document.querySelectorAll('#gpu-{HOT_GPU} line.mark').length") > 0, 15,
-             what="the thermal alert marked on the hot GPU's charts")
+    wait_for(
+        lambda: chromium.js(f"document.querySelectorAll('#gpu-{HOT_GPU} line.mark').length") > 0,
+        15,
+        what="the thermal alert marked on the hot GPU's charts",
+    )
     # a tab in the background (document.hidden, as the browser sets it) asks nothing; shown again,
     # it asks at once
-    chromium.js("window.__hidden = true; Object.defineProperty(document, 'hidden', {configurable: true, "
-                "get: () => window.__hidden}); document.dispatchEvent(new Event('visibilitychange')); 0")
+    chromium.js(
+        "window.__hidden = true; Object.defineProperty(document, 'hidden', {configurable: true, "
+        "get: () => window.__hidden}); document.dispatchEvent(new Event('visibilitychange')); 0"
+    )
     time.sleep(1.5)  # a request already under way finishes
     chromium.js("window.__asked = []; 0")
     time.sleep(4)
@@ -132,8 +156,11 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
 
     for width in (1400, 400):
         chromium.open(page, width)
-        wait_for(lambda: chromium.js("document.querySelectorAll('#gpus .card svg').length") >= 8 * 7, 30,
-                 what=f"the charts at {width} px")
+        wait_for(
+            lambda: chromium.js("document.querySelectorAll('#gpus .card svg').length") >= 8 * 7,
+            30,
+            what=f"the charts at {width} px",
+        )
         sideways = chromium.js("document.documentElement.scrollWidth - document.documentElement.clientWidth")
         assert sideways <= 0, f"{sideways} px of horizontal scroll at {width} px"
         shot = tmp_path / f"page-{width}.png"
@@ -194,9 +221,20 @@ def test_the_last_burn_in_and_its_report(tmp_path):
     """The page links the last burn-in's report, served from [burnin] reports_dir."""
     run = tmp_path / "reports" / "2026-12-04T10-00-00"
     run.mkdir(parents=True)
-    (run / "summary.json").write_text(json.dumps({
-        "format": "rigmon-burnin-summary", "version": 1, "host": "box", "started_unix": 1_796_000_000,
-        "duration_seconds": 3600, "verdict": "fail", "units": [], "energy": {}}))
+    (run / "summary.json").write_text(
+        json.dumps(
+            {
+                "format": "rigmon-burnin-summary",
+                "version": 1,
+                "host": "box",
+                "started_unix": 1_796_000_000,
+                "duration_seconds": 3600,
+                "verdict": "fail",
+                "units": [],
+                "energy": {},
+            }
+        )
+    )
     (run / "burnin.html").write_text("<!doctype html><title>burn-in</title><p id=verdict>FAIL</p>")
     config = CONFIG + f'\n[burnin]\nreports_dir = "{tmp_path / "reports"}"\n'
     rigmon = Rigmon(tmp_path, throttling_box(tmp_path), config)
@@ -220,8 +258,9 @@ def test_the_page_opened_with_credentials_in_its_address_shows_the_gpus(tmp_path
     try:
         rigmon.wait_ready()
         chromium.open(f"http://admin:s3cret@127.0.0.1:{rigmon.port}/", 1400)
-        wait_for(lambda: chromium.js("document.querySelectorAll('#gpus .card').length") == 8, 20,
-                 what="the 8 GPUs' cards")
+        wait_for(
+            lambda: chromium.js("document.querySelectorAll('#gpus .card').length") == 8, 20, what="the 8 GPUs' cards"
+        )
         text = chromium.js("document.body.innerText")
         assert "does not answer" not in text and "NVIDIA H200" in text, text[:2000]
         names = chromium.js("[...document.querySelectorAll('.gpu-name')].map(e => e.textContent)")
@@ -244,8 +283,7 @@ def test_the_page_and_api_headers(daemon):
     csp = page["content-security-policy"]
     assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-eval" not in csp
     scripts = re.findall(rb"<script>(.*?)</script>", html, re.S)
-    assert scripts and all(f"'sha256-{base64.b64encode(hashlib.sha256(s).digest()).decode()}'" in csp
-                           for s in scripts)
+    assert scripts and all(f"'sha256-{base64.b64encode(hashlib.sha256(s).digest()).decode()}'" in csp for s in scripts)
     assert "'unsafe-inline'" not in csp.split("script-src")[1].split(";")[0]
     for path in ("/", "/api/state", "/api/charts", "/api/history", "/api/jobs"):
         got, _ = headers(path)

@@ -10,15 +10,17 @@ RULES = Path(__file__).resolve().parents[1] / "deploy" / "prometheus"
 
 
 def test_promtool_check_rules():
-    done = subprocess.run(["promtool", "check", "rules", str(RULES / "rigmon-rules.yml")], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        ["promtool", "check", "rules", str(RULES / "rigmon-rules.yml")], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
 
 
 def test_promtool_test_rules():
-    done = subprocess.run(["promtool", "test", "rules", "rigmon-rules.test.yml"], capture_output=True, text=True,
-                          timeout=120, cwd=RULES)
+    done = subprocess.run(
+        ["promtool", "test", "rules", "rigmon-rules.test.yml"], capture_output=True, text=True, timeout=120, cwd=RULES
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
 

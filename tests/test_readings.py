@@ -32,11 +32,20 @@ def rigmon_cli(*args, timeout=60):
 def one_poll(recording, at=sc.LOAD_AT, start=None):
     """One sample of a replay through the daemon's sinks: (sample, exposition, points, entities);
     with ``start``, the readers open there and the replay moves on to ``at``."""
-    config = configmod.parse({"influxdb": {"enabled": False}, "prometheus": {"enabled": False},
-                              "jobs": {"enabled": False},
-                              "gpu": {"pcie_throughput": True, "pcie_expected_generation": {"0": 5},
-                                      "pcie_expected_width": {"0": 16},
-                                      "process_series": 4}}, "test")
+    config = configmod.parse(
+        {
+            "influxdb": {"enabled": False},
+            "prometheus": {"enabled": False},
+            "jobs": {"enabled": False},
+            "gpu": {
+                "pcie_throughput": True,
+                "pcie_expected_generation": {"0": 5},
+                "pcie_expected_width": {"0": 16},
+                "process_series": 4,
+            },
+        },
+        "test",
+    )
     with sc.Replayed(recording, config, at=at if start is None else start) as replayed:
         sample = replayed.poll()
         if start is not None:
@@ -55,8 +64,11 @@ def test_every_reading_reaches_the_outputs_it_names():
     series, fields, entities = set(), {}, {}
     for recording in (rich, sc.pre_ampere(rich)):
         _, exposition, points, seen = one_poll(recording)
-        series |= {(s.name, tuple(sorted(s.labels.items()))) for f in text_string_to_metric_families(exposition)
-                   for s in f.samples}
+        series |= {
+            (s.name, tuple(sorted(s.labels.items())))
+            for f in text_string_to_metric_families(exposition)
+            for s in f.samples
+        }
         for point in points:
             measurement = point.split(",", 1)[0]
             body = point.split(" ")[-2]
@@ -75,7 +87,8 @@ def test_every_reading_reaches_the_outputs_it_names():
             if r.labels:
                 own = dict(zip(family.labels, r.labels, strict=True))
                 assert any(n == exported and own.items() <= dict(labels).items() for n, labels in series), (
-                    f"{r.name}: no {exported}{own}")
+                    f"{r.name}: no {exported}{own}"
+                )
             checked["prometheus"] += 1
         measurement = r.measurement or entity.measurement
         if r.influx and measurement is not None:
@@ -84,19 +97,23 @@ def test_every_reading_reaches_the_outputs_it_names():
             checked["influxdb"] += 1
         if r.rule and entity.rule_kind in kinds:
             assert any(r.name in v for k, v in entities.items() if k[0] == entity.rule_kind), (
-                f"{r.name}: not a {entity.rule_kind} variable")
+                f"{r.name}: not a {entity.rule_kind} variable"
+            )
             checked["rules"] += 1
-    everything = {"prometheus": sum(1 for r in readings.READINGS if r.family),
-                  "influxdb": sum(1 for r in readings.READINGS
-                                  if r.influx and (r.measurement or readings.ENTITIES[r.entity].measurement)),
-                  "rules": sum(1 for r in readings.READINGS
-                               if r.rule and readings.ENTITIES[r.entity].rule_kind in kinds)}
+    everything = {
+        "prometheus": sum(1 for r in readings.READINGS if r.family),
+        "influxdb": sum(
+            1 for r in readings.READINGS if r.influx and (r.measurement or readings.ENTITIES[r.entity].measurement)
+        ),
+        "rules": sum(1 for r in readings.READINGS if r.rule and readings.ENTITIES[r.entity].rule_kind in kinds),
+    }
     assert checked == everything
 
 
 def test_a_lost_gpu_exports_only_that_it_is_lost():
-    sample, exposition, points, entities = one_poll(sc.gpu_lost(sc.h200(), gpus=2, lost=1, from_second=5.0),
-                                                    at=30.0, start=0.0)
+    sample, exposition, points, entities = one_poll(
+        sc.gpu_lost(sc.h200(), gpus=2, lost=1, from_second=5.0), at=30.0, start=0.0
+    )
     assert 'rigmon_gpu_up{gpu="1",uuid=' in exposition and re.search(r'rigmon_gpu_up\{gpu="1"[^}]*\} 0\.0', exposition)
     assert not re.search(r'rigmon_gpu_power_watts\{gpu="1"', exposition)
     lost = next(p for p in points if p.startswith("gpu,gpu=1,"))
@@ -108,16 +125,21 @@ def test_a_lost_gpu_exports_only_that_it_is_lost():
 
 def test_old_rule_variable_names_work_with_a_warning(tmp_path):
     config = tmp_path / "rigmon.toml"
-    config.write_text('[[alerts.rules]]\nname = "Busy"\nkind = "gpu"\n'
-                      'when = "utilization_gpu >= 0.5 and sw_power_cap"\nseverity = "warning"\n'
-                      'summary = "GPU {gpu} at {utilization_gpu:.0%}"\n'
-                      '[[alerts.rules]]\nname = "Draw"\nkind = "psu"\nwhen = "power_watts > 10"\n'
-                      'severity = "info"\nsummary = "{psu} {power_watts:.0f} W"\n'
-                      '[alerts.power_budget]\nwatts = 2000\n')
+    config.write_text(
+        '[[alerts.rules]]\nname = "Busy"\nkind = "gpu"\n'
+        'when = "utilization_gpu >= 0.5 and sw_power_cap"\nseverity = "warning"\n'
+        'summary = "GPU {gpu} at {utilization_gpu:.0%}"\n'
+        '[[alerts.rules]]\nname = "Draw"\nkind = "psu"\nwhen = "power_watts > 10"\n'
+        'severity = "info"\nsummary = "{psu} {power_watts:.0f} W"\n'
+        "[alerts.power_budget]\nwatts = 2000\n"
+    )
     done = rigmon_cli("config", "check", str(config))
     assert done.returncode == 0, done.stderr
-    for old, new in (("utilization_gpu", "utilization_gpu_ratio"), ("sw_power_cap", "event_sw_power_cap"),
-                     ("power_watts", "draw_watts")):
+    for old, new in (
+        ("utilization_gpu", "utilization_gpu_ratio"),
+        ("sw_power_cap", "event_sw_power_cap"),
+        ("power_watts", "draw_watts"),
+    ):
         assert f"variable '{old}' is deprecated and goes in the next release; use '{new}'" in done.stderr
     done = rigmon_cli("rules", "test", "--config", str(config), "--replay", str(sc.H200), "--all")
     assert done.returncode == 0, done.stderr
@@ -142,8 +164,9 @@ def test_the_docs_tables_are_the_table():
     held = set()
     for path in sorted((ROOT / "docs").glob("*.md")):
         text = path.read_text()
-        assert readings.docs(text) == text, f"{path.name}'s tables differ from rigmon/model/readings.py: " \
-                                            "run python -m rigmon.model.readings docs/*.md"
+        assert readings.docs(text) == text, (
+            f"{path.name}'s tables differ from rigmon/model/readings.py: run python -m rigmon.model.readings docs/*.md"
+        )
         held |= {name for name in readings.DOC_TABLES if f"<!-- readings:{name} -->" in text}
     assert held == set(readings.DOC_TABLES)
 
@@ -157,10 +180,12 @@ def _modules():
 def test_nothing_below_the_commands_imports_them():
     below = [m for m in _modules() if not m.startswith("rigmon.commands") and m != "rigmon.__main__"]
     # at run time: each module imported alone, in a fresh interpreter
-    code = ("import importlib, sys\n"
-            "for name in sys.argv[1:]:\n"
-            "    importlib.import_module(name)\n"
-            "print(sorted(m for m in sys.modules if m.startswith('rigmon.commands')))")
+    code = (
+        "import importlib, sys\n"
+        "for name in sys.argv[1:]:\n"
+        "    importlib.import_module(name)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('rigmon.commands')))"
+    )
     for name in below:
         done = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
@@ -171,14 +196,16 @@ def test_nothing_below_the_commands_imports_them():
         tree = ast.parse(Path(spec.origin).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
-                target = importlib.util.resolve_name("." * node.level + (node.module or ""), name.rpartition(".")[0]
-                                                     if not spec.submodule_search_locations else name)
+                target = importlib.util.resolve_name(
+                    "." * node.level + (node.module or ""),
+                    name.rpartition(".")[0] if not spec.submodule_search_locations else name,
+                )
                 assert not target.startswith("rigmon.commands") and target != "rigmon.cli", f"{name}: {target}"
 
 
 def test_the_architecture_names_every_package_and_module():
     text = (ROOT / "docs" / "development.md").read_text()
-    paragraph = text[text.index("How it fits together"):text.index("Adding a per-poll NVML reading")]
+    paragraph = text[text.index("How it fits together") : text.index("Adding a per-poll NVML reading")]
     named = set(re.findall(r"`(rigmon/[a-z_/]+(?:\.py)?)`", paragraph))
     for path in named:
         assert (ROOT / path).exists(), f"docs/development.md names {path}, which is not there"
@@ -187,8 +214,10 @@ def test_the_architecture_names_every_package_and_module():
 
 
 NEW_POLLED = '    Polled("memory_clock_max_hertz", (("nvmlDeviceGetMaxClockInfo", (2,)),), "hertz"),\n'
-NEW_READING = ('    R("memory_clock_max_hertz", "gpu", "g.memory_clock_max_hertz", "hertz", "memory clock maximum",\n'
-               '      Family("rigmon_gpu_memory_clock_max_hertz", "gauge", "Maximum memory clock.")),\n')
+NEW_READING = (
+    '    R("memory_clock_max_hertz", "gpu", "g.memory_clock_max_hertz", "hertz", "memory clock maximum",\n'
+    '      Family("rigmon_gpu_memory_clock_max_hertz", "gauge", "Maximum memory clock.")),\n'
+)
 SEE_IT = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
@@ -222,8 +251,9 @@ def test_a_new_per_poll_reading_is_two_table_lines_and_reaches_every_output(tmp_
     env = {**os.environ, "PYTHONPATH": str(package.parent)}
 
     def run(*args):
-        done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120, env=env,
-                              cwd=tmp_path)
+        done = subprocess.run(
+            [sys.executable, *args], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
@@ -236,13 +266,18 @@ def test_a_new_per_poll_reading_is_two_table_lines_and_reaches_every_output(tmp_
     assert status["gpus"][0]["memory_clock_max_hertz"] == want
     assert "memory_clock_max_hertz" in run("-m", "rigmon", "rules", "list", "--variables")
     config = tmp_path / "rule.toml"
-    config.write_text('[[alerts.rules]]\nname = "MemoryClockCapped"\nkind = "gpu"\nseverity = "warning"\n'
-                      'when = "memory_clock_hertz < memory_clock_max_hertz"\n'
-                      'summary = "memory clock below its maximum"\n')
+    config.write_text(
+        '[[alerts.rules]]\nname = "MemoryClockCapped"\nkind = "gpu"\nseverity = "warning"\n'
+        'when = "memory_clock_hertz < memory_clock_max_hertz"\n'
+        'summary = "memory clock below its maximum"\n'
+    )
     assert "MemoryClockCapped" in run("-m", "rigmon", "rules", "test", "--demo", "--config", str(config), "--all")
     # and in the copy as installed, nothing but the two tables differs
-    changed = sorted(p.name for p in package.rglob("*.py")
-                     if p.read_bytes() != (Path(rigmon.__file__).parent / p.relative_to(package)).read_bytes())
+    changed = sorted(
+        p.name
+        for p in package.rglob("*.py")
+        if p.read_bytes() != (Path(rigmon.__file__).parent / p.relative_to(package)).read_bytes()
+    )
     assert changed == ["polled.py", "readings.py"]
 
 
@@ -252,16 +287,20 @@ def test_the_influxdb_table_lists_every_measurement_rigmon_writes(tmp_path):
     from rigmon.sinks.lineprotocol import encode, encode_burnin_progress, encode_burnin_verdict, encode_transition
 
     documented = set(re.findall(r"^\| `([a-z_]+)` \|", (ROOT / "docs" / "influxdb.md").read_text(), re.M))
-    with sc.Replayed(sc.rich(sc.h200(), gpus=4), {"daemon": {"state_dir": str(tmp_path)}},
-                     recording_time=True) as r:
+    with sc.Replayed(sc.rich(sc.h200(), gpus=4), {"daemon": {"state_dir": str(tmp_path)}}, recording_time=True) as r:
         sample = r.poll(2)
     lines = encode(sample, "box", with_info=True)
-    lines += [encode_burnin_progress("box", "run1", "gpu0", 0, {"tokens_per_s": 1.0, "loss": 2.0, "step": 3, "t": 1.0},
-                                     1.0, 0.0), encode_burnin_verdict("box", "run1", "pass", 60.0, 0)]
+    lines += [
+        encode_burnin_progress(
+            "box", "run1", "gpu0", 0, {"tokens_per_s": 1.0, "loss": 2.0, "step": 3, "t": 1.0}, 1.0, 0.0
+        ),
+        encode_burnin_verdict("box", "run1", "pass", 60.0, 0),
+    ]
     from rigmon.alerts.engine import Transition
 
-    lines.append(encode_transition(Transition("firing", "X", "warning", {"gpu": "0"}, "s", "", "", 1.0, None, 1.0,
-                                              {}), "box"))
+    lines.append(
+        encode_transition(Transition("firing", "X", "warning", {"gpu": "0"}, "s", "", "", 1.0, None, 1.0, {}), "box")
+    )
     written = {line.split(",", 1)[0] for line in lines if line}
     assert {"gpu", "gpu_info", "host", "xid", "alert", "burnin", "burnin_verdict"} <= written
     assert written - documented == set(), f"written but not in docs/influxdb.md: {written - documented}"

@@ -22,13 +22,22 @@ def _readings(sample):
 
 def test_record_then_replay_gives_the_same_samples(tmp_path):
     # The "hardware" is the H200 recording with host sensors and an XID added, wrapped by the recorder.
-    original = sc.with_xid(sc.with_host(sc.h200().widened(2), sensors_temperatures=sc.CORETEMP_TWO_PACKAGES,
-                                        sensors_fans=sc.FAN_STOPPED, cpu_percent=12.5), at_second=11, xid=48)
+    original = sc.with_xid(
+        sc.with_host(
+            sc.h200().widened(2),
+            sensors_temperatures=sc.CORETEMP_TWO_PACKAGES,
+            sensors_fans=sc.FAN_STOPPED,
+            cpu_percent=12.5,
+        ),
+        at_second=11,
+        xid=48,
+    )
     hardware = sc.source(original, at=8.0)
     recorder = Recorder("test")
     config = Config()
-    poller = build_poller(config, nvml=recorder.nvml(replay_backend(hardware)),
-                          host_backend=recorder.host(ReplayHost(hardware)))
+    poller = build_poller(
+        config, nvml=recorder.nvml(replay_backend(hardware)), host_backend=recorder.host(ReplayHost(hardware))
+    )
     poller.open()
     out = tmp_path / "rec.jsonl"
     positions = [8.0 + 0.5 * i for i in range(12)]
@@ -39,6 +48,7 @@ def test_record_then_replay_gives_the_same_samples(tmp_path):
             hardware.clock.set(at)
             if i == 7:  # give the event thread time to see the XID tick
                 import time
+
                 time.sleep(0.3)
             recorder.begin_tick(1000.0 + at)
             originals.append(poller.poll())
@@ -56,6 +66,7 @@ def test_record_then_replay_gives_the_same_samples(tmp_path):
         replay.clock.set(at - 8.0)
         if i == 7:
             import time
+
             time.sleep(0.3)
         replayed.append(poller.poll())
     poller.close()
@@ -68,8 +79,26 @@ def test_record_then_replay_gives_the_same_samples(tmp_path):
 
 def test_record_command_round_trip(tmp_path):
     out = tmp_path / "cli.rec.jsonl"
-    done = subprocess.run([sys.executable, "-m", "rigmon", "record", "--demo", "--out", str(out), "--seconds", "1.2",
-                           "--interval", "0.3", "--label", "cli"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rigmon",
+            "record",
+            "--demo",
+            "--out",
+            str(out),
+            "--seconds",
+            "1.2",
+            "--interval",
+            "0.3",
+            "--label",
+            "cli",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr.startswith(f"recording 1 GPU(s) every 0.3 s for 1.2 s to {out}")  # said at once, not at the end
     assert "recorded" in done.stderr
@@ -77,27 +106,35 @@ def test_record_command_round_trip(tmp_path):
     assert recording.header["format"] == "rigmon-recording" and recording.header["version"] == 1
     assert len(recording.ticks) >= 3 and all(t["label"] == "cli" for t in recording.ticks)
     assert recording.header["gpus"][0]["nvmlDeviceGetUUID"] == "GPU-051bc521-f352-6ece-a775-fbe39f974666"
-    shown = subprocess.run([sys.executable, "-m", "rigmon", "status", "--replay", str(out), "--json"],
-                           capture_output=True, text=True, timeout=60)
+    shown = subprocess.run(
+        [sys.executable, "-m", "rigmon", "status", "--replay", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shown.returncode == 0, shown.stderr
     gpu = json.loads(shown.stdout)["gpus"][0]
     assert gpu["power_watts"] == pytest.approx(84.3, abs=2) and gpu["clock_events_active"] == ["gpu_idle"]
 
 
-@pytest.mark.parametrize("content, message", [
-    ("", "empty file"),
-    ("not json\n", "line 1: not JSON"),
-    ('{"format": "other", "version": 1}\n', "format is 'other'"),
-    ('{"format": "rigmon-recording", "version": 9}\n', "version 9"),
-    ('{"format": "rigmon-recording", "version": 1, "gpus": [{}]}\n{"t": 1, "gpus": []}\n', "line 2: 0 GPU entries"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("", "empty file"),
+        ("not json\n", "line 1: not JSON"),
+        ('{"format": "other", "version": 1}\n', "format is 'other'"),
+        ('{"format": "rigmon-recording", "version": 9}\n', "version 9"),
+        ('{"format": "rigmon-recording", "version": 1, "gpus": [{}]}\n{"t": 1, "gpus": []}\n', "line 2: 0 GPU entries"),
+    ],
+)
 def test_bad_recordings_are_named(tmp_path, content, message):
     path = tmp_path / "bad.jsonl"
     path.write_text(content)
     with pytest.raises(RecordingError, match=message):
         Recording.load(path)
-    done = subprocess.run([sys.executable, "-m", "rigmon", "status", "--replay", str(path)], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "rigmon", "status", "--replay", str(path)], capture_output=True, text=True, timeout=60
+    )
     if content:
         assert done.returncode == 2 and message.split("'")[0] in done.stderr and "Traceback" not in done.stderr
 
@@ -107,8 +144,10 @@ def _carried_naively(recording: Recording) -> list[list[dict]]:
     out, last = [], []
     for tick in recording.ticks:
         gpus = tick.get("gpus", [])
-        last = [{**(last[i] if i < len(last) else {}), **{k: v for k, v in g.items() if k != "nvmlEventSetWait_v2"}}
-                for i, g in enumerate(gpus)]
+        last = [
+            {**(last[i] if i < len(last) else {}), **{k: v for k, v in g.items() if k != "nvmlEventSetWait_v2"}}
+            for i, g in enumerate(gpus)
+        ]
         out.append([dict(g) for g in last])
     return out
 
@@ -150,9 +189,11 @@ def test_a_large_recording_replays_in_bounded_memory(tmp_path):
     as read) as without."""
     lines = sc.H200.read_text().splitlines()
     header, ticks = lines[0], [json.loads(x) for x in lines[1:]]
-    peak = ("import resource, runpy, sys\nsys.argv = ['rigmon'] + sys.argv[1:]\ntry:\n"
-            "    runpy.run_module('rigmon', run_name='__main__')\nfinally:\n"
-            "    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
+    peak = (
+        "import resource, runpy, sys\nsys.argv = ['rigmon'] + sys.argv[1:]\ntry:\n"
+        "    runpy.run_module('rigmon', run_name='__main__')\nfinally:\n"
+        "    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+    )
 
     def recording(megabytes: float) -> tuple[Path, float]:
         path = tmp_path / f"big-{megabytes:g}.rec.jsonl"
@@ -166,8 +207,12 @@ def test_a_large_recording_replays_in_bounded_memory(tmp_path):
         return path, size / 1e6
 
     def peak_mb(path: Path, *extra: str) -> float:
-        done = subprocess.run([sys.executable, "-c", peak, "status", "--replay", str(path), "--at", "10", *extra],
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", peak, "status", "--replay", str(path), "--at", "10", *extra],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         return int(done.stderr.strip().splitlines()[-1]) / 1024
 
@@ -175,8 +220,10 @@ def test_a_large_recording_replays_in_bounded_memory(tmp_path):
     for extra in ((), ("--replay-gpus", "8")):
         a, b = peak_mb(small, *extra), peak_mb(large, *extra)
         per_mb = (b - a) / (large_mb - small_mb)
-        print(f"\nstatus {' '.join(extra)}: {small_mb:.0f} MB recording {a:.0f} MB RSS, {large_mb:.0f} MB "
-              f"recording {b:.0f} MB RSS: {per_mb:.1f} MB of memory per MB of recording")
+        print(
+            f"\nstatus {' '.join(extra)}: {small_mb:.0f} MB recording {a:.0f} MB RSS, {large_mb:.0f} MB "
+            f"recording {b:.0f} MB RSS: {per_mb:.1f} MB of memory per MB of recording"
+        )
         assert per_mb < 4, (a, b)
 
 
@@ -190,19 +237,34 @@ def test_a_call_the_recording_lacks_reads_not_recorded_not_unsupported(tmp_path)
     gpu["nvmlDeviceGetProcessUtilization:0"] = sc.error("NotSupported")
     path = sc.write(rec, tmp_path / "old.rec.jsonl")
     env = {**__import__("os").environ, "COLUMNS": "100"}
-    done = subprocess.run([sys.executable, "-m", "rigmon", "status", "--replay", str(path)], capture_output=True,
-                          text=True, timeout=60, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "rigmon", "status", "--replay", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
-    tail = done.stdout[done.stdout.index("not recorded ("):]
+    tail = done.stdout[done.stdout.index("not recorded (") :]
     assert "nvmlDeviceGetFanSpeed," in tail and "nvmlDeviceGetNumFans" in tail
     assert "nvmlDeviceGetProcessUtilization" not in tail  # recorded: NotSupported is the hardware's answer
     assert max(len(line) for line in done.stdout.splitlines()) <= 100
-    data = json.loads(subprocess.run([sys.executable, "-m", "rigmon", "status", "--replay", str(path), "--json"],
-                                     capture_output=True, text=True, timeout=60).stdout)
+    data = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "rigmon", "status", "--replay", str(path), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+    )
     assert "nvmlDeviceGetFanSpeed" in data["replay"]["not_recorded"]
-    doctor = subprocess.run([sys.executable, "-m", "rigmon", "doctor", "--replay", str(path)], capture_output=True,
-                            text=True, timeout=60)
+    doctor = subprocess.run(
+        [sys.executable, "-m", "rigmon", "doctor", "--replay", str(path)], capture_output=True, text=True, timeout=60
+    )
     assert "recording: no answer for" in doctor.stdout and "nvmlDeviceGetFanSpeed" in doctor.stdout
-    demo = json.loads(subprocess.run([sys.executable, "-m", "rigmon", "status", "--demo", "--json"],
-                                     capture_output=True, text=True, timeout=60).stdout)
+    demo = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "rigmon", "status", "--demo", "--json"], capture_output=True, text=True, timeout=60
+        ).stdout
+    )
     assert demo["gpus"][0]["memory_temperature_celsius"] == 43

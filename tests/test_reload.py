@@ -59,8 +59,12 @@ class Scraper:
 
 
 def _hot_box(tmp_path):
-    return sc.write(timeline(600, 1, gpus=8, modify=lambda t, tick: [
-        g.update({"nvmlDeviceGetTemperature:0": 95}) for g in tick["gpus"]]), tmp_path / "hot.rec.jsonl")
+    return sc.write(
+        timeline(
+            600, 1, gpus=8, modify=lambda t, tick: [g.update({"nvmlDeviceGetTemperature:0": 95}) for g in tick["gpus"]]
+        ),
+        tmp_path / "hot.rec.jsonl",
+    )
 
 
 @pytest.mark.slow
@@ -80,19 +84,28 @@ def test_twenty_sighups_under_load(tmp_path):
         for n in range(20):
             if n % 4 == 3:  # now and then the rule itself changes: its 8 alerts are due a RESOLVED
                 current = 1 - current
-                rigmon.config.write_text(rigmon.config.read_text().replace(
-                    f'severity = "{("critical", "warning")[1 - current]}"',
-                    f'severity = "{("critical", "warning")[current]}"'))
+                rigmon.config.write_text(
+                    rigmon.config.read_text().replace(
+                        f'severity = "{("critical", "warning")[1 - current]}"',
+                        f'severity = "{("critical", "warning")[current]}"',
+                    )
+                )
                 changed += 1
             elif n % 4 == 1:  # a change the alerts do not care about: they go on, no new FIRING
                 text = rigmon.config.read_text()
-                rigmon.config.write_text(text.replace("interval = 0.5", "interval = 0.4") if "0.5" in text
-                                         else text.replace("interval = 0.4", "interval = 0.5"))
+                rigmon.config.write_text(
+                    text.replace("interval = 0.5", "interval = 0.4")
+                    if "0.5" in text
+                    else text.replace("interval = 0.4", "interval = 0.5")
+                )
             rigmon.proc.send_signal(signal.SIGHUP)
             time.sleep(rng.uniform(0.05, 1.5))
             assert rigmon.proc.poll() is None, rigmon.output()[-3000:]
-        wait_for(lambda: rigmon.proc.poll() is None and http_get(rigmon.url, timeout=5)[0] == 200, 30,
-                 what="the daemon after the reloads")
+        wait_for(
+            lambda: rigmon.proc.poll() is None and http_get(rigmon.url, timeout=5)[0] == 200,
+            30,
+            what="the daemon after the reloads",
+        )
         rigmon.wait_polls(4)  # the last reload done: the daemon polls on, the scraper scrapes on
     finally:
         if scraper is not None:
@@ -102,8 +115,10 @@ def test_twenty_sighups_under_load(tmp_path):
     log = rigmon.output()
     reloads = log.count("SIGHUP: the config is valid; restarting with it")
     assert reloads >= 10  # every SIGHUP after a change of the file reloads (the others: nothing new to read)
-    print(f"{reloads} reloads for 20 SIGHUPs ({changed} changing the rule); {scraper.ok} scrapes answered, "
-          f"{len(scraper.failed)} failed; {len(receiver.bodies)} notifications")
+    print(
+        f"{reloads} reloads for 20 SIGHUPs ({changed} changing the rule); {scraper.ok} scrapes answered, "
+        f"{len(scraper.failed)} failed; {len(receiver.bodies)} notifications"
+    )
     assert scraper.failed == [] and scraper.ok > 50
     assert "Traceback" not in log
     # per alert (GPU): FIRING, RESOLVED, FIRING…: never a FIRING twice in a row
@@ -113,8 +128,10 @@ def test_twenty_sighups_under_load(tmp_path):
         by_gpu.setdefault(alert["labels"]["gpu"], []).append(body["status"])
     assert sorted(by_gpu) == [str(i) for i in range(8)]
     for gpu, statuses in by_gpu.items():
-        assert statuses[0] == "firing" and all(a != b for a, b in zip(statuses, statuses[1:], strict=False)), \
-            (gpu, statuses)
+        assert statuses[0] == "firing" and all(a != b for a, b in zip(statuses, statuses[1:], strict=False)), (
+            gpu,
+            statuses,
+        )
         assert statuses.count("resolved") == changed, (gpu, statuses)  # every due RESOLVED, and only those
 
 
@@ -125,8 +142,10 @@ def test_a_reload_to_a_bad_certificate_keeps_the_running_config(tmp_path):
         rigmon.wait_ready()
         scraper = Scraper(rigmon.url)
         (tmp_path / "bad.pem").write_text("not a certificate\n")
-        rigmon.config.write_text(rigmon.config.read_text() + f'[prometheus]\ntls_cert = "{tmp_path / "bad.pem"}"\n'
-                                                             f'tls_key = "{tmp_path / "bad.pem"}"\n')
+        rigmon.config.write_text(
+            rigmon.config.read_text() + f'[prometheus]\ntls_cert = "{tmp_path / "bad.pem"}"\n'
+            f'tls_key = "{tmp_path / "bad.pem"}"\n'
+        )
         rigmon.proc.send_signal(signal.SIGHUP)
         rigmon.wait_output("the running config stays")
         assert rigmon.proc.poll() is None and http_get(rigmon.url)[0] == 200
@@ -147,11 +166,16 @@ def test_a_reload_to_a_busy_port_keeps_serving_on_the_old_one(tmp_path):
 
     port = free_port()
     config = tmp_path / "rigmon.toml"
-    config.write_text(f'[daemon]\ninterval = 0.5\nstate_dir = "{tmp_path / "state"}"\n[prometheus]\n'
-                      f'listen = "127.0.0.1"\nport = {port}\n')
+    config.write_text(
+        f'[daemon]\ninterval = 0.5\nstate_dir = "{tmp_path / "state"}"\n[prometheus]\n'
+        f'listen = "127.0.0.1"\nport = {port}\n'
+    )
     log = open(tmp_path / "log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "rigmon", "run", "--config", str(config), "--replay",
-                             str(sc.demo_path())], stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rigmon", "run", "--config", str(config), "--replay", str(sc.demo_path())],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}/metrics"
     try:
         wait_for(lambda: http_get(url, timeout=2)[0] == 200, 30, what="rigmon")
@@ -162,8 +186,9 @@ def test_a_reload_to_a_busy_port_keeps_serving_on_the_old_one(tmp_path):
             busy = taken.getsockname()[1]
             config.write_text(config.read_text().replace(f"port = {port}", f"port = {busy}"))
             proc.send_signal(signal.SIGHUP)
-            wait_for(lambda: "the running config stays" in (tmp_path / "log").read_text(), 30,
-                     what="the reload refused")
+            wait_for(
+                lambda: "the running config stays" in (tmp_path / "log").read_text(), 30, what="the reload refused"
+            )
             assert proc.poll() is None and http_get(url)[0] == 200
             wait_for(lambda: scraper.ok > 10, 30, what="scrapes answered after the refused reload")
         scraper.stop()
@@ -214,10 +239,25 @@ def _started_as_reloaded(config, port: int, handed: bytes) -> subprocess.Popen:
     os.write(fd, handed)
     os.lseek(fd, 0, os.SEEK_SET)
     try:
-        return subprocess.Popen([sys.executable, "-m", "rigmon", "run", "--config", str(config), "--demo",
-                                 "--listen", "127.0.0.1", "--port", str(port)], pass_fds=(fd,),
-                                env={**os.environ, "RIGMON_RELOAD_FD": str(fd)}, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rigmon",
+                "run",
+                "--config",
+                str(config),
+                "--demo",
+                "--listen",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            pass_fds=(fd,),
+            env={**os.environ, "RIGMON_RELOAD_FD": str(fd)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
     finally:
         os.close(fd)
 
@@ -239,8 +279,9 @@ def test_a_reload_whose_config_fails_after_the_exec_goes_back_to_the_one_before(
     before = f'[daemon]\ninterval = 0.5\nstate_dir = "{tmp_path / "state"}"\n'
     config.write_text(f'[daemon]\ninterval = 0.25\nstate_dir = "{held}"\n')
     port = free_port()
-    proc = _started_as_reloaded(config, port, json.dumps({"config": config.read_text(), "previous": before,
-                                                          "alerts": []}).encode())
+    proc = _started_as_reloaded(
+        config, port, json.dumps({"config": config.read_text(), "previous": before, "alerts": []}).encode()
+    )
     url = f"http://127.0.0.1:{port}/metrics"
     try:
         wait_for(lambda: http_get(url, timeout=2)[0] == 200, 30, what="rigmon")
@@ -251,8 +292,11 @@ def test_a_reload_whose_config_fails_after_the_exec_goes_back_to_the_one_before(
         out = proc.communicate(timeout=15)[0].decode()
         lock.close()
     assert proc.returncode == 0 and "Traceback" not in out, out
-    assert re.search(r"SIGHUP: the new config cannot start \(another rigmon daemon uses the state directory .*held"
-                     r"/replay/demo.*\); going back to the config before it", out), out
+    assert re.search(
+        r"SIGHUP: the new config cannot start \(another rigmon daemon uses the state directory .*held"
+        r"/replay/demo.*\); going back to the config before it",
+        out,
+    ), out
 
 
 def test_what_a_reload_hands_over_is_checked_json(tmp_path):
@@ -264,8 +308,11 @@ def test_what_a_reload_hands_over_is_checked_json(tmp_path):
     from servers import free_port
 
     port = free_port()
-    for payload in (b"\x80\x04\x95 not json", json.dumps(["a", "list"]).encode(),
-                    json.dumps({"config": 5, "fd": "x", "alerts": {"no": 1}}).encode()):
+    for payload in (
+        b"\x80\x04\x95 not json",
+        json.dumps(["a", "list"]).encode(),
+        json.dumps({"config": 5, "fd": "x", "alerts": {"no": 1}}).encode(),
+    ):
         proc = _started_as_reloaded(config, port, payload)
         try:
             wait_for(lambda: http_get(f"http://127.0.0.1:{port}/metrics", timeout=2)[0] == 200, 30, what="rigmon")

@@ -187,8 +187,7 @@ print(json.dumps({"parsed": parsed, "rules": sorted((r.name, r.when.body, sorted
     from rigmon.sinks.alerts import build_engine  # checked here, in this process, from scratch
 
     fresh = build_engine(configmod.load(rich))
-    assert found["rules"] == [list(r) for r in sorted((r.name, r.when.body, sorted(r.when.reads))
-                                                      for r in fresh.rules)]
+    assert found["rules"] == [list(r) for r in sorted((r.name, r.when.body, sorted(r.when.reads)) for r in fresh.rules)]
     assert "HotBox" in {name for name, _, _ in found["rules"]}
 
 
@@ -205,8 +204,7 @@ pipeline = Pipeline.from_config(config)
 print(json.dumps(sorted(sys.modules)))
 """
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, "-c", probe, str(rich)], capture_output=True, text=True, timeout=60,
-                          env=env)
+    done = subprocess.run([sys.executable, "-c", probe, str(rich)], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     validating = ("pydantic", "rigmon.config.schema", "rigmon.alerts.specs")
     assert [m for m in json.loads(done.stdout) if m.startswith(validating)] == []
@@ -222,14 +220,21 @@ def test_what_the_validation_warned_of_is_told_on_every_cached_run(tmp_path):
     """A deprecated name in the config is not validated again while the file stays the same,
     but status still says so every time it runs."""
     config = tmp_path / "rigmon.toml"
-    config.write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\nhistory = 600\n'
-                      '[[alerts.rules]]\nname = "Busy"\nkind = "host"\nwhen = "cpu_utilization > 0.99"\n'
-                      'severity = "info"\nsummary = "busy"\n')
+    config.write_text(
+        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\nhistory = 600\n'
+        '[[alerts.rules]]\nname = "Busy"\nkind = "host"\nwhen = "cpu_utilization > 0.99"\n'
+        'severity = "info"\nsummary = "busy"\n'
+    )
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     told = []
     for _ in range(2):
-        done = subprocess.run([sys.executable, "-m", "rigmon", "status", "--demo", "--config", str(config)],
-                              capture_output=True, text=True, timeout=60, env=env)
+        done = subprocess.run(
+            [sys.executable, "-m", "rigmon", "status", "--demo", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         told.append(sorted(line.split(": ", 1)[-1] for line in done.stderr.splitlines() if "WARNING" in line))
     assert len(list((tmp_path / "cache" / "rigmon").glob("config-*.pickle"))) == 1

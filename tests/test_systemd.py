@@ -54,8 +54,16 @@ def box(tmp_path_factory, default_port):
         box.boot()
         # README's commands, as written, from the checkout: a venv in /opt/rigmon, the unit,
         # the example config, enable --now, then status and a scrape of the default port.
-        done = box.run("bash", "-ex", "-c", readme_service_commands(), cwd=box.CHECKOUT, timeout=900, check=False,
-                       env={"HOME": "/root"})
+        done = box.run(
+            "bash",
+            "-ex",
+            "-c",
+            readme_service_commands(),
+            cwd=box.CHECKOUT,
+            timeout=900,
+            check=False,
+            env={"HOME": "/root"},
+        )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert "Active: active (running)" in done.stdout and "# HELP rigmon_" in done.stdout, done.stdout
         yield box
@@ -63,11 +71,14 @@ def box(tmp_path_factory, default_port):
         box.shutdown()
 
 
-def configure(box: systemd_box.SystemdBox, receiver: Receiver, port: int, dropin_extra: str = "",
-              env_file: bool = True) -> None:
+def configure(
+    box: systemd_box.SystemdBox, receiver: Receiver, port: int, dropin_extra: str = "", env_file: bool = True
+) -> None:
     """The test's config and drop-in, then a restart: replayed GPU, a test port, InfluxDB at the
     receiver with its token from ${INFLUX_TOKEN}."""
-    box.write("/etc/rigmon/rigmon.toml", f"""\
+    box.write(
+        "/etc/rigmon/rigmon.toml",
+        f"""\
 [prometheus]
 listen = "127.0.0.1"
 port = {port}
@@ -80,18 +91,22 @@ bucket = "rigmon"
 token = "${{INFLUX_TOKEN}}"
 retry_initial = "1s"
 retry_max = "2s"
-""")
+""",
+    )
     if env_file:
         box.write("/etc/rigmon/rigmon.env", f"INFLUX_TOKEN={SECRET_ENV}\n", mode=0o600)
     else:
         box.run("rm", "-f", "/etc/rigmon/rigmon.env")
-    box.write(DROPIN, f"""\
+    box.write(
+        DROPIN,
+        f"""\
 [Service]
 ExecStart=
 ExecStart={VENV_RIGMON} run --config /etc/rigmon/rigmon.toml --demo
 WatchdogSec=5
 RestartSec=1
-{dropin_extra}""")
+{dropin_extra}""",
+    )
     box.run("systemctl", "daemon-reload")
     box.run("systemctl", "restart", "rigmon", timeout=60)
 
@@ -109,15 +124,26 @@ def test_start_waits_for_ready_and_the_dynamic_user_reads_the_config(box, receiv
     took = time.monotonic() - started
     status, body = http_get(f"http://127.0.0.1:{port}/metrics")  # at once: no waiting after start
     assert status == 200 and b"NVIDIA H200" in body
-    props = box.show("rigmon", "ActiveState", "SubState", "StatusText", "MainPID", "ExecMainStartTimestampMonotonic",
-                     "ActiveEnterTimestampMonotonic")
+    props = box.show(
+        "rigmon",
+        "ActiveState",
+        "SubState",
+        "StatusText",
+        "MainPID",
+        "ExecMainStartTimestampMonotonic",
+        "ActiveEnterTimestampMonotonic",
+    )
     assert (props["ActiveState"], props["SubState"]) == ("active", "running")
     # sent with READY=1, then kept current: the GPUs, the alerts firing
     assert props["StatusText"].startswith("polling 1 GPU(s) every 1 s; ") and "alert(s) firing" in props["StatusText"]
     to_ready = (int(props["ActiveEnterTimestampMonotonic"]) - int(props["ExecMainStartTimestampMonotonic"])) / 1e6
     # active only after the daemon bound its port: the log line before READY comes first
-    entries = [json.loads(line) for line in box.run("journalctl", "-o", "json", "-u", "rigmon", "--no-pager",
-                                                    f"_PID={props['MainPID']}").stdout.splitlines()]
+    entries = [
+        json.loads(line)
+        for line in box.run(
+            "journalctl", "-o", "json", "-u", "rigmon", "--no-pager", f"_PID={props['MainPID']}"
+        ).stdout.splitlines()
+    ]
     serving = next(int(e["__MONOTONIC_TIMESTAMP"]) for e in entries if "serving metrics" in e.get("MESSAGE", ""))
     assert serving <= int(props["ActiveEnterTimestampMonotonic"])
     assert to_ready > 0.1
@@ -125,8 +151,7 @@ def test_start_waits_for_ready_and_the_dynamic_user_reads_the_config(box, receiv
     assert uid[0] != "0" and uid[1] == "rigmon", uid  # DynamicUser, not root
     mode = box.run("stat", "-c", "%a %U", "/etc/rigmon/rigmon.toml").stdout.split()
     assert mode == ["644", "root"]  # as README installs it; the port above came from it
-    print(f"\nsystemctl start returned after {took:.2f} s; READY {to_ready:.2f} s after exec; "
-          f"uid {uid[0]} ({uid[1]})")
+    print(f"\nsystemctl start returned after {took:.2f} s; READY {to_ready:.2f} s after exec; uid {uid[0]} ({uid[1]})")
 
 
 def spooled_lines(receiver: Receiver) -> list[str]:
@@ -159,8 +184,10 @@ def test_spool_in_the_state_directory_survives_a_restart(box, receiver):
         stamps = [int(line.rsplit(" ", 1)[1]) / 1e9 for line in spooled_lines(receiver)]
         older = sum(1 for t in stamps if t < restarted_at)
         assert older >= before * 0.9, (older, before)
-        print(f"\n{before} points spooled before the restart, {after} after it; {older} points from before the "
-              f"restart reached InfluxDB once it answered")
+        print(
+            f"\n{before} points spooled before the restart, {after} after it; {older} points from before the "
+            f"restart reached InfluxDB once it answered"
+        )
     finally:
         receiver.status = 200
 
@@ -177,8 +204,16 @@ def test_watchdog_restarts_a_daemon_whose_polls_stop(box, receiver):
     def restarted():
         now = box.show("rigmon", "NRestarts", "MainPID", "ActiveState", "SubState", "Result")
         results.add(now["Result"])
-        return now if (int(now["NRestarts"]) > int(props["NRestarts"]) and now["ActiveState"] == "active"
-                       and now["SubState"] == "running") else None
+        return (
+            now
+            if (
+                int(now["NRestarts"]) > int(props["NRestarts"])
+                and now["ActiveState"] == "active"
+                and now["SubState"] == "running"
+            )
+            else None
+        )
+
     now = wait_for(restarted, 60, interval=0.2, what="the watchdog to restart rigmon")
     took = time.monotonic() - stopped
     assert now["MainPID"] != props["MainPID"]
@@ -211,8 +246,12 @@ def secret_reached(receiver: Receiver, secret: str) -> bool:
 def assert_secret_hidden(box: systemd_box.SystemdBox, secret: str) -> None:
     shown = box.run("systemctl", "show", "rigmon").stdout + box.run("systemctl", "cat", "rigmon").stdout
     journal = box.run("journalctl", "--no-pager", "-o", "verbose", "-u", "rigmon").stdout
-    check = box.run("bash", "-c", "set -a; [ -f /etc/rigmon/rigmon.env ] && . /etc/rigmon/rigmon.env; "
-                    f"INFLUX_TOKEN=${{INFLUX_TOKEN:-{secret}}} {VENV_RIGMON} config check /etc/rigmon/rigmon.toml")
+    check = box.run(
+        "bash",
+        "-c",
+        "set -a; [ -f /etc/rigmon/rigmon.env ] && . /etc/rigmon/rigmon.env; "
+        f"INFLUX_TOKEN=${{INFLUX_TOKEN:-{secret}}} {VENV_RIGMON} config check /etc/rigmon/rigmon.toml",
+    )
     assert secret not in shown and secret not in journal and secret not in check.stdout + check.stderr
     assert 'token = "${INFLUX_TOKEN}"' in check.stdout and check.stdout.rstrip().endswith("is a valid rigmon config")
 
@@ -241,14 +280,24 @@ def host_rigmon(box) -> str:
 
 
 def run_burnin_unit(box, extra: str, name: str) -> tuple[dict, dict | None]:
-    box.run("install", "-m", "644", "systemd/rigmon-burnin.service", "systemd/rigmon-burnin.timer",
-            "/etc/systemd/system/", cwd=box.CHECKOUT)
-    box.write("/etc/systemd/system/rigmon-burnin.service.d/test.conf", f"""\
+    box.run(
+        "install",
+        "-m",
+        "644",
+        "systemd/rigmon-burnin.service",
+        "systemd/rigmon-burnin.timer",
+        "/etc/systemd/system/",
+        cwd=box.CHECKOUT,
+    )
+    box.write(
+        "/etc/systemd/system/rigmon-burnin.service.d/test.conf",
+        f"""\
 [Service]
 ExecStart=
 ExecStart=/bin/sh -c 'exec {host_rigmon(box)} burnin --minutes 1 --config /etc/rigmon/rigmon.toml \\
     --report "$STATE_DIRECTORY/{name}"'
-{extra}""")
+{extra}""",
+    )
     box.run("systemctl", "daemon-reload")
     box.run("systemctl", "start", "rigmon-burnin", timeout=400, check=False)  # oneshot: returns when it ends
     props = box.show("rigmon-burnin", "ActiveState", "Result", "ExecMainStatus")

@@ -51,6 +51,7 @@ log = logging.getLogger("rigmon.alerts")
 # Plain classes and namedtuples, no dataclasses: a one-shot `rigmon status` builds the engine,
 # and the dataclasses module with its class building costs it more than all its rules' compile.
 
+
 class PsuGroup(namedtuple("PsuGroup", "name watts gpus include_cpu sensor", defaults=(None, False, None))):
     """One power budget: ``name`` and ``watts``; ``gpus`` the GPU indexes it feeds (None: every
     GPU); ``include_cpu`` adds the CPU package's power; ``sensor`` an hwmon power input that
@@ -72,13 +73,36 @@ def notification_key(alertname: str, labels: dict[str, str]) -> str:
 class Alert:
     """One rule's alert on one entity, pending or firing."""
 
-    __slots__ = ("rule", "key", "labels", "active_since", "state", "fired_at", "context", "summary", "description",
-                 "unknown_since", "announced", "written")
+    __slots__ = (
+        "rule",
+        "key",
+        "labels",
+        "active_since",
+        "state",
+        "fired_at",
+        "context",
+        "summary",
+        "description",
+        "unknown_since",
+        "announced",
+        "written",
+    )
 
-    def __init__(self, rule: Rule, key: tuple, labels: dict[str, str], active_since: float, state: str = "pending",
-                 fired_at: float | None = None, context: dict[str, Any] | None = None, summary: str = "",
-                 description: str = "", unknown_since: float | None = None, announced: bool = False,
-                 written: dict[str, tuple[tuple, str]] | None = None):
+    def __init__(
+        self,
+        rule: Rule,
+        key: tuple,
+        labels: dict[str, str],
+        active_since: float,
+        state: str = "pending",
+        fired_at: float | None = None,
+        context: dict[str, Any] | None = None,
+        summary: str = "",
+        description: str = "",
+        unknown_since: float | None = None,
+        announced: bool = False,
+        written: dict[str, tuple[tuple, str]] | None = None,
+    ):
         self.rule = rule
         self.key = key
         self.labels = labels
@@ -121,8 +145,13 @@ class Alert:
         return notification_key(self.rule.name, self.labels)
 
 
-class Transition(namedtuple("Transition", "status alertname severity labels summary description hint starts_at "
-                                          "ends_at time values reason", defaults=("",))):
+class Transition(
+    namedtuple(
+        "Transition",
+        "status alertname severity labels summary description hint starts_at ends_at time values reason",
+        defaults=("",),
+    )
+):
     """An alert that fired (``status`` "firing") or resolved ("resolved"): its rule's name and
     severity, the entity's labels, the texts, when it started and ended, when this happened,
     the values it was described with, and ``reason``: why a resolved alert resolved, when not
@@ -218,7 +247,7 @@ class _History:
 
     def _window(self, var: str, seconds: float):
         times, vals, _ = self._series.get((self._key, var), self._EMPTY)
-        return vals[bisect.bisect_left(times, self._now - seconds):]
+        return vals[bisect.bisect_left(times, self._now - seconds) :]
 
     def increase(self, var: str, seconds: float) -> float | None:
         times, _, counted = self._series.get((self._key, var), self._EMPTY)
@@ -310,8 +339,13 @@ class _Complete:
 
 
 class AlertEngine:
-    def __init__(self, rules: Sequence[Rule], psu_groups: Sequence[PsuGroup] = (),
-                 expected_sensors: Sequence[str] = (), unknown_timeout: float = 120.0):
+    def __init__(
+        self,
+        rules: Sequence[Rule],
+        psu_groups: Sequence[PsuGroup] = (),
+        expected_sensors: Sequence[str] = (),
+        unknown_timeout: float = 120.0,
+    ):
         self.rules = [r for r in rules if r.spec.enabled]
         self._rule_kinds = {r.name: r.kind for r in self.rules}
         self.unknown_timeout = unknown_timeout
@@ -409,12 +443,15 @@ class AlertEngine:
                 watts = sum(g.power_watts or 0 for g in gpus)
                 if group.include_cpu:
                     watts += self._cpu_watts(sample)
-            entities[("psu", group.name)] = {"psu": group.name, "draw_watts": watts, "budget_watts": group.watts,
-                                             "measured": measured is not None}
+            entities[("psu", group.name)] = {
+                "psu": group.name,
+                "draw_watts": watts,
+                "budget_watts": group.watts,
+                "measured": measured is not None,
+            }
         present = sensor_keys(sample)
         for kind, name in self._seen_sensors | present:
-            entities[("sensor", kind, name)] = {"sensor_kind": kind, "sensor": name,
-                                                "present": (kind, name) in present}
+            entities[("sensor", kind, name)] = {"sensor_kind": kind, "sensor": name, "present": (kind, name) in present}
         if complete:
             self._complete = (sample, entities)
         return entities
@@ -438,8 +475,11 @@ class AlertEngine:
         if previous is None or sample.host is None or previous.host is None or sample.time <= previous.time:
             return 0.0
         before = {e.zone: e.joules for e in previous.host.cpu_energy}
-        joules = sum(e.joules - before[e.zone] for e in sample.host.cpu_energy
-                     if e.zone in before and e.zone.startswith("package"))
+        joules = sum(
+            e.joules - before[e.zone]
+            for e in sample.host.cpu_energy
+            if e.zone in before and e.zone.startswith("package")
+        )
         return max(joules, 0.0) / (sample.time - previous.time)
 
     # --- evaluation ----------------------------------------------------------------------
@@ -453,14 +493,16 @@ class AlertEngine:
             self._track(entities, sample.time)
             self._latest = (sample, entities)
             self._previous_sample = sample
-            self._seen_sensors |= {(e["sensor_kind"], e["sensor"]) for k, e in entities.items()
-                                   if k[0] == "sensor" and e["present"]}
+            self._seen_sensors |= {
+                (e["sensor_kind"], e["sensor"]) for k, e in entities.items() if k[0] == "sensor" and e["present"]
+            }
         by_kind: dict[str, list[tuple[tuple, dict, _History]]] = {}
         series, ever_max, kinds = self._series, self._ever_max, self._kinds
         for key, values in entities.items():
             if key[0] in kinds:
                 by_kind.setdefault(key[0], []).append(
-                    (key, values, _History(series, ever_max.get(key), key, now, self._extremes)))
+                    (key, values, _History(series, ever_max.get(key), key, now, self._extremes))
+                )
         alerts = self.alerts
         alerted = {key for _, key in alerts}
         steps = []
@@ -482,8 +524,13 @@ class AlertEngine:
             except Exception as e:  # a fault in one rule stays in that rule: the others go on
                 rule.failures += 1
                 if rule.failures == 1:
-                    log.error("rule %s failed on %s and is skipped where it fails: %s: %s", rule.name, key,
-                              type(e).__name__, e)
+                    log.error(
+                        "rule %s failed on %s and is skipped where it fails: %s: %s",
+                        rule.name,
+                        key,
+                        type(e).__name__,
+                        e,
+                    )
         return self._told(stepped, now)
 
     def _told(self, stepped: list[tuple[Alert, Transition]], now: float) -> list[Transition]:
@@ -594,8 +641,14 @@ class AlertEngine:
             del self.alerts[alert_key]
             if alert.state == "pending":
                 return []
-            return [self._transition(alert, "resolved", now, reason=f"condition no longer evaluable for "
-                                                                     f"{now - alert.unknown_since:.0f} s")]
+            return [
+                self._transition(
+                    alert,
+                    "resolved",
+                    now,
+                    reason=f"condition no longer evaluable for {now - alert.unknown_since:.0f} s",
+                )
+            ]
         alert.unknown_since = None
         if alert.state == "pending":
             if cleared:
@@ -625,31 +678,64 @@ class AlertEngine:
         for name, expression in alert.rule.values.items():
             context[name] = expression.evaluate(names)
         context["xid_meaning"] = xid_meaning(names.get("last_xid"))
-        context["remap_state"] = ("failed" if names.get("remap_failure") else
-                                  "pending: a GPU reset is needed" if names.get("remap_pending") else "")
+        context["remap_state"] = (
+            "failed"
+            if names.get("remap_failure")
+            else "pending: a GPU reset is needed"
+            if names.get("remap_pending")
+            else ""
+        )
         alert.context = context
         alert.summary = _render_again(alert, alert.rule.spec.summary, context)
         alert.description = _render_again(alert, alert.rule.spec.description, context)
 
     def _transition(self, alert: Alert, status: str, now: float, reason: str = "") -> Transition:
         description = f"{alert.description} (resolved: {reason})".lstrip() if reason else alert.description
-        return Transition(status=status, alertname=alert.name, severity=alert.severity, labels=dict(alert.labels),
-                          summary=alert.summary, description=description, hint=alert.rule.spec.hint,
-                          starts_at=alert.fired_at or alert.active_since, ends_at=now if status == "resolved" else None,
-                          time=now, values=dict(alert.values), reason=reason)
+        return Transition(
+            status=status,
+            alertname=alert.name,
+            severity=alert.severity,
+            labels=dict(alert.labels),
+            summary=alert.summary,
+            description=description,
+            hint=alert.rule.spec.hint,
+            starts_at=alert.fired_at or alert.active_since,
+            ends_at=now if status == "resolved" else None,
+            time=now,
+            values=dict(alert.values),
+            reason=reason,
+        )
 
     def resolved(self, alert: Alert, now: float, reason: str) -> Transition:
         """A firing alert resolved for ``reason`` (its rule changed): the caller has let it go."""
         return self._transition(alert, "resolved", now, reason=reason)
 
-    def adopt(self, rule: Rule, key: tuple, labels: dict[str, str], active_since: float, state: str,
-              fired_at: float | None, summary: str, description: str, announced: bool = True) -> Alert:
+    def adopt(
+        self,
+        rule: Rule,
+        key: tuple,
+        labels: dict[str, str],
+        active_since: float,
+        state: str,
+        fired_at: float | None,
+        summary: str,
+        description: str,
+        announced: bool = True,
+    ) -> Alert:
         """An alert carried over a reload, as it was: its next evaluation goes on from there."""
         if state not in ("pending", "firing"):
             raise ValueError(f"not an alert state: {state!r}")
-        alert = Alert(rule, key, labels, active_since=active_since, state=state,
-                      fired_at=float(fired_at) if fired_at is not None else None, summary=summary,
-                      description=description, announced=state == "firing" and announced)
+        alert = Alert(
+            rule,
+            key,
+            labels,
+            active_since=active_since,
+            state=state,
+            fired_at=float(fired_at) if fired_at is not None else None,
+            summary=summary,
+            description=description,
+            announced=state == "firing" and announced,
+        )
         self.alerts[(rule.name, key)] = alert
         return alert
 

@@ -10,13 +10,30 @@ from ..model.project import gpu_entities, host_entities
 from ..model.readings import DEPRECATED, KINDS
 from ..model.sample import Sample
 
-__all__ = ["BOX", "DEPRECATED", "ENTITY", "EVERY", "ITS_GPU", "KINDS", "LABELS", "gpu_entities", "host_entities",
-           "inhibit_scope", "sensor_keys"]
+__all__ = [
+    "BOX",
+    "DEPRECATED",
+    "ENTITY",
+    "EVERY",
+    "ITS_GPU",
+    "KINDS",
+    "LABELS",
+    "gpu_entities",
+    "host_entities",
+    "inhibit_scope",
+    "sensor_keys",
+]
 
 # Labels that identify each kind's entities (also shown in alert labels).
-LABELS = {"gpu": ("gpu", "uuid", "name"), "gpu_fan": ("gpu", "uuid", "name", "fan"), "fan": ("chip", "fan"),
-          "cpu": ("socket", "chip", "sensor"),
-          "host": (), "psu": ("psu",), "sensor": ("sensor_kind", "sensor")}
+LABELS = {
+    "gpu": ("gpu", "uuid", "name"),
+    "gpu_fan": ("gpu", "uuid", "name", "fan"),
+    "fan": ("chip", "fan"),
+    "cpu": ("socket", "chip", "sensor"),
+    "host": (),
+    "psu": ("psu",),
+    "sensor": ("sensor_kind", "sensor"),
+}
 
 
 # What a firing alert holds back of the rules it inhibits, by (its kind, theirs): its own

@@ -37,9 +37,33 @@ from .entities import DEPRECATED, KINDS, LABELS
 
 HISTORY_FUNCTIONS = ("increase", "rate", "avg_over", "max_over", "min_over", "ever_max")
 PLAIN_FUNCTIONS = {"abs": abs, "min": min, "max": max, "known": None}
-_ALLOWED = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd, ast.BinOp,
-            ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE,
-            ast.Name, ast.Load, ast.Constant, ast.Call, ast.IfExp)
+_ALLOWED = (
+    ast.Expression,
+    ast.BoolOp,
+    ast.And,
+    ast.Or,
+    ast.UnaryOp,
+    ast.Not,
+    ast.USub,
+    ast.UAdd,
+    ast.BinOp,
+    ast.Add,
+    ast.Sub,
+    ast.Mult,
+    ast.Div,
+    ast.Compare,
+    ast.Eq,
+    ast.NotEq,
+    ast.Lt,
+    ast.LtE,
+    ast.Gt,
+    ast.GtE,
+    ast.Name,
+    ast.Load,
+    ast.Constant,
+    ast.Call,
+    ast.IfExp,
+)
 log = logging.getLogger(__name__)
 
 MAX_EXPRESSION_CHARS = 2000  # a rule's condition: a line or a few, not a program
@@ -96,13 +120,18 @@ class Expression:
             if isinstance(node, ast.Constant):
                 if isinstance(node.value, str) and len(node.value) > MAX_LITERAL_CHARS:
                     raise ValueError(f"a string constant is longer than {MAX_LITERAL_CHARS} characters")
-                if isinstance(node.value, (int, float)) and not isinstance(node.value, bool) and not (
-                        abs(node.value) <= MAX_NUMBER):
+                if (
+                    isinstance(node.value, (int, float))
+                    and not isinstance(node.value, bool)
+                    and not (abs(node.value) <= MAX_NUMBER)
+                ):
                     raise ValueError(f"a number is out of range (at most {MAX_NUMBER:g})")
             if isinstance(node, ast.Call):
                 if not isinstance(node.func, ast.Name) or node.func.id not in (*HISTORY_FUNCTIONS, *PLAIN_FUNCTIONS):
-                    raise ValueError(f"unknown function in {ast.unparse(node)!r}; functions: "
-                                     f"{', '.join((*HISTORY_FUNCTIONS, *PLAIN_FUNCTIONS))}")
+                    raise ValueError(
+                        f"unknown function in {ast.unparse(node)!r}; functions: "
+                        f"{', '.join((*HISTORY_FUNCTIONS, *PLAIN_FUNCTIONS))}"
+                    )
                 if node.keywords:
                     raise ValueError(f"{node.func.id}() takes no keyword arguments")
                 if node.func.id in HISTORY_FUNCTIONS:
@@ -111,10 +140,13 @@ class Expression:
                     if node.func.id == "avg_over":
                         self.averaged.add(node.args[0].id)
             elif isinstance(node, ast.Name) and node.id not in allowed_names | set(HISTORY_FUNCTIONS) | set(
-                    PLAIN_FUNCTIONS):
-                raise ValueError(f"unknown name {node.id!r}{did_you_mean(node.id, allowed_names)}; `rigmon rules "
-                                 f"list` shows the {kind} variables, and this rule's params are "
-                                 f"{', '.join(sorted(params)) or 'none'}")
+                PLAIN_FUNCTIONS
+            ):
+                raise ValueError(
+                    f"unknown name {node.id!r}{did_you_mean(node.id, allowed_names)}; `rigmon rules "
+                    f"list` shows the {kind} variables, and this rule's params are "
+                    f"{', '.join(sorted(params)) or 'none'}"
+                )
             if isinstance(node, ast.Name) and node.id in KINDS[kind]:
                 self.variables.add(node.id)
         args = _HistoryArgs(params)
@@ -177,8 +209,14 @@ class Expression:
                 return
             else:
                 names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & self.variables
-                names |= {n.args[0].id for n in ast.walk(node) if isinstance(n, ast.Call) and n.args
-                          and isinstance(n.args[0], ast.Name) and n.args[0].id in self.history_variables}
+                names |= {
+                    n.args[0].id
+                    for n in ast.walk(node)
+                    if isinstance(n, ast.Call)
+                    and n.args
+                    and isinstance(n.args[0], ast.Name)
+                    and n.args[0].id in self.history_variables
+                }
                 out.append((ast.unparse(node), names))
 
         visit(tree.body)
@@ -215,11 +253,18 @@ def batch(expressions: list[Expression]) -> Callable[[dict, Any], tuple]:
     reads = sorted(set().union(*(e.reads for e in expressions)))
     lines = ["def _batch(_d, _h):", *(f"    {name} = _d.get({name!r})" for name in reads)]
     for k, e in enumerate(expressions):
-        lines += ["    try:", f"        _r{k} = {e.body}", "    except _unknown:", f"        _r{k} = None",
-                  "    except _Exception as _e:", f"        _r{k} = _failed[{k}](_e)"]
+        lines += [
+            "    try:",
+            f"        _r{k} = {e.body}",
+            "    except _unknown:",
+            f"        _r{k} = None",
+            "    except _Exception as _e:",
+            f"        _r{k} = _failed[{k}](_e)",
+        ]
     lines.append("    return (" + "".join(f"_r{k}, " for k in range(len(expressions))) + ")")
-    namespace = dict(_GLOBALS, _failed=[e.failed for e in expressions], _unknown=(TypeError, ZeroDivisionError),
-                     _Exception=Exception)
+    namespace = dict(
+        _GLOBALS, _failed=[e.failed for e in expressions], _unknown=(TypeError, ZeroDivisionError), _Exception=Exception
+    )
     source = "\n".join(lines) + "\n"
     code = _COMPILED.get(source)
     if code is None:
@@ -266,8 +311,12 @@ def remember(found: dict[tuple, tuple]) -> None:
 # What the compiled expressions call (the logic and comparisons are inline, see _Inline):
 # arithmetic that is unknown for an unknown term, never builds a huge string, and is unknown
 # rather than an error on a division by zero or an overflow.
-_OPERATORS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-              ast.Div: lambda a, b: a / b}
+_OPERATORS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b,
+}
 _OPERATOR_NAMES = {op: f"_op_{op.__name__}" for op in _OPERATORS}
 
 
@@ -281,18 +330,22 @@ def _arithmetic(fn):
             return fn(a, b)
         except (ZeroDivisionError, OverflowError):
             return None
+
     return apply
 
 
 def _plain(fn):
     def call(*args):
         return None if any(a is None for a in args) else fn(*args)
+
     return call
 
 
 _KLEENE: dict[str, Any] = {
     **{name: _arithmetic(_OPERATORS[op]) for op, name in _OPERATOR_NAMES.items()},
-    "_abs": _plain(abs), "_min": _plain(min), "_max": _plain(max),
+    "_abs": _plain(abs),
+    "_min": _plain(min),
+    "_max": _plain(max),
 }
 
 
@@ -329,11 +382,15 @@ class _Inline:
             p, q = self._tmp(), self._tmp()
             right = self.expression(value)
             if isinstance(node.op, ast.And):
-                text = (f"(False if (({p} := {text}) is not None and not {p}) else False if (({q} := {right}) is not "
-                        f"None and not {q}) else None if {p} is None or {q} is None else True)")
+                text = (
+                    f"(False if (({p} := {text}) is not None and not {p}) else False if (({q} := {right}) is not "
+                    f"None and not {q}) else None if {p} is None or {q} is None else True)"
+                )
             else:
-                text = (f"(True if (({p} := {text}) is not None and {p}) else True if (({q} := {right}) is not None "
-                        f"and {q}) else None if {p} is None or {q} is None else False)")
+                text = (
+                    f"(True if (({p} := {text}) is not None and {p}) else True if (({q} := {right}) is not None "
+                    f"and {q}) else None if {p} is None or {q} is None else False)"
+                )
         return text
 
     def _UnaryOp(self, node: ast.UnaryOp) -> str:  # noqa: N802
@@ -354,8 +411,10 @@ class _Inline:
 
     def _IfExp(self, node: ast.IfExp) -> str:  # noqa: N802
         c = self._tmp()
-        return (f"(None if ({c} := {self.expression(node.test)}) is None else "
-                f"({self.expression(node.body)} if {c} else {self.expression(node.orelse)}))")
+        return (
+            f"(None if ({c} := {self.expression(node.test)}) is None else "
+            f"({self.expression(node.body)} if {c} else {self.expression(node.orelse)}))"
+        )
 
     def _Call(self, node: ast.Call) -> str:  # noqa: N802
         name = node.func.id
@@ -420,7 +479,7 @@ _WARNED: set[tuple[str, str, str]] = set()
 
 
 def did_you_mean(name: str, known) -> str:
-    """" (did you mean X?)" for the closest known name, or ""."""
+    """ " (did you mean X?)" for the closest known name, or ""."""
     close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else ""
 
@@ -429,15 +488,23 @@ def template_names(kind: str, params: dict, values: dict) -> set[str]:
     """What a summary, description or hint may name: the entity's variables and labels, the
     params, the named values, the ever_max_ of each variable, and the few the engine adds."""
     variables = set(KINDS[kind])
-    return (variables | set(LABELS[kind]) | set(params) | set(values) | {f"ever_max_{v}" for v in variables}
-            | set(DEPRECATED.get(kind, {})) | {"for_seconds", "xid_meaning", "remap_state"})
+    return (
+        variables
+        | set(LABELS[kind])
+        | set(params)
+        | set(values)
+        | {f"ever_max_{v}" for v in variables}
+        | set(DEPRECATED.get(kind, {}))
+        | {"for_seconds", "xid_meaning", "remap_state"}
+    )
 
 
 def _warn_deprecated(rule: str, field: str, old: str, new: str) -> None:
     if (rule, field, old) not in _WARNED:  # once per rule and name, however often the config is validated
         _WARNED.add((rule, field, old))
-        log.warning("rule %s: %s: variable %r is deprecated and goes in the next release; use %r", rule, field,
-                    old, new)
+        log.warning(
+            "rule %s: %s: variable %r is deprecated and goes in the next release; use %r", rule, field, old, new
+        )
 
 
 def _depth(tree: ast.AST) -> int:
@@ -471,8 +538,7 @@ def check_template(text: str, field: str, params: dict | None = None, names: set
             try:
                 format(params[name], spec)
             except Exception as e:  # {p:c} of 10**9, {p:d} of 0.5: it would never render
-                raise ValueError(f"{field}: {{{name}:{spec}}} cannot format {name} = {params[name]!r}: "
-                                 f"{e}") from None
+                raise ValueError(f"{field}: {{{name}:{spec}}} cannot format {name} = {params[name]!r}: {e}") from None
 
 
 class Rule:

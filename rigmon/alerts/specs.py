@@ -21,8 +21,9 @@ from .entities import DEPRECATED, inhibit_scope
 from .rules import Expression, Severity, _warn_deprecated, check_template, did_you_mean, template_names
 
 # Seconds, or a string like "30s", "10m", "1h30m"; written back (JSON and TOML) as the string.
-Duration = Annotated[float, BeforeValidator(parse_duration), PlainSerializer(format_duration, return_type=str,
-                                                                              when_used="json")]
+Duration = Annotated[
+    float, BeforeValidator(parse_duration), PlainSerializer(format_duration, return_type=str, when_used="json")
+]
 
 
 def _param(value: Any) -> Any:
@@ -38,32 +39,58 @@ Param = Annotated[float | int | bool, BeforeValidator(_param)]
 class RuleSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, allow_inf_nan=False)
 
-    name: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$", description="The alert's name.",
-                               examples=["GpuHot"])]
-    kind: Annotated[Literal["gpu", "gpu_fan", "fan", "cpu", "host", "psu", "sensor"], Field(
-        description="What it watches: every entity of this kind.", examples=["gpu"])]
-    when: Annotated[str, Field(description="Fires while this is true (rigmon rules list shows the variables).",
-                               examples=["temperature_celsius >= limit_celsius"])]
-    clear: Annotated[str | None, Field(
-        description="Resolves only when this is true (default: when 'when' is false).",
-        examples=["temperature_celsius < limit_celsius - 5"])] = None
+    name: Annotated[
+        str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$", description="The alert's name.", examples=["GpuHot"])
+    ]
+    kind: Annotated[
+        Literal["gpu", "gpu_fan", "fan", "cpu", "host", "psu", "sensor"],
+        Field(description="What it watches: every entity of this kind.", examples=["gpu"]),
+    ]
+    when: Annotated[
+        str,
+        Field(
+            description="Fires while this is true (rigmon rules list shows the variables).",
+            examples=["temperature_celsius >= limit_celsius"],
+        ),
+    ]
+    clear: Annotated[
+        str | None,
+        Field(
+            description="Resolves only when this is true (default: when 'when' is false).",
+            examples=["temperature_celsius < limit_celsius - 5"],
+        ),
+    ] = None
     for_: Annotated[Duration, Field(alias="for", description="How long 'when' must hold before it fires.")] = 0.0
     severity: Annotated[Severity, Field(description="How bad it is.", examples=["warning"])]
-    summary: Annotated[str, Field(description="One line; {gpu}, {value} and the variables are filled in.",
-                                  examples=["GPU {gpu} at {temperature_celsius:.0f} °C"])]
+    summary: Annotated[
+        str,
+        Field(
+            description="One line; {gpu}, {value} and the variables are filled in.",
+            examples=["GPU {gpu} at {temperature_celsius:.0f} °C"],
+        ),
+    ]
     description: Annotated[str, Field(description="More about what it means.")] = ""
     hint: Annotated[str, Field(description="What to do about it.")] = ""
-    params: Annotated[dict[str, Param], Field(description="Thresholds, named in the expressions.",
-                                              examples=[{"limit_celsius": 83}])] = {}
-    values: Annotated[dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str], Field(
-        description="Named expressions computed when the alert fires, for the summary and description.",
-        examples=[{"over_by": "temperature_celsius - limit_celsius"}])] = {}
+    params: Annotated[
+        dict[str, Param], Field(description="Thresholds, named in the expressions.", examples=[{"limit_celsius": 83}])
+    ] = {}
+    values: Annotated[
+        dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str],
+        Field(
+            description="Named expressions computed when the alert fires, for the summary and description.",
+            examples=[{"over_by": "temperature_celsius - limit_celsius"}],
+        ),
+    ] = {}
     enabled: Annotated[bool, Field(description="Evaluate this rule.")] = True
-    inhibits: Annotated[tuple[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$")], ...], Field(
-        description="Rules this one supersedes, of its own kind or the box's (host), or a GPU fan's GPU, or a "
-                    "fan's CPUs: while it fires on an entity, theirs on that entity (or on the box, the fan's "
-                    "GPU, every CPU) are held back (one event, one page).",
-        examples=[["GpuNearSlowdown"]])] = ()
+    inhibits: Annotated[
+        tuple[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$")], ...],
+        Field(
+            description="Rules this one supersedes, of its own kind or the box's (host), or a GPU fan's GPU, or a "
+            "fan's CPUs: while it fires on an entity, theirs on that entity (or on the box, the fan's "
+            "GPU, every CPU) are held back (one event, one page).",
+            examples=[["GpuNearSlowdown"]],
+        ),
+    ] = ()
 
     @model_validator(mode="after")
     def _expressions(self) -> RuleSpec:
@@ -88,8 +115,9 @@ class RuleSpec(BaseModel):
         for field in ("summary", "description"):
             used |= {name for _, name, _, _ in string.Formatter().parse(getattr(self, field)) if name}
         for param in sorted(set(self.params) - used):  # a misspelt threshold leaves the one it meant in force
-            raise ValueError(f"params.{param}: no condition, value or text of the rule reads it"
-                             f"{did_you_mean(param, used)}")
+            raise ValueError(
+                f"params.{param}: no condition, value or text of the rule reads it{did_you_mean(param, used)}"
+            )
         return self
 
 
@@ -106,12 +134,15 @@ class RuleOverride(BaseModel):
     summary: Annotated[str | None, Field(description="A new summary.")] = None
     description: Annotated[str | None, Field(description="A new description.")] = None
     hint: Annotated[str | None, Field(description="A new hint.")] = None
-    params: Annotated[dict[str, Param] | None, Field(
-        description="New thresholds; the others keep their values.")] = None
-    values: Annotated[dict[str, str] | None, Field(
-        description="New or changed named expressions for the summary; the others stay.")] = None
-    inhibits: Annotated[tuple[str, ...] | None, Field(
-        description="A new list of the rules it supersedes.", examples=[[]])] = None
+    params: Annotated[dict[str, Param] | None, Field(description="New thresholds; the others keep their values.")] = (
+        None
+    )
+    values: Annotated[
+        dict[str, str] | None, Field(description="New or changed named expressions for the summary; the others stay.")
+    ] = None
+    inhibits: Annotated[
+        tuple[str, ...] | None, Field(description="A new list of the rules it supersedes.", examples=[[]])
+    ] = None
 
 
 def builtin_specs() -> dict[str, dict]:
@@ -132,9 +163,11 @@ def merge(overrides: dict[str, RuleOverride], custom: list[RuleSpec]) -> list[Ru
     if unknown:
         first = sorted(unknown)[0]
         close = difflib.get_close_matches(first, builtins, n=1, cutoff=0.6)
-        raise ValueError(f"no built-in rule named {', '.join(sorted(unknown))}"
-                         + (f" (did you mean {close[0]}?)" if close else "")
-                         + f"; built-in rules: {', '.join(sorted(builtins))}")
+        raise ValueError(
+            f"no built-in rule named {', '.join(sorted(unknown))}"
+            + (f" (did you mean {close[0]}?)" if close else "")
+            + f"; built-in rules: {', '.join(sorted(builtins))}"
+        )
     out = []
     for name, raw in builtins.items():
         override = overrides.get(name)
@@ -149,8 +182,9 @@ def merge(overrides: dict[str, RuleOverride], custom: list[RuleSpec]) -> list[Ru
         except ValidationError as e:
             err = e.errors()[0]
             field = ".".join(str(p) for p in err["loc"])
-            raise ValueError(f"builtin.{name}{'.' + field if field else ''}: "
-                             f"{err['msg'].removeprefix('Value error, ')}") from None
+            raise ValueError(
+                f"builtin.{name}{'.' + field if field else ''}: {err['msg'].removeprefix('Value error, ')}"
+            ) from None
     for spec in custom:
         if spec.name in builtins:
             raise ValueError(f"{spec.name} is a built-in rule: change it under [alerts.builtin.{spec.name}]")
@@ -171,6 +205,8 @@ def check_inhibits(specs: list[RuleSpec]) -> None:
             if target not in kinds:
                 raise ValueError(f"{where}.inhibits: no rule named {target}{did_you_mean(target, kinds)}")
             if inhibit_scope(spec.kind, kinds[target]) is None:
-                raise ValueError(f"{where}.inhibits: {target} watches {kinds[target]} entities, {spec.name} "
-                                 f"{spec.kind}: a rule inhibits only rules of its own kind, the box's (host), "
-                                 f"a GPU fan's GPU (gpu_fan on gpu) or a fan's CPUs (fan on cpu)")
+                raise ValueError(
+                    f"{where}.inhibits: {target} watches {kinds[target]} entities, {spec.name} "
+                    f"{spec.kind}: a rule inhibits only rules of its own kind, the box's (host), "
+                    f"a GPU fan's GPU (gpu_fan on gpu) or a fan's CPUs (fan on cpu)"
+                )

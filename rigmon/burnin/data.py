@@ -46,8 +46,9 @@ class MarkovChain:
         return cls(successors, probs.cumsum(dim=1).float(), pi.float(), entropy)
 
     def to(self, device) -> MarkovChain:
-        return MarkovChain(self.successors.to(device), self.cumulative.to(device), self.stationary.to(device),
-                           self.entropy_rate)
+        return MarkovChain(
+            self.successors.to(device), self.cumulative.to(device), self.stationary.to(device), self.entropy_rate
+        )
 
     def sample(self, batch: int, length: int, generator: torch.Generator) -> torch.Tensor:
         """[batch, length] token ids, each row a walk of the chain from its stationary law."""
@@ -58,6 +59,6 @@ class MarkovChain:
         last = self.cumulative.shape[1] - 1
         for t in range(1, length):
             current = out[:, t - 1]
-            choice = torch.searchsorted(self.cumulative[current], draws[:, t:t + 1].contiguous()).clamp_max(last)
+            choice = torch.searchsorted(self.cumulative[current], draws[:, t : t + 1].contiguous()).clamp_max(last)
             out[:, t] = self.successors[current, choice.squeeze(1)]
         return out

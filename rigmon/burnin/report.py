@@ -30,9 +30,16 @@ def write(report: dict, directory: Path) -> tuple[Path, Path]:
 def summary_of(r: dict) -> dict:
     """What the daemon exports of a report: no timelines."""
     keep = ("name", "gpu", "gpu_name", "status", "tokens_per_s", "mfu", "reasons", "warnings", "energy_kwh")
-    return {"format": "rigmon-burnin-summary", "version": 1, "host": r["host"], "started_unix": r["started_unix"],
-            "duration_seconds": r["duration_seconds"], "verdict": r["verdict"],
-            "units": [{k: u.get(k) for k in keep} for u in r["units"]], "energy": r["energy"]}
+    return {
+        "format": "rigmon-burnin-summary",
+        "version": 1,
+        "host": r["host"],
+        "started_unix": r["started_unix"],
+        "duration_seconds": r["duration_seconds"],
+        "verdict": r["verdict"],
+        "units": [{k: u.get(k) for k in keep} for u in r["units"]],
+        "energy": r["energy"],
+    }
 
 
 # --- the page ----------------------------------------------------------------------------------
@@ -54,7 +61,8 @@ def render(r: dict) -> str:
     timeline = hw.get("timeline", {})
     span = max(r["duration_seconds"], 1.0)
     verdict_class = {"pass": "pass", "fail": "fail"}.get(r["verdict"], "warn")
-    parts = [f"""<!doctype html><html><head><meta charset="utf-8"><title>rigmon burn-in: {e(r['host'])}</title>
+    parts = [
+        f"""<!doctype html><html><head><meta charset="utf-8"><title>rigmon burn-in: {e(r["host"])}</title>
 <style>
 body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:20px;color:#222}}
 h1{{margin:0 0 4px}} h2{{margin:22px 0 6px}} .sub{{color:#666}}
@@ -66,31 +74,44 @@ th{{background:#f6f6f6}} ul{{margin:0;padding-left:16px}}
 .grid{{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(470px,100%),1fr));gap:10px}}
 {CHART_CSS}
 </style></head><body>
-<h1>rigmon burn-in — {e(r['host'])}</h1>
-<div class="sub">{e(r['started'])} · {r['duration_seconds'] / 60:.1f} min · model {e(_models(r))} · rigmon
- {e(r['rigmon'])} · driver {e(hw.get('driver') or NOT_MEASURED)}, CUDA {e(hw.get('cuda') or NOT_MEASURED)}</div>
-<div class="verdict {verdict_class}" id="verdict">{e(r['verdict'].upper())}</div>"""]
+<h1>rigmon burn-in — {e(r["host"])}</h1>
+<div class="sub">{e(r["started"])} · {r["duration_seconds"] / 60:.1f} min · model {e(_models(r))} · rigmon
+ {e(r["rigmon"])} · driver {e(hw.get("driver") or NOT_MEASURED)}, CUDA {e(hw.get("cuda") or NOT_MEASURED)}</div>
+<div class="verdict {verdict_class}" id="verdict">{e(r["verdict"].upper())}</div>"""
+    ]
     if r.get("notes"):
         parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in r["notes"]) + "</ul>")
-    parts.append("<table id='units'><tr><th>unit</th><th>hardware</th><th>verdict</th><th>tokens/s</th><th>MFU</th>"
-                 "<th>final loss / floor</th><th>max temp</th><th>max power / limit</th><th>energy</th>"
-                 "<th>reasons</th></tr>")
+    parts.append(
+        "<table id='units'><tr><th>unit</th><th>hardware</th><th>verdict</th><th>tokens/s</th><th>MFU</th>"
+        "<th>final loss / floor</th><th>max temp</th><th>max power / limit</th><th>energy</th>"
+        "<th>reasons</th></tr>"
+    )
     for u in r["units"]:
         reasons = "".join(f"<li>✗ {e(x)}</li>" for x in u["reasons"]) + "".join(
-            f"<li>⚠ {e(x)}</li>" for x in u["warnings"])
+            f"<li>⚠ {e(x)}</li>" for x in u["warnings"]
+        )
         status = u["status"]
-        loss = (f"{u['final_loss']:.3f} / {u['floor']:.3f}" if u.get("final_loss") is not None
-                and u.get("floor") is not None else "—" if u.get("watch_only") else NOT_MEASURED)
-        power = (f"{u['max_power_watts']:.0f} / {u['power_limit_watts']:.0f} W"
-                 if u.get("max_power_watts") is not None and u.get("power_limit_watts") else
-                 _fmt(u.get("max_power_watts"), ".0f", " W"))
+        loss = (
+            f"{u['final_loss']:.3f} / {u['floor']:.3f}"
+            if u.get("final_loss") is not None and u.get("floor") is not None
+            else "—"
+            if u.get("watch_only")
+            else NOT_MEASURED
+        )
+        power = (
+            f"{u['max_power_watts']:.0f} / {u['power_limit_watts']:.0f} W"
+            if u.get("max_power_watts") is not None and u.get("power_limit_watts")
+            else _fmt(u.get("max_power_watts"), ".0f", " W")
+        )
         rate = "—" if u.get("watch_only") else _fmt(u.get("tokens_per_s"), ",.0f")
-        parts.append(f"<tr><td>{e(u['name'])}</td><td>{e(u.get('gpu_name') or '')}</td>"
-                     f"<td class='{status.replace(' ', '-')}'>{e(status)}</td><td>{rate}</td>"
-                     f"<td>{_fmt(u['mfu'] * 100 if u.get('mfu') is not None else None, '.1f', ' %')}</td>"
-                     f"<td>{loss}</td><td>{_fmt(u.get('max_temperature_celsius'), '.0f', ' °C')}</td>"
-                     f"<td>{power}</td><td>{_fmt(u.get('energy_kwh'), '.3f', ' kWh')}</td>"
-                     f"<td><ul>{reasons or '<li>none</li>'}</ul></td></tr>")
+        parts.append(
+            f"<tr><td>{e(u['name'])}</td><td>{e(u.get('gpu_name') or '')}</td>"
+            f"<td class='{status.replace(' ', '-')}'>{e(status)}</td><td>{rate}</td>"
+            f"<td>{_fmt(u['mfu'] * 100 if u.get('mfu') is not None else None, '.1f', ' %')}</td>"
+            f"<td>{loss}</td><td>{_fmt(u.get('max_temperature_celsius'), '.0f', ' °C')}</td>"
+            f"<td>{power}</td><td>{_fmt(u.get('energy_kwh'), '.3f', ' kWh')}</td>"
+            f"<td><ul>{reasons or '<li>none</li>'}</ul></td></tr>"
+        )
     parts.append("</table>")
     host = r["host_verdict"]
     energy = r["energy"]
@@ -98,21 +119,32 @@ th{{background:#f6f6f6}} ul{{margin:0;padding-left:16px}}
     if energy.get("total_kwh") is None:
         parts.append(f"<p><b>Energy:</b> {NOT_MEASURED} (no GPU energy counter or RAPL reading)</p>")
     else:
-        cost = (f", {energy['cost']:.2f} {e(energy['currency'])} at {energy['price_per_kwh']} per kWh"
-                if energy.get("cost") is not None else "")
-        parts.append(f"<p><b>Energy:</b> {energy['total_kwh']:.4f} kWh (GPUs {_fmt(energy['gpu_kwh'], '.4f')}, "
-                     f"CPU {_fmt(energy['cpu_kwh'], '.4f')}){cost}</p>")
-    parts.append("<h2>Alerts during the run</h2><table id='alerts'><tr><th>at</th><th>state</th><th>severity</th>"
-                 "<th>alert</th><th>subject</th><th>summary</th></tr>")
+        cost = (
+            f", {energy['cost']:.2f} {e(energy['currency'])} at {energy['price_per_kwh']} per kWh"
+            if energy.get("cost") is not None
+            else ""
+        )
+        parts.append(
+            f"<p><b>Energy:</b> {energy['total_kwh']:.4f} kWh (GPUs {_fmt(energy['gpu_kwh'], '.4f')}, "
+            f"CPU {_fmt(energy['cpu_kwh'], '.4f')}){cost}</p>"
+        )
+    parts.append(
+        "<h2>Alerts during the run</h2><table id='alerts'><tr><th>at</th><th>state</th><th>severity</th>"
+        "<th>alert</th><th>subject</th><th>summary</th></tr>"
+    )
     for a in r.get("alerts", []):
-        parts.append(f"<tr><td>{_clock(a['t'])}</td><td>{e(a['status'])}</td><td>{e(a['severity'])}</td>"
-                     f"<td>{e(a['alertname'])}</td><td>{e(a.get('subject', ''))}</td><td>{e(a['summary'])}</td></tr>")
+        parts.append(
+            f"<tr><td>{_clock(a['t'])}</td><td>{e(a['status'])}</td><td>{e(a['severity'])}</td>"
+            f"<td>{e(a['alertname'])}</td><td>{e(a.get('subject', ''))}</td><td>{e(a['summary'])}</td></tr>"
+        )
     if not r.get("alerts"):
         parts.append("<tr><td colspan='6'>none fired</td></tr>")
     parts.append("</table>")
     if r.get("baseline"):
-        parts.append("<h2>Against the baseline</h2><table><tr><th>unit</th><th>tokens/s</th><th>max temp</th>"
-                     "<th>energy per M tokens</th></tr>")
+        parts.append(
+            "<h2>Against the baseline</h2><table><tr><th>unit</th><th>tokens/s</th><th>max temp</th>"
+            "<th>energy per M tokens</th></tr>"
+        )
         for row in r["baseline"]["rows"]:
             parts.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>")
         parts.append("</table>")
@@ -120,10 +152,14 @@ th{{background:#f6f6f6}} ul{{margin:0;padding-left:16px}}
         parts.append(f"<h2 class='group'>{e(name)} × {len(units)}</h2><div class='grid'>")
         parts += _group_charts(units, timeline, hw, span)
         parts.append("</div>")
-    cpu = [(n.removeprefix("cpu/"), timeline[n], COLORS[i % 8]) for i, n in
-           enumerate(sorted(n for n in timeline if n.startswith("cpu/")))]
-    fans = [(n.removeprefix("fan/"), timeline[n], COLORS[i % 8]) for i, n in
-            enumerate(sorted(n for n in timeline if n.startswith("fan/")))]
+    cpu = [
+        (n.removeprefix("cpu/"), timeline[n], COLORS[i % 8])
+        for i, n in enumerate(sorted(n for n in timeline if n.startswith("cpu/")))
+    ]
+    fans = [
+        (n.removeprefix("fan/"), timeline[n], COLORS[i % 8])
+        for i, n in enumerate(sorted(n for n in timeline if n.startswith("fan/")))
+    ]
     parts.append("<h2>Host sensors</h2><div class='grid'>")
     parts.append(chart("CPU temperature", cpu, "°C", span=span))
     parts.append(chart("fans", fans, "rpm", zero=True, span=span))
@@ -134,8 +170,10 @@ th{{background:#f6f6f6}} ul{{margin:0;padding-left:16px}}
 def _models(r: dict) -> str:
     """The model each unit trained, with its size: "auto: tiny (0.4 M parameters)"."""
     chosen = {(u.get("model"), u.get("params")) for u in r["units"] if u.get("model")}
-    sizes = ", ".join(f"{name} ({params / 1e6:.3g} M parameters)" if params else str(name)
-                      for name, params in sorted(chosen, key=lambda c: (str(c[0]), c[1] or 0)))
+    sizes = ", ".join(
+        f"{name} ({params / 1e6:.3g} M parameters)" if params else str(name)
+        for name, params in sorted(chosen, key=lambda c: (str(c[0]), c[1] or 0))
+    )
     asked = str(r.get("model") or "")
     return f"{asked}: {sizes}" if sizes and asked and asked not in {c[0] for c in chosen} else sizes or asked
 
@@ -159,13 +197,29 @@ def _group_charts(units: list[dict], timeline: dict, hw: dict, span: float) -> l
 
     if gpus:
         slow = [s for u in gpus if (s := hw.get("gpus", {}).get(str(u["gpu"]), {}).get("slowdown_celsius"))]
-        out.append(chart("GPU temperature against the slowdown threshold", per_gpu("temperature_celsius"), "°C",
-                         [("slowdown", min(slow), "#d62728")] if slow else [], above=min(slow) if slow else None,
-                         span=span, mark_over=("slowdown", min(slow)) if slow else None))
+        out.append(
+            chart(
+                "GPU temperature against the slowdown threshold",
+                per_gpu("temperature_celsius"),
+                "°C",
+                [("slowdown", min(slow), "#d62728")] if slow else [],
+                above=min(slow) if slow else None,
+                span=span,
+                mark_over=("slowdown", min(slow)) if slow else None,
+            )
+        )
         limits = [u["power_limit_watts"] for u in gpus if u.get("power_limit_watts")]
-        out.append(chart("power against the limit", per_gpu("power_watts"), "W",
-                         [("limit", max(limits), "#555")] if limits else [], zero=True,
-                         above=max(limits) if limits else None, span=span))
+        out.append(
+            chart(
+                "power against the limit",
+                per_gpu("power_watts"),
+                "W",
+                [("limit", max(limits), "#555")] if limits else [],
+                zero=True,
+                above=max(limits) if limits else None,
+                span=span,
+            )
+        )
         out.append(chart("SM clock", per_gpu("sm_clock_hertz", 1e-6), "MHz", zero=True, span=span))
         out.append(chart("memory temperature", per_gpu("memory_temperature_celsius"), "°C", span=span))
         if any(timeline.get(f"gpu/{u['gpu']}/fan_speed_rpm_max") for u in gpus):
@@ -175,18 +229,46 @@ def _group_charts(units: list[dict], timeline: dict, hw: dict, span: float) -> l
             out.append(event_strip(f"{u['name']}: clock-event reasons", events, span))
     trained = [u for u in units if u.get("progress")]
     if trained:
-        out.append(chart("throughput", [(u["name"], u["progress"]["tokens_per_s"], COLORS[n % 8])
-                                        for n, u in enumerate(trained)], "tokens/s", zero=True, span=span))
+        out.append(
+            chart(
+                "throughput",
+                [(u["name"], u["progress"]["tokens_per_s"], COLORS[n % 8]) for n, u in enumerate(trained)],
+                "tokens/s",
+                zero=True,
+                span=span,
+            )
+        )
         # the verdict reads the gap between the loss and the data's floor: drawn on a log axis, the
         # approach to the floor stays visible to the end instead of flattening against it
-        gaps = [(u["name"], [(p[0], *(max(v - u["floor"], 1e-3) for v in p[1:])) for p in u["progress"]["loss"]],
-                 COLORS[n % 8]) for n, u in enumerate(trained) if u.get("floor") is not None]
+        gaps = [
+            (
+                u["name"],
+                [(p[0], *(max(v - u["floor"], 1e-3) for v in p[1:])) for p in u["progress"]["loss"]],
+                COLORS[n % 8],
+            )
+            for n, u in enumerate(trained)
+            if u.get("floor") is not None
+        ]
         allowed = [u["allowed_loss_gap"] for u in trained if u.get("allowed_loss_gap")]
         if gaps:
-            out.append(chart("loss above the data's floor (log scale)", gaps, "nats",
-                             [("allowed at the end", min(allowed), "#2ca02c")] if allowed else [], log=True,
-                             span=span))
+            out.append(
+                chart(
+                    "loss above the data's floor (log scale)",
+                    gaps,
+                    "nats",
+                    [("allowed at the end", min(allowed), "#2ca02c")] if allowed else [],
+                    log=True,
+                    span=span,
+                )
+            )
         else:
-            out.append(chart("loss (log scale)", [(u["name"], u["progress"]["loss"], COLORS[n % 8])
-                                                  for n, u in enumerate(trained)], "nats", log=True, span=span))
+            out.append(
+                chart(
+                    "loss (log scale)",
+                    [(u["name"], u["progress"]["loss"], COLORS[n % 8]) for n, u in enumerate(trained)],
+                    "nats",
+                    log=True,
+                    span=span,
+                )
+            )
     return out

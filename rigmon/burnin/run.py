@@ -34,10 +34,25 @@ EVENT_REASONS = ("sw_power_cap", *SLOWDOWN_REASONS)
 log = logging.getLogger("rigmon.burnin")
 
 # Dense bf16/fp16 tensor throughput (FLOP/s), for MFU. The first name that matches wins.
-PEAK_FLOPS = [("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("GH200", 989e12), ("A100", 312e12),
-              ("L40S", 362e12), ("L40", 181e12), ("RTX 6000 Ada", 364e12), ("RTX 4090", 165e12),
-              ("RTX 4080", 97e12), ("RTX 3090", 71e12), ("RTX 3080", 59e12), ("RTX A6000", 155e12), ("A10", 125e12),
-              ("L4", 121e12), ("V100", 125e12), ("T4", 65e12)]
+PEAK_FLOPS = [
+    ("H200", 989e12),
+    ("H100 PCIe", 756e12),
+    ("H100", 989e12),
+    ("GH200", 989e12),
+    ("A100", 312e12),
+    ("L40S", 362e12),
+    ("L40", 181e12),
+    ("RTX 6000 Ada", 364e12),
+    ("RTX 4090", 165e12),
+    ("RTX 4080", 97e12),
+    ("RTX 3090", 71e12),
+    ("RTX 3080", 59e12),
+    ("RTX A6000", 155e12),
+    ("A10", 125e12),
+    ("L4", 121e12),
+    ("V100", 125e12),
+    ("T4", 65e12),
+]
 
 
 def free_port() -> int:
@@ -101,8 +116,11 @@ def compact(sample: Sample, started: float) -> dict:
             ce = g.clock_events
             entry["events"] = {name: True for name in ce._fields if getattr(ce, name)} if ce is not None else {}
         gpus[g.index] = entry
-    tick = {"t": round(sample.time - started, 2), "gpus": gpus,
-            "events": [{"gpu": e.gpu_index, "xid": e.xid} for e in sample.events]}
+    tick = {
+        "t": round(sample.time - started, 2),
+        "gpus": gpus,
+        "events": [{"gpu": e.gpu_index, "xid": e.xid} for e in sample.events],
+    }
     if sample.host is not None:
         tick["cpu"] = {f"CPU{c.socket} {c.sensor}": c.celsius for c in sample.host.cpu_temperatures}
         tick["fans"] = {f"{f.chip}/{f.label}": f.rpm for f in sample.host.fans}
@@ -113,8 +131,15 @@ def compact(sample: Sample, started: float) -> dict:
 class Run:
     """Everything the parent keeps while the workers train, bounded whatever the length."""
 
-    GPU_SERIES = ("temperature_celsius", "memory_temperature_celsius", "power_watts", "power_limit_watts",
-                  "sm_clock_hertz", "utilization_gpu_ratio", "fan_speed_rpm_max")
+    GPU_SERIES = (
+        "temperature_celsius",
+        "memory_temperature_celsius",
+        "power_watts",
+        "power_limit_watts",
+        "sm_clock_hertz",
+        "utilization_gpu_ratio",
+        "fan_speed_rpm_max",
+    )
 
     def __init__(self):
         self.timeline = Timeline()
@@ -148,8 +173,10 @@ class Run:
         for name, value in tick.get("fans", {}).items():
             self.timeline.add(f"fan/{name}", t, value)
         if tick.get("cpu_energy") is not None:
-            self.cpu_energy = [self.cpu_energy[0] if self.cpu_energy[0] is not None else tick["cpu_energy"],
-                               tick["cpu_energy"]]
+            self.cpu_energy = [
+                self.cpu_energy[0] if self.cpu_energy[0] is not None else tick["cpu_energy"],
+                tick["cpu_energy"],
+            ]
 
 
 MAX_FAILED_PROBES = 10
@@ -159,8 +186,9 @@ class Worker:
     """One training process; what it reports is kept bounded: the first start, end and error,
     a count of probes with the first failures, and progress as downsampled series."""
 
-    def __init__(self, name: str, gpu: int | None, device: str, seconds: float, model: str, report_dir: Path,
-                 env: dict):
+    def __init__(
+        self, name: str, gpu: int | None, device: str, seconds: float, model: str, report_dir: Path, env: dict
+    ):
         self.name, self.gpu, self.device = name, gpu, device
         self.start: dict | None = None
         self.end: dict | None = None
@@ -173,12 +201,22 @@ class Worker:
         self.unpushed: list[dict] = []  # progress events not yet sent to InfluxDB
         self.stopped_because: str | None = None
         self.log = open(report_dir / f"worker-{name}.log", "w")
-        command = [sys.executable, "-m", "rigmon.burnin.worker", "--device", device, "--seconds", str(seconds),
-                   "--model", model]
+        command = [
+            sys.executable,
+            "-m",
+            "rigmon.burnin.worker",
+            "--device",
+            device,
+            "--seconds",
+            str(seconds),
+            "--model",
+            model,
+        ]
         if env.get("WORLD_SIZE"):
             command.append("--ddp")
-        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                     env={**os.environ, **env})
+        self.proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=self.log, text=True, env={**os.environ, **env}
+        )
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
@@ -206,10 +244,19 @@ class Worker:
                     log.error("%s: %s", self.name, event["message"])
 
     def as_unit(self) -> dict:
-        return {"name": self.name, "gpu": self.gpu, "device": self.device, "start": self.start, "end": self.end,
-                "error": self.error, "probes": self.probes, "failed_probes": self.failed_probes,
-                "rates": [(p[0], p[2]) for p in self.rates.points()], "exit_code": self.proc.returncode,
-                "stopped_because": self.stopped_because}
+        return {
+            "name": self.name,
+            "gpu": self.gpu,
+            "device": self.device,
+            "start": self.start,
+            "end": self.end,
+            "error": self.error,
+            "probes": self.probes,
+            "failed_probes": self.failed_probes,
+            "rates": [(p[0], p[2]) for p in self.rates.points()],
+            "exit_code": self.proc.returncode,
+            "stopped_because": self.stopped_because,
+        }
 
 
 def watch_only(index: int) -> dict:
@@ -256,30 +303,39 @@ def choose_units(args, first: Sample, cuda_count: int, chosen: list[int] | None)
     if chosen is not None:
         missing = [i for i in chosen if i not in nvml]
         if missing:
-            raise UsageError(f"could not run: --gpus {','.join(map(str, chosen))}: there is no GPU "
-                             f"{missing[0]} (NVML sees {len(nvml) or 'no'} GPU{'s' if len(nvml) != 1 else ''}"
-                             f"{': ' + ', '.join(map(str, nvml)) if nvml else ''})")
+            raise UsageError(
+                f"could not run: --gpus {','.join(map(str, chosen))}: there is no GPU "
+                f"{missing[0]} (NVML sees {len(nvml) or 'no'} GPU{'s' if len(nvml) != 1 else ''}"
+                f"{': ' + ', '.join(map(str, nvml)) if nvml else ''})"
+            )
     wanted = [i for i in nvml if chosen is None or i in chosen]
     notes = []
     if args.cpu:
         ranks = 2 if args.ddp else 1
         units = [("cpu" if ranks == 1 else f"cpu{r}", None, "cpu") for r in range(ranks)]
-        notes.append("trained on the CPU (--cpu): this checks rigmon and the CPU (its cooling where a sensor shows "
-                     "it), not a GPU" +
-                     (f"; GPU {', '.join(map(str, wanted))} only watched" if wanted else ""))
+        notes.append(
+            "trained on the CPU (--cpu): this checks rigmon and the CPU (its cooling where a sensor shows "
+            "it), not a GPU" + (f"; GPU {', '.join(map(str, wanted))} only watched" if wanted else "")
+        )
         return units, wanted, notes
     if not nvml:
-        notes.append("no GPU here (NVML found none): the model trained on the CPU; this checks rigmon and the CPU "
-                     "(its cooling where a sensor shows it), not a GPU")
+        notes.append(
+            "no GPU here (NVML found none): the model trained on the CPU; this checks rigmon and the CPU "
+            "(its cooling where a sensor shows it), not a GPU"
+        )
         return [("cpu", None, "cpu")], [], notes
     if cuda_count == 0:
-        raise UsageError(f"could not run: NVML sees {len(nvml)} GPU(s) but PyTorch cannot use CUDA (a CPU-only "
-                         f"torch wheel, or a driver older than the wheel's CUDA); install a CUDA build of PyTorch, or "
-                         f"pass --cpu to train on the CPU and only watch the GPUs")
+        raise UsageError(
+            f"could not run: NVML sees {len(nvml)} GPU(s) but PyTorch cannot use CUDA (a CPU-only "
+            f"torch wheel, or a driver older than the wheel's CUDA); install a CUDA build of PyTorch, or "
+            f"pass --cpu to train on the CPU and only watch the GPUs"
+        )
     unusable = [i for i in wanted if i >= cuda_count]
     if unusable:
-        raise UsageError(f"could not run: GPU {unusable[0]} is seen by NVML but not by CUDA ({cuda_count} "
-                         f"device(s)); check CUDA_VISIBLE_DEVICES")
+        raise UsageError(
+            f"could not run: GPU {unusable[0]} is seen by NVML but not by CUDA ({cuda_count} "
+            f"device(s)); check CUDA_VISIBLE_DEVICES"
+        )
     return [(f"GPU{i}", i, f"cuda:{i}") for i in wanted], [], notes
 
 
@@ -334,19 +390,45 @@ def cmd_burnin(args) -> int:
         print(f"note: {note}", flush=True)
     started_wall = datetime.now().isoformat(timespec="seconds")
     started = time.time()
-    workers = [Worker(name, gpu, device, seconds, args.model, plan.report_dir,
-                      {**plan.ddp_env, **({"RANK": str(rank)} if plan.ddp_env else {})})
-               for rank, (name, gpu, device) in enumerate(plan.units)]
+    workers = [
+        Worker(
+            name,
+            gpu,
+            device,
+            seconds,
+            args.model,
+            plan.report_dir,
+            {**plan.ddp_env, **({"RANK": str(rank)} if plan.ddp_env else {})},
+        )
+        for rank, (name, gpu, device) in enumerate(plan.units)
+    ]
     run, transitions, interrupted = _watch(pipeline, plan, workers, started, config.daemon.interval)
     units_data = [w.as_unit() for w in workers] + [watch_only(i) for i in plan.watched]
     overall, judgements, host_judgement = _judge(units_data, run, transitions, interrupted, plan.notes)
-    data = build_report(host, started_wall, started, time.time() - started, args.model, units_data, judgements,
-                        host_judgement, overall, run, transitions, plan.first, config, plan.notes, workers)
+    data = build_report(
+        host,
+        started_wall,
+        started,
+        time.time() - started,
+        args.model,
+        units_data,
+        judgements,
+        host_judgement,
+        overall,
+        run,
+        transitions,
+        plan.first,
+        config,
+        plan.notes,
+        workers,
+    )
     if baseline is not None:
         data["baseline"] = compare(data, baseline)
     json_path, html_path = reportmod.write(data, plan.report_dir)
-    pipeline.between_polls(lines=progress_points(workers, host, plan.stamp, started) + (
-        encode_burnin_verdict(host, plan.stamp, overall, data["duration_seconds"], time.time_ns()),))
+    pipeline.between_polls(
+        lines=progress_points(workers, host, plan.stamp, started)
+        + (encode_burnin_verdict(host, plan.stamp, overall, data["duration_seconds"], time.time_ns()),)
+    )
     pipeline.close(time.monotonic() + 5)
     try:
         print(summary(data, json_path, html_path))
@@ -364,19 +446,24 @@ def _plan(args, pipeline, torch, chosen: list[int] | None, seconds: float, host:
     first = result.sample
     busy = busy_gpus(first, chosen)
     if busy and not args.force:
-        raise UsageError("not starting: " + "; ".join(busy) + ". A burn-in beside a training run would disturb "
-                         "it and judge neither fairly; stop it, choose other GPUs with --gpus, or pass --force")
+        raise UsageError(
+            "not starting: " + "; ".join(busy) + ". A burn-in beside a training run would disturb "
+            "it and judge neither fairly; stop it, choose other GPUs with --gpus, or pass --force"
+        )
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's GPU i is NVML's GPU i
     cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     units, watched, notes = choose_units(args, first, cuda_count, chosen)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     report_dir = Path(args.report or f"rigmon-burnin-{host}-{stamp}")
     _writable(report_dir)
-    unknown = [g.index for g in first.gpus
-               if not g.lost and g.processes is None and (chosen is None or g.index in chosen)]
+    unknown = [
+        g.index for g in first.gpus if not g.lost and g.processes is None and (chosen is None or g.index in chosen)
+    ]
     if unknown:
-        log.warning("cannot tell whether GPU %s runs a training job (NVML lists no processes here): starting anyway",
-                    ", ".join(map(str, unknown)))
+        log.warning(
+            "cannot tell whether GPU %s runs a training job (NVML lists no processes here): starting anyway",
+            ", ".join(map(str, unknown)),
+        )
     ddp_env = {}
     if args.ddp:
         if len(units) < 2:
@@ -386,8 +473,7 @@ def _plan(args, pipeline, torch, chosen: list[int] | None, seconds: float, host:
     return Plan(seconds, units, watched, notes, first, result.transitions, host, stamp, report_dir, ddp_env)
 
 
-def _watch(pipeline, plan: Plan, workers: list[Worker], started: float, interval: float
-           ) -> tuple[Run, list[dict], int]:
+def _watch(pipeline, plan: Plan, workers: list[Worker], started: float, interval: float) -> tuple[Run, list[dict], int]:
     """Poll through the pipeline while the workers train: (the run's tallies, the alert
     transitions, the signal that stopped it early or 0). The workers are stopped at the end."""
     run = Run()
@@ -413,8 +499,16 @@ def _watch(pipeline, plan: Plan, workers: list[Worker], started: float, interval
             told, now_told = (), told + result.transitions
             for t in now_told:
                 log.warning("%s", t.line())
-                transitions.append({"status": t.status, "alertname": t.alertname, "severity": t.severity,
-                                    "subject": t.subject, "summary": t.summary, "t": round(t.time - started, 1)})
+                transitions.append(
+                    {
+                        "status": t.status,
+                        "alertname": t.alertname,
+                        "severity": t.severity,
+                        "subject": t.subject,
+                        "summary": t.summary,
+                        "t": round(t.time - started, 1),
+                    }
+                )
             run.observe(compact(sample, started))
             now = time.time()
             if now - last_line >= 10:
@@ -508,7 +602,8 @@ def progress_line(elapsed: float, total: float, workers: list[Worker], sample: S
         if p and p.get("loss") is not None:
             floor = (w.start or {}).get("floor")
             text += f"{p['tokens_per_s'] / 1e3:.0f}k tok/s loss {p['loss']:.3f}" + (
-                f" (floor {floor:.3f})" if floor is not None else "")
+                f" (floor {floor:.3f})" if floor is not None else ""
+            )
         else:
             text += "starting"
         g = by_gpu.get(w.gpu) if w.gpu is not None else None
@@ -528,8 +623,23 @@ def unit_label(unit: dict, info: dict) -> str | None:
     return start.get("cpu_name") or ("CPU" if unit.get("device") == "cpu" else None)
 
 
-def build_report(host, started_wall, started_unix, duration, model, units, judgements, host_judgement, overall,
-                 run: Run, transitions, first: Sample, config, notes, workers: list[Worker]) -> dict:
+def build_report(
+    host,
+    started_wall,
+    started_unix,
+    duration,
+    model,
+    units,
+    judgements,
+    host_judgement,
+    overall,
+    run: Run,
+    transitions,
+    first: Sample,
+    config,
+    notes,
+    workers: list[Worker],
+) -> dict:
     info = {i.index: i for i in first.gpu_info}
     by_name = {w.name: w for w in workers}
     out_units = []
@@ -546,45 +656,82 @@ def build_report(host, started_wall, started_unix, duration, model, units, judge
         peak = peak_flops(start.get("gpu_name")) if str(unit["device"]).startswith("cuda") else None
         worker = by_name.get(unit["name"])
         group = group_of(unit)
-        out_units.append({
-            "name": unit["name"], "gpu": gpu, "device": unit["device"], "gpu_name": name,
-            "uuid": info[gpu].uuid if gpu in info else None, "status": j.status, "reasons": j.reasons,
-            "warnings": j.warnings, "model": start.get("model"), "params": start.get("params"),
-            "group": " · ".join(str(x) for x in group) if group else None,
-            "precision": start.get("precision"), "compiled": start.get("compiled"), "tokens": end.get("tokens"),
-            "tokens_per_s": rate, "floor": start.get("floor"), "final_loss": end.get("final_loss"),
-            "allowed_loss_gap": Limits().allowed_gap(start["floor"]) if start.get("floor") is not None else None,
-            "mfu": rate * start["flops_per_token"] / peak if rate and peak and start.get("flops_per_token") else None,
-            "max_temperature_celsius": tally.hottest if tally else None,
-            "max_power_watts": tally.max_power if tally else None,
-            "power_limit_watts": tally.limit if tally else None,
-            "energy_kwh": joules / 3.6e6 if joules is not None else None,
-            "progress": {"tokens_per_s": worker.rates.to_json(), "loss": worker.losses.to_json()} if worker else None,
-            "probes": unit.get("probes", 0), "failed_probes": unit.get("failed_probes", []),
-            "exit_code": unit.get("exit_code"), "watch_only": bool(unit.get("watch_only")),
-        })
+        out_units.append(
+            {
+                "name": unit["name"],
+                "gpu": gpu,
+                "device": unit["device"],
+                "gpu_name": name,
+                "uuid": info[gpu].uuid if gpu in info else None,
+                "status": j.status,
+                "reasons": j.reasons,
+                "warnings": j.warnings,
+                "model": start.get("model"),
+                "params": start.get("params"),
+                "group": " · ".join(str(x) for x in group) if group else None,
+                "precision": start.get("precision"),
+                "compiled": start.get("compiled"),
+                "tokens": end.get("tokens"),
+                "tokens_per_s": rate,
+                "floor": start.get("floor"),
+                "final_loss": end.get("final_loss"),
+                "allowed_loss_gap": Limits().allowed_gap(start["floor"]) if start.get("floor") is not None else None,
+                "mfu": rate * start["flops_per_token"] / peak
+                if rate and peak and start.get("flops_per_token")
+                else None,
+                "max_temperature_celsius": tally.hottest if tally else None,
+                "max_power_watts": tally.max_power if tally else None,
+                "power_limit_watts": tally.limit if tally else None,
+                "energy_kwh": joules / 3.6e6 if joules is not None else None,
+                "progress": {"tokens_per_s": worker.rates.to_json(), "loss": worker.losses.to_json()}
+                if worker
+                else None,
+                "probes": unit.get("probes", 0),
+                "failed_probes": unit.get("failed_probes", []),
+                "exit_code": unit.get("exit_code"),
+                "watch_only": bool(unit.get("watch_only")),
+            }
+        )
     first_cpu, last_cpu = run.cpu_energy
-    cpu_kwh = (last_cpu - first_cpu) / 3.6e6 if first_cpu is not None and last_cpu is not None and \
-        last_cpu > first_cpu else None
+    cpu_kwh = (
+        (last_cpu - first_cpu) / 3.6e6
+        if first_cpu is not None and last_cpu is not None and last_cpu > first_cpu
+        else None
+    )
     gpu_kwh = gpu_joules / 3.6e6 if measured else None
     total = None if gpu_kwh is None and cpu_kwh is None else (gpu_kwh or 0.0) + (cpu_kwh or 0.0)
     price = config.burnin.price_per_kwh
     system = first.system
     return {
-        "format": "rigmon-burnin", "version": 2, "rigmon": __version__, "host": host, "started": started_wall,
+        "format": "rigmon-burnin",
+        "version": 2,
+        "rigmon": __version__,
+        "host": host,
+        "started": started_wall,
         "started_unix": round(started_unix, 3),
-        "duration_seconds": round(duration, 1), "model": model, "verdict": overall,
-        "python": platform.python_version(), "units": out_units,
+        "duration_seconds": round(duration, 1),
+        "model": model,
+        "verdict": overall,
+        "python": platform.python_version(),
+        "units": out_units,
         "host_verdict": {"status": host_judgement.status, "reasons": host_judgement.reasons},
-        "energy": {"gpu_kwh": gpu_kwh, "cpu_kwh": cpu_kwh, "total_kwh": total,
-                   "price_per_kwh": price, "currency": config.burnin.currency,
-                   "cost": total * price if price is not None and total is not None else None},
-        "alerts": transitions, "notes": notes,
-        "hardware": {"driver": system.driver_version if system else None,
-                     "cuda": system.cuda_driver_version if system else None,
-                     "gpus": {str(i): {"name": info[i].name, "slowdown_celsius": run.slowdown_celsius.get(i)}
-                              for i in info},
-                     "ticks": run.ticks, "timeline": run.timeline.to_json()},
+        "energy": {
+            "gpu_kwh": gpu_kwh,
+            "cpu_kwh": cpu_kwh,
+            "total_kwh": total,
+            "price_per_kwh": price,
+            "currency": config.burnin.currency,
+            "cost": total * price if price is not None and total is not None else None,
+        },
+        "alerts": transitions,
+        "notes": notes,
+        "hardware": {
+            "driver": system.driver_version if system else None,
+            "cuda": system.cuda_driver_version if system else None,
+            "gpus": {str(i): {"name": info[i].name, "slowdown_celsius": run.slowdown_celsius.get(i)} for i in info},
+            "ticks": run.ticks,
+            "timeline": run.timeline.to_json(),
+        },
     }
 
 
@@ -605,12 +752,20 @@ def compare(new: dict, old: dict) -> dict:
 
         def per_million(unit):
             kwh, tokens = unit.get("energy_kwh"), unit.get("tokens")
-            return kwh / tokens * 1e6 if isinstance(kwh, (int, float)) and isinstance(tokens, (int, float)) and \
-                tokens else None
+            return (
+                kwh / tokens * 1e6
+                if isinstance(kwh, (int, float)) and isinstance(tokens, (int, float)) and tokens
+                else None
+            )
 
-        rows.append([u["name"], delta(u.get("tokens_per_s"), o.get("tokens_per_s"), "{:,.0f}"),
-                     delta(u.get("max_temperature_celsius"), o.get("max_temperature_celsius"), "{:.0f} °C"),
-                     delta(per_million(u), per_million(o), "{:.4f} kWh")])
+        rows.append(
+            [
+                u["name"],
+                delta(u.get("tokens_per_s"), o.get("tokens_per_s"), "{:,.0f}"),
+                delta(u.get("max_temperature_celsius"), o.get("max_temperature_celsius"), "{:.0f} °C"),
+                delta(per_million(u), per_million(o), "{:.4f} kWh"),
+            ]
+        )
     return {"started": old.get("started"), "rows": rows}
 
 
@@ -618,9 +773,13 @@ def summary(data: dict, json_path: Path, html_path: Path) -> str:
     verdict = data["verdict"].upper()
     lines = [f"rigmon burn-in: {verdict} after {data['duration_seconds'] / 60:.1f} min"]
     for u in data["units"]:
-        lines.append(f"  {u['name']}" + (f" {u['gpu_name']}" if u.get("gpu_name") else "") + f": {u['status']}" +
-                     (f", {u['tokens_per_s']:,.0f} tokens/s" if u.get("tokens_per_s") else "") +
-                     (f", MFU {100 * u['mfu']:.1f} %" if u.get("mfu") else ""))
+        lines.append(
+            f"  {u['name']}"
+            + (f" {u['gpu_name']}" if u.get("gpu_name") else "")
+            + f": {u['status']}"
+            + (f", {u['tokens_per_s']:,.0f} tokens/s" if u.get("tokens_per_s") else "")
+            + (f", MFU {100 * u['mfu']:.1f} %" if u.get("mfu") else "")
+        )
         for reason in u["reasons"]:
             lines.append(f"    ✗ {reason}")
         for warning in u["warnings"]:
@@ -632,8 +791,10 @@ def summary(data: dict, json_path: Path, html_path: Path) -> str:
     if energy["total_kwh"] is None:
         lines.append("  energy not measured (no GPU energy counter or RAPL reading)")
     else:
-        lines.append(f"  energy {energy['total_kwh']:.4f} kWh" + (
-            f", {energy['cost']:.2f} {energy['currency']}" if energy["cost"] is not None else ""))
+        lines.append(
+            f"  energy {energy['total_kwh']:.4f} kWh"
+            + (f", {energy['cost']:.2f} {energy['currency']}" if energy["cost"] is not None else "")
+        )
     for note in data["notes"]:
         lines.append(f"  note: {note}")
     lines.append(f"  report: {html_path} (and {json_path.name})")

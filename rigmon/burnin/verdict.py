@@ -61,8 +61,9 @@ def group_of(unit: dict) -> tuple | None:
     return (start.get("gpu_name"), start.get("model"))
 
 
-def judge(units: list[dict], tallies: dict[int, GpuTally], transitions: list[dict], limits: Limits | None = None
-          ) -> tuple[str, list[Judgement], Judgement]:
+def judge(
+    units: list[dict], tallies: dict[int, GpuTally], transitions: list[dict], limits: Limits | None = None
+) -> tuple[str, list[Judgement], Judgement]:
     """``units``: one per worker or watched GPU (see ``run.Worker.as_unit``); ``tallies``: each
     GPU's readings, by index. Returns (overall, per unit, host)."""
     limits = limits or Limits()
@@ -88,8 +89,10 @@ def judge(units: list[dict], tallies: dict[int, GpuTally], transitions: list[dic
         for j in judgements:
             rate = members.get(j.name)
             if rate is not None and rate < (1 - limits.throughput_spread) * best:
-                j.fail(f"throughput {rate:,.0f} tokens/s is {100 * (1 - rate / best):.0f} % below the best "
-                       f"{group[0]}'s {best:,.0f} on the same model")
+                j.fail(
+                    f"throughput {rate:,.0f} tokens/s is {100 * (1 - rate / best):.0f} % below the best "
+                    f"{group[0]}'s {best:,.0f} on the same model"
+                )
     host = Judgement("host")
     for t in transitions:
         if t["status"] == "firing" and t["alertname"] in HOST_FAILURES:
@@ -117,8 +120,10 @@ def judge_training(unit: dict, j: Judgement, limits: Limits) -> None:
         j.fail(f"the training process failed{why}: {error['message']}")
         return
     if end is None:
-        j.fail(f"the training process died (exit code {unit.get('exit_code')})" + (
-            f" ({unit['stopped_because']})" if unit.get("stopped_because") else ""))
+        j.fail(
+            f"the training process died (exit code {unit.get('exit_code')})"
+            + (f" ({unit['stopped_because']})" if unit.get("stopped_because") else "")
+        )
         return
     if end.get("nan"):
         j.fail("the loss became NaN or infinite")
@@ -127,21 +132,27 @@ def judge_training(unit: dict, j: Judgement, limits: Limits) -> None:
         if final is not None and floor is not None:
             margin = limits.allowed_gap(floor)
             if final - floor > margin:
-                j.fail(f"the loss ({final:.3f}) did not approach the data's floor ({floor:.3f}): a gap of "
-                       f"{final - floor:.3f} nats (allowed {margin:.3f}) points at wrong arithmetic")
+                j.fail(
+                    f"the loss ({final:.3f}) did not approach the data's floor ({floor:.3f}): a gap of "
+                    f"{final - floor:.3f} nats (allowed {margin:.3f}) points at wrong arithmetic"
+                )
     bad = unit.get("failed_probes") or []
     if bad:
         probe = bad[0]
-        j.fail(f"determinism probe mismatch at {probe['t']:.0f} s ({len(bad)} of {unit.get('probes', 0)} probes): "
-               f"the same weights and batch gave logits {probe['max_abs_diff']:.3g} apart (silent data corruption?)")
+        j.fail(
+            f"determinism probe mismatch at {probe['t']:.0f} s ({len(bad)} of {unit.get('probes', 0)} probes): "
+            f"the same weights and batch gave logits {probe['max_abs_diff']:.3g} apart (silent data corruption?)"
+        )
     points = [v for _, v in unit.get("rates") or []]
     if len(points) >= 9 and str(unit.get("device", "cuda")).startswith("cuda"):  # CPU throughput is noisy
         third = len(points) // 3
-        early = statistics.median(points[third // 3: third])
+        early = statistics.median(points[third // 3 : third])
         late = statistics.median(points[-third:])
         if early > 0 and late < (1 - limits.throughput_decay) * early:
-            j.fail(f"throughput decayed {100 * (1 - late / early):.0f} % over the run ({early:,.0f} → "
-                   f"{late:,.0f} tokens/s)")
+            j.fail(
+                f"throughput decayed {100 * (1 - late / early):.0f} % over the run ({early:,.0f} → "
+                f"{late:,.0f} tokens/s)"
+            )
 
 
 def judge_hardware(tally: GpuTally, j: Judgement, limits: Limits, trained: bool = True) -> None:
@@ -156,8 +167,10 @@ def judge_hardware(tally: GpuTally, j: Judgement, limits: Limits, trained: bool 
     for reason in SLOWDOWN_REASONS:
         share = tally.slowdown_ticks.get(reason, 0) / busy
         if share > limits.slowdown_allowance:
-            j.fail(f"{reason.replace('_', ' ')} active {100 * share:.0f} % of the time under load "
-                   f"(allowed {100 * limits.slowdown_allowance:.0f} %)")
+            j.fail(
+                f"{reason.replace('_', ' ')} active {100 * share:.0f} % of the time under load "
+                f"(allowed {100 * limits.slowdown_allowance:.0f} %)"
+            )
     if tally.slowdown_celsius is not None and tally.hottest is not None and tally.hottest >= tally.slowdown_celsius:
         j.fail(f"temperature reached {tally.hottest:.0f} °C, the slowdown threshold ({tally.slowdown_celsius:.0f} °C)")
     if (tally.ecc_last or 0) > (tally.ecc_first or 0):
@@ -169,9 +182,11 @@ def judge_hardware(tally: GpuTally, j: Judgement, limits: Limits, trained: bool 
     if not trained:
         return  # nothing loaded it: how far its power or link went says nothing
     if tally.max_power_ratio is not None and tally.max_power_ratio < limits.power_reached:
-        j.warn(f"power never reached {100 * limits.power_reached:.0f} % of the limit (at most "
-               f"{100 * tally.max_power_ratio:.0f} %): the GPU was starved (data loading, CPU, PCIe) or the model is "
-               f"too small")
+        j.warn(
+            f"power never reached {100 * limits.power_reached:.0f} % of the limit (at most "
+            f"{100 * tally.max_power_ratio:.0f} %): the GPU was starved (data loading, CPU, PCIe) or the model is "
+            f"too small"
+        )
     if tally.busy_ticks and tally.pcie_below_ticks / tally.busy_ticks > 0.5 and tally.pcie_below_last:
         gen, width, max_gen, max_width = tally.pcie_below_last
         j.warn(f"the PCIe link ran at gen {gen} x{width} under load, below its max (gen {max_gen} x{max_width})")

@@ -62,8 +62,9 @@ def train(args) -> int:
         from datetime import timedelta
 
         # a rank that dies must not leave the others waiting for ever in a collective
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world,
-                                timeout=timedelta(seconds=120))
+        dist.init_process_group(
+            "nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120)
+        )
     if device.type == "cuda":
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -88,8 +89,14 @@ def train(args) -> int:
         precision, dtype = "fp32", None
     scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
     fused = device.type == "cuda"
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.0,
-                                  fused=fused or None, foreach=None if fused else True)
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=1e-3,
+        betas=(0.9, 0.95),
+        weight_decay=0.0,
+        fused=fused or None,
+        foreach=None if fused else True,
+    )
     step_model = model
     compiled = False
     if device.type == "cuda" and not args.no_compile:
@@ -100,8 +107,11 @@ def train(args) -> int:
             step_model = model
 
     def autocast():
-        return torch.autocast(device.type, dtype=dtype) if dtype is not None else torch.autocast(device.type,
-                                                                                                 enabled=False)
+        return (
+            torch.autocast(device.type, dtype=dtype)
+            if dtype is not None
+            else torch.autocast(device.type, enabled=False)
+        )
 
     g = torch.Generator(device=device).manual_seed(args.seed + rank)
     probe_batch = chain.sample(4, config.context + 1, torch.Generator(device=device).manual_seed(99))[:, :-1]
@@ -109,10 +119,21 @@ def train(args) -> int:
         reference = frozen(probe_batch).float()
     peak_lr = 3e-3 if config.name == "tiny" else (1e-3 if config.name == "small" else 6e-4)
     warmup = 0.05 * args.seconds
-    emit(event="start", device=str(device), rank=rank, world=world, model=config.name, params=config.parameters(),
-         precision=precision, compiled=compiled, floor=chain.entropy_rate, flops_per_token=config.flops_per_token(),
-         tokens_per_step=config.batch * config.context,
-         gpu_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None, cpu_name=_cpu_name())
+    emit(
+        event="start",
+        device=str(device),
+        rank=rank,
+        world=world,
+        model=config.name,
+        params=config.parameters(),
+        precision=precision,
+        compiled=compiled,
+        floor=chain.entropy_rate,
+        flops_per_token=config.flops_per_token(),
+        tokens_per_step=config.batch * config.context,
+        gpu_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        cpu_name=_cpu_name(),
+    )
 
     pool, pool_used = None, 0
     started = time.monotonic()
@@ -128,11 +149,14 @@ def train(args) -> int:
             break
         if pool is None or pool_used >= pool.shape[0]:
             pool, pool_used = chain.sample(config.batch * 16, config.context + 1, g), 0
-        batch = pool[pool_used:pool_used + config.batch]
+        batch = pool[pool_used : pool_used + config.batch]
         pool_used += config.batch
         fraction = elapsed / args.seconds
-        lr = peak_lr * min(1.0, elapsed / warmup) if elapsed < warmup else \
-            peak_lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * fraction)))
+        lr = (
+            peak_lr * min(1.0, elapsed / warmup)
+            if elapsed < warmup
+            else peak_lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * fraction)))
+        )
         for group in optimizer.param_groups:
             group["lr"] = lr
         with autocast():
@@ -160,9 +184,15 @@ def train(args) -> int:
             if not math.isfinite(mean):
                 bad = True
             recent.append(mean)
-            emit(event="progress", t=round(elapsed, 3), step=steps, tokens=tokens,
-                 tokens_per_s=window_tokens / (now - last_report), loss=mean if math.isfinite(mean) else None,
-                 lr=lr)
+            emit(
+                event="progress",
+                t=round(elapsed, 3),
+                step=steps,
+                tokens=tokens,
+                tokens_per_s=window_tokens / (now - last_report),
+                loss=mean if math.isfinite(mean) else None,
+                lr=lr,
+            )
             last_report, window_tokens, window_loss, window_steps = now, 0, 0.0, 0
             if bad:
                 break
@@ -170,13 +200,24 @@ def train(args) -> int:
             emit(event="probe", t=round(elapsed, 3), **probe(frozen, probe_batch, reference, autocast, inject))
             last_probe = now
     if not bad:
-        emit(event="probe", t=round(time.monotonic() - started, 3), **probe(frozen, probe_batch, reference, autocast,
-                                                                           inject))
-    tail = recent[-max(1, len(recent) // 10):]
+        emit(
+            event="probe",
+            t=round(time.monotonic() - started, 3),
+            **probe(frozen, probe_batch, reference, autocast, inject),
+        )
+    tail = recent[-max(1, len(recent) // 10) :]
     final = sum(tail) / len(tail) if tail and not bad else None
     peak_memory = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    emit(event="end", steps=steps, tokens=tokens, seconds=round(time.monotonic() - started, 3), final_loss=final,
-         floor=chain.entropy_rate, nan=bad, peak_memory_bytes=peak_memory)
+    emit(
+        event="end",
+        steps=steps,
+        tokens=tokens,
+        seconds=round(time.monotonic() - started, 3),
+        final_loss=final,
+        floor=chain.entropy_rate,
+        nan=bad,
+        peak_memory_bytes=peak_memory,
+    )
     if args.ddp:
         import torch.distributed as dist
 

@@ -38,6 +38,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from ..config.settings import ConfigError  # no config models: a command builds them if it needs them
+
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logs.SafeFormatter(logs.FORMAT))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
@@ -45,8 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except ConfigError as e:
         for path, message in e.problems:
-            print(printable(f"{e.source}: {path}: {message}" if path else f"{e.source}: {message}"),
-                  file=sys.stderr)
+            print(printable(f"{e.source}: {path}: {message}" if path else f"{e.source}: {message}"), file=sys.stderr)
         return 2
     except (RecordingError, UsageError) as e:
         print(printable_lines(f"rigmon: {e}"), file=sys.stderr)

@@ -16,21 +16,32 @@ if TYPE_CHECKING:
     from ..config.schema import Config
     from ..config.settings import Settings
 
-__all__ = ["UsageError", "add_config", "add_source", "demo_path", "load_config", "load_settings", "replay_source",
-           "stop_on_signals"]
+__all__ = [
+    "UsageError",
+    "add_config",
+    "add_source",
+    "demo_path",
+    "load_config",
+    "load_settings",
+    "replay_source",
+    "stop_on_signals",
+]
 
 
 def add_config(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", "-c", metavar="FILE",
-                   help=f"config file (default {DEFAULT_CONFIG} if it exists)")
+    p.add_argument("--config", "-c", metavar="FILE", help=f"config file (default {DEFAULT_CONFIG} if it exists)")
 
 
 def add_source(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--replay", metavar="FILE", help="read a rigmon recording instead of the hardware")
     g.add_argument("--demo", action="store_true", help="replay the bundled H200 recording (no GPU needed)")
-    p.add_argument("--replay-gpus", type=argtypes.gpu_count, metavar="N",
-                   help=f"widen the replayed recording to N GPUs (1 to {argtypes.MAX_GPUS})")
+    p.add_argument(
+        "--replay-gpus",
+        type=argtypes.gpu_count,
+        metavar="N",
+        help=f"widen the replayed recording to N GPUs (1 to {argtypes.MAX_GPUS})",
+    )
 
 
 def load_config(args) -> Config:
@@ -58,8 +69,9 @@ def replay_source(args, *, at: float = 0.0, realtime: bool = True, loop: bool = 
     if path is None:
         given = [flag for flag, value in (("--replay-gpus", args.replay_gpus), ("--at", at or None)) if value]
         if given:
-            raise UsageError(f"{' and '.join(given)} {'go' if len(given) > 1 else 'goes'} only with --replay FILE "
-                             f"or --demo")
+            raise UsageError(
+                f"{' and '.join(given)} {'go' if len(given) > 1 else 'goes'} only with --replay FILE or --demo"
+            )
         return None, ""
     from ..readers.replay import ReplayClock, ReplaySource
 

@@ -52,8 +52,9 @@ def cmd_jobs(args) -> int:
         rows = lambda: (j.as_dict(price, currency) for j in ledger.load(path, limit=limit))  # noqa: E731
         widths = _widths((_cells(row, bool(price)) for row in rows()), bool(price))
     except ledger.LedgerError as e:
-        raise UsageError(f"cannot read the jobs ledger {e} (the daemon sets a damaged one aside and starts "
-                         f"a new one)") from None
+        raise UsageError(
+            f"cannot read the jobs ledger {e} (the daemon sets a damaged one aside and starts a new one)"
+        ) from None
     if widths is None:
         print(f"no jobs in {path} yet (the daemon books them while it runs: rigmon run)")
         return 0
@@ -98,20 +99,42 @@ def _flags(job: dict) -> str:
 
 
 def _head(with_cost: bool) -> list[str]:
-    return ["ID", "USER", "JOB", "GPUS", "STARTED", "TOOK", "GPU-H", "kWh", *(["COST"] if with_cost else []),
-            "W/LIMIT", "UTIL", "PEAK°C", "FLAGS", "COMMAND"]
+    return [
+        "ID",
+        "USER",
+        "JOB",
+        "GPUS",
+        "STARTED",
+        "TOOK",
+        "GPU-H",
+        "kWh",
+        *(["COST"] if with_cost else []),
+        "W/LIMIT",
+        "UTIL",
+        "PEAK°C",
+        "FLAGS",
+        "COMMAND",
+    ]
 
 
 def _cells(j: dict, with_cost: bool) -> list[str]:
     ratio, util = j["mean_power_ratio"], j["mean_utilization_ratio"]
     cost = [f"{j['cost']:.2f}{(' ' + j['currency']) if j['currency'] else ''}" if j["cost"] is not None else "—"]
     cells = [
-        str(j["id"]), j["user"] or "?", j["job"][:24], ",".join(map(str, j["gpus"])) or "—", _when(j["started"]),
-        _duration(j["seconds"]), f"{j['gpu_hours']:.2f}", f"{j['energy_kwh']:.3f}", *(cost if with_cost else []),
+        str(j["id"]),
+        j["user"] or "?",
+        j["job"][:24],
+        ",".join(map(str, j["gpus"])) or "—",
+        _when(j["started"]),
+        _duration(j["seconds"]),
+        f"{j['gpu_hours']:.2f}",
+        f"{j['energy_kwh']:.3f}",
+        *(cost if with_cost else []),
         f"{j['mean_power_watts']:.0f} W/{ratio:.0%}" if ratio is not None and j["mean_power_watts"] else "—",
         f"{util:.0%}" if util is not None else "—",
         f"{j['peak_temperature_celsius']:.0f}" if j["peak_temperature_celsius"] is not None else "—",
-        _flags(j), (j["command"] or "?")[:40],
+        _flags(j),
+        (j["command"] or "?")[:40],
     ]
     return [printable(c) for c in cells]
 
@@ -151,28 +174,51 @@ def show(j: dict) -> str:
 
     lines = [f"job #{j['id']}: {j['job']}" + (" (running)" if j["running"] else "")]
     fields = [
-        ("user", j["user"] or "?"), ("command", j["command"] or "?"), ("unit", _unit(j)),
-        ("started", _when(j["started"])), ("ended", _when(j["ended"]) if j["ended"] else "— (running)"),
-        ("took", _duration(j["seconds"])), ("GPUs", ",".join(map(str, j["gpus"])) or "—"),
-        ("GPU-hours", f"{j['gpu_hours']:.3f} (its share of each GPU's time; held {j['held_gpu_hours']:.3f}, each GPU "
-                      f"it was on counted whole)" if abs(j["held_gpu_hours"] - j["gpu_hours"]) > 5e-4
-         else f"{j['gpu_hours']:.3f}"),
-        ("energy", f"{j['energy_kwh']:.4f} kWh ({j['energy_joules']:.0f} J)" + (
-            ", partly estimated: power × time on a GPU without an energy counter" if j["energy_estimated"] else
-            ", from the GPUs' energy counters")),
-        ("cost", f"{j['cost']:.2f} {j['currency'] or ''}".rstrip() if j["cost"] is not None
-         else "— (no jobs.price_per_kwh)"),
+        ("user", j["user"] or "?"),
+        ("command", j["command"] or "?"),
+        ("unit", _unit(j)),
+        ("started", _when(j["started"])),
+        ("ended", _when(j["ended"]) if j["ended"] else "— (running)"),
+        ("took", _duration(j["seconds"])),
+        ("GPUs", ",".join(map(str, j["gpus"])) or "—"),
+        (
+            "GPU-hours",
+            f"{j['gpu_hours']:.3f} (its share of each GPU's time; held {j['held_gpu_hours']:.3f}, each GPU "
+            f"it was on counted whole)"
+            if abs(j["held_gpu_hours"] - j["gpu_hours"]) > 5e-4
+            else f"{j['gpu_hours']:.3f}",
+        ),
+        (
+            "energy",
+            f"{j['energy_kwh']:.4f} kWh ({j['energy_joules']:.0f} J)"
+            + (
+                ", partly estimated: power × time on a GPU without an energy counter"
+                if j["energy_estimated"]
+                else ", from the GPUs' energy counters"
+            ),
+        ),
+        (
+            "cost",
+            f"{j['cost']:.2f} {j['currency'] or ''}".rstrip() if j["cost"] is not None else "— (no jobs.price_per_kwh)",
+        ),
         ("mean power", f"{j['mean_power_watts']:.1f} W" if j["mean_power_watts"] is not None else "—"),
         ("of the limit", f"{j['mean_power_ratio']:.0%}" if j["mean_power_ratio"] is not None else "—"),
         ("utilisation", f"{j['mean_utilization_ratio']:.0%}" if j["mean_utilization_ratio"] is not None else "—"),
         ("busy", _duration(j["busy_seconds"])),
-        ("starved", f"too short to judge: busy {_duration(j['busy_seconds'])}, under the "
-                    f"{_duration(ledger.STARVED_MIN_BUSY_SECONDS)} the judgement needs" if j["starved"] is None
-         else f"yes: {_duration(j['starved_seconds'])} of its busy time below the power limit share"
-         if j["starved"] else f"no ({_duration(j['starved_seconds'])} of {_duration(j['busy_seconds'])} busy)"),
+        (
+            "starved",
+            f"too short to judge: busy {_duration(j['busy_seconds'])}, under the "
+            f"{_duration(ledger.STARVED_MIN_BUSY_SECONDS)} the judgement needs"
+            if j["starved"] is None
+            else f"yes: {_duration(j['starved_seconds'])} of its busy time below the power limit share"
+            if j["starved"]
+            else f"no ({_duration(j['starved_seconds'])} of {_duration(j['busy_seconds'])} busy)",
+        ),
         ("throttled", _duration(j["throttle_seconds"])),
-        ("peak temperature", f"{j['peak_temperature_celsius']:.0f} °C"
-         if j["peak_temperature_celsius"] is not None else "—"),
+        (
+            "peak temperature",
+            f"{j['peak_temperature_celsius']:.0f} °C" if j["peak_temperature_celsius"] is not None else "—",
+        ),
         ("alerts", ", ".join(j["alerts"]) or "none"),
     ]
     width = max(len(k) for k, _ in fields)

@@ -21,9 +21,12 @@ def add_parser(sub) -> None:
     r.add_argument("--seconds", type=argtypes.positive, default=60.0, help="how long to record (60)")
     r.add_argument("--interval", type=argtypes.positive, help="seconds between ticks (the config's poll interval)")
     r.add_argument("--label", help="a label stored with every tick")
-    r.add_argument("--live-host", action="store_true",
-                   help="with --replay: the GPUs from the recording, the host (sensors, the GPU processes' /proc "
-                        "entries) read live from this box")
+    r.add_argument(
+        "--live-host",
+        action="store_true",
+        help="with --replay: the GPUs from the recording, the host (sensors, the GPU processes' /proc "
+        "entries) read live from this box",
+    )
     r.set_defaults(func=cmd_record)
 
 
@@ -51,14 +54,20 @@ def cmd_record(args) -> int:
         what = "recorded by rigmon record"
     recorder = Recorder(f"{what}; rigmon {__version__}; {interval:g} s interval")
     stop_on_signals()  # Ctrl-C or SIGTERM ends the recording cleanly
-    pipeline = Pipeline.from_config(config, Outputs.NOTHING,
-                                    inputs=Inputs(source=source, nvml=recorder.nvml(nvml),
-                                                  host_backend=recorder.host(host)))
+    pipeline = Pipeline.from_config(
+        config,
+        Outputs.NOTHING,
+        inputs=Inputs(source=source, nvml=recorder.nvml(nvml), host_backend=recorder.host(host)),
+    )
     pipeline.open()
     ticks = 0
     gpus = len(pipeline.poller.gpu.devices) if pipeline.poller.gpu else 0
-    print(f"recording {gpus} GPU(s) every {interval:g} s for {args.seconds:g} s to {args.out} (Ctrl-C ends it "
-          f"early, and keeps what was recorded)", file=sys.stderr, flush=True)
+    print(
+        f"recording {gpus} GPU(s) every {interval:g} s for {args.seconds:g} s to {args.out} (Ctrl-C ends it "
+        f"early, and keeps what was recorded)",
+        file=sys.stderr,
+        flush=True,
+    )
     said = time.monotonic()
     try:
         with open(args.out, "w", encoding="utf-8") as out:
@@ -67,8 +76,11 @@ def cmd_record(args) -> int:
             while time.monotonic() - started < args.seconds:
                 if time.monotonic() - said >= PROGRESS_SECONDS:
                     said = time.monotonic()
-                    print(f"  {said - started:.0f} of {args.seconds:g} s, {ticks} ticks, {out.tell() / 1e6:.1f} MB",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"  {said - started:.0f} of {args.seconds:g} s, {ticks} ticks, {out.tell() / 1e6:.1f} MB",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 due = started + ticks * interval
                 time.sleep(max(0.0, due - time.monotonic()))
                 recorder.begin_tick(time.time(), args.label)

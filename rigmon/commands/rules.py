@@ -18,8 +18,9 @@ def add_parser(sub) -> None:
     rules = sub.add_parser("rules", help="list the alert rules, or test them on a recording")
     rsub = rules.add_subparsers(dest="rules_command", required=True, metavar="ACTION")
     listing = rsub.add_parser("list", help="every rule in effect, with its condition")
-    listing.add_argument("--variables", action="store_true", help="the variables a rule of each kind can use, "
-                                                                  "with what they mean")
+    listing.add_argument(
+        "--variables", action="store_true", help="the variables a rule of each kind can use, with what they mean"
+    )
     add_config(listing)
     listing.set_defaults(func=cmd_rules_list)
     test = rsub.add_parser("test", help="print every transition the rules make on a recording")
@@ -62,8 +63,11 @@ def cmd_rules_list(args) -> int:
         if spec.inhibits:
             fields.append(("inhibits", ", ".join(spec.inhibits)))
         for name, text in fields:
-            print(textwrap.fill(" ".join(text.split()), width, initial_indent=f"  {name + ':':<10}",
-                                subsequent_indent=" " * 12))
+            print(
+                textwrap.fill(
+                    " ".join(text.split()), width, initial_indent=f"  {name + ':':<10}", subsequent_indent=" " * 12
+                )
+            )
     return 0
 
 
@@ -72,8 +76,10 @@ def cmd_rules_test(args) -> int:
 
     config = load_config(args)
     if args.replay is None and not args.demo:
-        raise UsageError("rules test runs the rules on a recording: give --replay FILE (rigmon record makes one), "
-                         "or --demo for the bundled H200 one")
+        raise UsageError(
+            "rules test runs the rules on a recording: give --replay FILE (rigmon record makes one), "
+            "or --demo for the bundled H200 one"
+        )
     path = str(demo_path()) if args.demo else args.replay
     recording = Recording.load(path)
     if args.replay_gpus is not None:
@@ -83,13 +89,17 @@ def cmd_rules_test(args) -> int:
     t0 = recording.ticks[0]["t"]
     transitions = replay_rules(recording, config)
     shown = [t for t in transitions if args.all or t.severity != "info"]
-    print(f"{path}: {len(recording.ticks)} ticks over {recording.duration:.1f} s, "
-          f"{recording.gpu_count} GPU(s), {sum(1 for s in config.alerts.effective_rules() if s.enabled)} rules")
+    print(
+        f"{path}: {len(recording.ticks)} ticks over {recording.duration:.1f} s, "
+        f"{recording.gpu_count} GPU(s), {sum(1 for s in config.alerts.effective_rules() if s.enabled)} rules"
+    )
     for t in shown:
         stamp = time.strftime("%H:%M:%S", time.gmtime(t.time))
         subject = t.subject
-        print(f"{t.time - t0:8.1f} s  {stamp}Z  {t.status.upper():<8} {t.severity:<8} {t.alertname} [{subject}]  "
-              f"{t.summary}")
+        print(
+            f"{t.time - t0:8.1f} s  {stamp}Z  {t.status.upper():<8} {t.severity:<8} {t.alertname} [{subject}]  "
+            f"{t.summary}"
+        )
     counts = {}
     for t in transitions:
         if t.status == "firing":
@@ -97,8 +107,10 @@ def cmd_rules_test(args) -> int:
     hidden = len(transitions) - len(shown)
     if hidden:
         print(f"({hidden} info transition(s) not shown: --all shows them)")
-    print(f"{len(transitions)} transition(s); fired: " +
-          (", ".join(f"{n} {sev}" for sev, n in sorted(counts.items())) or "none"))
+    print(
+        f"{len(transitions)} transition(s); fired: "
+        + (", ".join(f"{n} {sev}" for sev, n in sorted(counts.items())) or "none")
+    )
     return 0
 
 
@@ -153,15 +165,25 @@ def cmd_doctor(args) -> int:
 
 
 _REMEDIES = (
-    ("NVML unavailable", "install the NVIDIA driver (nvidia-smi must work); in a container, start it with the GPUs "
-                         "(--gpus all, the NVIDIA container toolkit)"),
-    ("no fan sensors", "load the board's Super-I/O driver: sensors-detect (lm-sensors) names it, then modprobe it "
-                       "(nct6775, it87…); a VM or a container shows no fans"),
+    (
+        "NVML unavailable",
+        "install the NVIDIA driver (nvidia-smi must work); in a container, start it with the GPUs "
+        "(--gpus all, the NVIDIA container toolkit)",
+    ),
+    (
+        "no fan sensors",
+        "load the board's Super-I/O driver: sensors-detect (lm-sensors) names it, then modprobe it "
+        "(nct6775, it87…); a VM or a container shows no fans",
+    ),
     ("no CPU temperature", "modprobe coretemp (Intel) or k10temp (AMD); a VM shows none"),
-    ("no power budget", "set [alerts.power_budget] watts to what the PSU may deliver (or the groups of a box with "
-                        "two PSUs)"),
-    ("no GPU fans", "nothing to do on passively cooled boards: a stopped chassis fan shows as GPU temperature "
-                    "rising against power"),
+    (
+        "no power budget",
+        "set [alerts.power_budget] watts to what the PSU may deliver (or the groups of a box with two PSUs)",
+    ),
+    (
+        "no GPU fans",
+        "nothing to do on passively cooled boards: a stopped chassis fan shows as GPU temperature rising against power",
+    ),
 )
 
 
@@ -177,14 +199,23 @@ def _facts(sample, poller, config) -> list[str]:
     elif gpu.unavailable:
         out.append(f"GPUs: {gpu.unavailable}")
     else:
-        out.append(f"GPUs: {len(sample.gpus)} ({', '.join(sorted({i.name for i in sample.gpu_info}))}), driver "
-                   f"{sample.system.driver_version}")
+        out.append(
+            f"GPUs: {len(sample.gpus)} ({', '.join(sorted({i.name for i in sample.gpu_info}))}), driver "
+            f"{sample.system.driver_version}"
+        )
         driver = sample.system.driver_version or "?"
         lacking = gpu.not_in_driver()
-        for calls_of, said in ((lacking, f"NVML calls driver {driver} does not have (each asked once, then left "
-                                         f"out; where an older call answers, it is used and not listed)"),
-                               ({i: tuple(set(c) - set(lacking.get(i, ()))) for i, c in gpu.missing().items()},
-                                "NVML calls not supported here (each asked once, then left out)")):
+        for calls_of, said in (
+            (
+                lacking,
+                f"NVML calls driver {driver} does not have (each asked once, then left "
+                f"out; where an older call answers, it is used and not listed)",
+            ),
+            (
+                {i: tuple(set(c) - set(lacking.get(i, ()))) for i, c in gpu.missing().items()},
+                "NVML calls not supported here (each asked once, then left out)",
+            ),
+        ):
             by_calls: dict[tuple[str, ...], list[int]] = {}
             for index, calls in calls_of.items():
                 # with its arguments: a threshold the board lacks is not every threshold
@@ -195,19 +226,27 @@ def _facts(sample, poller, config) -> list[str]:
                 out.append(f"GPU {','.join(map(str, indices))}: {said}: {', '.join(calls)}")
         major = (sample.system.driver_version or "").split(".")[0]
         if major.isdigit() and int(major) < 510:
-            out.append(f"driver {sample.system.driver_version}: before R510 NVML's memory used includes the "
-                       f"driver's own reservation (a few hundred MB above what nvidia-smi shows on newer drivers)")
+            out.append(
+                f"driver {sample.system.driver_version}: before R510 NVML's memory used includes the "
+                f"driver's own reservation (a few hundred MB above what nvidia-smi shows on newer drivers)"
+            )
         missing = gpu.not_recorded()
         if missing:
-            out.append(f"recording: no answer for {', '.join(missing)}: what they read is unknown in this replay "
-                       f"(not recorded, not known to be unsupported)")
+            out.append(
+                f"recording: no answer for {', '.join(missing)}: what they read is unknown in this replay "
+                f"(not recorded, not known to be unsupported)"
+            )
         for info in sample.gpu_info:
             if info.fan_count == 0:
-                out.append(f"GPU {info.index}: no fans (passively cooled, fan speed NotSupported): a failing "
-                           f"chassis fan shows only as temperature rising against power")
+                out.append(
+                    f"GPU {info.index}: no fans (passively cooled, fan speed NotSupported): a failing "
+                    f"chassis fan shows only as temperature rising against power"
+                )
             if info.persistence_mode is False:
-                out.append(f"GPU {info.index}: persistence mode is off (the GPU re-initialises when the last "
-                           f"client exits; rigmon keeps NVML open, other tools may not)")
+                out.append(
+                    f"GPU {info.index}: persistence mode is off (the GPU re-initialises when the last "
+                    f"client exits; rigmon keeps NVML open, other tools may not)"
+                )
     host = sample.host
     if host is not None:
         out.append(f"hwmon: {len(host.temperatures)} temperature(s), {len(host.fans)} fan(s)")
@@ -218,9 +257,11 @@ def _facts(sample, poller, config) -> list[str]:
     out.append(f"notifiers: {len(config.notifiers) or 'none configured (transitions go to the log only)'}")
     hidden = hidden_from_the_service()
     if hidden:
-        out.append(f"service: {hidden[0]} is under {hidden[1]}, which rigmon.service hides (ProtectHome=yes): "
-                   f"run from there the unit fails with status 203/EXEC. "
-                   f"Make its venv from the system Python: sudo /usr/bin/python3 -m venv /opt/rigmon")
+        out.append(
+            f"service: {hidden[0]} is under {hidden[1]}, which rigmon.service hides (ProtectHome=yes): "
+            f"run from there the unit fails with status 203/EXEC. "
+            f"Make its venv from the system Python: sudo /usr/bin/python3 -m venv /opt/rigmon"
+        )
     return out
 
 
@@ -248,7 +289,7 @@ def _why_not(rule: Rule, entities: dict, sample, poller, config) -> str | None:
             "gpu": (poller.gpu.unavailable if poller.gpu and poller.gpu.unavailable else "no GPUs"),
             "gpu_fan": "no GPU fans reported (passively cooled boards: H100/H200/A100/T4, or no GPUs)",
             "fan": "no fan sensors visible (no hwmon fan inputs: a VM, a container, or no Super-I/O driver "
-                   "such as nct6775/it87 loaded)",
+            "such as nct6775/it87 loaded)",
             "cpu": "no CPU temperature sensor (no coretemp/k10temp/zenpower in hwmon)",
             "psu": "no power budget configured ([alerts.power_budget])",
             "sensor": "no sensors seen",
@@ -262,12 +303,17 @@ def _why_not(rule: Rule, entities: dict, sample, poller, config) -> str | None:
         lacking = {c for calls in poller.gpu.not_in_driver().values() for c in calls}
         if any(c.startswith("nvmlDeviceGetComputeRunningProcesses") for c in lacking):
             why_processes = f"driver {sample.system.driver_version or '?'} has no process list call rigmon can use"
-        elif any(c.startswith("nvmlDeviceGetComputeRunningProcesses")
-                 for calls in poller.gpu.unsupported().values() for c in calls):
+        elif any(
+            c.startswith("nvmlDeviceGetComputeRunningProcesses")
+            for calls in poller.gpu.unsupported().values()
+            for c in calls
+        ):
             why_processes = "NVML gives no process list on this board"
-    detail = {"processes": why_processes,
-              "processes_memory_bytes": why_processes,
-              "cpu_utilization_ratio": "CPU utilisation not read"}
+    detail = {
+        "processes": why_processes,
+        "processes_memory_bytes": why_processes,
+        "cpu_utilization_ratio": "CPU utilisation not read",
+    }
 
     from ..model.readings import KINDS
 

@@ -37,10 +37,14 @@ def add_parser(sub) -> None:
     add_source(p)
     p.add_argument("--listen", metavar="ADDR", help="override prometheus.listen")
     p.add_argument("--port", type=argtypes.port, help="override prometheus.port (0 picks a free port)")
-    p.add_argument("--speed", type=argtypes.speed, metavar="N",
-                   help="with --replay: run the daemon's clock N times as fast (polls, alerts' for, jobs), so a "
-                        f"recorded day replays through the whole daemon in minutes ({argtypes.SPEED_RANGE[0]:g} to "
-                        f"{argtypes.SPEED_RANGE[1]:g})")
+    p.add_argument(
+        "--speed",
+        type=argtypes.speed,
+        metavar="N",
+        help="with --replay: run the daemon's clock N times as fast (polls, alerts' for, jobs), so a "
+        f"recorded day replays through the whole daemon in minutes ({argtypes.SPEED_RANGE[0]:g} to "
+        f"{argtypes.SPEED_RANGE[1]:g})",
+    )
     p.set_defaults(func=cmd_run)
 
 
@@ -181,9 +185,14 @@ def _run(args: argparse.Namespace, handed: dict) -> int:
     source, label = replay_source(args, speed=speed)
     wall = time.time
     if source is not None:
-        log.info("replaying %s (%d GPU(s), %.0f s, looping%s); its state in %s, never the box's", label,
-                 source.recording.gpu_count, source.recording.duration,
-                 f", {speed:g}× as fast" if speed != 1 else "", config.daemon.state_dir)
+        log.info(
+            "replaying %s (%d GPU(s), %.0f s, looping%s); its state in %s, never the box's",
+            label,
+            source.recording.gpu_count,
+            source.recording.duration,
+            f", {speed:g}× as fast" if speed != 1 else "",
+            config.daemon.state_dir,
+        )
         if speed != 1:  # the samples' clock: from now, as fast as the replay
             start, replay_start = time.time(), source.clock()
             wall = lambda: start + source.clock() - replay_start  # noqa: E731
@@ -203,9 +212,11 @@ def _run(args: argparse.Namespace, handed: dict) -> int:
     except OSError as e:
         daemon.pipeline.close()
         where = "--port" if args.port is not None else "prometheus.port"
-        raise UsageError(f"{e.strerror or e}: another program has the port? Choose another with {where} "
-                         f"(or stop the other rigmon)" if e.errno == errno.EADDRINUSE else
-                         (e.strerror or str(e))) from None
+        raise UsageError(
+            f"{e.strerror or e}: another program has the port? Choose another with {where} (or stop the other rigmon)"
+            if e.errno == errno.EADDRINUSE
+            else (e.strerror or str(e))
+        ) from None
     # SIGHUP was blocked across the exec of a reload: one that came meanwhile is taken now
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
     # What start-up built (modules, config, readers, a replayed recording) lives as long as the
@@ -238,8 +249,12 @@ def _run(args: argparse.Namespace, handed: dict) -> int:
         _reload(daemon, config, new, new_text, text)  # never returns: this process becomes the new one
     if not _stop_within_grace(daemon):
         return 0  # what could not finish in time is abandoned; the spool keeps the rest
-    log.info("stopped after %.0f s, %d polls (%d skipped)", time.monotonic() - started, daemon.stats.polls,
-             daemon.stats.skipped)
+    log.info(
+        "stopped after %.0f s, %d polls (%d skipped)",
+        time.monotonic() - started,
+        daemon.stats.polls,
+        daemon.stats.skipped,
+    )
     return 0
 
 
@@ -323,8 +338,11 @@ def _reload(daemon: Daemon, old: Settings, new: Settings, new_text: str | None, 
         state["listen"] = [old.prometheus.listen, old.prometheus.port]
     alerts, latest = daemon.pipeline.alerts, daemon.pipeline.latest
     if alerts is not None:
-        specs = {spec.name: fingerprint(spec) for spec in new.alerts.effective_rules() if spec.enabled} \
-            if new.alerts.enabled else {}
+        specs = (
+            {spec.name: fingerprint(spec) for spec in new.alerts.effective_rules() if spec.enabled}
+            if new.alerts.enabled
+            else {}
+        )
         last = latest.time if latest is not None else time.time()
         state["alerts"], resolved = alerts.carry(specs, last)
         daemon.pipeline.between_polls(resolved)  # kept with the jobs, written to InfluxDB
@@ -380,8 +398,10 @@ def _lock_state_dir(state_dir) -> int | None:
     except OSError as e:
         os.close(fd)
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise UsageError(f"another rigmon daemon uses the state directory {state_dir}: stop it first, or give "
-                             f"this one its own daemon.state_dir") from None
+            raise UsageError(
+                f"another rigmon daemon uses the state directory {state_dir}: stop it first, or give "
+                f"this one its own daemon.state_dir"
+            ) from None
         return None
     return fd
 
@@ -395,7 +415,6 @@ def _stop_within_grace(daemon: Daemon, reloading: bool = False) -> bool:
     stopper.start()
     stopper.join(STOP_GRACE_SECONDS + 0.8)
     if stopper.is_alive():
-        log.error("warm stop took over %.0f s; exiting anyway (the spool keeps what was not sent)",
-                  STOP_GRACE_SECONDS)
+        log.error("warm stop took over %.0f s; exiting anyway (the spool keeps what was not sent)", STOP_GRACE_SECONDS)
         return False
     return True

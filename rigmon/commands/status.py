@@ -18,13 +18,20 @@ def add_parser(sub) -> None:
     add_config(s)
     add_source(s)
     s.add_argument("--json", action="store_true", help="print the sample as JSON")
-    s.add_argument("--watch", type=argtypes.positive, nargs="?", const=2.0, metavar="SECONDS",
-                   help="refresh every SECONDS (2)")
-    s.add_argument("--at", type=argtypes.non_negative, default=0.0, metavar="SECONDS",
-                   help="with --replay: seconds into the recording")
+    s.add_argument(
+        "--watch", type=argtypes.positive, nargs="?", const=2.0, metavar="SECONDS", help="refresh every SECONDS (2)"
+    )
+    s.add_argument(
+        "--at",
+        type=argtypes.non_negative,
+        default=0.0,
+        metavar="SECONDS",
+        help="with --replay: seconds into the recording",
+    )
     s.add_argument("--all", action="store_true", help="show info alerts too (a GPU at its power cap under load)")
-    s.add_argument("--exit-code", action="store_true", help="exit 1 when a GPU is lost or a critical alert fires "
-                                                              "(for scripts)")
+    s.add_argument(
+        "--exit-code", action="store_true", help="exit 1 when a GPU is lost or a critical alert fires (for scripts)"
+    )
     s.set_defaults(func=cmd_status)
 
 
@@ -39,8 +46,11 @@ def cmd_status(args) -> int:
     # one look shows the daemon's alerts, or a recording's as of --at
     replayed = config.alerts.enabled and source is not None and not args.watch
     engine = build_engine(config) if replayed else None  # the rules compiled once, for both pipelines
-    pipeline = Pipeline.from_config(config, Outputs(rules=bool(args.watch)),  # one read: no XID thread
-                                    inputs=Inputs(source=source, event_thread=bool(args.watch), engine=engine))
+    pipeline = Pipeline.from_config(
+        config,
+        Outputs(rules=bool(args.watch)),  # one read: no XID thread
+        inputs=Inputs(source=source, event_thread=bool(args.watch), engine=engine),
+    )
     alerts, note, daemon, alerts_now = None, "", None, None
     if replayed:
         from ..offline import replay_rules  # the recording's alerts as of --at
@@ -55,7 +65,8 @@ def cmd_status(args) -> int:
     clear = args.watch and not args.json and tty
     color = tty and not os.environ.get("NO_COLOR")  # no-color.org: any value turns colour off
     host = (config.daemon.hostname or socket.gethostname()) + "".join(
-        f"  {k}={v}" for k, v in sorted(config.daemon.labels.items()))
+        f"  {k}={v}" for k, v in sorted(config.daemon.labels.items())
+    )
     pipeline.open()
     try:
         if source is None:
@@ -76,8 +87,12 @@ def cmd_status(args) -> int:
             if args.json:
                 extra = {"alerts": alerts, "daemon": daemon}
                 if source:
-                    extra["replay"] = {"file": args.replay or str(demo_path()), "at": source.clock(),
-                                       "label": source.label(), "not_recorded": list(not_recorded)}
+                    extra["replay"] = {
+                        "file": args.replay or str(demo_path()),
+                        "at": source.clock(),
+                        "label": source.label(),
+                        "not_recorded": list(not_recorded),
+                    }
                 # a watch prints one object per line, for a reader that takes a line at a time
                 print(json.dumps(as_json(sample, extra), indent=None if args.watch else 2, allow_nan=False))
             else:
@@ -85,8 +100,19 @@ def cmd_status(args) -> int:
                     sys.stdout.write("\x1b[H\x1b[2J")
                 # whatever a process, a recording or the local port put in a string is made printable in
                 # render, before its colours; without colours, the whole text once more
-                text = render(sample, where, alerts, note, daemon, show_info=args.all, now=alerts_now,
-                              width=_width(tty), color=color, host=host, not_recorded=not_recorded)
+                text = render(
+                    sample,
+                    where,
+                    alerts,
+                    note,
+                    daemon,
+                    show_info=args.all,
+                    now=alerts_now,
+                    width=_width(tty),
+                    color=color,
+                    host=host,
+                    not_recorded=not_recorded,
+                )
                 print(text if color else printable_lines(text))
             if not args.watch:
                 return exit_code(sample, alerts) if args.exit_code else 0
@@ -133,8 +159,11 @@ def _daemon_state(config) -> tuple[list | None, str, dict | None]:
         with urllib.request.urlopen(f"{scheme}://{where}/state", timeout=1.0, context=context) as response:
             state = json.loads(response.read(1 << 20))
             alerts = state["alerts"]
-            if not isinstance(alerts, list) or not all(isinstance(a, dict) for a in alerts) or not isinstance(
-                    state.get("influxdb") or {}, dict):
+            if (
+                not isinstance(alerts, list)
+                or not all(isinstance(a, dict) for a in alerts)
+                or not isinstance(state.get("influxdb") or {}, dict)
+            ):
                 raise ValueError("not a rigmon daemon's state")
             return alerts, f"from the daemon at {where}", state
     except (OSError, ValueError, KeyError, TypeError):

@@ -44,8 +44,10 @@ def _check_http(url: str) -> str:
         raise ValueError("must be an http:// or https:// URL")
     bad = next((c for c in url if c.isspace() or ord(c) < 32 or ord(c) == 127), None)
     if bad is not None:  # a newline from an environment variable, a pasted space
-        raise ValueError(f"contains {'a space' if bad == ' ' else 'a control character'} ({bad!r}) at position "
-                         f"{url.index(bad)}: quote or escape it")
+        raise ValueError(
+            f"contains {'a space' if bad == ' ' else 'a control character'} ({bad!r}) at position "
+            f"{url.index(bad)}: quote or escape it"
+        )
     return url
 
 
@@ -59,26 +61,51 @@ RESERVED_LABELS = {"alertname", "severity", "host", "subject", "gpu", "uuid", "n
 
 
 class DaemonConfig(_Section):
-    interval: Annotated[Duration, Field(gt=0, le=3600, description="Time between polls; NVML's power reading is "
-                                                                    "a 1 s average, so below 1 s gains little.")] = 1.0
+    interval: Annotated[
+        Duration,
+        Field(
+            gt=0,
+            le=3600,
+            description="Time between polls; NVML's power reading is a 1 s average, so below 1 s gains little.",
+        ),
+    ] = 1.0
     state_dir: Annotated[Path, Field(description="Where spools and state live (systemd's StateDirectory).")] = Path(
-        "/var/lib/rigmon")
-    log_level: Annotated[Literal["debug", "info", "warning", "error"], Field(
-        description="Least severe log message written.")] = "info"
-    page: Annotated[bool, Field(
-        description="Serve the page at / and its API, and keep the last week of the charted readings for them "
-                    "(about 8 MB for 8 GPUs, saved in state_dir).")] = True
-    hostname: Annotated[str | None, Field(
-        min_length=1, max_length=253, pattern=r"^[^\x00-\x20\x7f]+$",
-        description="The box's name in notifications, InfluxDB's host tag, the page and status (default: the "
-                    "machine's hostname; set it where containers or several daemons share one).",
-        examples=["rig-04"])] = None
-    labels: Annotated[dict[Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$")],
-                           Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]],
-                      Field(max_length=16,
-                            description="The box's own labels (site, rack…): on every notification, every "
-                                        "InfluxDB point (as tags), the page and status. Prometheus takes them "
-                                        "from its targets instead.", examples=[{"site": "lab"}])] = {}
+        "/var/lib/rigmon"
+    )
+    log_level: Annotated[
+        Literal["debug", "info", "warning", "error"], Field(description="Least severe log message written.")
+    ] = "info"
+    page: Annotated[
+        bool,
+        Field(
+            description="Serve the page at / and its API, and keep the last week of the charted readings for them "
+            "(about 8 MB for 8 GPUs, saved in state_dir)."
+        ),
+    ] = True
+    hostname: Annotated[
+        str | None,
+        Field(
+            min_length=1,
+            max_length=253,
+            pattern=r"^[^\x00-\x20\x7f]+$",
+            description="The box's name in notifications, InfluxDB's host tag, the page and status (default: the "
+            "machine's hostname; set it where containers or several daemons share one).",
+            examples=["rig-04"],
+        ),
+    ] = None
+    labels: Annotated[
+        dict[
+            Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$")],
+            Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")],
+        ],
+        Field(
+            max_length=16,
+            description="The box's own labels (site, rack…): on every notification, every "
+            "InfluxDB point (as tags), the page and status. Prometheus takes them "
+            "from its targets instead.",
+            examples=[{"site": "lab"}],
+        ),
+    ] = {}
 
     @field_validator("labels")
     @classmethod
@@ -100,48 +127,88 @@ class DaemonConfig(_Section):
 
 class GpuConfig(_Section):
     enabled: Annotated[bool, Field(description="Read the GPUs through NVML.")] = True
-    indices: Annotated[list[Annotated[int, Field(ge=0)]] | None, Field(
-        description="GPU indices to watch; all when absent.", examples=[[0, 1]])] = None
-    slow_interval: Annotated[Duration, Field(ge=0, description="Time between reads of the slow counters: energy "
-                                                               "(~3 ms a GPU) and cumulative throttle times.")] = 5.0
+    indices: Annotated[
+        list[Annotated[int, Field(ge=0)]] | None,
+        Field(description="GPU indices to watch; all when absent.", examples=[[0, 1]]),
+    ] = None
+    slow_interval: Annotated[
+        Duration,
+        Field(
+            ge=0,
+            description="Time between reads of the slow counters: energy (~3 ms a GPU) and cumulative throttle times.",
+        ),
+    ] = 5.0
     pcie_throughput: Annotated[bool, Field(description="Read PCIe throughput (costs ~21 ms a GPU per read).")] = False
-    processes: Annotated[bool, Field(description="Read the compute processes: memory, SM share, and who they are "
-                                                 "(user, command, container or job, from /proc).")] = True
-    process_series: Annotated[int, Field(ge=0, le=64, description="Export the N processes holding the most GPU "
-                                                                  "memory as Prometheus series (pid, user, job "
-                                                                  "labels); 0: none, only the counts.")] = 0
+    processes: Annotated[
+        bool,
+        Field(
+            description="Read the compute processes: memory, SM share, and who they are "
+            "(user, command, container or job, from /proc)."
+        ),
+    ] = True
+    process_series: Annotated[
+        int,
+        Field(
+            ge=0,
+            le=64,
+            description="Export the N processes holding the most GPU "
+            "memory as Prometheus series (pid, user, job "
+            "labels); 0: none, only the counts.",
+        ),
+    ] = 0
     xid_events: Annotated[bool, Field(description="Listen for XID critical errors.")] = True
-    pcie_expected_generation: Annotated[dict[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1, le=6)]] | None,
-                                        Field(description="PCIe generation a GPU's link is meant to run at, by GPU "
-                                                          "index, where less than the slot allows: a riser forced "
-                                                          "to Gen3 in the BIOS. PcieLinkDegraded compares with it.",
-                                              examples=[{0: 3, 1: 3}])] = None
-    pcie_expected_width: Annotated[dict[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1, le=32)]] | None,
-                                   Field(description="PCIe width (lanes) a GPU's link is meant to run at, by GPU "
-                                                     "index, where less than NVML's maximum: a card on an x1 or x4 "
-                                                     "riser or a chipset slot. PcieLinkDegraded compares with it.",
-                                         examples=[{2: 1, 3: 4}])] = None
+    pcie_expected_generation: Annotated[
+        dict[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1, le=6)]] | None,
+        Field(
+            description="PCIe generation a GPU's link is meant to run at, by GPU "
+            "index, where less than the slot allows: a riser forced "
+            "to Gen3 in the BIOS. PcieLinkDegraded compares with it.",
+            examples=[{0: 3, 1: 3}],
+        ),
+    ] = None
+    pcie_expected_width: Annotated[
+        dict[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1, le=32)]] | None,
+        Field(
+            description="PCIe width (lanes) a GPU's link is meant to run at, by GPU "
+            "index, where less than NVML's maximum: a card on an x1 or x4 "
+            "riser or a chipset slot. PcieLinkDegraded compares with it.",
+            examples=[{2: 1, 3: 4}],
+        ),
+    ] = None
 
 
 class HostConfig(_Section):
     enabled: Annotated[bool, Field(description="Read CPU temperatures, fans and load through psutil.")] = True
     sysfs: Annotated[Path, Field(description="Root of sysfs, for RAPL energy.")] = Path("/sys")
     rapl: Annotated[bool, Field(description="Read CPU package energy from RAPL (root-only on recent kernels).")] = True
-    sysfs_sensors: Annotated[bool, Field(description="Read what psutil leaves out of hwmon: fan PWM, fan minimum "
-                                                     "and alarm, voltages, power and current inputs, and which "
-                                                     "device each chip is.")] = True
+    sysfs_sensors: Annotated[
+        bool,
+        Field(
+            description="Read what psutil leaves out of hwmon: fan PWM, fan minimum "
+            "and alarm, voltages, power and current inputs, and which "
+            "device each chip is."
+        ),
+    ] = True
 
 
 class BasicAuth(_Section):
-    username: Annotated[str, Field(min_length=1, description="User name Prometheus sends.",
-                                   examples=["prometheus"])]
-    password_bcrypt: Annotated[SecretStr | None, Field(
-        description="bcrypt hash of the password, as Prometheus's web config takes: htpasswd -nBC 10 \"\" | "
-                    "tr -d ':\\n'", examples=["${RIGMON_METRICS_PASSWORD_BCRYPT}"])] = None
-    password_sha256: Annotated[SecretStr | None, Field(
-        description="Hex SHA-256 of the password (older configs; unsalted and fast to guess: prefer "
-                    "password_bcrypt): printf %s 'password' | sha256sum",
-        examples=["${RIGMON_METRICS_PASSWORD_SHA256}"])] = None
+    username: Annotated[str, Field(min_length=1, description="User name Prometheus sends.", examples=["prometheus"])]
+    password_bcrypt: Annotated[
+        SecretStr | None,
+        Field(
+            description='bcrypt hash of the password, as Prometheus\'s web config takes: htpasswd -nBC 10 "" | '
+            "tr -d ':\\n'",
+            examples=["${RIGMON_METRICS_PASSWORD_BCRYPT}"],
+        ),
+    ] = None
+    password_sha256: Annotated[
+        SecretStr | None,
+        Field(
+            description="Hex SHA-256 of the password (older configs; unsalted and fast to guess: prefer "
+            "password_bcrypt): printf %s 'password' | sha256sum",
+            examples=["${RIGMON_METRICS_PASSWORD_SHA256}"],
+        ),
+    ] = None
 
     @field_validator("password_sha256")
     @classmethod
@@ -166,13 +233,17 @@ class BasicAuth(_Section):
 
 class PrometheusConfig(_Section):
     enabled: Annotated[bool, Field(description="Serve /metrics.")] = True
-    listen: Annotated[str, Field(description="Address to bind; \"::\" or \"0.0.0.0\" for every interface, "
-                                             "\"127.0.0.1\" for this box only.")] = "0.0.0.0"
+    listen: Annotated[
+        str, Field(description='Address to bind; "::" or "0.0.0.0" for every interface, "127.0.0.1" for this box only.')
+    ] = "0.0.0.0"
     port: Annotated[int, Field(ge=0, le=65535, description="TCP port of /metrics.")] = DEFAULT_PORT
-    tls_cert: Annotated[Path | None, Field(description="PEM certificate (chain); serve HTTPS when set.",
-                                           examples=["/etc/rigmon/tls/cert.pem"])] = None
-    tls_key: Annotated[Path | None, Field(description="PEM private key for tls_cert.",
-                                          examples=["/etc/rigmon/tls/key.pem"])] = None
+    tls_cert: Annotated[
+        Path | None,
+        Field(description="PEM certificate (chain); serve HTTPS when set.", examples=["/etc/rigmon/tls/cert.pem"]),
+    ] = None
+    tls_key: Annotated[
+        Path | None, Field(description="PEM private key for tls_cert.", examples=["/etc/rigmon/tls/key.pem"])
+    ] = None
     basic_auth: Annotated[BasicAuth | None, Field(description="Ask scrapers for a user name and password.")] = None
 
     @model_validator(mode="after")
@@ -189,38 +260,65 @@ class PrometheusConfig(_Section):
 class PsuGroupConfig(_Section):
     name: Annotated[str, Field(min_length=1, description="The PSU's name in alerts.", examples=["psu1"])]
     watts: Annotated[float, Field(gt=0, description="The PSU's (or group's) budget in watts.", examples=[1500])]
-    gpus: Annotated[list[Annotated[int, Field(ge=0)]] | None, Field(
-        description="GPU indices on this PSU; all when absent.", examples=[[0, 1]])] = None
+    gpus: Annotated[
+        list[Annotated[int, Field(ge=0)]] | None,
+        Field(description="GPU indices on this PSU; all when absent.", examples=[[0, 1]]),
+    ] = None
     include_cpu: Annotated[bool, Field(description="Add the CPU package power (RAPL) to this group.")] = False
-    sensor: Annotated[str | None, Field(
-        description="An hwmon power input that measures this PSU's draw (chip/sensor or chip/device/sensor, as "
-                    "rigmon status shows it, e.g. a corsair-psu's); its reading replaces the GPUs' sum while it "
-                    "answers.", examples=["corsair-psu/power total"])] = None
+    sensor: Annotated[
+        str | None,
+        Field(
+            description="An hwmon power input that measures this PSU's draw (chip/sensor or chip/device/sensor, as "
+            "rigmon status shows it, e.g. a corsair-psu's); its reading replaces the GPUs' sum while it "
+            "answers.",
+            examples=["corsair-psu/power total"],
+        ),
+    ] = None
 
 
 class PowerBudgetConfig(_Section):
-    watts: Annotated[float | None, Field(gt=0, description="Budget for all GPUs (plus the CPU package when "
-                                                             "include_cpu); no whole-box budget when absent.",
-                                         examples=[1800])] = None
+    watts: Annotated[
+        float | None,
+        Field(
+            gt=0,
+            description="Budget for all GPUs (plus the CPU package when include_cpu); no whole-box budget when absent.",
+            examples=[1800],
+        ),
+    ] = None
     include_cpu: Annotated[bool, Field(description="Add the CPU package power (RAPL) to the whole-box budget.")] = True
     groups: Annotated[list[PsuGroupConfig], Field(description="One budget per PSU (or circuit).")] = []
 
 
 class AlertsConfig(_Section):
     enabled: Annotated[bool, Field(description="Evaluate the alert rules.")] = True
-    repeat_interval: Annotated[Duration, Field(
-        description="Remind of a firing alert this often (0: never).")] = 4 * 3600.0
-    unknown_timeout: Annotated[Duration, Field(
-        description="Resolve an alert whose condition cannot be evaluated (a value the hardware stopped giving) "
-                    "for this long, or its rule's 'for' if longer.")] = 120.0
-    builtin: Annotated[dict[str, RuleOverride], Field(
-        description="Changes to built-in rules by name (rigmon rules list): enabled, for, params, severity, when, "
-                    "clear, texts.", examples=[{"FanStalled": {"for": "1m"}}])] = {}
+    repeat_interval: Annotated[Duration, Field(description="Remind of a firing alert this often (0: never).")] = (
+        4 * 3600.0
+    )
+    unknown_timeout: Annotated[
+        Duration,
+        Field(
+            description="Resolve an alert whose condition cannot be evaluated (a value the hardware stopped giving) "
+            "for this long, or its rule's 'for' if longer."
+        ),
+    ] = 120.0
+    builtin: Annotated[
+        dict[str, RuleOverride],
+        Field(
+            description="Changes to built-in rules by name (rigmon rules list): enabled, for, params, severity, when, "
+            "clear, texts.",
+            examples=[{"FanStalled": {"for": "1m"}}],
+        ),
+    ] = {}
     rules: Annotated[list[RuleSpec], Field(description="Your own rules (docs/alerts.md).")] = []
     power_budget: Annotated[PowerBudgetConfig, Field(description="What the PSUs can give.")] = PowerBudgetConfig()
-    expected_sensors: Annotated[list[str], Field(
-        description="Sensors that must be there from the start: 'fan:chip/label', 'temperature:chip/label', "
-                    "'NVML'.", examples=[["fan:nct6798/fan2", "NVML"]])] = []
+    expected_sensors: Annotated[
+        list[str],
+        Field(
+            description="Sensors that must be there from the start: 'fan:chip/label', 'temperature:chip/label', "
+            "'NVML'.",
+            examples=[["fan:nct6798/fan2", "NVML"]],
+        ),
+    ] = []
 
     _effective: list[RuleSpec] = PrivateAttr(default_factory=list)
 
@@ -234,28 +332,44 @@ class AlertsConfig(_Section):
 
 
 class NotifierConfig(_Section):
-    type: Annotated[Literal["webhook", "alertmanager", "slack", "discord", "ntfy"], Field(
-        description="The service's message format: webhook (Alertmanager's webhook JSON, for its receivers), "
-                    "alertmanager (Alertmanager's own API v2: firing alerts posted again every minute, as "
-                    "Prometheus does), slack, discord, ntfy.", examples=["slack"])]
-    url: Annotated[SecretStr | list[SecretStr], Field(
-        description="Where to post (a secret: Slack and Discord URLs carry a token). For ntfy, the topic URL; for "
-                    "alertmanager, its base URL, or a list of them for an HA pair (each gets every alert, as "
-                    "Prometheus sends them: one queue and name-1, name-2… per peer).",
-        examples=["${SLACK_WEBHOOK_URL}"])]
-    name: Annotated[str | None, Field(description="Name in logs and metrics (default: the type).",
-                                      examples=["ops-slack"])] = None
-    min_severity: Annotated[Literal["info", "warning", "critical"], Field(
-        description="Least severe alert sent.")] = "warning"
+    type: Annotated[
+        Literal["webhook", "alertmanager", "slack", "discord", "ntfy"],
+        Field(
+            description="The service's message format: webhook (Alertmanager's webhook JSON, for its receivers), "
+            "alertmanager (Alertmanager's own API v2: firing alerts posted again every minute, as "
+            "Prometheus does), slack, discord, ntfy.",
+            examples=["slack"],
+        ),
+    ]
+    url: Annotated[
+        SecretStr | list[SecretStr],
+        Field(
+            description="Where to post (a secret: Slack and Discord URLs carry a token). For ntfy, the topic URL; for "
+            "alertmanager, its base URL, or a list of them for an HA pair (each gets every alert, as "
+            "Prometheus sends them: one queue and name-1, name-2… per peer).",
+            examples=["${SLACK_WEBHOOK_URL}"],
+        ),
+    ]
+    name: Annotated[
+        str | None, Field(description="Name in logs and metrics (default: the type).", examples=["ops-slack"])
+    ] = None
+    min_severity: Annotated[Literal["info", "warning", "critical"], Field(description="Least severe alert sent.")] = (
+        "warning"
+    )
     headers: Annotated[dict[str, SecretStr], Field(description="Extra HTTP headers (secrets).")] = {}
-    token: Annotated[SecretStr | None, Field(description="Bearer token (ntfy access tokens).",
-                                             examples=["${NTFY_TOKEN}"])] = None
+    token: Annotated[
+        SecretStr | None, Field(description="Bearer token (ntfy access tokens).", examples=["${NTFY_TOKEN}"])
+    ] = None
     timeout: Annotated[Duration, Field(gt=0, le=300, description="Longest wait for the service's answer.")] = 10.0
     retry_initial: Annotated[Duration, Field(description="First retry delay; doubles up to retry_max.")] = 1.0
     retry_max: Annotated[Duration, Field(description="Longest wait between retries.")] = 60.0
     max_age: Annotated[Duration, Field(description="Give up on a message this old (logged, counted).")] = 24 * 3600.0
-    queue_size: Annotated[int, Field(ge=1, le=1_000_000, description="Messages waiting to be sent; past it the "
-                                                                     "oldest are dropped and counted.")] = 1000
+    queue_size: Annotated[
+        int,
+        Field(
+            ge=1, le=1_000_000, description="Messages waiting to be sent; past it the oldest are dropped and counted."
+        ),
+    ] = 1000
 
     @field_validator("url")
     @classmethod
@@ -272,39 +386,61 @@ class NotifierConfig(_Section):
     @model_validator(mode="after")
     def _one_url_but_for_alertmanager(self):
         if isinstance(self.url, list) and self.type != "alertmanager":
-            raise ValueError(f"url: a list of URLs is for an Alertmanager cluster (type = \"alertmanager\"); "
-                             f"a {self.type} notifier posts to one URL: give each its own [[notifiers]]")
+            raise ValueError(
+                f'url: a list of URLs is for an Alertmanager cluster (type = "alertmanager"); '
+                f"a {self.type} notifier posts to one URL: give each its own [[notifiers]]"
+            )
         return self
 
 
 class InfluxConfig(_Section):
     enabled: Annotated[bool, Field(description="Push every sample to InfluxDB.")] = False
-    api: Annotated[Literal["v2", "v1"], Field(description="v2: InfluxDB 2.x, 3.x and 1.8+ (url, org, bucket, "
-                                                          "token); v1: InfluxDB 1.x (url, database, "
-                                                          "retention_policy, username, password).")] = "v2"
+    api: Annotated[
+        Literal["v2", "v1"],
+        Field(
+            description="v2: InfluxDB 2.x, 3.x and 1.8+ (url, org, bucket, "
+            "token); v1: InfluxDB 1.x (url, database, "
+            "retention_policy, username, password)."
+        ),
+    ] = "v2"
     url: Annotated[str, Field(description="The server's base URL.")] = "http://localhost:8086"
     org: Annotated[str, Field(description="v2: organisation ('-' for InfluxDB 1.8).")] = ""
     bucket: Annotated[str, Field(description="v2: bucket ('db/rp' for InfluxDB 1.8).")] = "rigmon"
-    token: Annotated[SecretStr | None, Field(description="v2: API token ('user:password' for InfluxDB 1.8).",
-                                             examples=["${INFLUX_TOKEN}"])] = None
+    token: Annotated[
+        SecretStr | None,
+        Field(description="v2: API token ('user:password' for InfluxDB 1.8).", examples=["${INFLUX_TOKEN}"]),
+    ] = None
     database: Annotated[str, Field(description="v1: database.")] = "rigmon"
-    retention_policy: Annotated[str, Field(description="v1: retention policy (the database's default when "
-                                                       "empty).")] = ""
+    retention_policy: Annotated[str, Field(description="v1: retention policy (the database's default when empty).")] = (
+        ""
+    )
     username: Annotated[str, Field(description="v1: user name (none when empty).")] = ""
     password: Annotated[SecretStr | None, Field(description="v1: password.", examples=["${INFLUX_PASSWORD}"])] = None
     timeout: Annotated[Duration, Field(gt=0, le=300, description="Longest wait for one write.")] = 10.0
-    flush_interval: Annotated[Duration, Field(gt=0, le=3600, description="Longest a batch waits before it is "
-                                                                         "sent.")] = 1.0
+    flush_interval: Annotated[
+        Duration, Field(gt=0, le=3600, description="Longest a batch waits before it is sent.")
+    ] = 1.0
     retry_initial: Annotated[Duration, Field(description="First retry delay; doubles up to retry_max.")] = 1.0
-    retry_max: Annotated[Duration, Field(description="Longest wait between retries; also the pace of retries "
-                                                     "after the server refused the credentials.")] = 60.0
-    spool_dir: Annotated[Path | None, Field(description="Where unsent points wait on disk (default: "
-                                                        "<state_dir>/influxdb-spool).",
-                                            examples=["/var/lib/rigmon/influxdb-spool"])] = None
-    spool_max_bytes: Annotated[int, Field(ge=65536, description="Bound of the spool; past it the oldest points "
-                                                                "are dropped and counted.")] = 256 << 20
-    queue_size: Annotated[int, Field(ge=10, le=1_000_000, description="Points waiting in memory before they "
-                                                                      "go to the spool.")] = 10_000
+    retry_max: Annotated[
+        Duration,
+        Field(
+            description="Longest wait between retries; also the pace of retries "
+            "after the server refused the credentials."
+        ),
+    ] = 60.0
+    spool_dir: Annotated[
+        Path | None,
+        Field(
+            description="Where unsent points wait on disk (default: <state_dir>/influxdb-spool).",
+            examples=["/var/lib/rigmon/influxdb-spool"],
+        ),
+    ] = None
+    spool_max_bytes: Annotated[
+        int, Field(ge=65536, description="Bound of the spool; past it the oldest points are dropped and counted.")
+    ] = 256 << 20
+    queue_size: Annotated[
+        int, Field(ge=10, le=1_000_000, description="Points waiting in memory before they go to the spool.")
+    ] = 10_000
 
     @field_validator("url")
     @classmethod
@@ -313,37 +449,63 @@ class InfluxConfig(_Section):
 
 
 class BurninConfig(_Section):
-    price_per_kwh: Annotated[float | None, Field(ge=0, description="Electricity price, for the report's cost.",
-                                                 examples=[0.3])] = None
+    price_per_kwh: Annotated[
+        float | None, Field(ge=0, description="Electricity price, for the report's cost.", examples=[0.3])
+    ] = None
     currency: Annotated[str, Field(description="Currency of price_per_kwh.")] = "EUR"
-    reports_dir: Annotated[Path, Field(description="Where scheduled burn-ins keep their reports; the daemon "
-                                                   "exports the newest one's result.")] = Path("/var/lib/rigmon-burnin")
+    reports_dir: Annotated[
+        Path,
+        Field(description="Where scheduled burn-ins keep their reports; the daemon exports the newest one's result."),
+    ] = Path("/var/lib/rigmon-burnin")
 
 
 class JobsConfig(_Section):
-    enabled: Annotated[bool, Field(description="Keep the ledger of jobs (rigmon jobs): GPU time, energy and cost "
-                                               "of each run, in <state_dir>/jobs.sqlite.")] = True
-    price_per_kwh: Annotated[float, Field(ge=0, description="Electricity price per kWh, for each job's cost "
-                                                            "(0: no cost shown).", examples=[0.32])] = 0.0
+    enabled: Annotated[
+        bool,
+        Field(
+            description="Keep the ledger of jobs (rigmon jobs): GPU time, energy and cost "
+            "of each run, in <state_dir>/jobs.sqlite."
+        ),
+    ] = True
+    price_per_kwh: Annotated[
+        float,
+        Field(ge=0, description="Electricity price per kWh, for each job's cost (0: no cost shown).", examples=[0.32]),
+    ] = 0.0
     currency: Annotated[str, Field(max_length=8, description="Shown after costs.", examples=["EUR"])] = ""
-    end_after: Annotated[Duration, Field(gt=0, le=3600, description="A job that holds no GPU for this long has "
-                                                                    "ended.")] = 30.0
-    starved_utilization: Annotated[float, Field(gt=0, le=1, description="A job is busy while its GPUs are at "
-                                                                        "least this busy (0-1).")] = 0.9
-    starved_power_ratio: Annotated[float, Field(gt=0, le=1, description="…and starved while busy below this share "
-                                                                        "of the power limit, for most of its "
-                                                                        "busy time.")] = 0.6
-    store_command_lines: Annotated[bool, Field(
-        description="Keep each job's whole command line in the ledger and its InfluxDB point; by default only "
-                    "the program (and the script an interpreter runs): arguments can hold tokens and "
-                    "passwords, and the other users of the box may read what is exported.")] = False
-    keep: Annotated[Duration, Field(ge=3600, description="Finished jobs older than this leave the ledger.",
-                                    examples=["365d"])] = 365 * 86400.0
-    launchers: Annotated[list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+-]{1,64}$")]], Field(
-        max_length=64,
-        description="More launchers, besides torchrun, accelerate, deepspeed, mpirun, horovodrun, srun and ray: "
-                    "the processes under one (a program, a script or a python -m module by name) are one job.",
-        examples=[["my-launcher"]])] = []
+    end_after: Annotated[
+        Duration, Field(gt=0, le=3600, description="A job that holds no GPU for this long has ended.")
+    ] = 30.0
+    starved_utilization: Annotated[
+        float, Field(gt=0, le=1, description="A job is busy while its GPUs are at least this busy (0-1).")
+    ] = 0.9
+    starved_power_ratio: Annotated[
+        float,
+        Field(
+            gt=0,
+            le=1,
+            description="…and starved while busy below this share of the power limit, for most of its busy time.",
+        ),
+    ] = 0.6
+    store_command_lines: Annotated[
+        bool,
+        Field(
+            description="Keep each job's whole command line in the ledger and its InfluxDB point; by default only "
+            "the program (and the script an interpreter runs): arguments can hold tokens and "
+            "passwords, and the other users of the box may read what is exported."
+        ),
+    ] = False
+    keep: Annotated[
+        Duration, Field(ge=3600, description="Finished jobs older than this leave the ledger.", examples=["365d"])
+    ] = 365 * 86400.0
+    launchers: Annotated[
+        list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+-]{1,64}$")]],
+        Field(
+            max_length=64,
+            description="More launchers, besides torchrun, accelerate, deepspeed, mpirun, horovodrun, srun and ray: "
+            "the processes under one (a program, a script or a python -m module by name) are one job.",
+            examples=[["my-launcher"]],
+        ),
+    ] = []
 
 
 class Config(_Section):
@@ -356,7 +518,8 @@ class Config(_Section):
     influxdb: Annotated[InfluxConfig, Field(description="Pushing samples to InfluxDB.")] = InfluxConfig()
     burnin: Annotated[BurninConfig, Field(description="rigmon burnin.")] = BurninConfig()
     jobs: Annotated[JobsConfig, Field(description="The ledger of jobs: who used the GPUs, and what it cost.")] = (
-        JobsConfig())
+        JobsConfig()
+    )
 
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -381,14 +544,21 @@ def _expand(value: Any, path: str, problems: list[tuple[str, str]], env: dict[st
     if isinstance(value, list):
         return [_expand(v, f"{path}[{i}]", problems, env) for i, v in enumerate(value)]
     if isinstance(value, str):
+
         def sub(match: re.Match) -> str:
             name = match.group(1)
             found = _lookup(name, env)
             if found is None:
-                problems.append((path, f"environment variable {name} is not set"
-                                       + (" nor a credential" if env.get("CREDENTIALS_DIRECTORY") else "")))
+                problems.append(
+                    (
+                        path,
+                        f"environment variable {name} is not set"
+                        + (" nor a credential" if env.get("CREDENTIALS_DIRECTORY") else ""),
+                    )
+                )
                 return ""
             return found
+
         return _ENV.sub(sub, value)
     return value
 
@@ -469,8 +639,10 @@ def _unmask(dumped: Any, written: Any) -> Any:
     if isinstance(dumped, dict):
         return {k: _unmask(v, written.get(k) if isinstance(written, dict) else None) for k, v in dumped.items()}
     if isinstance(dumped, list):
-        return [_unmask(v, written[i] if isinstance(written, list) and i < len(written) else None)
-                for i, v in enumerate(dumped)]
+        return [
+            _unmask(v, written[i] if isinstance(written, list) and i < len(written) else None)
+            for i, v in enumerate(dumped)
+        ]
     if dumped == "**********":  # pydantic's SecretStr
         return written if isinstance(written, str) and _ENV.search(written) else MASK
     return dumped
@@ -574,13 +746,15 @@ def _example_value(model: type[BaseModel], name: str, field, prefer_example: boo
     if field.examples and (prefer_example or field.is_required() or field.default is None):
         return field.examples[0]
     if not field.is_required() and field.default is not None:
-        return model.__pydantic_serializer__.to_python(model.model_construct(), mode="json", by_alias=True,
-                                                       include={name}).get(field.alias or name)
+        return model.__pydantic_serializer__.to_python(
+            model.model_construct(), mode="json", by_alias=True, include={name}
+        ).get(field.alias or name)
     return field.examples[0] if field.examples else None
 
 
-def _example_table(lines: list[str], model: type[BaseModel], instance: BaseModel | None, path: tuple[str, ...],
-                   commented: bool) -> None:
+def _example_table(
+    lines: list[str], model: type[BaseModel], instance: BaseModel | None, path: tuple[str, ...], commented: bool
+) -> None:
     """The keys of one table, then its tables. ``instance`` None: a table that is absent by default,
     shown commented out with example values."""
     hash_ = "# " if commented else ""

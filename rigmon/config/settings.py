@@ -52,8 +52,9 @@ class ConfigError(Exception):
     def __init__(self, source: str, problems: list[tuple[str, str]]):
         self.source = source
         self.problems = problems
-        super().__init__("\n".join(f"{source}: {path}: {msg}" if path else f"{source}: {msg}"
-                                   for path, msg in problems))
+        super().__init__(
+            "\n".join(f"{source}: {path}: {msg}" if path else f"{source}: {msg}" for path, msg in problems)
+        )
 
     def __reduce__(self):
         return ConfigError, (self.source, self.problems)
@@ -165,8 +166,10 @@ def describe_source(path: str | Path | None = None) -> str:
 
 # --- validated by a child -----------------------------------------------------------------------
 
-def validated(path: str | Path | None = None, overrides: dict[str, dict[str, Any]] | None = None,
-              text: str | None = None) -> Settings:
+
+def validated(
+    path: str | Path | None = None, overrides: dict[str, dict[str, Any]] | None = None, text: str | None = None
+) -> Settings:
     """The config at ``path`` (or the default), validated by a child Python, with ``overrides``
     ({table: {field: value}}, the command line's) applied before validation. Its warnings (a
     deprecated name) go to this process's standard error as the child logs them. ``text``: the
@@ -176,11 +179,13 @@ def validated(path: str | Path | None = None, overrides: dict[str, dict[str, Any
 
     request = json.dumps({"path": None if path is None else str(path), "overrides": overrides or {}, "text": text})
     # on its standard input: a command line is anyone's to read (ps), and the text may hold secrets
-    done = subprocess.run([sys.executable, "-m", "rigmon.config.validate"], input=request.encode(),
-                          stdout=subprocess.PIPE)
+    done = subprocess.run(
+        [sys.executable, "-m", "rigmon.config.validate"], input=request.encode(), stdout=subprocess.PIPE
+    )
     if done.returncode != 0 or not done.stdout:
-        raise RuntimeError(f"validating the config: {sys.executable} -m rigmon.config.validate exited "
-                           f"{done.returncode}")
+        raise RuntimeError(
+            f"validating the config: {sys.executable} -m rigmon.config.validate exited {done.returncode}"
+        )
     answer = pickle.loads(done.stdout)  # our own child's, through our own pipe
     if isinstance(answer, ConfigError):
         raise answer
@@ -188,6 +193,7 @@ def validated(path: str | Path | None = None, overrides: dict[str, dict[str, Any
 
 
 # --- cached for one-shot commands ---------------------------------------------------------------
+
 
 def cached(path: str | Path | None, validate: Callable[[str | Path | None], Settings]) -> Settings:
     """The config at ``path`` (or the default) as validated before, where nothing it depends on
@@ -197,8 +203,11 @@ def cached(path: str | Path | None, validate: Callable[[str | Path | None], Sett
     inputs = _inputs(text, where)
     directory = _cache_dir()
     # one file per config path; what it was validated from is kept in it and compared whole
-    file = directory / f"config-{zlib.crc32(where.encode(errors='surrogateescape')):08x}.pickle" \
-        if directory and inputs is not None else None
+    file = (
+        directory / f"config-{zlib.crc32(where.encode(errors='surrogateescape')):08x}.pickle"
+        if directory and inputs is not None
+        else None
+    )
     found = _read_cache(file) if file is not None else None
     if found is not None and found[0] == inputs:
         _, settings, warnings = found
@@ -286,13 +295,21 @@ def _read_cache(file: Path) -> tuple[str, Settings, list] | None:
         return None
     try:
         st = os.fstat(fd)
-        if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022
-                or st.st_size > MAX_CACHE_BYTES):
+        if (
+            not stat.S_ISREG(st.st_mode)
+            or st.st_uid != os.geteuid()
+            or st.st_mode & 0o022
+            or st.st_size > MAX_CACHE_BYTES
+        ):
             return None
         with os.fdopen(fd, "rb", closefd=False) as f:
             found = pickle.load(f)
-        if (isinstance(found, tuple) and len(found) == 3 and isinstance(found[1], Settings)
-                and isinstance(found[2], list)):
+        if (
+            isinstance(found, tuple)
+            and len(found) == 3
+            and isinstance(found[1], Settings)
+            and isinstance(found[2], list)
+        ):
             return found
         return None
     except Exception:  # a damaged or foreign file: validate afresh

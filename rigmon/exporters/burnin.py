@@ -53,18 +53,28 @@ class BurninReports:
 
     def collect(self):
         report = self.latest()
-        started = GaugeMetricFamily("rigmon_burnin_last_run_timestamp_seconds", "Unix time the last burn-in "
-                                                                                 "started.", labels=[])
-        passed = GaugeMetricFamily("rigmon_burnin_last_passed", "1 if the last burn-in passed, 0 if it failed; none "
-                                                                "when it could not run or was interrupted.", labels=[])
-        verdict = GaugeMetricFamily("rigmon_burnin_last_verdict", "1 for the last burn-in's verdict: pass, fail, "
-                                                                  "could not run, interrupted; never run where "
-                                                                  "there is no report.", labels=["verdict"])
+        started = GaugeMetricFamily(
+            "rigmon_burnin_last_run_timestamp_seconds", "Unix time the last burn-in started.", labels=[]
+        )
+        passed = GaugeMetricFamily(
+            "rigmon_burnin_last_passed",
+            "1 if the last burn-in passed, 0 if it failed; none when it could not run or was interrupted.",
+            labels=[],
+        )
+        verdict = GaugeMetricFamily(
+            "rigmon_burnin_last_verdict",
+            "1 for the last burn-in's verdict: pass, fail, "
+            "could not run, interrupted; never run where "
+            "there is no report.",
+            labels=["verdict"],
+        )
         duration = GaugeMetricFamily("rigmon_burnin_last_duration_seconds", "Length of the last burn-in.", labels=[])
-        rate = GaugeMetricFamily("rigmon_burnin_tokens_per_second", "Training throughput in the last burn-in.",
-                                 labels=["unit", "gpu"])
-        mfu = GaugeMetricFamily("rigmon_burnin_mfu_ratio", "Model FLOPs utilisation in the last burn-in.",
-                                labels=["unit", "gpu"])
+        rate = GaugeMetricFamily(
+            "rigmon_burnin_tokens_per_second", "Training throughput in the last burn-in.", labels=["unit", "gpu"]
+        )
+        mfu = GaugeMetricFamily(
+            "rigmon_burnin_mfu_ratio", "Model FLOPs utilisation in the last burn-in.", labels=["unit", "gpu"]
+        )
         if report is not None and report.get("format") == "rigmon-burnin-summary":
             if report.get("started_unix") is not None:
                 started.add_metric([], report["started_unix"])

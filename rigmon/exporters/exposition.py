@@ -187,4 +187,3 @@ class Exposition:
             raise _Unhandled  # the text format moves these to families of their own
         text = ",".join(f'{k}="{_escape_value(v)}"' for k, v in sorted(labels.items()))
         return f"{name}{{{text}}} " if text else f"{name} "
-

@@ -29,13 +29,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-
 class BuildInfo:
     """rigmon_build: the version and the Python running it."""
 
     def collect(self):
-        yield InfoMetricFamily("rigmon_build", "rigmon build information.",
-                               value={"version": __version__, "python": platform.python_version()})
+        yield InfoMetricFamily(
+            "rigmon_build",
+            "rigmon build information.",
+            value={"version": __version__, "python": platform.python_version()},
+        )
 
 
 class SampleCollector:
@@ -71,8 +73,9 @@ class SampleCollector:
 
 
 # Every reading's family, empty: each render fills copies of these.
-_FAMILIES = {name: Family(name, family.help + LAST, family.type, family_labels(name))
-             for name, family in FAMILIES.items()}
+_FAMILIES = {
+    name: Family(name, family.help + LAST, family.type, family_labels(name)) for name, family in FAMILIES.items()
+}
 
 
 def _families(sample: Sample, xids: dict, process_series: int = 0):
@@ -81,13 +84,23 @@ def _families(sample: Sample, xids: dict, process_series: int = 0):
     system = sample.system
     info = families["rigmon_gpu_info"]
     for i in sample.gpu_info:
-        info.add_metric((str(i.index), i.uuid, i.name, i.pci_bus_id or "", i.serial or "", i.vbios_version or "",
-                         (system.driver_version if system else None) or "",
-                         (system.cuda_driver_version if system else None) or "", i.compute_capability or ""), 1)
+        info.add_metric(
+            (
+                str(i.index),
+                i.uuid,
+                i.name,
+                i.pci_bus_id or "",
+                i.serial or "",
+                i.vbios_version or "",
+                (system.driver_version if system else None) or "",
+                (system.cuda_driver_version if system else None) or "",
+                i.compute_capability or "",
+            ),
+            1,
+        )
     fill_prometheus(sample, families, process_series)
     xid = families["rigmon_gpu_xid_errors"]
     for labels, count in sorted(xids.items()):
         xid.add_metric(labels, count)
-    groups = {"gpu", *(["host"] if sample.host is not None else []),
-              *(["processes"] if process_series else [])}
+    groups = {"gpu", *(["host"] if sample.host is not None else []), *(["processes"] if process_series else [])}
     return [f for name, f in families.items() if FAMILIES[name].group in groups]

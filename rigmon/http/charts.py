@@ -12,8 +12,13 @@ import html
 import math
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
-EVENT_COLORS = {"sw_power_cap": "#9ecae1", "sw_thermal_slowdown": "#fd8d3c", "hw_thermal_slowdown": "#d94801",
-                "hw_slowdown": "#a50f15", "hw_power_brake_slowdown": "#67000d"}
+EVENT_COLORS = {
+    "sw_power_cap": "#9ecae1",
+    "sw_thermal_slowdown": "#fd8d3c",
+    "hw_thermal_slowdown": "#d94801",
+    "hw_slowdown": "#a50f15",
+    "hw_power_brake_slowdown": "#67000d",
+}
 NOT_MEASURED = "not measured"
 
 
@@ -79,10 +84,22 @@ def time_axis(seconds: float) -> tuple[float, str]:
     return 1.0, "s"
 
 
-def chart(title: str, series: list[tuple[str, list, str]], unit: str, lines=(), *, zero: bool = False,
-          above: float | None = None, log: bool = False, span: float | None = None, width: int = 560,
-          height: int = 240, mark_over: tuple[str, float] | None = None, ago: bool = False,
-          marks=()) -> str:
+def chart(
+    title: str,
+    series: list[tuple[str, list, str]],
+    unit: str,
+    lines=(),
+    *,
+    zero: bool = False,
+    above: float | None = None,
+    log: bool = False,
+    span: float | None = None,
+    width: int = 560,
+    height: int = 240,
+    mark_over: tuple[str, float] | None = None,
+    ago: bool = False,
+    marks=(),
+) -> str:
     """A line chart as SVG, scaled to its card's width. ``series``: (label, [(t, min, mean, max)],
     colour); a band is drawn where min and max differ. ``zero``: the axis starts at 0; ``above``:
     it reaches past this value; ``log``: a log axis (positive values). ``mark_over``: (what, limit):
@@ -97,9 +114,11 @@ def chart(title: str, series: list[tuple[str, list, str]], unit: str, lines=(), 
     values = [v for _, pts, _ in series for p in pts for v in (p[1], p[3])] + [v for _, v, _ in lines]
     times = [p[0] for _, pts, _ in series for p in pts]
     if not times or not values:
-        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="44" viewBox="0 0 {width} 44" '
-                f'class="chart"><text x="8" y="18" class="title">{html.escape(title)}</text>'
-                f'<text x="8" y="36" class="tick">{NOT_MEASURED}</text></svg>')
+        return (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="44" viewBox="0 0 {width} 44" '
+            f'class="chart"><text x="8" y="18" class="title">{html.escape(title)}</text>'
+            f'<text x="8" y="36" class="tick">{NOT_MEASURED}</text></svg>'
+        )
     divisor, tunit = time_axis(span or max(times))
     t0, t1 = 0.0, (span or max(times)) or 1.0
     if log:
@@ -109,10 +128,11 @@ def chart(title: str, series: list[tuple[str, list, str]], unit: str, lines=(), 
         hi = hi if hi > lo else lo + 1
         every = -(-(hi - lo) // 12)  # at most a dozen decades' ticks, whatever the values span
         hi = lo + -(-(hi - lo) // every) * every
-        yticks = [10.0 ** e for e in range(lo, min(hi, 308) + 1, every)]
+        yticks = [10.0**e for e in range(lo, min(hi, 308) + 1, every)]
         if len(yticks) < 3:  # a narrow range: 1, 2, 5 steps
-            yticks = sorted({m * 10.0 ** e for e in range(lo, hi + 1) for m in (1, 2, 5)
-                             if 10.0 ** lo <= m * 10.0 ** e <= 10.0 ** hi})
+            yticks = sorted(
+                {m * 10.0**e for e in range(lo, hi + 1) for m in (1, 2, 5) if 10.0**lo <= m * 10.0**e <= 10.0**hi}
+            )
         y0, y1 = math.log10(yticks[0]), math.log10(yticks[-1])
     else:
         lo, hi = min(values), max(values)
@@ -142,10 +162,12 @@ def chart(title: str, series: list[tuple[str, list, str]], unit: str, lines=(), 
         base = top + y1 * yk
         return [base - p[k] * yk for p in pts]
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" class="chart">',
-           f'<text x="{left}" y="16" class="title">{html.escape(title)}</text>',
-           f'<text x="{width - right}" y="16" text-anchor="end" class="tick">{html.escape(unit)}</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" class="chart">',
+        f'<text x="{left}" y="16" class="title">{html.escape(title)}</text>',
+        f'<text x="{width - right}" y="16" text-anchor="end" class="tick">{html.escape(unit)}</text>',
+    ]
     for v in yticks:
         y = py(v)
         out.append(f'<line x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
@@ -156,17 +178,25 @@ def chart(title: str, series: list[tuple[str, list, str]], unit: str, lines=(), 
         x = px(t1 - v * divisor) if ago else px(v * divisor)
         text = ("now" if v == 0 else f"−{tick_label(v)} {tunit}") if ago else f"{tick_label(v)} {tunit}"
         out.append(f'<text x="{x:.1f}" y="{height - 10}" text-anchor="middle" class="tick xtick">{text}</text>')
-    out.append(f'<rect x="{left}" y="{top}" width="{width - left - right}" height="{height - top - bottom}" '
-               f'fill="none" stroke="#ccc"/>')
+    out.append(
+        f'<rect x="{left}" y="{top}" width="{width - left - right}" height="{height - top - bottom}" '
+        f'fill="none" stroke="#ccc"/>'
+    )
     for label, value, color in lines:
-        out.append(f'<line x1="{left}" x2="{width - right}" y1="{py(value):.1f}" y2="{py(value):.1f}" '
-                   f'stroke="{color}" stroke-dasharray="6 4"/>')
-        out.append(f'<text x="{width - right - 4}" y="{py(value) - 4:.1f}" text-anchor="end" class="tick" '
-                   f'style="fill:{color}">{html.escape(label)}</text>')
+        out.append(
+            f'<line x1="{left}" x2="{width - right}" y1="{py(value):.1f}" y2="{py(value):.1f}" '
+            f'stroke="{color}" stroke-dasharray="6 4"/>'
+        )
+        out.append(
+            f'<text x="{width - right - 4}" y="{py(value) - 4:.1f}" text-anchor="end" class="tick" '
+            f'style="fill:{color}">{html.escape(label)}</text>'
+        )
     for t, color, text in marks:
         if t0 <= t <= t1:
-            out.append(f'<line x1="{px(t):.1f}" x2="{px(t):.1f}" y1="{top}" y2="{height - bottom}" stroke="{color}" '
-                       f'stroke-width="1.5" class="mark"><title>{html.escape(text)}</title></line>')
+            out.append(
+                f'<line x1="{px(t):.1f}" x2="{px(t):.1f}" y1="{top}" y2="{height - bottom}" stroke="{color}" '
+                f'stroke-width="1.5" class="mark"><title>{html.escape(text)}</title></line>'
+            )
     legend_x, legend_y = left, 31
     peaks = []
     for label, pts, color in series:
@@ -185,8 +215,9 @@ def chart(title: str, series: list[tuple[str, list, str]], unit: str, lines=(), 
             peaks.append((label, peak, color))
         if legend_x + 7 * len(label) > width - right:  # the legend wraps rather than runs off the card
             legend_x, legend_y = left, legend_y + 12
-        out.append(f'<text x="{legend_x}" y="{legend_y}" class="legend" style="fill:{color}">'
-                   f'{html.escape(label)}</text>')
+        out.append(
+            f'<text x="{legend_x}" y="{legend_y}" class="legend" style="fill:{color}">{html.escape(label)}</text>'
+        )
         legend_x += 7 * len(label) + 14
     for n, (label, (t, _, _, peak), color) in enumerate(peaks):  # over the lines, so nothing hides them
         x, y = px(t), py(peak)
@@ -194,9 +225,11 @@ def chart(title: str, series: list[tuple[str, list, str]], unit: str, lines=(), 
         dx = -8 if anchor == "end" else 8
         out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4.5" fill="{color}" stroke="#222" stroke-width="1"/>')
         value = f"{peak:.3g}" if log else f"{peak:.0f}"
-        out.append(f'<text x="{x + dx:.1f}" y="{y + 4 + 13 * n:.1f}" text-anchor="{anchor}" class="peak" '
-                   f'style="fill:{color}">{html.escape(label)} peak {value} {html.escape(unit)} ≥ '
-                   f'{html.escape(mark_over[0])} {mark_over[1]:.3g}</text>')
+        out.append(
+            f'<text x="{x + dx:.1f}" y="{y + 4 + 13 * n:.1f}" text-anchor="{anchor}" class="peak" '
+            f'style="fill:{color}">{html.escape(label)} peak {value} {html.escape(unit)} ≥ '
+            f"{html.escape(mark_over[0])} {mark_over[1]:.3g}</text>"
+        )
     out.append("</svg>")
     return "".join(out)
 
@@ -207,9 +240,11 @@ def event_strip(title: str, events: dict[str, list], span: float, width: int = 5
     reasons = [r for r in EVENT_COLORS if any(p[3] > 0 for p in events.get(r, ()))]
     left, row = 150, 16
     height = 30 + row * max(len(reasons), 1)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" class="chart">',
-           f'<text x="8" y="16" class="title">{html.escape(title)}</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" class="chart">',
+        f'<text x="8" y="16" class="title">{html.escape(title)}</text>',
+    ]
     if not reasons:
         out.append('<text x="8" y="38" class="tick">no clock-event reason active</text></svg>')
         return "".join(out)
@@ -224,9 +259,9 @@ def event_strip(title: str, events: dict[str, list], span: float, width: int = 5
                 continue
             a = left + p[0] / span * plot
             b = left + (pts[i + 1][0] if i + 1 < len(pts) else p[0] + 1) / span * plot
-            out.append(f'<rect x="{a:.1f}" y="{y}" width="{max(b - a, 1.5):.1f}" height="{row - 3}" '
-                       f'fill="{EVENT_COLORS[reason]}" fill-opacity="{max(p[2], 0.35):.2f}"/>')
+            out.append(
+                f'<rect x="{a:.1f}" y="{y}" width="{max(b - a, 1.5):.1f}" height="{row - 3}" '
+                f'fill="{EVENT_COLORS[reason]}" fill-opacity="{max(p[2], 0.35):.2f}"/>'
+            )
     out.append("</svg>")
     return "".join(out)
-
-

@@ -43,8 +43,10 @@ MAX_REPORT_BYTES = 32 << 20
 RECENT_JOBS = 20
 MARK_COLORS = {"firing": "#d62728", "resolved": "#2ca02c"}
 JSON = "application/json"
-REPORT_CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'; "
-              "base-uri 'none'; form-action 'none'")
+REPORT_CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'; "
+    "base-uri 'none'; form-action 'none'"
+)
 
 
 def _page() -> tuple[bytes, str]:
@@ -54,16 +56,19 @@ def _page() -> tuple[bytes, str]:
     text = text.replace("/*CHART_CSS*/", CHART_CSS)
     scripts = re.findall(r"<script>(.*?)</script>", text, re.S)
     hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'" for s in scripts)
-    csp = (f"default-src 'self'; script-src {hashes or chr(39) + 'none' + chr(39)}; style-src 'self' 'unsafe-inline'; "
-           "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+    csp = (
+        f"default-src 'self'; script-src {hashes or chr(39) + 'none' + chr(39)}; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+    )
     return text.encode(), csp
 
 
 class Page:
     """The routes: ``routes`` answered on the serving loop (small), ``slow_routes`` off it."""
 
-    def __init__(self, pipeline: Pipeline, history: History, config, started: float | None = None,
-                 host: str | None = None):
+    def __init__(
+        self, pipeline: Pipeline, history: History, config, started: float | None = None, host: str | None = None
+    ):
         self.pipeline = pipeline
         self.history = history
         self.config = config
@@ -80,8 +85,12 @@ class Page:
 
     @property
     def slow_routes(self) -> dict:
-        return {"/api/charts": self.charts, "/api/history": self.history_json, "/api/jobs": self.jobs,
-                "/burnin/report": self.burnin_report}
+        return {
+            "/api/charts": self.charts,
+            "/api/history": self.history_json,
+            "/api/jobs": self.jobs,
+            "/burnin/report": self.burnin_report,
+        }
 
     # --- the page and its state -------------------------------------------------------------
     def index(self, query: str) -> tuple[str, bytes, tuple]:
@@ -94,51 +103,91 @@ class Page:
         sample = self.pipeline.latest
         alerts = self.pipeline.alerts.state if self.pipeline.alerts is not None else None
         now = sample.time if sample is not None else time.time()
-        out = {"host": self.host, "labels": self.labels, "rigmon": __version__, "started": self.started, "time": now,
-               "interval": self.config.daemon.interval, "boot": _boot_time(), "driver": None, "cuda": None,
-               "gpus": [], "sensors": None, "budgets": [], "alerts": [], "transitions": [], "burnin": None}
+        out = {
+            "host": self.host,
+            "labels": self.labels,
+            "rigmon": __version__,
+            "started": self.started,
+            "time": now,
+            "interval": self.config.daemon.interval,
+            "boot": _boot_time(),
+            "driver": None,
+            "cuda": None,
+            "gpus": [],
+            "sensors": None,
+            "budgets": [],
+            "alerts": [],
+            "transitions": [],
+            "burnin": None,
+        }
         if sample is not None:
             system = sample.system
             out["driver"], out["cuda"] = system.driver_version, system.cuda_driver_version
             info = {i.index: i for i in sample.gpu_info}
             for g in sample.gpus:
                 i = info.get(g.index)
-                out["gpus"].append({
-                    "index": g.index, "uuid": g.uuid, "name": i.name if i else None, "lost": g.lost,
-                    "power_watts": g.power_watts, "power_limit_watts": g.power_limit_watts,
-                    "temperature_celsius": g.temperature_celsius,
-                    "memory_temperature_celsius": g.memory_temperature_celsius,
-                    "slowdown_celsius": i.temperature_thresholds.slowdown if i else None,
-                    "utilization_gpu_ratio": g.utilization_gpu_ratio, "sm_clock_hertz": g.sm_clock_hertz,
-                    "memory_used_bytes": g.memory_used_bytes, "memory_total_bytes": g.memory_total_bytes,
-                    "fan_speed_ratio": mean_of(g.fan_speed_ratios or ()),
-                    "fan_target_ratio": mean_of(g.fan_target_ratios or ()),
-                    "pcie_generation": g.pcie_generation, "pcie_width": g.pcie_width,
-                    "max_pcie_generation": i.max_pcie_generation if i else None,
-                    "max_pcie_width": i.max_pcie_width if i else None, "pcie_replays": g.pcie_replays,
-                    "clock_events": list(g.clock_events.active()) if g.clock_events is not None else [],
-                })
+                out["gpus"].append(
+                    {
+                        "index": g.index,
+                        "uuid": g.uuid,
+                        "name": i.name if i else None,
+                        "lost": g.lost,
+                        "power_watts": g.power_watts,
+                        "power_limit_watts": g.power_limit_watts,
+                        "temperature_celsius": g.temperature_celsius,
+                        "memory_temperature_celsius": g.memory_temperature_celsius,
+                        "slowdown_celsius": i.temperature_thresholds.slowdown if i else None,
+                        "utilization_gpu_ratio": g.utilization_gpu_ratio,
+                        "sm_clock_hertz": g.sm_clock_hertz,
+                        "memory_used_bytes": g.memory_used_bytes,
+                        "memory_total_bytes": g.memory_total_bytes,
+                        "fan_speed_ratio": mean_of(g.fan_speed_ratios or ()),
+                        "fan_target_ratio": mean_of(g.fan_target_ratios or ()),
+                        "pcie_generation": g.pcie_generation,
+                        "pcie_width": g.pcie_width,
+                        "max_pcie_generation": i.max_pcie_generation if i else None,
+                        "max_pcie_width": i.max_pcie_width if i else None,
+                        "pcie_replays": g.pcie_replays,
+                        "clock_events": list(g.clock_events.active()) if g.clock_events is not None else [],
+                    }
+                )
             host = sample.host
             if host is not None:
                 rapl = self.history.query(["host/rapl_watts"], now - 30, now)["series"].get("host/rapl_watts")
                 out["sensors"] = {
-                    "cpu_temperatures": [{"socket": t.socket, "sensor": f"{t.chip}/{t.sensor}", "celsius": t.celsius,
-                                          "high_celsius": t.high_celsius} for t in host.cpu_temperatures],
+                    "cpu_temperatures": [
+                        {
+                            "socket": t.socket,
+                            "sensor": f"{t.chip}/{t.sensor}",
+                            "celsius": t.celsius,
+                            "high_celsius": t.high_celsius,
+                        }
+                        for t in host.cpu_temperatures
+                    ],
                     "fans": [{"name": f"{f.chip}/{f.label}", "rpm": f.rpm, "turned": f.turned} for f in host.fans],
-                    "load1": host.load1, "cpu_utilization_ratio": host.cpu_utilization_ratio,
-                    "cpu_count": host.cpu_count, "rapl_watts": rapl[-1][2] if rapl else None}
+                    "load1": host.load1,
+                    "cpu_utilization_ratio": host.cpu_utilization_ratio,
+                    "cpu_count": host.cpu_count,
+                    "rapl_watts": rapl[-1][2] if rapl else None,
+                }
         if alerts is not None:
             out["budgets"] = [b._asdict() for b in alerts.budgets]
-            out["alerts"] = [{**a.as_dict(), "age_seconds": now - a.since if a.since is not None else None}
-                             for a in alerts.firing]
-        out["transitions"] = [{"time": t, "status": status, "alertname": name, "labels": labels}
-                              for t, status, name, labels in self.history.marks_since(now - 86400)]
+            out["alerts"] = [
+                {**a.as_dict(), "age_seconds": now - a.since if a.since is not None else None} for a in alerts.firing
+            ]
+        out["transitions"] = [
+            {"time": t, "status": status, "alertname": name, "labels": labels}
+            for t, status, name, labels in self.history.marks_since(now - 86400)
+        ]
         burnin = self._burnin()
         if burnin is not None:
             summary, html = burnin
-            out["burnin"] = {"verdict": summary.get("verdict"), "started_unix": summary.get("started_unix"),
-                             "duration_seconds": summary.get("duration_seconds"),
-                             "report": "burnin/report" if html is not None else None}
+            out["burnin"] = {
+                "verdict": summary.get("verdict"),
+                "started_unix": summary.get("started_unix"),
+                "duration_seconds": summary.get("duration_seconds"),
+                "report": "burnin/report" if html is not None else None,
+            }
         return out
 
     # --- the charts -----------------------------------------------------------------------------
@@ -163,19 +212,28 @@ class Page:
         every = max(RANGES[span_name] / CHART_POINTS / 3, self.config.daemon.interval)
         with self._lock:
             got = {card: self._charts.get((span_name, card)) for card in cards}
-        stale = [card for card, cached in got.items()
-                 if cached is None or not (cached[0] == latest or (latest is not None and cached[0] is not None
-                                                                   and latest - cached[0] < every))]
+        stale = [
+            card
+            for card, cached in got.items()
+            if cached is None
+            or not (
+                cached[0] == latest or (latest is not None and cached[0] is not None and latest - cached[0] < every)
+            )
+        ]
         if stale:
             drawn = self.draw(span_name, stale)
             with self._lock:
                 for card in stale:
                     got[card] = self._charts[(span_name, card)] = (latest, drawn["time"], drawn["cards"].get(card, []))
         oldest = min((cached[0] for cached in got.values() if cached[0] is not None), default=None)
-        answer = {"range": span_name, "time": max((cached[1] for cached in got.values()), default=latest),
-                  "every": every, "next": oldest + every if oldest is not None else None,  # drawn again from then
-                  "drawn": {card: cached[1] for card, cached in got.items()},
-                  "gpus": {card: cached[2] for card, cached in got.items() if card != "host"}}
+        answer = {
+            "range": span_name,
+            "time": max((cached[1] for cached in got.values()), default=latest),
+            "every": every,
+            "next": oldest + every if oldest is not None else None,  # drawn again from then
+            "drawn": {card: cached[1] for card, cached in got.items()},
+            "gpus": {card: cached[2] for card, cached in got.items() if card != "host"},
+        }
         if "host" in got:
             answer["host"] = got["host"][2]
         return JSON, json.dumps(answer).encode()
@@ -198,8 +256,11 @@ class Page:
             return [(p[0] - since, p[1] * scale, p[2] * scale, p[3] * scale) for p in got.get(name, ())]
 
         def marks(match) -> list:
-            return [(t - since, MARK_COLORS.get(status, "#555"), f"{status} {name} {subject_of(labels)}")
-                    for t, status, name, labels in self.history.marks_since(since) if match(labels)]
+            return [
+                (t - since, MARK_COLORS.get(status, "#555"), f"{status} {name} {subject_of(labels)}")
+                for t, status, name, labels in self.history.marks_since(since)
+                if match(labels)
+            ]
 
         kw = {"span": span, "ago": True, "width": 460, "height": 190}
         info = {i.index: i for i in sample.gpu_info} if sample is not None else {}
@@ -215,28 +276,83 @@ class Page:
             slowdown = i.temperature_thresholds.slowdown if i else None
             total = g.memory_total_bytes
             gpus[str(g.index)] = [
-                chart("power", [("power", pts(p + "power_watts"), COLORS[0]),
-                                ("limit", pts(p + "power_limit_watts"), "#888")], "W",
-                      [("limit", limit, "#555")] if limit else [], zero=True, above=limit, marks=m, **kw),
-                chart("temperature", [("GPU", pts(p + "temperature_celsius"), COLORS[1]),
-                                      ("memory", pts(p + "memory_temperature_celsius"), COLORS[4])], "°C",
-                      [("slowdown", slowdown, "#d62728")] if slowdown else [], above=slowdown,
-                      mark_over=("slowdown", slowdown) if slowdown else None, marks=m, **kw),
-                chart("utilisation", [("GPU", pts(p + "utilization_gpu_ratio", 100), COLORS[2])], "%",
-                      zero=True, above=100, marks=m, **kw),
-                chart("SM clock", [("SM", pts(p + "sm_clock_hertz", 1e-6), COLORS[3])], "MHz",
-                      [("max", i.max_sm_clock_hertz / 1e6, "#555")] if i and i.max_sm_clock_hertz else [],
-                      zero=True, marks=m, **kw),
-                chart("memory used", [("used", pts(p + "memory_used_bytes", 2 ** -30), COLORS[5])], "GiB",
-                      [("total", total / 2 ** 30, "#555")] if total else [], zero=True, marks=m, **kw),
-                chart("fans", [("asked", pts(p + "fan_target_ratio", 100), COLORS[6]),
-                               ("turning", pts(p + "fan_speed_ratio", 100), COLORS[7])], "%", zero=True, above=100,
-                      marks=m, **kw),
-                chart("PCIe link", [("generation", pts(p + "pcie_generation"), COLORS[0]),
-                                    ("width", pts(p + "pcie_width"), COLORS[3]),
-                                    ("replays", pts(p + "pcie_replays"), COLORS[1])], "",
-                      [(f"max gen {i.max_pcie_generation}", i.max_pcie_generation, "#555")]
-                      if i and i.max_pcie_generation else [], zero=True, marks=m, **kw),
+                chart(
+                    "power",
+                    [("power", pts(p + "power_watts"), COLORS[0]), ("limit", pts(p + "power_limit_watts"), "#888")],
+                    "W",
+                    [("limit", limit, "#555")] if limit else [],
+                    zero=True,
+                    above=limit,
+                    marks=m,
+                    **kw,
+                ),
+                chart(
+                    "temperature",
+                    [
+                        ("GPU", pts(p + "temperature_celsius"), COLORS[1]),
+                        ("memory", pts(p + "memory_temperature_celsius"), COLORS[4]),
+                    ],
+                    "°C",
+                    [("slowdown", slowdown, "#d62728")] if slowdown else [],
+                    above=slowdown,
+                    mark_over=("slowdown", slowdown) if slowdown else None,
+                    marks=m,
+                    **kw,
+                ),
+                chart(
+                    "utilisation",
+                    [("GPU", pts(p + "utilization_gpu_ratio", 100), COLORS[2])],
+                    "%",
+                    zero=True,
+                    above=100,
+                    marks=m,
+                    **kw,
+                ),
+                chart(
+                    "SM clock",
+                    [("SM", pts(p + "sm_clock_hertz", 1e-6), COLORS[3])],
+                    "MHz",
+                    [("max", i.max_sm_clock_hertz / 1e6, "#555")] if i and i.max_sm_clock_hertz else [],
+                    zero=True,
+                    marks=m,
+                    **kw,
+                ),
+                chart(
+                    "memory used",
+                    [("used", pts(p + "memory_used_bytes", 2**-30), COLORS[5])],
+                    "GiB",
+                    [("total", total / 2**30, "#555")] if total else [],
+                    zero=True,
+                    marks=m,
+                    **kw,
+                ),
+                chart(
+                    "fans",
+                    [
+                        ("asked", pts(p + "fan_target_ratio", 100), COLORS[6]),
+                        ("turning", pts(p + "fan_speed_ratio", 100), COLORS[7]),
+                    ],
+                    "%",
+                    zero=True,
+                    above=100,
+                    marks=m,
+                    **kw,
+                ),
+                chart(
+                    "PCIe link",
+                    [
+                        ("generation", pts(p + "pcie_generation"), COLORS[0]),
+                        ("width", pts(p + "pcie_width"), COLORS[3]),
+                        ("replays", pts(p + "pcie_replays"), COLORS[1]),
+                    ],
+                    "",
+                    [(f"max gen {i.max_pcie_generation}", i.max_pcie_generation, "#555")]
+                    if i and i.max_pcie_generation
+                    else [],
+                    zero=True,
+                    marks=m,
+                    **kw,
+                ),
             ]
         if "host" not in wanted:
             return {"time": now, "cards": gpus}
@@ -245,22 +361,52 @@ class Page:
         fans = sorted(n for n in names if n.startswith("host/fan/"))
         psus = sorted({n.split("/")[1] for n in names if n.startswith("psu/")})
         host = [
-            chart("CPU temperature", [(n[5:-8], pts(n), COLORS[k % 8]) for k, n in enumerate(sockets)], "°C",
-                  marks=hm, **kw),
-            chart("fans", [(n[9:], pts(n), COLORS[k % 8]) for k, n in enumerate(fans)], "rpm", zero=True, marks=hm,
-                  **kw),
-            chart("load", [("load 1 min", pts("host/load1"), COLORS[0]),
-                           ("CPU %", pts("host/cpu_utilization_ratio", 100), COLORS[2])], "", zero=True, marks=hm,
-                  **kw),
-            chart("CPU package power (RAPL)", [("RAPL", pts("host/rapl_watts"), COLORS[4])], "W", zero=True,
-                  marks=hm, **kw),
+            chart(
+                "CPU temperature",
+                [(n[5:-8], pts(n), COLORS[k % 8]) for k, n in enumerate(sockets)],
+                "°C",
+                marks=hm,
+                **kw,
+            ),
+            chart(
+                "fans", [(n[9:], pts(n), COLORS[k % 8]) for k, n in enumerate(fans)], "rpm", zero=True, marks=hm, **kw
+            ),
+            chart(
+                "load",
+                [
+                    ("load 1 min", pts("host/load1"), COLORS[0]),
+                    ("CPU %", pts("host/cpu_utilization_ratio", 100), COLORS[2]),
+                ],
+                "",
+                zero=True,
+                marks=hm,
+                **kw,
+            ),
+            chart(
+                "CPU package power (RAPL)",
+                [("RAPL", pts("host/rapl_watts"), COLORS[4])],
+                "W",
+                zero=True,
+                marks=hm,
+                **kw,
+            ),
         ]
         if psus:
-            host.append(chart("PSU budgets", [(name, pts(f"psu/{name}/draw_watts"), COLORS[k % 8])
-                                              for k, name in enumerate(psus)], "W",
-                              [(f"{name} budget", got[f"psu/{name}/budget_watts"][-1][2], COLORS[k % 8])
-                               for k, name in enumerate(psus) if got.get(f"psu/{name}/budget_watts")],
-                              zero=True, marks=hm, **kw))
+            host.append(
+                chart(
+                    "PSU budgets",
+                    [(name, pts(f"psu/{name}/draw_watts"), COLORS[k % 8]) for k, name in enumerate(psus)],
+                    "W",
+                    [
+                        (f"{name} budget", got[f"psu/{name}/budget_watts"][-1][2], COLORS[k % 8])
+                        for k, name in enumerate(psus)
+                        if got.get(f"psu/{name}/budget_watts")
+                    ],
+                    zero=True,
+                    marks=hm,
+                    **kw,
+                )
+            )
         return {"time": now, "cards": {**gpus, "host": host}}
 
     # --- for scripts ----------------------------------------------------------------------------
@@ -279,10 +425,13 @@ class Page:
         step = _number(q, "step", 0.0) or None
         if step is not None and step <= 0:
             raise ValueError("step: seconds, above 0")
-        found = self.history.query(names[:MAX_QUERY_SERIES], since, until, step,
-                                   max_points=MAX_QUERY_POINTS // max(1, len(names)))
-        found["series"] = {name: [[round(p[0], 3), *(float(f"{v:.6g}") for v in p[1:])] for p in pts]
-                           for name, pts in found["series"].items()}  # float32's digits, no more
+        found = self.history.query(
+            names[:MAX_QUERY_SERIES], since, until, step, max_points=MAX_QUERY_POINTS // max(1, len(names))
+        )
+        found["series"] = {
+            name: [[round(p[0], 3), *(float(f"{v:.6g}") for v in p[1:])] for p in pts]
+            for name, pts in found["series"].items()
+        }  # float32's digits, no more
         return JSON, _json(found)
 
     def jobs(self, query: str) -> tuple[str, bytes]:
@@ -295,8 +444,11 @@ class Page:
         running = ledger.snapshot(price, currency) if ledger is not None else []
         ended, error = [], None
         try:
-            ended = [j.as_dict(price, currency) for j in load(ledger_path(self.config), limit=RECENT_JOBS * 4)
-                     if j.ended is not None][:RECENT_JOBS]
+            ended = [
+                j.as_dict(price, currency)
+                for j in load(ledger_path(self.config), limit=RECENT_JOBS * 4)
+                if j.ended is not None
+            ][:RECENT_JOBS]
         except LedgerError as e:
             error = str(e)
         return JSON, _json({"running": running, "recent": ended, "error": error})

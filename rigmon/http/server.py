@@ -49,8 +49,15 @@ AUTH_GUESSES_PER_SECOND = 16  # checks of addresses that guessed wrong lately, a
 AUTH_SUSPECT_SECONDS = 60.0  # an address that guessed wrong waits behind the others this long after
 AUTH_ADDRESSES_KEPT = 4096
 
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
-            431: "Request Header Fields Too Large", 500: "Internal Server Error"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+}
 
 
 class Response(NamedTuple):
@@ -69,17 +76,21 @@ def response(status: int, content_type: str, body: bytes, extra: tuple[tuple[str
 
 # on everything the page and its API answer: no type guessed from the bytes, never framed by
 # another site, no address of ours sent on as a referrer; the API's answers never kept
-SAFE_HEADERS = (("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY"),
-                ("Referrer-Policy", "no-referrer"))
+SAFE_HEADERS = (("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY"), ("Referrer-Policy", "no-referrer"))
 _NO_STORE = (("Cache-Control", "no-store"),)
 
 
-_ROOT = response(200, "text/html; charset=utf-8", b"<html><head><title>rigmon</title></head><body><h1>rigmon</h1>"
-                                                  b"<p><a href='/metrics'>Metrics</a></p></body></html>\n",
-                 (("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'"), *SAFE_HEADERS))
+_ROOT = response(
+    200,
+    "text/html; charset=utf-8",
+    b"<html><head><title>rigmon</title></head><body><h1>rigmon</h1>"
+    b"<p><a href='/metrics'>Metrics</a></p></body></html>\n",
+    (("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'"), *SAFE_HEADERS),
+)
 _NOT_FOUND = response(404, "text/plain", b"not found: try /metrics\n")
-_UNAUTHORISED = response(401, "text/plain", b"authentication required\n",
-                         (("WWW-Authenticate", 'Basic realm="rigmon"'),))
+_UNAUTHORISED = response(
+    401, "text/plain", b"authentication required\n", (("WWW-Authenticate", 'Basic realm="rigmon"'),)
+)
 _RENDER_FAILED = response(500, "text/plain", b"rendering failed; see rigmon's log\n")  # and the connection closed
 
 
@@ -92,6 +103,7 @@ def _encoder(accept: str):
 class _Request(NamedTuple):
     """What a request asks for, from its line and headers: the same for every request with
     the same head."""
+
     keep: bool  # the connection stays open after the answer
     path: str  # without the query
     head_only: bool
@@ -121,8 +133,17 @@ def _parse(head: bytes) -> _Request:
     keep = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
     accept, zipped = headers.get("accept", ""), "gzip" in headers.get("accept-encoding", "")
     path, _, query = path.partition("?")
-    return _Request(keep, path, method == "HEAD", None, headers.get("authorization", ""), accept,
-                    zipped, (_encoder(accept)[1], zipped), query)
+    return _Request(
+        keep,
+        path,
+        method == "HEAD",
+        None,
+        headers.get("authorization", ""),
+        accept,
+        zipped,
+        (_encoder(accept)[1], zipped),
+        query,
+    )
 
 
 class BasicAuth:
@@ -244,8 +265,9 @@ class AuthGate:
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rigmon-auth")
         future = self.loop.run_in_executor(self._pool, auth.verify, header)
-        future.add_done_callback(lambda f: self._checked(
-            item, not f.cancelled() and f.exception() is None and f.result()))
+        future.add_done_callback(
+            lambda f: self._checked(item, not f.cancelled() and f.exception() is None and f.result())
+        )
 
     def _wake(self) -> None:
         self._timer = None
@@ -280,6 +302,7 @@ class AuthGate:
 class Deferred(NamedTuple):
     """An answer made off the serving loop (the page's charts, a week of history): ``make()``
     runs on the server's page thread; the connection waits, the others are served meanwhile."""
+
     make: object  # () -> Response
 
 
@@ -292,8 +315,14 @@ class MetricsApp:
     ``routes``: path -> fn(query) -> (content type, body), answered on the loop (small and
     quick: the page, /state); ``slow_routes`` the same, made on the page thread (Deferred)."""
 
-    def __init__(self, registry: CollectorRegistry, generation, auth: BasicAuth | None = None,
-                 routes: dict | None = None, slow_routes: dict | None = None):
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        generation,
+        auth: BasicAuth | None = None,
+        routes: dict | None = None,
+        slow_routes: dict | None = None,
+    ):
         self._registry = registry
         self._routes = routes or {}
         self._slow_routes = slow_routes or {}
@@ -350,11 +379,15 @@ def _routed(route, request: _Request) -> Response:
     if answer is None:
         return _NOT_FOUND
     content_type, body, *extra = answer
-    headers = SAFE_HEADERS + (_NO_STORE if request.path.startswith("/api/") or request.path == "/state" else ()) \
+    headers = (
+        SAFE_HEADERS
+        + (_NO_STORE if request.path.startswith("/api/") or request.path == "/state" else ())
         + (extra[0] if extra else ())
+    )
     if request.zipped and len(body) > 1024:
-        return response(200, content_type, gzip.compress(body, compresslevel=1),
-                        (("Content-Encoding", "gzip"), *headers))
+        return response(
+            200, content_type, gzip.compress(body, compresslevel=1), (("Content-Encoding", "gzip"), *headers)
+        )
     return response(200, content_type, body, headers)
 
 
@@ -380,8 +413,14 @@ class MetricsServer:
     every scrape that waits for it over to that thread and back costs more than the render
     (at 10 kept-alive scrapers polled 4 times a second, p99 0.9 ms that way, 0.5 ms this)."""
 
-    def __init__(self, app: MetricsApp, listen: str, port: int, tls: ssl.SSLContext | None = None,
-                 sock: socket.socket | None = None):
+    def __init__(
+        self,
+        app: MetricsApp,
+        listen: str,
+        port: int,
+        tls: ssl.SSLContext | None = None,
+        sock: socket.socket | None = None,
+    ):
         self.app = app
         self._sock = sock  # a listening socket handed over by the process before a reload
         self.tls = tls
@@ -395,8 +434,7 @@ class MetricsServer:
         self._loop = asyncio.new_event_loop()
         self.gate = AuthGate(self)  # credentials checked one at a time, wrong guessers last
         ready: concurrent.futures.Future = concurrent.futures.Future()
-        self._thread = threading.Thread(target=self._run, args=(listen, port, ready), name="rigmon-http",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(listen, port, ready), name="rigmon-http", daemon=True)
         self._thread.start()
         self._server = ready.result()  # raises the bind's OSError here
         self.server_address = self._server.sockets[0].getsockname()
@@ -406,11 +444,13 @@ class MetricsServer:
         self._loop.set_exception_handler(_quiet)
         try:
             if self._sock is not None:
-                server = self._loop.run_until_complete(self._loop.create_server(
-                    lambda: _Connection(self), sock=self._sock, backlog=128))
+                server = self._loop.run_until_complete(
+                    self._loop.create_server(lambda: _Connection(self), sock=self._sock, backlog=128)
+                )
             else:
-                server = self._loop.run_until_complete(self._loop.create_server(
-                    lambda: _Connection(self), listen, port, backlog=128, reuse_address=True))
+                server = self._loop.run_until_complete(
+                    self._loop.create_server(lambda: _Connection(self), listen, port, backlog=128, reuse_address=True)
+                )
         except OSError as e:
             self._loop.close()  # now, in its thread: left to the garbage collector at exit, it can raise there
             ready.set_exception(OSError(e.errno, f"cannot listen on {listen}:{port}: {e.strerror}"))
@@ -452,8 +492,9 @@ class MetricsServer:
         if self._page_pool is None:
             self._page_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rigmon-page")
         future = self._loop.run_in_executor(self._page_pool, deferred.make)
-        future.add_done_callback(lambda f: done(f.result() if not f.cancelled() and f.exception() is None
-                                                else _RENDER_FAILED))
+        future.add_done_callback(
+            lambda f: done(f.result() if not f.cancelled() and f.exception() is None else _RENDER_FAILED)
+        )
 
     def request(self, head: bytes) -> _Request:
         """``head`` parsed. A scraper sends the very same bytes every scrape, so each distinct
@@ -502,8 +543,21 @@ _HEAD_TOO_LARGE = response(431, "text/plain", b"request headers too large\n")
 
 
 class _Connection(asyncio.BufferedProtocol):
-    __slots__ = ("server", "loop", "transport", "raw", "buffer", "deadline", "closing", "paused", "checking",
-                 "waiting_since", "handshaking", "address", "answered")
+    __slots__ = (
+        "server",
+        "loop",
+        "transport",
+        "raw",
+        "buffer",
+        "deadline",
+        "closing",
+        "paused",
+        "checking",
+        "waiting_since",
+        "handshaking",
+        "address",
+        "answered",
+    )
 
     def __init__(self, server: MetricsServer):
         self.server, self.loop = server, server._loop
@@ -542,8 +596,9 @@ class _Connection(asyncio.BufferedProtocol):
 
     async def _start_tls(self) -> None:
         try:
-            transport = await self.loop.start_tls(self.raw, self, self.server.tls, server_side=True,
-                                                  ssl_handshake_timeout=CONNECTION_TIMEOUT)
+            transport = await self.loop.start_tls(
+                self.raw, self, self.server.tls, server_side=True, ssl_handshake_timeout=CONNECTION_TIMEOUT
+            )
         except (OSError, ssl.SSLError, ConnectionError, TimeoutError, asyncio.CancelledError):
             self.abort()
             return
@@ -620,7 +675,7 @@ class _Connection(asyncio.BufferedProtocol):
                 if len(self.buffer) > MAX_REQUEST_BYTES:
                     self._write(_HEAD_TOO_LARGE, False, False)
                 return
-            head, self.buffer = self.buffer[:end], self.buffer[end + 4:]
+            head, self.buffer = self.buffer[:end], self.buffer[end + 4 :]
             self._answer(head)
 
     def _answer(self, head: bytes) -> None:
@@ -747,8 +802,9 @@ def tls_context(config: PrometheusConfig) -> ssl.SSLContext | None:
     return context
 
 
-def serve(app: MetricsApp, config: PrometheusConfig, sock: socket.socket | None = None
-          ) -> tuple[MetricsServer, threading.Thread]:
+def serve(
+    app: MetricsApp, config: PrometheusConfig, sock: socket.socket | None = None
+) -> tuple[MetricsServer, threading.Thread]:
     """Bind (or take ``sock``, already listening) and serve in a thread; raises OSError with the
     address when the bind fails."""
     server = MetricsServer(app, config.listen, config.port, tls_context(config), sock)

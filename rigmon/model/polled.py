@@ -20,7 +20,7 @@ MEMORY_V2 = "memory_v2"  # an argument the reader passes as pynvml.nvmlMemory_v2
 
 class Polled(NamedTuple):
     field: str  # the GpuReading field: the reading's name everywhere
-    calls: tuple[tuple[str, tuple], ...]  # (NVML function, arguments), newest first; () for a field value
+    calls: tuple[tuple[str, tuple[object, ...]], ...]  # (NVML function, arguments), newest first; () for a field value
     convert: str  # watts (from mW), celsius, hertz (from MHz), ratio (from %), count (a number as it is)
     attr: str | None = None  # the member of the answer (a struct) that holds the value
     field_id: int | None = None  # read through nvmlDeviceGetFieldValues (NVML_FI_DEV_*), batched per GPU
@@ -28,6 +28,8 @@ class Polled(NamedTuple):
     # rule looks at it over a short window
 
 
+# a table, one line per entry: the formatter leaves it as written
+# fmt: off
 POLLED: tuple[Polled, ...] = (
     Polled("power_watts", (("nvmlDeviceGetPowerUsage", ()),), "watts"),
     Polled("power_limit_watts", (("nvmlDeviceGetEnforcedPowerLimit", ()),), "watts"),
@@ -50,3 +52,4 @@ POLLED: tuple[Polled, ...] = (
     Polled("pcie_width", (("nvmlDeviceGetCurrPcieLinkWidth", ()),), "count"),
     Polled("pcie_replays", (("nvmlDeviceGetPcieReplayCounter", ()),), "count", rare=True),
 )
+# fmt: on

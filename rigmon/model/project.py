@@ -29,9 +29,14 @@ class GpuFan:
 
 def gpu_fans(g) -> list[GpuFan]:
     speeds, targets, rpms = g.fan_speed_ratios or (), g.fan_target_ratios or (), g.fan_speed_rpm or ()
-    return [GpuFan(speeds[n] if n < len(speeds) else None, targets[n] if n < len(targets) else None,
-                   rpms[n] if n < len(rpms) else None)
-            for n in range(max(len(speeds), len(targets), len(rpms)))]
+    return [
+        GpuFan(
+            speeds[n] if n < len(speeds) else None,
+            targets[n] if n < len(targets) else None,
+            rpms[n] if n < len(rpms) else None,
+        )
+        for n in range(max(len(speeds), len(targets), len(rpms)))
+    ]
 
 
 def unique_temperatures(temperatures):
@@ -48,8 +53,11 @@ def unique_temperatures(temperatures):
 class _Writer:
     def __init__(self):
         self.lines: list[str] = []
-        self.names: dict[str, object] = {"_gpu_fans": gpu_fans, "_unique": unique_temperatures,
-                                         "_process_series": process_series}
+        self.names: dict[str, object] = {
+            "_gpu_fans": gpu_fans,
+            "_unique": unique_temperatures,
+            "_process_series": process_series,
+        }
         self._temps = 0
 
     def emit(self, depth: int, text: str) -> None:
@@ -125,18 +133,29 @@ def process_series(s, count: int) -> list[ProcessSeries]:
     out = []
     for memory, g, p in held[:count]:
         info = who.get(p.pid)
-        out.append(ProcessSeries(str(g.index), g.uuid, str(p.pid), (info.user if info else None) or "",
-                                 (info.job if info else None) or "", memory, p.sm_ratio))
+        out.append(
+            ProcessSeries(
+                str(g.index),
+                g.uuid,
+                str(p.pid),
+                (info.user if info else None) or "",
+                (info.job if info else None) or "",
+                memory,
+                p.sm_ratio,
+            )
+        )
     return out
 
 
 def _gpu_parts(entity: str, **flags) -> tuple[list[Reading], list[Reading], list[Reading]]:
     """A GPU entity's readings split by when they are read: always, every poll of a GPU that
     answers, and from its start-up facts."""
-    rs = [r for r in READINGS if r.entity == entity and r.get is not None
-          and all(getattr(r, k) == v for k, v in flags.items())]
-    return ([r for r in rs if r.always], [r for r in rs if not r.always and not r.static],
-            [r for r in rs if r.static])
+    rs = [
+        r
+        for r in READINGS
+        if r.entity == entity and r.get is not None and all(getattr(r, k) == v for k, v in flags.items())
+    ]
+    return ([r for r in rs if r.always], [r for r in rs if not r.always and not r.static], [r for r in rs if r.static])
 
 
 # --- Prometheus -----------------------------------------------------------------------------------
@@ -273,8 +292,13 @@ def _float_text(value: float) -> str:
 
 
 # what the generated line-protocol code calls
-_LINE_NAMES = {"_append": _append_value, "_HEADS": _HEADS, "_head": _point_head, "_floats": _FLOATS.get,
-               "_float": _float_text}
+_LINE_NAMES = {
+    "_append": _append_value,
+    "_HEADS": _HEADS,
+    "_head": _point_head,
+    "_floats": _FLOATS.get,
+    "_float": _float_text,
+}
 
 
 def _fields(w: _Writer, depth: int, key: str, r: Reading) -> None:
@@ -312,8 +336,13 @@ def _influx() -> tuple[Callable, Callable, Callable]:
     in_gpu = [r for r in static if (r.measurement or "gpu") == "gpu"]
     w.emit(0, "def gpu_line(g, i, s, host, ns):")
     w.emit(1, "name = i.name if i is not None else ''")
-    _emit_head(w, 1, "('gpu', host, g.index, g.uuid, name)", "gpu",
-               "{'host': host, 'gpu': str(g.index), 'uuid': g.uuid, 'name': name}")
+    _emit_head(
+        w,
+        1,
+        "('gpu', host, g.index, g.uuid, name)",
+        "gpu",
+        "{'host': host, 'gpu': str(g.index), 'uuid': g.uuid, 'name': name}",
+    )
     for r in always:
         _fields(w, 1, repr(influx_tag(r.name) + "="), r)
     w.emit(1, "if not g.lost:")
@@ -332,8 +361,7 @@ def _influx() -> tuple[Callable, Callable, Callable]:
 
     w = _Writer()
     w.emit(0, "def gpu_info_fields(i, s):")
-    w.emit(1, "return {" + ", ".join(f"{r.name!r}: {w.value(r)}" for r in static
-                                     if r.measurement == "gpu_info") + "}")
+    w.emit(1, "return {" + ", ".join(f"{r.name!r}: {w.value(r)}" for r in static if r.measurement == "gpu_info") + "}")
     info_fields = w.compile("gpu_info_fields")
 
     w = _Writer()
@@ -346,8 +374,13 @@ def _influx() -> tuple[Callable, Callable, Callable]:
         measurement, names = ENTITIES[entity].measurement, ENTITIES[entity].influx_tags
         w.emit(1, f"for r in {records}:")
         w.emit(2, f"labels = {labels}")
-        _emit_head(w, 2, f"({measurement!r}, host, *labels)", measurement,  # an unknown label ("") is no tag
-                   f"{{'host': host, **{{k: x for k, x in zip({names!r}, labels) if x != ''}}}}")
+        _emit_head(
+            w,
+            2,
+            f"({measurement!r}, host, *labels)",
+            measurement,  # an unknown label ("") is no tag
+            f"{{'host': host, **{{k: x for k, x in zip({names!r}, labels) if x != ''}}}}",
+        )
         for r in rs:
             _fields(w, 2, repr(influx_tag(r.name) + "="), r)
         w.emit(2, "if fields: out.append(f\"{head} {','.join(fields)} {ns}\")")
@@ -367,6 +400,7 @@ def _entities(wanted: dict[str, frozenset[str]] | None = None) -> tuple[Callable
 
     ``wanted``: only these kinds, each with only these variables (and its labels), for code that
     reads no more: the alert engine's conditions. None: every kind, every variable."""
+
     def keep(kind: str, readings) -> list[Reading]:
         return [r for r in readings if wanted is None or r.name in wanted.get(kind, ())]
 
@@ -387,7 +421,8 @@ def _entities(wanted: dict[str, frozenset[str]] | None = None) -> tuple[Callable
     if wants("gpu"):
         counts = {"xid_total": "xid_totals.get(g.index, 0)", "last_xid": "last_xids.get(g.index, 0)"}
         values = [f"{r.name!r}: {w.value(r)}" for r in always] + [
-            f"{name!r}: {value}" for name, value in counts.items() if wanted is None or name in wanted["gpu"]]
+            f"{name!r}: {value}" for name, value in counts.items() if wanted is None or name in wanted["gpu"]
+        ]
         w.emit(2, f"v = {{**labels, {', '.join(values)}}}")
         if polled:
             w.emit(2, "if not g.lost:")
@@ -418,8 +453,9 @@ def _entities(wanted: dict[str, frozenset[str]] | None = None) -> tuple[Callable
         w.emit(1, f"if h is not None and kind in (None, {entity!r}):")
         w.emit(2, f"for r in {records}:")
         w.emit(3, f"labels = {labels}")
-        values = ", ".join([f"{n!r}: labels[{k}]" for k, n in enumerate(names)] +
-                           [f"{r.name!r}: {w.value(r)}" for r in rs])
+        values = ", ".join(
+            [f"{n!r}: labels[{k}]" for k, n in enumerate(names)] + [f"{r.name!r}: {w.value(r)}" for r in rs]
+        )
         w.emit(3, f"out[{key}] = {{{values}}}")
     if wants("host"):
         rs = keep("host", [r for r in READINGS if r.entity == "host" and r.rule])
@@ -477,10 +513,18 @@ def __getattr__(name: str) -> Callable:
 def main() -> None:
     fill_prometheus = __getattr__("fill_prometheus")
     influx_gpu_line, influx_gpu_info_fields, influx_host_lines = (
-        __getattr__(n) for n in ("influx_gpu_line", "influx_gpu_info_fields", "influx_host_lines"))
+        __getattr__(n) for n in ("influx_gpu_line", "influx_gpu_info_fields", "influx_host_lines")
+    )
     gpu_entities, host_entities, burnin_gpu = (__getattr__(n) for n in ("gpu_entities", "host_entities", "burnin_gpu"))
-    for fn in (fill_prometheus, influx_gpu_line, influx_gpu_info_fields, influx_host_lines, gpu_entities,
-               host_entities, burnin_gpu):
+    for fn in (
+        fill_prometheus,
+        influx_gpu_line,
+        influx_gpu_info_fields,
+        influx_host_lines,
+        gpu_entities,
+        host_entities,
+        burnin_gpu,
+    ):
         print(fn.source, end="\n\n")
 
 

@@ -70,15 +70,18 @@ ENTITIES = {
     "gpu": Entity("gpu", ("gpu", "uuid"), ("gpu", "uuid", "name"), "gpu", "gpu"),
     "gpu_fan": Entity("gpu_fan", ("gpu", "uuid", "fan"), ("gpu", "uuid", "name"), "gpu", "gpu_fan"),
     "cpu": Entity("cpu", ("socket", "chip", "sensor"), ("socket", "chip", "sensor"), "cpu_temp", "cpu"),
-    "temperature": Entity("temperature", ("chip", "sensor", "device"), ("chip", "sensor", "device"), "temperature",
-                          None),
+    "temperature": Entity(
+        "temperature", ("chip", "sensor", "device"), ("chip", "sensor", "device"), "temperature", None
+    ),
     "fan": Entity("fan", ("chip", "fan", "device"), ("chip", "fan", "device"), "fan", "fan"),
     "fan_control": Entity("fan_control", ("chip", "fan", "device"), ("chip", "fan", "device"), "fan_control", None),
     "voltage": Entity("voltage", ("chip", "sensor", "device"), ("chip", "sensor", "device"), "voltage", None),
-    "power_input": Entity("power_input", ("chip", "sensor", "device"), ("chip", "sensor", "device"), "power_input",
-                          None),
-    "current_input": Entity("current_input", ("chip", "sensor", "device"), ("chip", "sensor", "device"),
-                            "current_input", None),
+    "power_input": Entity(
+        "power_input", ("chip", "sensor", "device"), ("chip", "sensor", "device"), "power_input", None
+    ),
+    "current_input": Entity(
+        "current_input", ("chip", "sensor", "device"), ("chip", "sensor", "device"), "current_input", None
+    ),
     "gpu_process": Entity("gpu_process", ("gpu", "uuid", "pid", "user", "job"), (), None, None),
     "cpu_energy": Entity("cpu_energy", ("zone",), ("zone",), "cpu_energy", None),
     "host": Entity("host", (), (), "host", "host"),
@@ -90,6 +93,8 @@ LAST = " (from the last poll)"
 
 # Prometheus families in exposition order. ``gpu_info``, ``gpu_xid_errors`` are filled by the
 # exporter itself (identity labels; XID counts since start), not by readings.
+# a table, one line per entry: the formatter leaves it as written
+# fmt: off
 FAMILIES = {f.name: f for f in (
     Family("rigmon_gpu_info", "gauge", "GPU identity; always 1."),
     Family("rigmon_gpu_up", "gauge", "1 if the GPU answers, 0 if it is lost (fell off the bus)."),
@@ -166,6 +171,7 @@ FAMILIES = {f.name: f for f in (
     Family("rigmon_hwmon_power_watts", "gauge", "hwmon power inputs (a PSU's draw: corsair-psu, …).", group="host"),
     Family("rigmon_hwmon_current_amperes", "gauge", "hwmon current inputs.", group="host"),
 )}
+# fmt: on
 
 
 # --- values derived from several fields ---------------------------------------------------------
@@ -242,10 +248,16 @@ def R(name, entity, get, unit, doc, family=None, labels=(), **kw) -> Reading:  #
     return Reading(name, entity, get, unit, doc, family, tuple(labels), **kw)
 
 
-_EVENT_DOCS = {"sw_power_cap": "SW power cap active (normal under full load)",
-               "hw_slowdown": "HW slowdown active", "sw_thermal_slowdown": "SW thermal slowdown active",
-               "hw_thermal_slowdown": "HW thermal slowdown active", "hw_power_brake_slowdown": "HW power brake active"}
+_EVENT_DOCS = {
+    "sw_power_cap": "SW power cap active (normal under full load)",
+    "hw_slowdown": "HW slowdown active",
+    "sw_thermal_slowdown": "SW thermal slowdown active",
+    "hw_thermal_slowdown": "HW thermal slowdown active",
+    "hw_power_brake_slowdown": "HW power brake active",
+}
 
+# a table, one line per entry: the formatter leaves it as written
+# fmt: off
 READINGS: tuple[Reading, ...] = (
     # --- each GPU, every poll (the ``gpu`` measurement, ``gpu`` rules) ---
     R("lost", "gpu", "g.lost", "bool", "the GPU fell off the bus or stopped answering", always=True),
@@ -452,7 +464,7 @@ READINGS: tuple[Reading, ...] = (
       influx=False),
     R("present", "sensor", None, "bool", "the sensor answers now", influx=False),
 )
-
+# fmt: on
 
 
 def _own_families(table: tuple[Reading, ...]) -> tuple[Reading, ...]:
@@ -507,12 +519,15 @@ OTHER_MEASUREMENTS = (
     ("xid", ("gpu", "uuid", "xid"), "code (one point per XID event, at its time)"),
     ("alert", ("alertname", "severity", "subject"), "status, firing, summary (one point per transition)"),
     ("power_budget", ("psu",), "budget_watts, draw_watts (each poll, where a budget is configured)"),
-    ("job", ("job", "user", "unit"), "id, command, started, seconds, gpus, gpu_seconds, energy_joules, cost, "
-                                     "mean_power_watts, mean_power_ratio, mean_utilization_ratio, "
-                                     "peak_temperature_celsius, throttle_seconds, starved, alerts (one point per "
-                                     "finished job, at its end)"),
-    ("burnin", ("run", "unit", "gpu"), "tokens_per_s, loss, floor, step (each worker's progress during a "
-                                        "burn-in)"),
+    (
+        "job",
+        ("job", "user", "unit"),
+        "id, command, started, seconds, gpus, gpu_seconds, energy_joules, cost, "
+        "mean_power_watts, mean_power_ratio, mean_utilization_ratio, "
+        "peak_temperature_celsius, throttle_seconds, starved, alerts (one point per "
+        "finished job, at its end)",
+    ),
+    ("burnin", ("run", "unit", "gpu"), "tokens_per_s, loss, floor, step (each worker's progress during a burn-in)"),
     ("burnin_verdict", ("run",), "verdict, passed, minutes (one point per burn-in, at its end)"),
 )
 

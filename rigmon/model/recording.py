@@ -166,8 +166,7 @@ class Recording:
         if header.get("format") != FORMAT:
             raise RecordingError(f"{path}: line 1: format is {header.get('format')!r}, expected {FORMAT!r}")
         if header.get("version") != VERSION:
-            raise RecordingError(
-                f"{path}: line 1: version {header.get('version')!r} is not supported (only {VERSION})")
+            raise RecordingError(f"{path}: line 1: version {header.get('version')!r} is not supported (only {VERSION})")
         if not isinstance(header.get("gpus", []), list):
             raise RecordingError(f"{path}: line 1: 'gpus' must be a list")
         count = header.get("nvml", {}).get("nvmlDeviceGetCount") if isinstance(header.get("nvml"), dict) else None
@@ -231,8 +230,9 @@ def _give_identity(entry: dict, index: int) -> None:
     pci = entry.get("nvmlDeviceGetPciInfo")
     if isinstance(pci, dict) and "busId" in pci:
         bus = f"{0x10 + index:02x}"
-        entry["nvmlDeviceGetPciInfo"] = dict(pci, bus=0x10 + index, busId=f"00000000:{bus}:00.0",
-                                             busIdLegacy=f"0000:{bus}:00.0")
+        entry["nvmlDeviceGetPciInfo"] = dict(
+            pci, bus=0x10 + index, busId=f"00000000:{bus}:00.0", busIdLegacy=f"0000:{bus}:00.0"
+        )
     if isinstance(entry.get("nvmlDeviceGetSerial"), str):
         entry["nvmlDeviceGetSerial"] = f"{entry['nvmlDeviceGetSerial']}-{index}"
 

@@ -46,8 +46,9 @@ SLOWDOWNS: tuple[str, ...] = tuple(r.name for r in CLOCK_EVENT_REASONS if r.slow
 TIMED_REASONS: tuple[str, ...] = tuple(r.name for r in CLOCK_EVENT_REASONS if r.seconds_field is not None)
 
 
-class ClockEvents(namedtuple("ClockEvents", [r.name for r in CLOCK_EVENT_REASONS],
-                             defaults=(None,) * len(CLOCK_EVENT_REASONS))):
+class ClockEvents(
+    namedtuple("ClockEvents", [r.name for r in CLOCK_EVENT_REASONS], defaults=(None,) * len(CLOCK_EVENT_REASONS))
+):
     """Which clock-event reasons are active; None where the GPU does not report the reason."""
 
     __slots__ = ()
@@ -153,15 +154,30 @@ class GpuInfo(NamedTuple):
 
 # GpuReading's fields: who it is, the per-poll readings of the table (rigmon.model.polled), then what
 # the reader makes of several answers or reads every slow_interval.
-_GPU_READING_FIELDS = ("index", "uuid", "lost", *(p.field for p in POLLED), "pcie_full_in_other_pstate",
-                       "energy_joules", "clock_events",
-                       "throttle_seconds", "fan_speed_ratios", "fan_target_ratios", "fan_speed_rpm",
-                       "pcie_rx_bytes_per_second", "pcie_tx_bytes_per_second", "ecc_errors", "remapped_rows",
-                       "retired_pages", "processes")
+_GPU_READING_FIELDS = (
+    "index",
+    "uuid",
+    "lost",
+    *(p.field for p in POLLED),
+    "pcie_full_in_other_pstate",
+    "energy_joules",
+    "clock_events",
+    "throttle_seconds",
+    "fan_speed_ratios",
+    "fan_target_ratios",
+    "fan_speed_rpm",
+    "pcie_rx_bytes_per_second",
+    "pcie_tx_bytes_per_second",
+    "ecc_errors",
+    "remapped_rows",
+    "retired_pages",
+    "processes",
+)
 
 
-class GpuReading(namedtuple("GpuReading", _GPU_READING_FIELDS,
-                            defaults=(False,) + (None,) * (len(_GPU_READING_FIELDS) - 3))):
+class GpuReading(
+    namedtuple("GpuReading", _GPU_READING_FIELDS, defaults=(False,) + (None,) * (len(_GPU_READING_FIELDS) - 3))
+):
     """One GPU at one poll. ``lost`` means the GPU fell off the bus (all readings None).
 
     Besides the table's readings: ``energy_joules`` (since the driver loaded), ``clock_events``

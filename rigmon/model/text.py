@@ -22,7 +22,7 @@ def _escape(ch: str) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
-def printable(value) -> str:
+def printable(value: object) -> str:
     """``value`` as one printable line: controls, line breaks, bidi overrides and lone
     surrogates shown as escapes."""
     text = value if isinstance(value, str) else str(value)

@@ -39,10 +39,10 @@ UNIT_RANGES: dict[str, tuple[float, float]] = {
     "watts": (0.0, 100_000.0),  # a GPU, a PSU, a whole box: 100 kW is none of them
     "joules": (0.0, 1e15),  # energy since the driver loaded: 100 kW for 300 years
     "hertz": (0.0, 1e11),
-    "bytes": (0.0, 2.0 ** 50),  # memory and throughput per second alike: a PiB is no box's
+    "bytes": (0.0, 2.0**50),  # memory and throughput per second alike: a PiB is no box's
     "ratio": (0.0, 1.0),
     "rpm": (0.0, 100_000.0),
-    "count": (0.0, 2.0 ** 53),
+    "count": (0.0, 2.0**53),
     "seconds": (0.0, 1e13),
     "volts": (-1000.0, 1000.0),
     "amperes": (-1000.0, 1000.0),
@@ -94,8 +94,12 @@ def _nested(entity: str, root: str, attribute: str, record: type) -> tuple[tuple
     """The same for a record held in ``root.attribute`` (``g.ecc_errors.corrected_volatile``)."""
     out = []
     for r in READINGS:
-        if r.entity == entity and isinstance(r.get, str) and r.get.startswith(f"{root}.{attribute}.") \
-                and r.unit not in ("text", "bool"):
+        if (
+            r.entity == entity
+            and isinstance(r.get, str)
+            and r.get.startswith(f"{root}.{attribute}.")
+            and r.unit not in ("text", "bool")
+        ):
             field = r.get.split(".")[2]
             lo, hi = range_of(entity, r.name, r.unit)
             out.append((record._fields.index(field), r.name, lo, hi))
@@ -109,42 +113,62 @@ class _Spec:
         from .sample import EccCounts, RemappedRows, RetiredPages, TemperatureThresholds, ThrottleSeconds
 
         self.gpu = _fields(GpuReading, "gpu", "g")
-        self.gpu_nested = tuple((GpuReading._fields.index(attr), _nested("gpu", "g", attr, rec))
-                                for attr, rec in (("throttle_seconds", ThrottleSeconds), ("ecc_errors", EccCounts),
-                                                  ("remapped_rows", RemappedRows),
-                                                  ("retired_pages", RetiredPages)))
-        fan = {"fan_speed_ratios": "speed_ratio", "fan_target_ratios": "target_speed_ratio",
-               "fan_speed_rpm": "speed_rpm"}
-        self.gpu_fans = tuple((GpuReading._fields.index(field), name,
-                               *reading_range("gpu_fan", name)) for field, name in fan.items())
+        self.gpu_nested = tuple(
+            (GpuReading._fields.index(attr), _nested("gpu", "g", attr, rec))
+            for attr, rec in (
+                ("throttle_seconds", ThrottleSeconds),
+                ("ecc_errors", EccCounts),
+                ("remapped_rows", RemappedRows),
+                ("retired_pages", RetiredPages),
+            )
+        )
+        fan = {
+            "fan_speed_ratios": "speed_ratio",
+            "fan_target_ratios": "target_speed_ratio",
+            "fan_speed_rpm": "speed_rpm",
+        }
+        self.gpu_fans = tuple(
+            (GpuReading._fields.index(field), name, *reading_range("gpu_fan", name)) for field, name in fan.items()
+        )
         self.processes = GpuReading._fields.index("processes")
-        self.process = ((1, "memory_bytes", *UNIT_RANGES["bytes"]),
-                        (2, "sm_ratio", *range_of("gpu_process", "sm_ratio", "ratio")))
+        self.process = (
+            (1, "memory_bytes", *UNIT_RANGES["bytes"]),
+            (2, "sm_ratio", *range_of("gpu_process", "sm_ratio", "ratio")),
+        )
         self.info = _fields(GpuInfo, "gpu", "i")
-        self.thresholds = (GpuInfo._fields.index("temperature_thresholds"),
-                           _nested("gpu", "i", "temperature_thresholds", TemperatureThresholds))
+        self.thresholds = (
+            GpuInfo._fields.index("temperature_thresholds"),
+            _nested("gpu", "i", "temperature_thresholds", TemperatureThresholds),
+        )
         # the host's own readings, and the CPU utilisation the cpu kind reads from it too: each once
         self.host = tuple(dict.fromkeys(_fields(HostReading, "host", "h") + _fields(HostReading, "cpu", "h")))
         # host records: (HostReading field, its checks, the field a record is nothing without)
-        records = (("cpu_temperatures", CpuTemperature, "cpu", "celsius"),
-                   ("temperatures", SensorTemperature, "temperature", "celsius"),
-                   ("fans", FanReading, "fan", "rpm"),
-                   ("fan_controls", FanControl, "fan_control", None),
-                   ("voltages", Electrical, "voltage", "value"),
-                   ("powers", Electrical, "power_input", "value"),
-                   ("currents", Electrical, "current_input", "value"),
-                   ("cpu_energy", CpuEnergy, "cpu_energy", "joules"))
+        records = (
+            ("cpu_temperatures", CpuTemperature, "cpu", "celsius"),
+            ("temperatures", SensorTemperature, "temperature", "celsius"),
+            ("fans", FanReading, "fan", "rpm"),
+            ("fan_controls", FanControl, "fan_control", None),
+            ("voltages", Electrical, "voltage", "value"),
+            ("powers", Electrical, "power_input", "value"),
+            ("currents", Electrical, "current_input", "value"),
+            ("cpu_energy", CpuEnergy, "cpu_energy", "joules"),
+        )
         self.records = tuple(
-            (HostReading._fields.index(field),
-             _fields(record, entity, "r") + (_limits(record) if record is SensorTemperature else ()),
-             record._fields.index(main) if main else None)
-            for field, record, entity, main in records)
+            (
+                HostReading._fields.index(field),
+                _fields(record, entity, "r") + (_limits(record) if record is SensorTemperature else ()),
+                record._fields.index(main) if main else None,
+            )
+            for field, record, entity, main in records
+        )
 
 
 def _limits(record: type) -> tuple[tuple[int, str, float, float], ...]:
     lo, hi = UNIT_RANGES["celsius"]
-    return ((record._fields.index("high_celsius"), "high_celsius", lo, hi),
-            (record._fields.index("critical_celsius"), "critical_celsius", lo, hi))
+    return (
+        (record._fields.index("high_celsius"), "high_celsius", lo, hi),
+        (record._fields.index("critical_celsius"), "critical_celsius", lo, hi),
+    )
 
 
 _SPEC: _Spec | None = None
@@ -190,8 +214,13 @@ class Invalid:
                 return
             self._told.add(key)
         shown = printable(repr(value))[:40]
-        log.warning("invalid reading ignored: %s of %s is %s, outside what it can mean%s", reading,
-                    printable("/".join(str(s) for s in series))[:120] or "the host", shown, where)
+        log.warning(
+            "invalid reading ignored: %s of %s is %s, outside what it can mean%s",
+            reading,
+            printable("/".join(str(s) for s in series))[:120] or "the host",
+            shown,
+            where,
+        )
 
     def check(self, sample):
         """The sample with every invalid value made None (or its record left out)."""
@@ -223,8 +252,9 @@ class Invalid:
                     for k, v in enumerate(fans):
                         if v is not None and not (lo <= v <= hi):
                             self.note(name, ("gpu", g.index, "fan", k), v)
-                    new = new._replace(**{g._fields[index]: tuple(v if v is None or lo <= v <= hi else None
-                                                                  for v in fans)})
+                    new = new._replace(
+                        **{g._fields[index]: tuple(v if v is None or lo <= v <= hi else None for v in fans)}
+                    )
             processes = g[spec.processes]
             if processes:
                 kept = []
@@ -307,13 +337,13 @@ class Invalid:
     def collect(self):
         from prometheus_client.core import CounterMetricFamily
 
-        family = CounterMetricFamily("rigmon_readings_invalid", "Readings ignored as outside what they can mean "
-                                                                "(non-finite, out of range), by reading.",
-                                     labels=["reading"])
+        family = CounterMetricFamily(
+            "rigmon_readings_invalid",
+            "Readings ignored as outside what they can mean (non-finite, out of range), by reading.",
+            labels=["reading"],
+        )
         with self._lock:
             counts = sorted(self.counts.items())
         for name, count in counts:
             family.add_metric([name], count)
         yield family
-
-

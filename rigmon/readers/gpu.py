@@ -92,11 +92,24 @@ _PSTATE = _plan_name(next(p for p in POLLED if p.field == "performance_state"))
 def _builder() -> Callable:
     """build(...) -> GpuReading: each field's expression by name, the tuple made in field order
     without keyword binding (31 keywords cost 3 µs a GPU a poll, a tenth of the reader's work)."""
-    exprs = {"index": "d.index", "uuid": "d.info.uuid", "lost": "False", "energy_joules": "d.energy",
-             "clock_events": "events", "throttle_seconds": "d.throttle", "fan_speed_ratios": "speeds",
-             "fan_target_ratios": "targets", "fan_speed_rpm": "rpms", "pcie_rx_bytes_per_second": "d.pcie_rx",
-             "pcie_tx_bytes_per_second": "d.pcie_tx", "ecc_errors": "ecc", "remapped_rows": "rows",
-             "retired_pages": "d.retired_pages", "processes": "procs", "pcie_full_in_other_pstate": "stepped"}
+    exprs = {
+        "index": "d.index",
+        "uuid": "d.info.uuid",
+        "lost": "False",
+        "energy_joules": "d.energy",
+        "clock_events": "events",
+        "throttle_seconds": "d.throttle",
+        "fan_speed_ratios": "speeds",
+        "fan_target_ratios": "targets",
+        "fan_speed_rpm": "rpms",
+        "pcie_rx_bytes_per_second": "d.pcie_rx",
+        "pcie_tx_bytes_per_second": "d.pcie_tx",
+        "ecc_errors": "ecc",
+        "remapped_rows": "rows",
+        "retired_pages": "d.retired_pages",
+        "processes": "procs",
+        "pcie_full_in_other_pstate": "stepped",
+    }
     for p in POLLED:
         answer = f"fields.get({p.field_id})" if p.field_id is not None else f"get({_plan_name(p)!r})"
         if p.attr:
@@ -105,10 +118,20 @@ def _builder() -> Callable:
     missing = [f for f in GpuReading._fields if f not in exprs]
     if missing:
         raise ImportError(f"GpuReading fields without a source: {missing}")
-    source = ("def build(d, get, fields, events, speeds, targets, rpms, ecc, rows, procs, stepped):\n"
-              "    return _new(_GpuReading, (" + ", ".join(exprs[f] for f in GpuReading._fields) + ",))\n")
-    namespace = {"_new": tuple.__new__, "_GpuReading": GpuReading, "_attr": _attr, "_watts": _watts,
-                 "_celsius": _celsius, "_hertz": _hertz, "_ratio": _ratio, "_count": _num}
+    source = (
+        "def build(d, get, fields, events, speeds, targets, rpms, ecc, rows, procs, stepped):\n"
+        "    return _new(_GpuReading, (" + ", ".join(exprs[f] for f in GpuReading._fields) + ",))\n"
+    )
+    namespace = {
+        "_new": tuple.__new__,
+        "_GpuReading": GpuReading,
+        "_attr": _attr,
+        "_watts": _watts,
+        "_celsius": _celsius,
+        "_hertz": _hertz,
+        "_ratio": _ratio,
+        "_count": _num,
+    }
     exec(compile(source, "<rigmon.readers.gpu build>", "exec"), namespace)  # our own table, not input
     namespace["build"].source = source
     return namespace["build"]
@@ -119,8 +142,12 @@ def _builder() -> Callable:
 # raises NVMLLibraryMismatchError; a ctypes argument the library's symbol does not take).
 CALL_ERRORS = (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError, ctypes.ArgumentError)
 # ...and of those, what means "this driver has no such call": the older call is tried instead
-_NOT_HERE = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound, pynvml.NVMLLibraryMismatchError,
-             ctypes.ArgumentError)
+_NOT_HERE = (
+    pynvml.NVMLError_NotSupported,
+    pynvml.NVMLError_FunctionNotFound,
+    pynvml.NVMLLibraryMismatchError,
+    ctypes.ArgumentError,
+)
 
 
 class UntrustedProcessRecords(pynvml.NVMLError):
@@ -139,13 +166,22 @@ class _ProcessV1(ctypes.Structure):  # nvmlProcessInfo_v1_t: before R450
 
 
 class _ProcessV2(ctypes.Structure):  # nvmlProcessInfo_v2_t, and _v3_t on every driver but 535.43-535.86
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong), ("gpuInstanceId", ctypes.c_uint),
-                ("computeInstanceId", ctypes.c_uint)]
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
 
 
 class _ProcessV3CC(ctypes.Structure):  # nvmlProcessInfo_v3_t as drivers 535.43 to 535.86 write it
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong), ("gpuInstanceId", ctypes.c_uint),
-                ("computeInstanceId", ctypes.c_uint), ("usedGpuCcProtectedMemory", ctypes.c_ulonglong)]
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+        ("usedGpuCcProtectedMemory", ctypes.c_ulonglong),
+    ]
 
 
 MAX_PID = 1 << 22  # the kernel's pid_max can go no higher
@@ -176,8 +212,11 @@ def compute_processes(handle: Any, driver: str | None) -> list[_Process]:
     first), each record read in the layout this driver writes; records that do not read as
     processes (a PID of 0 or past pid_max, more memory than any GPU has) raise
     UntrustedProcessRecords, never pass on as processes."""
-    for symbol in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
-                   "nvmlDeviceGetComputeRunningProcesses"):
+    for symbol in (
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+        "nvmlDeviceGetComputeRunningProcesses",
+    ):
         try:
             fn = pynvml._nvmlGetFunctionPointer(symbol)
         except pynvml.NVMLError_FunctionNotFound:
@@ -193,7 +232,7 @@ def compute_processes(handle: Any, driver: str | None) -> list[_Process]:
         records = (layout * count.value)()
         pynvml._nvmlCheckReturn(fn(handle, ctypes.byref(count), records))
         out = []
-        for record in records[:min(count.value, MAX_PROCESSES)]:
+        for record in records[: min(count.value, MAX_PROCESSES)]:
             used = record.usedGpuMemory
             if not 0 < record.pid < MAX_PID:
                 raise UntrustedProcessRecords(f"PID {record.pid} from {symbol}, driver {driver}")
@@ -266,11 +305,37 @@ class GpuLost(Exception):
 class _Device:
     """One GPU's handle and what we have learnt about it."""
 
-    __slots__ = ("index", "handle", "info", "unsupported", "lost", "errors", "last_slow", "energy", "throttle",
-                 "pcie_rx", "pcie_tx", "supported_events", "fields_unsupported", "plan", "slow_plan", "slow_raw",
-                 "poll_fields", "probe_at", "not_recorded", "unrecorded", "pids", "energy_again",
-                 "retired_pages", "read_retired_pages", "fans", "enforced", "not_in_driver", "link_by_pstate",
-                 "stood_in")
+    __slots__ = (
+        "index",
+        "handle",
+        "info",
+        "unsupported",
+        "lost",
+        "errors",
+        "last_slow",
+        "energy",
+        "throttle",
+        "pcie_rx",
+        "pcie_tx",
+        "supported_events",
+        "fields_unsupported",
+        "plan",
+        "slow_plan",
+        "slow_raw",
+        "poll_fields",
+        "probe_at",
+        "not_recorded",
+        "unrecorded",
+        "pids",
+        "energy_again",
+        "retired_pages",
+        "read_retired_pages",
+        "fans",
+        "enforced",
+        "not_in_driver",
+        "link_by_pstate",
+        "stood_in",
+    )
 
     def __init__(self, index: int, handle: Any):
         self.index = index
@@ -462,8 +527,9 @@ class GpuReader:
         )
         if supported.__class__ is int:  # a bitmask
             d.supported_events = supported
-        thresholds = [g(f"nvmlDeviceGetTemperatureThreshold:{i}", nv.nvmlDeviceGetTemperatureThreshold, i)
-                      for i in range(4)]
+        thresholds = [
+            g(f"nvmlDeviceGetTemperatureThreshold:{i}", nv.nvmlDeviceGetTemperatureThreshold, i) for i in range(4)
+        ]
         fans = _bounded(g("nvmlDeviceGetNumFans", nv.nvmlDeviceGetNumFans), MAX_FANS, f"GPU {d.index}: fan count")
         gpu_max_generation = _num(g("nvmlDeviceGetGpuMaxPcieLinkGeneration", nv.nvmlDeviceGetGpuMaxPcieLinkGeneration))
         if _numbers(ecc, 2) and ecc[0]:
@@ -478,8 +544,9 @@ class GpuReader:
             pci_bus_id=_text(getattr(pci, "busId", None)),
             vbios_version=_text(g("nvmlDeviceGetVbiosVersion", nv.nvmlDeviceGetVbiosVersion)),
             compute_capability=f"{cc[0]}.{cc[1]}" if _numbers(cc, 2) else None,
-            power_limit_default_watts=_watts(g("nvmlDeviceGetPowerManagementDefaultLimit",
-                                               nv.nvmlDeviceGetPowerManagementDefaultLimit)),
+            power_limit_default_watts=_watts(
+                g("nvmlDeviceGetPowerManagementDefaultLimit", nv.nvmlDeviceGetPowerManagementDefaultLimit)
+            ),
             power_limit_min_watts=_watts(constraints[0]) if _numbers(constraints, 2) else None,
             power_limit_max_watts=_watts(constraints[1]) if _numbers(constraints, 2) else None,
             temperature_thresholds=TemperatureThresholds(*(_celsius(t) for t in thresholds)),
@@ -492,8 +559,9 @@ class GpuReader:
             gpu_max_pcie_generation=gpu_max_generation,
             expected_pcie_generation=self._expected_pcie.get(d.index),
             expected_pcie_width=self._expected_width.get(d.index),
-            applications_sm_clock_hertz=_hertz(g("nvmlDeviceGetApplicationsClock:1", nv.nvmlDeviceGetApplicationsClock,
-                                                 1)),
+            applications_sm_clock_hertz=_hertz(
+                g("nvmlDeviceGetApplicationsClock:1", nv.nvmlDeviceGetApplicationsClock, 1)
+            ),
             supported_clock_events=ClockEvents.decode(d.supported_events, ALL_CLOCK_EVENTS).active(),
             ecc_enabled=bool(ecc[0]) if _numbers(ecc, 2) else None,
             persistence_mode=bool(persistence) if _num(persistence) is not None else None,
@@ -588,8 +656,7 @@ class GpuReader:
                     continue
                 except GpuLost:
                     if not d.lost:
-                        log.error("GPU %d (%s) is lost: it fell off the bus or stopped answering", d.index,
-                                  d.info.uuid)
+                        log.error("GPU %d (%s) is lost: it fell off the bus or stopped answering", d.index, d.info.uuid)
                     d.lost, d.probe_at = True, now + LOST_PROBE_SECONDS
             readings.append(GpuReading(index=d.index, uuid=d.info.uuid, lost=True))
         if self._registered and self._event_thread is None:
@@ -615,13 +682,17 @@ class GpuReader:
                 seen.add(name)
                 plan.append((name, [call(fn, *args) for fn, args in p.calls]))
         plan += [
-            ("reasons", [call("nvmlDeviceGetCurrentClocksEventReasons"),
-                         call("nvmlDeviceGetCurrentClocksThrottleReasons")]),
+            (
+                "reasons",
+                [call("nvmlDeviceGetCurrentClocksEventReasons"), call("nvmlDeviceGetCurrentClocksThrottleReasons")],
+            ),
             (_REMAPPED_ROWS, [call(_REMAPPED_ROWS)]),
         ]
         if d.info.ecc_enabled:
-            plan += [(key, [call("nvmlDeviceGetTotalEccErrors", *args)])
-                     for key, args in zip(_ECC_KEYS, _ECC_ARGS, strict=True)]
+            plan += [
+                (key, [call("nvmlDeviceGetTotalEccErrors", *args)])
+                for key, args in zip(_ECC_KEYS, _ECC_ARGS, strict=True)
+            ]
         if self._processes:
             plan.append(("processes", [call("nvmlDeviceGetComputeRunningProcesses")]))
             # each process's SM share over the driver's recent samples (0: all it keeps)
@@ -635,9 +706,11 @@ class GpuReader:
             # target is what the driver asks for; only the rpm is measured
             d.fans = tuple((f"fan{i}", f"target{i}", f"rpm{i}") for i in range(fans))
             for i in range(fans):
-                plan += [(f"fan{i}", [call("nvmlDeviceGetFanSpeed_v2", i)]),
-                         (f"target{i}", [call("nvmlDeviceGetTargetFanSpeed", i)]),
-                         (f"rpm{i}", [call("nvmlDeviceGetFanSpeedRPM", i)])]
+                plan += [
+                    (f"fan{i}", [call("nvmlDeviceGetFanSpeed_v2", i)]),
+                    (f"target{i}", [call("nvmlDeviceGetTargetFanSpeed", i)]),
+                    (f"rpm{i}", [call("nvmlDeviceGetFanSpeedRPM", i)]),
+                ]
         return [(name, [a for a in alternatives if a[0] not in d.unsupported]) for name, alternatives in plan]
 
     def _run_plan(self, d: _Device, slow: bool = False) -> dict[str, Any]:
@@ -696,14 +769,24 @@ class GpuReader:
                 d.energy_again, d.pids = pids != d.pids, pids
         speeds = targets = rpms = None
         if d.fans:  # none on passive boards
-            speeds, targets, rpms = (_per_fan(raw, d.fans, 0, 100), _per_fan(raw, d.fans, 1, 100),
-                                     _per_fan(raw, d.fans, 2, 1))
+            speeds, targets, rpms = (
+                _per_fan(raw, d.fans, 0, 100),
+                _per_fan(raw, d.fans, 1, 100),
+                _per_fan(raw, d.fans, 2, 1),
+            )
         return _build(
-            d, get, self._fields(d, _POLL_FIELDS) if d.poll_fields else _NO_FIELDS,
+            d,
+            get,
+            self._fields(d, _POLL_FIELDS) if d.poll_fields else _NO_FIELDS,
             ClockEvents.decode(reasons, d.supported_events) if isinstance(reasons, int) else None,
-            speeds, targets, rpms, EccCounts(*ecc) if any(c is not None for c in ecc) else None,
+            speeds,
+            targets,
+            rpms,
+            EccCounts(*ecc) if any(c is not None for c in ecc) else None,
             RemappedRows(rows[0], rows[1], bool(rows[2]), bool(rows[3])) if _numbers(rows, 4) else None,
-            _processes(procs, get("process_util")), _stepped(d, get(_PCIE_GENERATION), get(_PSTATE)))
+            _processes(procs, get("process_util")),
+            _stepped(d, get(_PCIE_GENERATION), get(_PSTATE)),
+        )
 
     def _read_slow(self, d: _Device) -> None:
         nv = self._nvml
@@ -712,17 +795,20 @@ class GpuReader:
         self._read_energy(d)
         throttle = self._fields(d, _THROTTLE_FIELD_IDS)
         if throttle:
-            d.throttle = ThrottleSeconds(**{name: throttle[fid] / 1e9 for fid, name in THROTTLE_FIELDS.items()
-                                            if fid in throttle})
+            d.throttle = ThrottleSeconds(
+                **{name: throttle[fid] / 1e9 for fid, name in THROTTLE_FIELDS.items() if fid in throttle}
+            )
         if d.read_retired_pages:
             # 0: pages retired for repeated single-bit errors, 1: for a double-bit error
             single = d.get("nvmlDeviceGetRetiredPages:0", nv.nvmlDeviceGetRetiredPages, 0)
             double = d.get("nvmlDeviceGetRetiredPages:1", nv.nvmlDeviceGetRetiredPages, 1)
             pending = d.get("nvmlDeviceGetRetiredPagesPendingStatus", nv.nvmlDeviceGetRetiredPagesPendingStatus)
             if single is not None or double is not None or pending is not None:
-                d.retired_pages = RetiredPages(len(single) if single is not None else None,
-                                               len(double) if double is not None else None,
-                                               bool(pending) if pending is not None else None)
+                d.retired_pages = RetiredPages(
+                    len(single) if single is not None else None,
+                    len(double) if double is not None else None,
+                    bool(pending) if pending is not None else None,
+                )
         if self._pcie_throughput:
             # KB/s over a 20 ms window the call itself waits out.
             rx = d.get("nvmlDeviceGetPcieThroughput:1", nv.nvmlDeviceGetPcieThroughput, 1)
@@ -750,8 +836,11 @@ class GpuReader:
                     value = _num(getattr(v.value, VALUE_FIELDS[v.valueType]))
                     if value is not None:
                         out[v.fieldId] = value
-                elif status in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-                                pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                elif status in (
+                    pynvml.NVML_ERROR_NOT_SUPPORTED,
+                    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+                    pynvml.NVML_ERROR_INVALID_ARGUMENT,
+                ):
                     d.fields_unsupported.add(v.fieldId)
                     if getattr(v, "not_recorded", False) is True:
                         d.not_recorded.add(f"nvmlDeviceGetFieldValues:{v.fieldId}")
@@ -783,9 +872,11 @@ class GpuReader:
         """NVML calls that failed (NotSupported and NotFound are answers, not failures), per GPU."""
         from prometheus_client.core import CounterMetricFamily
 
-        errors = CounterMetricFamily("rigmon_nvml_errors", "NVML calls that failed since start, by GPU, call and "
-                                                           "error (a call the GPU does not support is not one).",
-                                     labels=["gpu", "call", "error"])
+        errors = CounterMetricFamily(
+            "rigmon_nvml_errors",
+            "NVML calls that failed since start, by GPU, call and error (a call the GPU does not support is not one).",
+            labels=["gpu", "call", "error"],
+        )
         for d in self.devices:
             for (call, error), count in sorted(dict(d.errors).items()):
                 errors.add_metric([str(d.index), call, error], count)
@@ -833,13 +924,19 @@ def _processes(procs: Any, samples: Any) -> tuple[GpuProcess, ...] | None:
             stamp = 0
         if pid not in latest or stamp >= latest[pid][0]:
             latest[pid] = (stamp, _attr(sample, "smUtil"))
-    return tuple(GpuProcess(_attr(p, "pid"), _attr(p, "usedGpuMemory"),
-                            _ratio(latest[_attr(p, "pid")][1]) if _attr(p, "pid") in latest else None)
-                 for p in procs)
+    return tuple(
+        GpuProcess(
+            _attr(p, "pid"),
+            _attr(p, "usedGpuMemory"),
+            _ratio(latest[_attr(p, "pid")][1]) if _attr(p, "pid") in latest else None,
+        )
+        for p in procs
+    )
 
 
-def _per_fan(raw: dict[str, Any], fans: tuple[tuple[str, str, str], ...], which: int,
-             divisor: int) -> tuple[float | None, ...] | None:
+def _per_fan(
+    raw: dict[str, Any], fans: tuple[tuple[str, str, str], ...], which: int, divisor: int
+) -> tuple[float | None, ...] | None:
     """One reading of every fan, in fan order (None where that fan did not answer); None when
     no fan answered it at all."""
     values = tuple(_num(raw.get(names[which])) for names in fans)

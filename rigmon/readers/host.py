@@ -83,8 +83,9 @@ def _moved(known: float | None, now: Any) -> bool:
 class HostReader:
     name = "host"
 
-    def __init__(self, backend: Any = None, *, rapl: bool = True, sysfs_sensors: bool = True,
-                 launchers: tuple[str, ...] = ()):
+    def __init__(
+        self, backend: Any = None, *, rapl: bool = True, sysfs_sensors: bool = True, launchers: tuple[str, ...] = ()
+    ):
         self._backend = backend if backend is not None else SystemHost()
         self._rapl = rapl
         self._sysfs_sensors = sysfs_sensors
@@ -115,22 +116,37 @@ class HostReader:
         extra, temp_devices, fan_devices = hwmon.Hwmon(), {}, {}
         if self._sysfs_sensors:
             answer = self._section("hwmon", self._backend.hwmon, notes) or {}
-            parsed = self._section("hwmon", lambda: (hwmon.parse(answer), hwmon.devices_for(answer, "temp"),
-                                                     hwmon.devices_for(answer, "fan")), notes)
+            parsed = self._section(
+                "hwmon",
+                lambda: (hwmon.parse(answer), hwmon.devices_for(answer, "temp"), hwmon.devices_for(answer, "fan")),
+                notes,
+            )
             if parsed is not None:
                 extra, temp_devices, fan_devices = parsed
-        fan_readings = tuple(FanReading(chip, _label(entry[0], "fan", i), float(entry[1]),
-                                        device=_device(fan_devices, chip, i, len(entries)))
-                             for chip, entries in fans.items() for i, entry in enumerate(entries))
+        fan_readings = tuple(
+            FanReading(
+                chip, _label(entry[0], "fan", i), float(entry[1]), device=_device(fan_devices, chip, i, len(entries))
+            )
+            for chip, entries in fans.items()
+            for i, entry in enumerate(entries)
+        )
         self._turned |= {(f.chip, f.device or "", f.label) for f in fan_readings if f.rpm > 0}
         cpu_temps = cpu_temperatures(temps)
         if temps and not cpu_temps:
             notes.append(f"no CPU temperature sensor among {', '.join(sorted(temps))}")
         return HostReading(
             temperatures=tuple(
-                SensorTemperature(chip, _label(entry[0], "temp", i), float(entry[1]), _opt(entry[2]), _opt(entry[3]),
-                                  _device(temp_devices, chip, i, len(entries)))
-                for chip, entries in temps.items() for i, entry in enumerate(entries) if entry[1] is not None
+                SensorTemperature(
+                    chip,
+                    _label(entry[0], "temp", i),
+                    float(entry[1]),
+                    _opt(entry[2]),
+                    _opt(entry[3]),
+                    _device(temp_devices, chip, i, len(entries)),
+                )
+                for chip, entries in temps.items()
+                for i, entry in enumerate(entries)
+                if entry[1] is not None
             ),
             cpu_temperatures=cpu_temps,
             fans=tuple(f._replace(turned=(f.chip, f.device or "", f.label) in self._turned) for f in fan_readings),

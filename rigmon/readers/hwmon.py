@@ -87,9 +87,17 @@ def parse(answer: dict[str, dict[str, Any]]) -> Hwmon:
         for n in sorted({i for i, f in fan.items() if "input" in f} | set(pwm)):
             f, p = fan.get(n, {}), pwm.get(n, {})
             duty = _number(p.get(""))
-            fans.append(FanControl(name, device, f.get("label") or f"fan{n}",
-                                   min(duty / 255, 1.0) if duty is not None else None, _int(p.get("enable")),
-                                   _number(f.get("min")), _flag(f.get("alarm"))))
+            fans.append(
+                FanControl(
+                    name,
+                    device,
+                    f.get("label") or f"fan{n}",
+                    min(duty / 255, 1.0) if duty is not None else None,
+                    _int(p.get("enable")),
+                    _number(f.get("min")),
+                    _flag(f.get("alarm")),
+                )
+            )
         for prefix, divisor, out in (("in", 1000, voltages), ("power", 1_000_000, powers), ("curr", 1000, currents)):
             for n, a in sorted(attributes.get(prefix, {}).items()):
                 value = _number(a.get("input"))
@@ -106,15 +114,27 @@ def devices_for(answer: dict[str, dict[str, Any]], kind: str) -> dict[str, list[
     "fan"), in psutil's order: it sorts the attribute paths as text and skips what it cannot
     read, so the same walk pairs each entry with its chip. The same layout gives the same
     answer: worked out once."""
-    inputs = tuple((dir_name, str(chip.get("name")), str(chip.get("device")),
-                    tuple(a for a, text in chip.get("files", {}).items()
-                          if a.startswith(kind) and a.endswith("_input") and _number(text) is not None))
-                   for dir_name, chip in answer.items())
+    inputs = tuple(
+        (
+            dir_name,
+            str(chip.get("name")),
+            str(chip.get("device")),
+            tuple(
+                a
+                for a, text in chip.get("files", {}).items()
+                if a.startswith(kind) and a.endswith("_input") and _number(text) is not None
+            ),
+        )
+        for dir_name, chip in answer.items()
+    )
     key = (kind, inputs)
     found = _DEVICES_CACHE.get(key)
     if found is None:
-        paths = sorted((f"/sys/class/hwmon/{dir_name}/{a.removesuffix('_input')}", name, device)
-                       for dir_name, name, device, attributes in inputs for a in attributes)
+        paths = sorted(
+            (f"/sys/class/hwmon/{dir_name}/{a.removesuffix('_input')}", name, device)
+            for dir_name, name, device, attributes in inputs
+            for a in attributes
+        )
         found = {}
         for _, name, device in paths:
             found.setdefault(name, []).append(device)

@@ -44,13 +44,26 @@ MAX_CGROUP_BYTES = 8192
 MAX_ANCESTORS = 16  # parents read above a GPU process, at most
 
 # launcher: a program (or the script an interpreter runs) -> the name its jobs are keyed by
-LAUNCHERS = {"torchrun": "torchrun", "deepspeed": "deepspeed", "mpirun": "mpirun", "mpiexec": "mpirun",
-             "orterun": "mpirun", "prterun": "mpirun", "horovodrun": "horovodrun", "srun": "srun",
-             "raylet": "ray"}
+LAUNCHERS = {
+    "torchrun": "torchrun",
+    "deepspeed": "deepspeed",
+    "mpirun": "mpirun",
+    "mpiexec": "mpirun",
+    "orterun": "mpirun",
+    "prterun": "mpirun",
+    "horovodrun": "horovodrun",
+    "srun": "srun",
+    "raylet": "ray",
+}
 # launcher: a module run with python -m
-LAUNCHER_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torchrun",
-                    "accelerate.commands.launch": "accelerate", "deepspeed.launcher.launch": "deepspeed",
-                    "deepspeed.launcher.runner": "deepspeed", "horovod.runner.launch": "horovodrun"}
+LAUNCHER_MODULES = {
+    "torch.distributed.run": "torchrun",
+    "torch.distributed.launch": "torchrun",
+    "accelerate.commands.launch": "accelerate",
+    "deepspeed.launcher.launch": "deepspeed",
+    "deepspeed.launcher.runner": "deepspeed",
+    "horovod.runner.launch": "horovodrun",
+}
 
 
 def raw(pids: list[int], proc: str | Path = "/proc", launchers: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
@@ -109,8 +122,16 @@ def _read(d: Path, boot: float | None, ticks: int) -> dict[str, Any]:
         user = pwd.getpwuid(uid).pw_name
     except KeyError:
         user = str(uid)
-    return {"user": user, "uid": uid, "cmdline": decode(cmdline.replace(b"\0", b" ")).strip(), "cgroup": cgroup,
-            "ppid": ppid, "pgid": pgid, "sid": sid, "start": start}
+    return {
+        "user": user,
+        "uid": uid,
+        "cmdline": decode(cmdline.replace(b"\0", b" ")).strip(),
+        "cgroup": cgroup,
+        "ppid": ppid,
+        "pgid": pgid,
+        "sid": sid,
+        "start": start,
+    }
 
 
 def _stat(d: Path) -> list[str]:
@@ -133,14 +154,15 @@ def _boot_time(base: Path) -> float | None:
     return None
 
 
-def parse(answer: dict[str, dict[str, Any]], launchers: tuple[str, ...] = (),
-          pids: Iterable[int] | None = None) -> dict[int, ProcessInfo]:
+def parse(
+    answer: dict[str, dict[str, Any]], launchers: tuple[str, ...] = (), pids: Iterable[int] | None = None
+) -> dict[int, ProcessInfo]:
     """Entries of ``raw`` (live or recorded) as ``ProcessInfo``: those of ``pids`` (every one
     where None; the ancestors the answer holds serve to name the jobs). Every string is made
     printable here, once: a user's command line, cgroup or name reaches terminals, logs, the
     ledger and the line protocol only as text without control characters or line breaks."""
     out = {}
-    for key in (answer if pids is None else map(str, pids)):
+    for key in answer if pids is None else map(str, pids):
         try:
             pid = int(key)
         except (TypeError, ValueError):
@@ -170,15 +192,16 @@ def parse(answer: dict[str, dict[str, Any]], launchers: tuple[str, ...] = (),
         user = printable(user) if user is not None else None
         # whose it is, in its key: two users never share a job, whatever they name their units
         owner = (user or printable(str(p.get("uid", "?")))).replace("/", "_")
-        out[pid] = ProcessInfo(pid, user, command, unit, f"{owner}/{job}", start, _int(p.get("ppid")), pgid,
-                               job_start, job_command)
+        out[pid] = ProcessInfo(
+            pid, user, command, unit, f"{owner}/{job}", start, _int(p.get("ppid")), pgid, job_start, job_command
+        )
     return out
 
 
 def _shown(cmdline: Any) -> str | None:
     command = printable(_text(cmdline)) or None
     if command and len(command) > MAX_COMMAND:
-        command = command[:MAX_COMMAND - 1] + "…"
+        command = command[: MAX_COMMAND - 1] + "…"
     return command
 
 
@@ -191,8 +214,9 @@ def _launcher_above(pid: int, answer: dict, launchers: tuple[str, ...]) -> tuple
     return None
 
 
-def walk_up(pid: int, lookup: Callable[[int], Any], stop: Callable[[int, dict], bool] | None = None
-            ) -> Iterator[tuple[int, dict]]:
+def walk_up(
+    pid: int, lookup: Callable[[int], Any], stop: Callable[[int, dict], bool] | None = None
+) -> Iterator[tuple[int, dict]]:
     """The ancestors of ``pid``, nearest first, as ``lookup(pid)`` gives their /proc answers: at
     most MAX_ANCESTORS, never init, never round a loop (a damaged recording), and none after the
     first one ``stop(pid, answer)`` is true of. The one walk /proc, a recording and a replay share."""
@@ -228,7 +252,7 @@ def launcher_of(cmdline: str, extra: tuple[str, ...] = ()) -> str | None:
             if word in ("-c", "-"):
                 return None
             if not word.startswith("-"):
-                program, rest = word.rsplit("/", 1)[-1], rest[i + 1:]
+                program, rest = word.rsplit("/", 1)[-1], rest[i + 1 :]
                 break
         else:
             return None

@@ -27,8 +27,12 @@ class Recorder:
 
     # --- phases --------------------------------------------------------------------------
     def begin_tick(self, t: float, label: str | None = None) -> None:
-        self._tick = {"t": round(t, 3), **({"label": label} if label else {}),
-                      "gpus": [{} for _ in self.header["gpus"]], "host": {}}
+        self._tick = {
+            "t": round(t, 3),
+            **({"label": label} if label else {}),
+            "gpus": [{} for _ in self.header["gpus"]],
+            "host": {},
+        }
 
     def end_tick(self) -> dict:
         tick, self._tick = self._tick, None
@@ -87,6 +91,7 @@ class RecordingNVML:
         if special is not None:
             return special
         if name.startswith("nvmlDevice") and name != "nvmlDeviceGetCount":
+
             def device_call(handle: Any, *args: Any) -> Any:
                 index = self._index[handle_key(handle)]
                 key = call_key(name, args)
@@ -97,6 +102,7 @@ class RecordingNVML:
                     raise
                 self._rec.store_gpu(index, key, encode(value))
                 return value
+
             return device_call
 
         def system_call(*args: Any) -> Any:
@@ -108,6 +114,7 @@ class RecordingNVML:
                 raise
             self._rec.store_system(key, encode(value))
             return value
+
         return system_call
 
     def _record_nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
@@ -131,11 +138,19 @@ class RecordingNVML:
         for v in values:
             key = f"nvmlDeviceGetFieldValues:{int(v.fieldId)}"
             if v.nvmlReturn == 0:
-                self._rec.store_gpu(index, key, {"nvmlReturn": 0, "valueType": int(v.valueType),
-                                                 "value": getattr(v.value, VALUE_FIELDS[v.valueType])})
+                self._rec.store_gpu(
+                    index,
+                    key,
+                    {
+                        "nvmlReturn": 0,
+                        "valueType": int(v.valueType),
+                        "value": getattr(v.value, VALUE_FIELDS[v.valueType]),
+                    },
+                )
             else:
-                self._rec.store_gpu(index, key, {"nvmlReturn": int(v.nvmlReturn), "valueType": int(v.valueType),
-                                                 "value": 0})
+                self._rec.store_gpu(
+                    index, key, {"nvmlReturn": int(v.nvmlReturn), "valueType": int(v.valueType), "value": 0}
+                )
         return values
 
     def _record_nvmlDeviceRegisterEvents(self, handle: Any, event_types: int, event_set: Any) -> None:
@@ -155,8 +170,16 @@ class RecordingNVML:
 
 
 class RecordingHost:
-    _CALLS = ("sensors_temperatures", "sensors_fans", "cpu_percent", "cpu_count", "getloadavg", "virtual_memory",
-              "powercap", "hwmon")
+    _CALLS = (
+        "sensors_temperatures",
+        "sensors_fans",
+        "cpu_percent",
+        "cpu_count",
+        "getloadavg",
+        "virtual_memory",
+        "powercap",
+        "hwmon",
+    )
 
     def __init__(self, real: Any, recorder: Recorder):
         self._real = real
@@ -171,6 +194,7 @@ class RecordingHost:
             value = target()
             self._rec.store_host(name, _host_value(name, value))
             return value
+
         return call
 
     def processes(self, pids: list[int]) -> dict:

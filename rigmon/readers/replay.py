@@ -85,7 +85,7 @@ def _merge(last: list[dict], entries: list[dict]) -> list[dict]:
         for key in EVENT_KEYS:
             merged.pop(key, None)
         out.append(merged)
-    return out + last[len(entries):]
+    return out + last[len(entries) :]
 
 
 class ReplayClock:
@@ -172,8 +172,10 @@ class ReplaySource:
                 gpus, host = self._carried_at(index)
                 tick = self.recording.ticks[index]
                 own = tick.get("gpus", [])
-                gpus = [dict(g, **{k: own[i][k] for k in EVENT_KEYS if i < len(own) and k in own[i]})
-                        for i, g in enumerate(gpus)]
+                gpus = [
+                    dict(g, **{k: own[i][k] for k in EVENT_KEYS if i < len(own) and k in own[i]})
+                    for i, g in enumerate(gpus)
+                ]
                 self._decoded = (index, [_decode(g) for g in gpus], _decode(host), tick.get("label"))
             return self._decoded[1:]
 
@@ -297,14 +299,30 @@ class ReplayNVML:
                 recorded = self._device(handle.index, f"nvmlDeviceGetFieldValues:{int(field_id)}")
             except Exception as e:  # a whole-call failure (GpuIsLost) fails the batch as NVML does
                 if type(e).__name__.endswith("_NotSupported"):
-                    out.append(Struct(fieldId=field_id, nvmlReturn=NVML_ERROR_NOT_SUPPORTED, valueType=0,
-                                      value=Struct.fromkeys(VALUE_FIELDS, 0), timestamp=0, latencyUsec=0,
-                                      not_recorded=getattr(e, "not_recorded", False)))
+                    out.append(
+                        Struct(
+                            fieldId=field_id,
+                            nvmlReturn=NVML_ERROR_NOT_SUPPORTED,
+                            valueType=0,
+                            value=Struct.fromkeys(VALUE_FIELDS, 0),
+                            timestamp=0,
+                            latencyUsec=0,
+                            not_recorded=getattr(e, "not_recorded", False),
+                        )
+                    )
                     continue
                 raise
             if not isinstance(recorded, dict):  # a damaged answer: this field failed, the others stand
-                out.append(Struct(fieldId=field_id, nvmlReturn=NVML_ERROR_UNKNOWN, valueType=0,
-                                  value=Struct.fromkeys(VALUE_FIELDS, 0), timestamp=0, latencyUsec=0))
+                out.append(
+                    Struct(
+                        fieldId=field_id,
+                        nvmlReturn=NVML_ERROR_UNKNOWN,
+                        valueType=0,
+                        value=Struct.fromkeys(VALUE_FIELDS, 0),
+                        timestamp=0,
+                        latencyUsec=0,
+                    )
+                )
                 continue
             number = recorded.get("value", 0)
             out.append(Struct(recorded, fieldId=field_id, value=Struct.fromkeys(VALUE_FIELDS, number)))
@@ -333,12 +351,16 @@ class ReplayNVML:
     # --- every other call ------------------------------------------------------------------
     def __getattr__(self, name: str) -> Callable:
         if name.startswith("nvmlSystem"):
+
             def system_call(*args: Any) -> Any:
                 return self._system(call_key(name, args))
+
             fn = system_call
         elif name.startswith("nvmlDevice"):
+
             def device_call(handle: ReplayHandle, *args: Any) -> Any:
                 return self._device(handle.index, call_key(name, args))
+
             fn = device_call
         else:
             raise AttributeError(name)
@@ -380,9 +402,15 @@ class ReplayEventSet:
                 if gpu not in self._handles:
                     continue
                 for event in events:
-                    self._pending.append(Struct(
-                        device=self._handles[gpu], eventType=event.get("eventType", 8),
-                        eventData=event.get("eventData", 0), gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF))
+                    self._pending.append(
+                        Struct(
+                            device=self._handles[gpu],
+                            eventType=event.get("eventType", 8),
+                            eventData=event.get("eventData", 0),
+                            gpuInstanceId=0xFFFFFFFF,
+                            computeInstanceId=0xFFFFFFFF,
+                        )
+                    )
         self._cursor = now
 
     def _until_next(self) -> float:
@@ -449,8 +477,11 @@ class ReplayHost:
 
     def virtual_memory(self) -> Struct | None:
         memory = self._get("virtual_memory", None)
-        if not isinstance(memory, dict) or _number(memory.get("total")) is None or \
-                _number(memory.get("available")) is None:
+        if (
+            not isinstance(memory, dict)
+            or _number(memory.get("total")) is None
+            or _number(memory.get("available")) is None
+        ):
             return None
         return memory
 
@@ -458,8 +489,11 @@ class ReplayHost:
         zones = self._get("powercap", {})
         if not isinstance(zones, dict):
             return {}
-        return {str(zone): value for zone, value in zones.items()
-                if isinstance(value, list) and len(value) == 2 and all(v.__class__ is int and v >= 0 for v in value)}
+        return {
+            str(zone): value
+            for zone, value in zones.items()
+            if isinstance(value, list) and len(value) == 2 and all(v.__class__ is int and v >= 0 for v in value)
+        }
 
     def hwmon(self) -> dict:
         return self._get("hwmon", {})
@@ -503,8 +537,14 @@ def _sensors(answer: Any, width: int) -> dict:
     for chip, entries in answer.items():
         if not isinstance(entries, list):
             continue
-        kept = [entry for entry in entries if isinstance(entry, list) and len(entry) == width
-                and isinstance(entry[0], str) and all(v is None or _number(v) is not None for v in entry[1:])]
+        kept = [
+            entry
+            for entry in entries
+            if isinstance(entry, list)
+            and len(entry) == width
+            and isinstance(entry[0], str)
+            and all(v is None or _number(v) is not None for v in entry[1:])
+        ]
         if kept:
             out[str(chip)] = kept
     return out

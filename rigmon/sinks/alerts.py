@@ -30,8 +30,15 @@ _ALERT_LABELS = ("alertname", "severity", "subject")  # the alert's own: its sub
 
 
 def firing_alert(alert) -> FiringAlert:
-    return FiringAlert(alert.name, alert.severity, alert.subject, tuple(alert.labels.items()), alert.summary,
-                       alert.fired_at, alert.rule.spec.hint)
+    return FiringAlert(
+        alert.name,
+        alert.severity,
+        alert.subject,
+        tuple(alert.labels.items()),
+        alert.summary,
+        alert.fired_at,
+        alert.rule.spec.hint,
+    )
 
 
 def alert_dict(alert) -> dict:
@@ -46,8 +53,17 @@ def _notifiers(config, host: str, box) -> list[Notifier]:
 
     port = box.prometheus.port
     scheme = "https" if box.prometheus.tls_cert is not None else "http"
-    return [Notifier(config, host, labels=dict(box.daemon.labels), port=port, peer=peer,
-                     page_url=f"{scheme}://{host}:{port}/" if box.daemon.page else "") for peer in peers(config)]
+    return [
+        Notifier(
+            config,
+            host,
+            labels=dict(box.daemon.labels),
+            port=port,
+            peer=peer,
+            page_url=f"{scheme}://{host}:{port}/" if box.daemon.page else "",
+        )
+        for peer in peers(config)
+    ]
 
 
 def fingerprint(spec) -> str:
@@ -59,10 +75,13 @@ def build_engine(config: Config, rules: list[Rule] | None = None) -> AlertEngine
     budget = config.alerts.power_budget
     groups = []
     if budget.watts is not None:
-        groups.append(PsuGroup("all GPUs" + (" + CPU" if budget.include_cpu else ""), budget.watts, None,
-                               budget.include_cpu))
-    groups += [PsuGroup(g.name, g.watts, tuple(g.gpus) if g.gpus is not None else None, g.include_cpu, g.sensor)
-               for g in budget.groups]
+        groups.append(
+            PsuGroup("all GPUs" + (" + CPU" if budget.include_cpu else ""), budget.watts, None, budget.include_cpu)
+        )
+    groups += [
+        PsuGroup(g.name, g.watts, tuple(g.gpus) if g.gpus is not None else None, g.include_cpu, g.sensor)
+        for g in budget.groups
+    ]
     rules = rules if rules is not None else compile_rules(config.alerts)
     return AlertEngine(rules, groups, config.alerts.expected_sensors, config.alerts.unknown_timeout)
 
@@ -73,14 +92,27 @@ class AlertSink:
 
     name = "alerts"
 
-    def __init__(self, config: Config, notifiers: list[Notifier] | None = None, host: str | None = None,
-                 rules: list[Rule] | None = None, engine: AlertEngine | None = None, announce: bool = True):
+    def __init__(
+        self,
+        config: Config,
+        notifiers: list[Notifier] | None = None,
+        host: str | None = None,
+        rules: list[Rule] | None = None,
+        engine: AlertEngine | None = None,
+        announce: bool = True,
+    ):
         self.engine = engine if engine is not None else build_engine(config, rules)
         self.announce = announce
         self.latest: Sample | None = None
-        self.notifiers = notifiers if notifiers is not None else [
-            one for n in config.notifiers
-            for one in _notifiers(n, host or config.daemon.hostname or socket.gethostname(), config)]
+        self.notifiers = (
+            notifiers
+            if notifiers is not None
+            else [
+                one
+                for n in config.notifiers
+                for one in _notifiers(n, host or config.daemon.hostname or socket.gethostname(), config)
+            ]
+        )
         self.repeat_interval = config.alerts.repeat_interval
         self.transitions: Counter[tuple[str, str, str]] = Counter()
         self._last_sent: dict[str, float] = {}
@@ -123,10 +155,20 @@ class AlertSink:
         kept, gone = [], []
         for key, alert in list(self.engine.alerts.items()):
             if new_specs.get(alert.rule.name) == fingerprint(alert.rule.spec):
-                kept.append({"rule": alert.rule.name, "key": list(alert.key), "labels": alert.labels,
-                             "active_since": alert.active_since, "state": alert.state, "fired_at": alert.fired_at,
-                             "summary": alert.summary, "description": alert.description, "announced": alert.announced,
-                             "last_sent": self._last_sent.get(alert.notification_key)})
+                kept.append(
+                    {
+                        "rule": alert.rule.name,
+                        "key": list(alert.key),
+                        "labels": alert.labels,
+                        "active_since": alert.active_since,
+                        "state": alert.state,
+                        "fired_at": alert.fired_at,
+                        "summary": alert.summary,
+                        "description": alert.description,
+                        "announced": alert.announced,
+                        "last_sent": self._last_sent.get(alert.notification_key),
+                    }
+                )
                 continue
             del self.engine.alerts[key]
             if alert.announced:
@@ -144,10 +186,17 @@ class AlertSink:
                 rule = rules.get(a["rule"])
                 if rule is None:
                     continue
-                alert = self.engine.adopt(rule, tuple(a["key"]), {str(k): str(v) for k, v in a["labels"].items()},
-                                          float(a["active_since"]), a["state"], a.get("fired_at"),
-                                          str(a.get("summary", "")), str(a.get("description", "")),
-                                          bool(a.get("announced", True)))
+                alert = self.engine.adopt(
+                    rule,
+                    tuple(a["key"]),
+                    {str(k): str(v) for k, v in a["labels"].items()},
+                    float(a["active_since"]),
+                    a["state"],
+                    a.get("fired_at"),
+                    str(a.get("summary", "")),
+                    str(a.get("description", "")),
+                    bool(a.get("announced", True)),
+                )
                 if a.get("last_sent") is not None:
                     self._last_sent[alert.notification_key] = float(a["last_sent"])
                 taken += 1
@@ -157,12 +206,22 @@ class AlertSink:
 
     def _snapshot(self, sample: Sample) -> AlertState:
         entities = self.engine.entities(sample, complete=False)
-        budgets = tuple(Budget(v["psu"], v["budget_watts"], v["draw_watts"])
-                        for key, v in entities.items() if key[0] == "psu")
-        sensors = tuple(sorted((v["sensor_kind"], v["sensor"], bool(v["present"]))
-                               for key, v in entities.items() if key[0] == "sensor"))
-        return AlertState(sample.time, tuple(firing_alert(a) for a in self.engine.firing()),
-                          tuple(sorted(self.transitions.items())), budgets, sensors, self.engine.fan_best())
+        budgets = tuple(
+            Budget(v["psu"], v["budget_watts"], v["draw_watts"]) for key, v in entities.items() if key[0] == "psu"
+        )
+        sensors = tuple(
+            sorted(
+                (v["sensor_kind"], v["sensor"], bool(v["present"])) for key, v in entities.items() if key[0] == "sensor"
+            )
+        )
+        return AlertState(
+            sample.time,
+            tuple(firing_alert(a) for a in self.engine.firing()),
+            tuple(sorted(self.transitions.items())),
+            budgets,
+            sensors,
+            self.engine.fan_best(),
+        )
 
     def _send(self, transition: Transition, reminder: bool) -> None:
         for notifier in self.notifiers:
@@ -175,8 +234,11 @@ class AlertSink:
         state = self.state  # one poll's state, whatever the poll thread does meanwhile
         # each alert with its subject's own labels (gpu, uuid; chip, fan; socket; psu…), as
         # Prometheus's ALERTS: a query joins an alert to the GPU's other series on gpu
-        active = Metric("rigmon_alert_active", "1 for each firing alert (from the last poll), with the labels of "
-                                               "what it is about.", "gauge")
+        active = Metric(
+            "rigmon_alert_active",
+            "1 for each firing alert (from the last poll), with the labels of what it is about.",
+            "gauge",
+        )
         for alert in state.firing:
             labels = {k: v for k, v in alert.labels if k not in _ALERT_LABELS}
             labels.update(alertname=alert.alertname, severity=alert.severity, subject=alert.subject)
@@ -184,42 +246,54 @@ class AlertSink:
         yield active
         # what SensorMissing knows, so a PromQL rule needs no look-back window: every sensor
         # the box has had (since start, or named in alerts.expected_sensors), 0 once it is gone
-        present = GaugeMetricFamily("rigmon_sensor_present", "1 while a sensor the box has had answers, 0 once it "
-                                                             "is gone (fans, temperatures, NVML).",
-                                    labels=["sensor_kind", "sensor"])
+        present = GaugeMetricFamily(
+            "rigmon_sensor_present",
+            "1 while a sensor the box has had answers, 0 once it is gone (fans, temperatures, NVML).",
+            labels=["sensor_kind", "sensor"],
+        )
         for kind, name, answers in state.sensors:
             present.add_metric([kind, name], 1 if answers else 0)
         yield present
         # what GpuFanStalled holds a GPU fan against (its ever_max), for the same reason
-        best = GaugeMetricFamily("rigmon_gpu_fan_best_speed_rpm_per_ratio",
-                                 "The best rpm a GPU fan has turned per unit of the speed asked (since the box was "
-                                 "first watched): a fan far below it is stalled or failing.",
-                                 labels=["gpu", "uuid", "fan"])
+        best = GaugeMetricFamily(
+            "rigmon_gpu_fan_best_speed_rpm_per_ratio",
+            "The best rpm a GPU fan has turned per unit of the speed asked (since the box was "
+            "first watched): a fan far below it is stalled or failing.",
+            labels=["gpu", "uuid", "fan"],
+        )
         for gpu, uuid, fan, rpm in state.fan_best:
             best.add_metric([gpu, uuid, fan], rpm)
         yield best
-        transitions = CounterMetricFamily("rigmon_alert_transitions", "Alert transitions since start.",
-                                          labels=["alertname", "severity", "status"])
+        transitions = CounterMetricFamily(
+            "rigmon_alert_transitions", "Alert transitions since start.", labels=["alertname", "severity", "status"]
+        )
         for (name, severity, status), count in state.transitions:
             transitions.add_metric([name, severity, status], count)
         yield transitions
         sent = CounterMetricFamily("rigmon_notifications_sent", "Notifications delivered.", labels=["notifier"])
-        failed = CounterMetricFamily("rigmon_notifications_failed", "Notifications given up on (refused or too "
-                                                                    "old).", labels=["notifier"])
-        dropped = CounterMetricFamily("rigmon_notifications_dropped", "Notifications dropped from a full queue.",
-                                      labels=["notifier"])
-        queued = GaugeMetricFamily("rigmon_notifications_queued", "Notifications waiting for delivery.",
-                                   labels=["notifier"])
+        failed = CounterMetricFamily(
+            "rigmon_notifications_failed", "Notifications given up on (refused or too old).", labels=["notifier"]
+        )
+        dropped = CounterMetricFamily(
+            "rigmon_notifications_dropped", "Notifications dropped from a full queue.", labels=["notifier"]
+        )
+        queued = GaugeMetricFamily(
+            "rigmon_notifications_queued", "Notifications waiting for delivery.", labels=["notifier"]
+        )
         for n in self.notifiers:
             sent.add_metric([n.name], n.sent)
             failed.add_metric([n.name], n.failed)
             dropped.add_metric([n.name], n.dropped)
             queued.add_metric([n.name], n.pending)
         yield from (sent, failed, dropped, queued)
-        budget = GaugeMetricFamily("rigmon_power_budget_watts", "Configured power budget per PSU group.",
-                                   labels=["psu"])
-        draw = GaugeMetricFamily("rigmon_power_budget_draw_watts", "Power drawn against each budget (GPUs, plus "
-                                                                   "the CPU package where counted).", labels=["psu"])
+        budget = GaugeMetricFamily(
+            "rigmon_power_budget_watts", "Configured power budget per PSU group.", labels=["psu"]
+        )
+        draw = GaugeMetricFamily(
+            "rigmon_power_budget_draw_watts",
+            "Power drawn against each budget (GPUs, plus the CPU package where counted).",
+            labels=["psu"],
+        )
         for b in state.budgets:
             budget.add_metric([b.psu], b.budget_watts)
             draw.add_metric([b.psu], b.draw_watts)

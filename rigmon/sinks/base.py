@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from ..alerts.engine import Transition
@@ -26,10 +26,17 @@ class FiringAlert(NamedTuple):
     since: float | None
     hint: str
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """Plain data (the daemon's /state, rigmon status)."""
-        return {"alertname": self.alertname, "severity": self.severity, "subject": self.subject,
-                "labels": dict(self.labels), "summary": self.summary, "since": self.since, "hint": self.hint}
+        return {
+            "alertname": self.alertname,
+            "severity": self.severity,
+            "subject": self.subject,
+            "labels": dict(self.labels),
+            "summary": self.summary,
+            "since": self.since,
+            "hint": self.hint,
+        }
 
 
 class Budget(NamedTuple):
@@ -72,14 +79,15 @@ class Sink(Protocol):
         """Deliver what is held until ``deadline`` (time.monotonic()), then give up."""
 
 
-def close_side_by_side(closables: Iterable, deadline: float, what: str = "stop") -> list[str]:
+def close_side_by_side(closables: Iterable[Any], deadline: float, what: str = "stop") -> list[str]:
     """``close(deadline)`` on each, each on its own thread, all waited for until the one
     ``deadline``; returns the names of those still closing then (abandoned, logged)."""
     threads = []
     for c in closables:
         name = getattr(c, "name", None) or type(c).__name__
-        threads.append(threading.Thread(target=_close, args=(c, name, deadline), daemon=True,
-                                        name=f"rigmon-close-{name}"))
+        threads.append(
+            threading.Thread(target=_close, args=(c, name, deadline), daemon=True, name=f"rigmon-close-{name}")
+        )
     for t in threads:
         t.start()
     for t in threads:
@@ -90,7 +98,7 @@ def close_side_by_side(closables: Iterable, deadline: float, what: str = "stop")
     return late
 
 
-def _close(closable, name: str, deadline: float) -> None:
+def _close(closable: Any, name: str, deadline: float) -> None:
     try:
         closable.close(deadline)
     except Exception:

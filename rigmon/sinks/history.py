@@ -45,8 +45,14 @@ MAX_RAW_POINTS = 7200  # an interval under 0.5 s keeps less than the hour
 # minutes for scripts; and 240 buckets for each of the page's ranges (1 h, 6 h, 24 h, 7 d), so a
 # chart reads its points as kept, never regrouping a week at every poll. Each bucket is folded
 # from closed buckets of the finer tier, whose boundaries fall inside it.
-BUCKETS = ((15.0, 250, None), (60.0, 1500, 15.0), (90.0, 250, 15.0), (300.0, 2100, 60.0), (360.0, 250, 90.0),
-           (2520.0, 250, 360.0))
+BUCKETS = (
+    (15.0, 250, None),
+    (60.0, 1500, 15.0),
+    (90.0, 250, 15.0),
+    (300.0, 2100, 60.0),
+    (360.0, 250, 90.0),
+    (2520.0, 250, 360.0),
+)
 _FROM = {step: [k for k, (_, _, parent) in enumerate(BUCKETS) if parent == step] for step, _, _ in BUCKETS}
 MAX_SERIES = 256
 MAX_NAME = 80
@@ -80,7 +86,7 @@ def series_range(name: str) -> tuple[str, float, float]:
 
 
 def _name(*parts: str) -> str:
-    return "/".join(printable(str(p)).replace("/", "_")[:MAX_NAME] for p in parts)[:3 * MAX_NAME]
+    return "/".join(printable(str(p)).replace("/", "_")[:MAX_NAME] for p in parts)[: 3 * MAX_NAME]
 
 
 def mean_of(values) -> float | None:
@@ -103,9 +109,19 @@ def readings(result: PollResult, energy: dict) -> dict[str, float]:
         if g.lost:
             continue
         p = f"gpu{g.index}/"
-        for field in ("power_watts", "power_limit_watts", "temperature_celsius", "memory_temperature_celsius",
-                      "utilization_gpu_ratio", "sm_clock_hertz", "memory_used_bytes", "memory_total_bytes",
-                      "pcie_generation", "pcie_width", "pcie_replays"):
+        for field in (
+            "power_watts",
+            "power_limit_watts",
+            "temperature_celsius",
+            "memory_temperature_celsius",
+            "utilization_gpu_ratio",
+            "sm_clock_hertz",
+            "memory_used_bytes",
+            "memory_total_bytes",
+            "pcie_generation",
+            "pcie_width",
+            "pcie_replays",
+        ):
             put(p + field, getattr(g, field))
         put(p + "fan_target_ratio", mean_of(g.fan_target_ratios or ()))
         put(p + "fan_speed_ratio", mean_of(g.fan_speed_ratios or ()))
@@ -161,16 +177,18 @@ class _Ring:
         width, step, written = self.width, self.stride * self.width, self.filled
         blank = self._blank[:1] * written
         for at in range(first * width, len(self.index) * width):  # each new cell of every written slot
-            self.values[at:written * step:step] = blank
+            self.values[at : written * step : step] = blank
 
     def _widen(self, stride: int) -> None:
         old, old_stride, width = self.values, self.stride, self.width
-        self.values = memoryview(_zeroed(self.capacity * stride * width * 4)).cast("f")[:self.capacity * stride * width]
+        self.values = memoryview(_zeroed(self.capacity * stride * width * 4)).cast("f")[
+            : self.capacity * stride * width
+        ]
         self.stride = stride
         self._blank = array("f", [NAN]) * (stride * width)
         written, new_row, old_row = self.filled, stride * width, old_stride * width
         for at in range(old_row):  # the written slots' cells; add() fills the new columns'
-            self.values[at:written * new_row:new_row] = old[at:written * old_row:old_row]
+            self.values[at : written * new_row : new_row] = old[at : written * old_row : old_row]
 
     def write(self, t: float, row: dict) -> None:
         """One slot: ``row`` maps each series to its reading (width 1) or (min, mean, max)."""
@@ -187,7 +205,7 @@ class _Ring:
                 k = index[name] * 3
                 line[k], line[k + 1], line[k + 2] = lo, mean, hi
         slot = self.pos
-        self.values[slot * len(line):(slot + 1) * len(line)] = line
+        self.values[slot * len(line) : (slot + 1) * len(line)] = line
         self.times[slot] = t
         self.pos = (slot + 1) % self.capacity
         self.filled = min(self.filled + 1, self.capacity)
@@ -203,7 +221,7 @@ class _Ring:
         def read(at: int) -> list[float]:
             got: list[float] = []
             for first, end in spans:
-                got += values[at + first * step:at + end * step:step].tolist()
+                got += values[at + first * step : at + end * step : step].tolist()
             return got
 
         if self.width == 1:
@@ -221,7 +239,7 @@ class _Ring:
             return array("f", self.values[k::step].tobytes())
         out = array("f", bytes(self.capacity * 12))
         for j in range(3):
-            out[j::3] = array("f", self.values[3 * k + j::step].tobytes())
+            out[j::3] = array("f", self.values[3 * k + j :: step].tobytes())
         return out
 
     def load(self, times: memoryview, columns: dict[str, memoryview], pos: int) -> None:
@@ -234,7 +252,7 @@ class _Ring:
         for name, cells in columns.items():
             k = self.index[name] * self.width
             for j in range(self.width):
-                self.values[k + j::step] = cells[j::self.width]
+                self.values[k + j :: step] = cells[j :: self.width]
 
     def slots(self, since: float, until: float) -> list[int]:
         """The slots with a time in [since, until], oldest first."""
@@ -248,8 +266,9 @@ class History:
 
     name = "history"
 
-    def __init__(self, path: Path | None, interval: float, save_every: float = SAVE_SECONDS, invalid=None,
-                 replay: bool = False):
+    def __init__(
+        self, path: Path | None, interval: float, save_every: float = SAVE_SECONDS, invalid=None, replay: bool = False
+    ):
         self.path = path
         self.invalid = invalid  # rigmon.model.validity.Invalid: counts what a loaded file held that no reading can be
         self.replay = replay  # a replay's history: marked as one, never taken by a daemon of the box
@@ -284,7 +303,7 @@ class History:
         with self._lock:
             new = row.keys() - self._series
             if new:  # a new GPU, fan or PSU group; past MAX_SERIES nothing new is kept
-                keep = set(sorted(new)[:max(0, MAX_SERIES - len(self._series))])
+                keep = set(sorted(new)[: max(0, MAX_SERIES - len(self._series))])
                 row = {k: v for k, v in row.items() if k in self._series or k in keep}
                 self._series |= keep
             self.raw.write(t, row)
@@ -292,8 +311,15 @@ class History:
             self.latest = t
             self._dirty = True
 
-    def _bucket(self, tier: int, t: float, row: dict[str, float], weights: dict[str, int] | None = None,
-                lows: dict | None = None, highs: dict | None = None) -> None:
+    def _bucket(
+        self,
+        tier: int,
+        t: float,
+        row: dict[str, float],
+        weights: dict[str, int] | None = None,
+        lows: dict | None = None,
+        highs: dict | None = None,
+    ) -> None:
         """Add to the tier's open bucket; close it (into its ring, and the next tier's bucket)
         when ``t`` falls in a later one."""
         step = BUCKETS[tier][0]
@@ -350,8 +376,9 @@ class History:
         with self._lock:
             return sorted(self._series)
 
-    def query(self, names: list[str], since: float, until: float, step: float | None = None,
-              max_points: int = 10000) -> dict:
+    def query(
+        self, names: list[str], since: float, until: float, step: float | None = None, max_points: int = 10000
+    ) -> dict:
         """Each series' (t, min, mean, max) points in [since, until], at the finest resolution
         that covers the span (every poll for the last hour, then minutes, then five minutes),
         grouped into ``step`` seconds where given (or where more than ``max_points`` would come)."""
@@ -409,8 +436,7 @@ class History:
             self._unsaved = False
         except OSError as e:
             if not self._unsaved:  # once, not every five minutes: the page goes on from memory
-                log.warning("cannot save the history to %s (%s): it is kept in memory only", self.path,
-                            e.strerror or e)
+                log.warning("cannot save the history to %s (%s): it is kept in memory only", self.path, e.strerror or e)
             self._unsaved = True
             try:
                 tmp.unlink(missing_ok=True)
@@ -421,11 +447,15 @@ class History:
     def _write(self, f) -> None:
         deflate = zlib.compressobj(1)
         rings = [self.raw, *self.rings]
-        header = {"interval": self.interval, "saved": time.time(), "series": sorted(self._series),
-                  "replay": self.replay,
-                  "rings": [{"capacity": r.capacity, "width": r.width, "pos": r.pos} for r in rings],
-                  "open": [[a[0], a[1]] if a is not None else None for a in self._acc],
-                  "marks": list(self.marks)}
+        header = {
+            "interval": self.interval,
+            "saved": time.time(),
+            "series": sorted(self._series),
+            "replay": self.replay,
+            "rings": [{"capacity": r.capacity, "width": r.width, "pos": r.pos} for r in rings],
+            "open": [[a[0], a[1]] if a is not None else None for a in self._acc],
+            "marks": list(self.marks),
+        }
         f.write(FORMAT)
         f.write(deflate.compress(json.dumps(header).encode() + b"\n"))
         for r in rings:
@@ -462,8 +492,9 @@ class History:
                 where = f"set aside as {aside.name}"
             except OSError:
                 where = "left as it is"
-            log.warning("the history %s cannot be read (%s): %s; starting empty", self.path,
-                        printable(str(e))[:200], where)
+            log.warning(
+                "the history %s cannot be read (%s): %s; starting empty", self.path, printable(str(e))[:200], where
+            )
 
     def _checked(self, name: str, cells: memoryview, reading: str, lo: float, hi: float):
         """A column as loaded, with every cell no reading can be (out of range, infinite) made
@@ -483,25 +514,34 @@ class History:
         if not data.startswith(FORMAT):
             raise ValueError("not a rigmon history file")
         inflate = zlib.decompressobj()
-        body = inflate.decompress(data[len(FORMAT):], MAX_FILE_BYTES)
+        body = inflate.decompress(data[len(FORMAT) :], MAX_FILE_BYTES)
         if inflate.unconsumed_tail or not inflate.eof:
             raise ValueError("truncated, or larger than a history can be")
         head, _, blob = body.partition(b"\n")
         header = json.loads(head)
         if bool(header.get("replay")) != self.replay:
-            raise ValueError("a replay's history, not this box's" if header.get("replay") else
-                             "this box's history, not a replay's")
+            raise ValueError(
+                "a replay's history, not this box's" if header.get("replay") else "this box's history, not a replay's"
+            )
         names = header["series"]
-        if not isinstance(names, list) or len(names) > MAX_SERIES or not all(
-                isinstance(n, str) and len(n) <= 3 * MAX_NAME for n in names):
+        if (
+            not isinstance(names, list)
+            or len(names) > MAX_SERIES
+            or not all(isinstance(n, str) and len(n) <= 3 * MAX_NAME for n in names)
+        ):
             raise ValueError("bad series list")
         specs = header["rings"]
         rings = [self.raw, *self.rings]
         if not isinstance(specs, list) or len(specs) != len(rings):
             raise ValueError("bad rings")
         for spec, ring in zip(specs, rings, strict=True):
-            if not (isinstance(spec["capacity"], int) and isinstance(spec["pos"], int) and spec["width"] in (1, 3)
-                    and 0 < spec["capacity"] <= MAX_RAW_POINTS and 0 <= spec["pos"] < spec["capacity"]):
+            if not (
+                isinstance(spec["capacity"], int)
+                and isinstance(spec["pos"], int)
+                and spec["width"] in (1, 3)
+                and 0 < spec["capacity"] <= MAX_RAW_POINTS
+                and 0 <= spec["pos"] < spec["capacity"]
+            ):
                 raise ValueError("bad ring")
             if ring is not self.raw and (spec["capacity"], spec["width"]) != (ring.capacity, ring.width):
                 raise ValueError("the buckets' sizes changed")
@@ -510,13 +550,13 @@ class History:
             raise ValueError(f"{len(blob)} bytes of data where {sum(sizes)} were expected")
         view, offset, loaded = memoryview(blob), 0, []
         for spec in specs:
-            loaded.append((spec, view[offset:offset + spec["capacity"] * 8].cast("d"), {}))
+            loaded.append((spec, view[offset : offset + spec["capacity"] * 8].cast("d"), {}))
             offset += spec["capacity"] * 8
         ranges = {name: series_range(name) for name in names}
         for spec, _, columns in loaded:
             n = spec["capacity"] * spec["width"] * 4
             for name in names:
-                columns[name] = self._checked(name, view[offset:offset + n].cast("f"), *ranges[name])
+                columns[name] = self._checked(name, view[offset : offset + n].cast("f"), *ranges[name])
                 offset += n
         opened = []
         for acc in header.get("open") or []:
@@ -526,20 +566,26 @@ class History:
                     if k in names:
                         cell = [float(v[0]), float(v[1]), int(v[2]), float(v[3])]
                         reading, lo, hi = ranges[k]
-                        if cell[2] > 0 and lo <= cell[0] <= hi and lo <= cell[3] <= hi and \
-                                lo <= cell[1] / cell[2] <= hi:
+                        if (
+                            cell[2] > 0
+                            and lo <= cell[0] <= hi
+                            and lo <= cell[3] <= hi
+                            and lo <= cell[1] / cell[2] <= hi
+                        ):
                             cells[str(k)] = cell
                         elif self.invalid is not None:
                             self.invalid.note(reading, (k,), cell[1], f" in {self.path}")
             opened.append(None if acc is None else (float(acc[0]), cells))
-        marks = [(float(t), str(status), str(alertname), {str(k): str(v) for k, v in labels.items()})
-                 for t, status, alertname, labels in (header.get("marks") or [])[-MAX_MARKS:]]
+        marks = [
+            (float(t), str(status), str(alertname), {str(k): str(v) for k, v in labels.items()})
+            for t, status, alertname, labels in (header.get("marks") or [])[-MAX_MARKS:]
+        ]
         # checked: taken
         for ring, (spec, times, values) in zip(rings, loaded, strict=True):
             if ring is self.raw and spec["capacity"] != ring.capacity:
                 continue  # the interval changed: the last hour's polls do not fit; the buckets do
             ring.load(times, values, spec["pos"])
-        for tier, acc in enumerate(opened[:len(self._acc)]):
+        for tier, acc in enumerate(opened[: len(self._acc)]):
             self._acc[tier] = acc
         self.marks.extend(marks)
         self._series = set(names)
@@ -573,8 +619,13 @@ def _runs(times: list[float], step: float) -> list[tuple[float, int, int]]:
     return runs
 
 
-def _points(times: list[float], lows: list[float], means: list[float], highs: list[float],
-            runs: list[tuple[float, int, int]] | None) -> list[tuple]:
+def _points(
+    times: list[float],
+    lows: list[float],
+    means: list[float],
+    highs: list[float],
+    runs: list[tuple[float, int, int]] | None,
+) -> list[tuple]:
     """(t, min, mean, max) for each cell with a reading (a NaN mean: none), or for each bucket of
     ``runs`` with one: the min of mins, mean of means and max of maxes."""
     if runs is None:
@@ -589,6 +640,12 @@ def _points(times: list[float], lows: list[float], means: list[float], highs: li
     for start, first, end in runs:
         keep = [j for j in range(first, end) if means[j] == means[j]]
         if keep:
-            out.append((start, min(lows[j] for j in keep), sum(means[j] for j in keep) / len(keep),
-                        max(highs[j] for j in keep)))
+            out.append(
+                (
+                    start,
+                    min(lows[j] for j in keep),
+                    sum(means[j] for j in keep) / len(keep),
+                    max(highs[j] for j in keep),
+                )
+            )
     return out

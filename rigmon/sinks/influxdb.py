@@ -109,8 +109,9 @@ class V1Sender:
                 self.close()
             if response.status >= 300:
                 text = payload[:300].decode("utf-8", "replace")
-                raise _classify(response.status, f"{response.reason}: {text}".strip(": "),
-                                response.getheader("Retry-After"))
+                raise _classify(
+                    response.status, f"{response.reason}: {text}".strip(": "), response.getheader("Retry-After")
+                )
             return
 
     def close(self) -> None:
@@ -127,8 +128,14 @@ class V2Sender:
         from influxdb_client.client.write_api import SYNCHRONOUS
 
         token = config.token.get_secret_value() if config.token else ""
-        self._client = InfluxDBClient(url=config.url, token=token, org=config.org,
-                                      timeout=int(config.timeout * 1000), enable_gzip=True, retries=False)
+        self._client = InfluxDBClient(
+            url=config.url,
+            token=token,
+            org=config.org,
+            timeout=int(config.timeout * 1000),
+            enable_gzip=True,
+            retries=False,
+        )
         self._api = self._client.write_api(write_options=SYNCHRONOUS)
         self._bucket, self._org, self._precision = config.bucket, config.org, WritePrecision.NS
 
@@ -145,8 +152,9 @@ class V2Sender:
             body = (e.body or b"")[:300]
             body = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
             headers = e.headers or {}
-            raise _classify(e.status or 0, f"{e.reason or ''}: {body}".strip(": "),
-                            headers.get("Retry-After")) from None
+            raise _classify(
+                e.status or 0, f"{e.reason or ''}: {body}".strip(": "), headers.get("Retry-After")
+            ) from None
         except Exception as e:  # urllib3's connection errors, timeouts
             raise Retry(f"{type(e).__name__}: {e}") from None
 
@@ -160,8 +168,9 @@ class InfluxSink:
         self.host = host or config.daemon.hostname or socket.gethostname()
         # the box's own labels ([daemon] labels) as tags of every point, beside host
         self._host_tag = ",host=" + influx_tag(self.host)
-        self._box_tags = self._host_tag + "".join(f",{influx_tag(k)}={influx_tag(v)}"
-                                                  for k, v in sorted(config.daemon.labels.items()))
+        self._box_tags = self._host_tag + "".join(
+            f",{influx_tag(k)}={influx_tag(v)}" for k, v in sorted(config.daemon.labels.items())
+        )
         self.price_per_kwh = config.jobs.price_per_kwh  # on each job's point
         spool_dir = self.config.spool_dir or (config.daemon.state_dir / "influxdb-spool")
         self.spool = Spool(spool_dir, self.config.spool_max_bytes)
@@ -233,8 +242,13 @@ class InfluxSink:
     def _fault(self, where: str, error: Exception) -> None:
         self.faults += 1
         if self.faults == 1 or self.faults % 100 == 0:
-            log.exception("InfluxDB %s: unexpected %s (%d so far); it goes on", where, type(error).__name__,
-                          self.faults, exc_info=error)
+            log.exception(
+                "InfluxDB %s: unexpected %s (%d so far); it goes on",
+                where,
+                type(error).__name__,
+                self.faults,
+                exc_info=error,
+            )
 
     def spool_now(self) -> None:
         """Put what is queued on disk now (a warm stop does this before anything waits)."""
@@ -297,8 +311,10 @@ class InfluxSink:
                 written += len(lines)
         except OSError as e:  # disk full, read-only state dir: keep the samples in memory
             if not self._disk_full:
-                self._say(f"cannot write the spool in {self.spool.dir}: {e}; samples wait in memory "
-                          f"(up to {self._held_limit >> 20} MiB)")
+                self._say(
+                    f"cannot write the spool in {self.spool.dir}: {e}; samples wait in memory "
+                    f"(up to {self._held_limit >> 20} MiB)"
+                )
             self._disk_full = True
             while self._held_bytes > self._held_limit and len(self._held) > 1:
                 with self._lock:
@@ -366,8 +382,10 @@ class InfluxSink:
                 continue
             except Refused as e:
                 attempt += 1
-                self._say(f"InfluxDB refused the write: {e}. Check influxdb.url, token/org/bucket or "
-                          f"username/password/database; the data stays in the spool ({self.spool.points} points)")
+                self._say(
+                    f"InfluxDB refused the write: {e}. Check influxdb.url, token/org/bucket or "
+                    f"username/password/database; the data stays in the spool ({self.spool.points} points)"
+                )
                 wait_until = time.monotonic() + self.config.retry_max
                 continue
             except Malformed as e:
@@ -382,8 +400,11 @@ class InfluxSink:
             self.last_success = time.time()
             self._sorting_400 = bool(refused)
             if attempt:
-                log.info("InfluxDB writes resume after %d failed attempt(s); %d point(s) still spooled", attempt,
-                         self.spool.points)
+                log.info(
+                    "InfluxDB writes resume after %d failed attempt(s); %d point(s) still spooled",
+                    attempt,
+                    self.spool.points,
+                )
             attempt = 0
             self._said.clear()
             self.last_error = None
@@ -418,8 +439,12 @@ class InfluxSink:
             self.written += written
             self.failed += len(bad)
         if bad:
-            log.error("InfluxDB rejected %d line(s) as malformed; the other %d were written; the bad lines are "
-                      "kept in %s", len(bad), written, kept)
+            log.error(
+                "InfluxDB rejected %d line(s) as malformed; the other %d were written; the bad lines are kept in %s",
+                len(bad),
+                written,
+                kept,
+            )
         return True
 
     def _say(self, message: str) -> None:
@@ -438,31 +463,50 @@ class InfluxSink:
             return self._state()
 
     def _state(self) -> dict:
-        return {"api": self.config.api, "url": self.config.url, "points_produced": self.produced,
-                "points_written": self.written, "points_failed": self.failed,
-                "points_dropped": self.spool.dropped_points + self.spool.vanished_points + self.queue_dropped,
-                "points_spooled": self.spool.points, "points_held": sum(len(x) for x in list(self._held)),
-                "spool_bytes": self.spool.bytes,
-                "last_success": self.last_success, "last_error": self.last_error}
+        return {
+            "api": self.config.api,
+            "url": self.config.url,
+            "points_produced": self.produced,
+            "points_written": self.written,
+            "points_failed": self.failed,
+            "points_dropped": self.spool.dropped_points + self.spool.vanished_points + self.queue_dropped,
+            "points_spooled": self.spool.points,
+            "points_held": sum(len(x) for x in list(self._held)),
+            "spool_bytes": self.spool.bytes,
+            "last_success": self.last_success,
+            "last_error": self.last_error,
+        }
 
     def collect(self):
         s = self.state()
-        yield CounterMetricFamily("rigmon_influxdb_points_written", "Points InfluxDB accepted.",
-                                  value=s["points_written"])
-        yield CounterMetricFamily("rigmon_influxdb_points_failed", "Points InfluxDB rejected as malformed (kept "
-                                                                    "beside the spool as *.rejected).",
-                                  value=s["points_failed"])
-        yield CounterMetricFamily("rigmon_influxdb_points_dropped", "Points dropped because the spool or queue was "
-                                                                     "full.", value=s["points_dropped"])
-        yield CounterMetricFamily("rigmon_influxdb_points_produced", "Points made from samples.",
-                                  value=s["points_produced"])
-        yield GaugeMetricFamily("rigmon_influxdb_spool_points", "Points waiting in the disk spool.",
-                                value=s["points_spooled"])
+        yield CounterMetricFamily(
+            "rigmon_influxdb_points_written", "Points InfluxDB accepted.", value=s["points_written"]
+        )
+        yield CounterMetricFamily(
+            "rigmon_influxdb_points_failed",
+            "Points InfluxDB rejected as malformed (kept beside the spool as *.rejected).",
+            value=s["points_failed"],
+        )
+        yield CounterMetricFamily(
+            "rigmon_influxdb_points_dropped",
+            "Points dropped because the spool or queue was full.",
+            value=s["points_dropped"],
+        )
+        yield CounterMetricFamily(
+            "rigmon_influxdb_points_produced", "Points made from samples.", value=s["points_produced"]
+        )
+        yield GaugeMetricFamily(
+            "rigmon_influxdb_spool_points", "Points waiting in the disk spool.", value=s["points_spooled"]
+        )
         yield GaugeMetricFamily("rigmon_influxdb_spool_bytes", "Size of the disk spool.", value=s["spool_bytes"])
-        yield GaugeMetricFamily("rigmon_influxdb_memory_points", "Points waiting in memory for room on the disk "
-                                                                  "(a full disk).", value=s["points_held"])
-        last = GaugeMetricFamily("rigmon_influxdb_last_success_timestamp_seconds", "Unix time of the last accepted "
-                                                                                   "write.", labels=[])
+        yield GaugeMetricFamily(
+            "rigmon_influxdb_memory_points",
+            "Points waiting in memory for room on the disk (a full disk).",
+            value=s["points_held"],
+        )
+        last = GaugeMetricFamily(
+            "rigmon_influxdb_last_success_timestamp_seconds", "Unix time of the last accepted write.", labels=[]
+        )
         if s["last_success"] is not None:
             last.add_metric([], s["last_success"])
         yield last

@@ -136,30 +136,62 @@ class Job:
     def as_dict(self, price_per_kwh: float = 0.0, currency: str = "") -> dict:
         kwh = self.energy_joules / 3.6e6
         return {
-            "id": self.id, "job": self.key, "user": self.user, "command": self.command, "unit": self.unit,
-            "started": self.started, "ended": self.ended, "running": self.ended is None,
+            "id": self.id,
+            "job": self.key,
+            "user": self.user,
+            "command": self.command,
+            "unit": self.unit,
+            "started": self.started,
+            "ended": self.ended,
+            "running": self.ended is None,
             "seconds": (self.ended if self.ended is not None else self.last_seen) - self.started,
-            "gpus": sorted(self.gpus), "gpu_hours": self.gpu_seconds / 3600, "held_gpu_hours": self.held_seconds / 3600,
-            "energy_joules": self.energy_joules, "energy_estimated": self.energy_estimated,
-            "energy_kwh": kwh, "cost": kwh * price_per_kwh if price_per_kwh else None, "currency": currency or None,
+            "gpus": sorted(self.gpus),
+            "gpu_hours": self.gpu_seconds / 3600,
+            "held_gpu_hours": self.held_seconds / 3600,
+            "energy_joules": self.energy_joules,
+            "energy_estimated": self.energy_estimated,
+            "energy_kwh": kwh,
+            "cost": kwh * price_per_kwh if price_per_kwh else None,
+            "currency": currency or None,
             "mean_power_watts": self.power_seconds / self.gpu_seconds if self.gpu_seconds else None,
             "mean_power_ratio": self.power_seconds / self.limit_seconds if self.limit_seconds else None,
             "mean_utilization_ratio": self.utilization_seconds / self.gpu_seconds if self.gpu_seconds else None,
-            "busy_seconds": self.busy_seconds, "starved_seconds": self.starved_seconds, "starved": self.starved,
-            "throttle_seconds": self.throttle_seconds, "peak_temperature_celsius": self.peak_temperature,
+            "busy_seconds": self.busy_seconds,
+            "starved_seconds": self.starved_seconds,
+            "starved": self.starved,
+            "throttle_seconds": self.throttle_seconds,
+            "peak_temperature_celsius": self.peak_temperature,
             "alerts": sorted(self.alerts),
         }
 
 
-_COLUMNS = ("key", "user", "command", "unit", "started", "last_seen", "ended", "process_start", "gpus",
-            "gpu_seconds", "held_seconds", "energy_joules", "energy_estimated", "power_seconds", "limit_seconds",
-            "utilization_seconds", "busy_seconds", "starved_seconds", "throttle_seconds", "peak_temperature",
-            "alerts")
+_COLUMNS = (
+    "key",
+    "user",
+    "command",
+    "unit",
+    "started",
+    "last_seen",
+    "ended",
+    "process_start",
+    "gpus",
+    "gpu_seconds",
+    "held_seconds",
+    "energy_joules",
+    "energy_estimated",
+    "power_seconds",
+    "limit_seconds",
+    "utilization_seconds",
+    "busy_seconds",
+    "starved_seconds",
+    "throttle_seconds",
+    "peak_temperature",
+    "alerts",
+)
 
 
 def _row(job: Job) -> tuple:
-    return tuple(json.dumps(sorted(getattr(job, c))) if c in ("gpus", "alerts") else getattr(job, c)
-                 for c in _COLUMNS)
+    return tuple(json.dumps(sorted(getattr(job, c))) if c in ("gpus", "alerts") else getattr(job, c) for c in _COLUMNS)
 
 
 def _job(row: sqlite3.Row) -> Job:
@@ -173,16 +205,26 @@ def _job(row: sqlite3.Row) -> Job:
         v = values[name]
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v != v:
             values[name] = 0.0 if name in _TOTALS or name in ("started", "last_seen") else None
-    values["energy_estimated"] = bool(values["energy_estimated"]) if isinstance(values["energy_estimated"], int) \
-        else False
+    values["energy_estimated"] = (
+        bool(values["energy_estimated"]) if isinstance(values["energy_estimated"], int) else False
+    )
     values["gpus"] = {g for g in _json_list(values["gpus"]) if isinstance(g, int) and not isinstance(g, bool)}
     values["alerts"] = {printable(a) for a in _json_list(values["alerts"]) if isinstance(a, str)}
     job_id = row["id"] if "id" in present else 0
     return Job(id=job_id if isinstance(job_id, int) else 0, **values)
 
 
-_TOTALS = ("gpu_seconds", "held_seconds", "energy_joules", "power_seconds", "limit_seconds", "utilization_seconds",
-           "busy_seconds", "starved_seconds", "throttle_seconds")
+_TOTALS = (
+    "gpu_seconds",
+    "held_seconds",
+    "energy_joules",
+    "power_seconds",
+    "limit_seconds",
+    "utilization_seconds",
+    "busy_seconds",
+    "starved_seconds",
+    "throttle_seconds",
+)
 
 
 def _json_list(text) -> list:
@@ -233,8 +275,10 @@ def load(path: Path, job_id: int | None = None, limit: int = 0) -> Iterator[Job]
         if job_id is not None:
             rows = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,))
         else:
-            rows = db.execute("SELECT * FROM jobs ORDER BY started DESC, id DESC"
-                              + (" LIMIT ?" if limit > 0 else ""), (limit,) if limit > 0 else ())
+            rows = db.execute(
+                "SELECT * FROM jobs ORDER BY started DESC, id DESC" + (" LIMIT ?" if limit > 0 else ""),
+                (limit,) if limit > 0 else (),
+            )
         for row in rows:
             yield _job(row)
     except sqlite3.Error as e:
@@ -293,8 +337,11 @@ class JobLedger:
         self._last_commit = 0.0
         self._previous: Sample | None = None
         if self.running:
-            log.info("jobs: %d job(s) running when rigmon stopped: %s", len(self.running),
-                     ", ".join(f"#{j.id} {j.key}" for j in self.running.values()))
+            log.info(
+                "jobs: %d job(s) running when rigmon stopped: %s",
+                len(self.running),
+                ", ".join(f"#{j.id} {j.key}" for j in self.running.values()),
+            )
 
     def _load(self) -> None:
         check = self._db.execute("PRAGMA quick_check").fetchone()[0]
@@ -310,8 +357,10 @@ class JobLedger:
                 shares = {k: 1 / len(keys) for k in keys}
                 self._gpus[r["uuid"]] = _LastPoll(float(r["time"]), float(r["joules"]), shares)
                 self._counter[r["uuid"]] = float(r["joules"])
-        for r in self._db.execute("SELECT user, SUM(e) AS e FROM (SELECT user, energy_joules AS e FROM jobs WHERE "
-                                  "ended IS NOT NULL UNION ALL SELECT user, joules FROM pruned_energy) GROUP BY user"):
+        for r in self._db.execute(
+            "SELECT user, SUM(e) AS e FROM (SELECT user, energy_joules AS e FROM jobs WHERE "
+            "ended IS NOT NULL UNION ALL SELECT user, joules FROM pruned_energy) GROUP BY user"
+        ):
             if isinstance(r["e"], (int, float)):
                 self._energy_by_user[printable(r["user"] or "")] = float(r["e"])
 
@@ -332,11 +381,19 @@ class JobLedger:
                     extra.rename(aside.with_name(aside.name + suffix))
         except OSError as e:
             self._unwritable = True
-            log.error("jobs: the ledger %s cannot be read (%s) nor set aside (%s); jobs are kept in memory only",
-                      self.path, error, e)
+            log.error(
+                "jobs: the ledger %s cannot be read (%s) nor set aside (%s); jobs are kept in memory only",
+                self.path,
+                error,
+                e,
+            )
             return
-        log.error("jobs: the ledger %s cannot be read (%s); it is kept as %s and a new one is started", self.path,
-                  error, aside.name)
+        log.error(
+            "jobs: the ledger %s cannot be read (%s); it is kept as %s and a new one is started",
+            self.path,
+            error,
+            aside.name,
+        )
         self._connect()
 
     def _connect(self) -> bool:
@@ -376,13 +433,19 @@ class JobLedger:
                 key = info.job if info is not None and info.job else f"pid:{p.pid}"
                 weights[key] = weights.get(key, 0.0) + (p.sm_ratio if by_sm else 0.0)
                 entry = seen.setdefault(key, [info, set()])
-                if entry[0] is None or (info is not None and info.start_time is not None and (
-                        entry[0].start_time is None or info.start_time < entry[0].start_time)):
+                if entry[0] is None or (
+                    info is not None
+                    and info.start_time is not None
+                    and (entry[0].start_time is None or info.start_time < entry[0].start_time)
+                ):
                     entry[0] = info  # the earliest process names the job
                 entry[1].add(g.index)
             total = sum(weights.values())
-            on_gpu[g.index] = ({k: w / total for k, w in weights.items()} if by_sm and total > 0
-                               else {k: 1 / len(weights) for k in weights})
+            on_gpu[g.index] = (
+                {k: w / total for k, w in weights.items()}
+                if by_sm and total > 0
+                else {k: 1 / len(weights) for k in weights}
+            )
         with self._lock:
             started, ended = self._open_and_close(seen, now)
             self._book(sample, on_gpu, now)
@@ -401,9 +464,15 @@ class JobLedger:
             # the same key, but a new process group (or launcher) since: a new job. Told by its
             # start after the job was last seen, or by a leader (launcher) that started at
             # another time than the one the job began with (a PID reused while the job lingered)
-            if job is not None and start is not None and job.process_start is not None and (
+            if (
+                job is not None
+                and start is not None
+                and job.process_start is not None
+                and (
                     job.last_seen < start <= now
-                    or (info.job_start is not None and abs(info.job_start - job.process_start) > 1.0)):
+                    or (info.job_start is not None and abs(info.job_start - job.process_start) > 1.0)
+                )
+            ):
                 self._end(job)
                 ended.append(job)
                 job = None
@@ -411,13 +480,27 @@ class JobLedger:
                 command = (info.job_command or info.command) if info else None
                 if not self.config.store_command_lines:
                     command = executable(command)  # its arguments may hold a token or a password
-                job = Job(0, key, info.user if info else None, command, info.unit if info else None, now, now,
-                          process_start=start)
+                job = Job(
+                    0,
+                    key,
+                    info.user if info else None,
+                    command,
+                    info.unit if info else None,
+                    now,
+                    now,
+                    process_start=start,
+                )
                 job.id = self._insert(job)
                 self.running[key] = job
                 started.append(job)
-                log.info("job #%d started: %s (%s) on GPU %s: %s", job.id, key, job.user or "?",
-                         ",".join(map(str, sorted(gpus))), job.command or "?")
+                log.info(
+                    "job #%d started: %s (%s) on GPU %s: %s",
+                    job.id,
+                    key,
+                    job.user or "?",
+                    ",".join(map(str, sorted(gpus))),
+                    job.command or "?",
+                )
             job.gpus |= gpus
             job.last_seen = now
         for key, job in list(self.running.items()):
@@ -430,8 +513,9 @@ class JobLedger:
         if self._connect():
             try:
                 with self._db:
-                    return self._db.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES "
-                                            f"({', '.join('?' * len(_COLUMNS))})", _row(job)).lastrowid
+                    return self._db.execute(
+                        f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", _row(job)
+                    ).lastrowid
             except sqlite3.Error as e:
                 log.error("jobs: cannot write %s: %s", self.path, e)
         self._next_id += 1
@@ -441,8 +525,14 @@ class JobLedger:
         job.ended = job.last_seen
         del self.running[job.key]
         self._energy_by_user[job.user or ""] = self._energy_by_user.get(job.user or "", 0.0) + job.energy_joules
-        log.info("job #%d ended: %s, %.2f GPU-hours, %.3f kWh%s", job.id, job.key, job.gpu_seconds / 3600,
-                 job.energy_joules / 3.6e6, " (starved)" if job.starved else "")
+        log.info(
+            "job #%d ended: %s, %.2f GPU-hours, %.3f kWh%s",
+            job.id,
+            job.key,
+            job.gpu_seconds / 3600,
+            job.energy_joules / 3.6e6,
+            " (starved)" if job.starved else "",
+        )
 
     def _book(self, sample: Sample, on_gpu: dict[int, dict[str, float]], now: float) -> None:
         """The interval since each GPU's last reading to the jobs on it at its start: its time and
@@ -537,15 +627,20 @@ class JobLedger:
             return
         with self._lock:
             jobs = list(self.running.values())
-            gpus = [(uuid, last.time, last.joules, json.dumps(sorted(last.shares))) for uuid, last in self._gpus.items()
-                    if last.joules is not None]
+            gpus = [
+                (uuid, last.time, last.joules, json.dumps(sorted(last.shares)))
+                for uuid, last in self._gpus.items()
+                if last.joules is not None
+            ]
         try:
             with self._db:
                 for job in jobs:
-                    self._db.execute(f"UPDATE jobs SET {', '.join(f'{c} = ?' for c in _COLUMNS)} WHERE id = ?",
-                                     (*_row(job), job.id))
-                self._db.executemany("INSERT OR REPLACE INTO gpu_energy (uuid, time, joules, jobs) "
-                                     "VALUES (?, ?, ?, ?)", gpus)
+                    self._db.execute(
+                        f"UPDATE jobs SET {', '.join(f'{c} = ?' for c in _COLUMNS)} WHERE id = ?", (*_row(job), job.id)
+                    )
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO gpu_energy (uuid, time, joules, jobs) VALUES (?, ?, ?, ?)", gpus
+                )
         except sqlite3.Error as e:  # a full disk: the jobs stay in memory, the next commit tries again
             log.error("jobs: cannot write %s: %s", self.path, e)
             return
@@ -560,24 +655,31 @@ class JobLedger:
         before = now - self.config.keep
         try:
             with self._db:
-                self._db.execute("INSERT INTO pruned_energy (user, joules) SELECT COALESCE(user, ''), "
-                                 "SUM(energy_joules) FROM jobs WHERE ended IS NOT NULL AND ended < ? GROUP BY "
-                                 "COALESCE(user, '') ON CONFLICT(user) DO UPDATE SET joules = joules + "
-                                 "excluded.joules", (before,))
+                self._db.execute(
+                    "INSERT INTO pruned_energy (user, joules) SELECT COALESCE(user, ''), "
+                    "SUM(energy_joules) FROM jobs WHERE ended IS NOT NULL AND ended < ? GROUP BY "
+                    "COALESCE(user, '') ON CONFLICT(user) DO UPDATE SET joules = joules + "
+                    "excluded.joules",
+                    (before,),
+                )
                 gone = self._db.execute("DELETE FROM jobs WHERE ended IS NOT NULL AND ended < ?", (before,)).rowcount
         except sqlite3.Error as e:
             log.error("jobs: cannot prune %s: %s", self.path, e)
             return
         if gone:
-            log.info("jobs: %d finished job(s) older than %s left the ledger (jobs.keep)", gone,
-                     format_duration(self.config.keep))
+            log.info(
+                "jobs: %d finished job(s) older than %s left the ledger (jobs.keep)",
+                gone,
+                format_duration(self.config.keep),
+            )
 
     def _finished(self, job: Job) -> None:
         try:
             if self._db is not None:
                 with self._db:
-                    self._db.execute(f"UPDATE jobs SET {', '.join(f'{c} = ?' for c in _COLUMNS)} WHERE id = ?",
-                                     (*_row(job), job.id))
+                    self._db.execute(
+                        f"UPDATE jobs SET {', '.join(f'{c} = ?' for c in _COLUMNS)} WHERE id = ?", (*_row(job), job.id)
+                    )
         except sqlite3.Error as e:
             log.error("jobs: cannot write %s: %s", self.path, e)
         self._ended.append(job)
@@ -596,9 +698,11 @@ class JobLedger:
             for job in self.running.values():
                 by_user[job.user or ""] = by_user.get(job.user or "", 0.0) + job.energy_joules
             running = len(self.running)
-        energy = CounterMetricFamily("rigmon_job_energy_joules", "GPU energy booked to jobs, by user (finished and "
-                                                                 "running jobs; the ledger keeps it across restarts).",
-                                     labels=["user"])
+        energy = CounterMetricFamily(
+            "rigmon_job_energy_joules",
+            "GPU energy booked to jobs, by user (finished and running jobs; the ledger keeps it across restarts).",
+            labels=["user"],
+        )
         for user, joules in sorted(by_user.items()):
             energy.add_metric([user], joules)
         yield energy

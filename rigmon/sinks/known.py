@@ -48,14 +48,17 @@ class Known:
         try:
             with open(self.path, "rb") as f:
                 data = json.loads(f.read(1 << 20))
-            fans = {_entry(e, 3) for e in data.get("fans_turned", ())[:MAX_ENTRIES]}
-            sensors = {_entry(e, 2) for e in data.get("sensors", ())[:MAX_ENTRIES]}
+            fans = {_fan(e) for e in data.get("fans_turned", ())[:MAX_ENTRIES]}
+            sensors = {_sensor(e) for e in data.get("sensors", ())[:MAX_ENTRIES]}
             best = [_best(e) for e in data.get("gpu_fans_best", ())[:MAX_ENTRIES]]
         except FileNotFoundError:
             return
         except (OSError, ValueError, TypeError, AttributeError) as e:
-            log.warning("%s cannot be read (%s): the fans that turned and the sensors seen start afresh",
-                        self.path, printable(str(e)))
+            log.warning(
+                "%s cannot be read (%s): the fans that turned and the sensors seen start afresh",
+                self.path,
+                printable(str(e)),
+            )
             return
         self.fans = {e for e in fans if e is not None}
         self.sensors = {e for e in sensors if e is not None}
@@ -82,8 +85,11 @@ class Known:
             self._write()
 
     def _write(self) -> None:
-        data = {"fans_turned": sorted(self.fans)[:MAX_ENTRIES], "sensors": sorted(self.sensors)[:MAX_ENTRIES],
-                "gpu_fans_best": [[uuid, fan, rpm] for (uuid, fan), rpm in sorted(self.fan_best.items())]}
+        data = {
+            "fans_turned": sorted(self.fans)[:MAX_ENTRIES],
+            "sensors": sorted(self.sensors)[:MAX_ENTRIES],
+            "gpu_fans_best": [[uuid, fan, rpm] for (uuid, fan), rpm in sorted(self.fan_best.items())],
+        }
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -100,16 +106,28 @@ class Known:
         pass  # written as it changes
 
 
-def _entry(entry, size: int) -> tuple | None:
+def _texts(entry: object, size: int) -> list[str] | None:
     """One remembered key: ``size`` short strings, else None (a damaged entry is left out)."""
     if not isinstance(entry, list) or len(entry) != size:
         return None
     if not all(isinstance(s, str) and len(s) <= MAX_TEXT for s in entry):
         return None
-    return tuple(entry)
+    return entry
 
 
-def _best(entry) -> tuple[tuple[str, str], float] | None:
+def _fan(entry: object) -> tuple[str, str, str] | None:
+    """(chip, device, label), else None."""
+    texts = _texts(entry, 3)
+    return (texts[0], texts[1], texts[2]) if texts is not None else None
+
+
+def _sensor(entry: object) -> tuple[str, str] | None:
+    """(kind, name), else None."""
+    texts = _texts(entry, 2)
+    return (texts[0], texts[1]) if texts is not None else None
+
+
+def _best(entry: object) -> tuple[tuple[str, str], float] | None:
     """One GPU fan's remembered best ([uuid, fan, rpm]), else None."""
     if not isinstance(entry, list) or len(entry) != 3:
         return None

@@ -23,7 +23,7 @@ import urllib.request
 from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..alerts.engine import Transition
 from ..alerts.rules import SEVERITY_RANK
@@ -60,36 +60,61 @@ def _rfc3339(t: float | None) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _labels_and_annotations(m: Message, **more: str) -> tuple[dict, dict]:
+def _labels_and_annotations(m: Message, **more: str) -> tuple[dict[str, str], dict[str, str]]:
     """An alert's labels (the box's own, then rigmon's, then its subject's) and annotations."""
     t = m.transition
-    labels = {**dict(m.box_labels), "alertname": t.alertname, "severity": t.severity, "host": m.host, **more,
-              **t.labels}
+    labels = {
+        **dict(m.box_labels),
+        "alertname": t.alertname,
+        "severity": t.severity,
+        "host": m.host,
+        **more,
+        **t.labels,
+    }
     annotations = {k: v for k, v in (("summary", t.summary), ("description", t.description), ("hint", t.hint)) if v}
     return labels, annotations
 
 
-def alertmanager_alert(m: Message, instance: str, page_url: str, ends_at: float | None) -> dict:
+def alertmanager_alert(m: Message, instance: str, page_url: str, ends_at: float | None) -> dict[str, Any]:
     """One alert as Alertmanager's API v2 takes it: the labels a PromQL rule's alert would have
     (``instance`` the box's host:port, so the shipped inhibit rules match it to its box alone),
     and ``endsAt`` set: when resolved, its end; while firing, a few minutes ahead, renewed by
     the next post, so an alert whose box stops posting resolves on its own."""
     t = m.transition
     labels, annotations = _labels_and_annotations(m, instance=instance)
-    return {"labels": labels, "annotations": annotations, "startsAt": _rfc3339(t.starts_at),
-            "endsAt": _rfc3339(ends_at), "generatorURL": page_url}
+    return {
+        "labels": labels,
+        "annotations": annotations,
+        "startsAt": _rfc3339(t.starts_at),
+        "endsAt": _rfc3339(ends_at),
+        "generatorURL": page_url,
+    }
 
 
-def alertmanager_payload(m: Message, receiver: str) -> dict:
+def alertmanager_payload(m: Message, receiver: str) -> dict[str, Any]:
     t = m.transition
     labels, annotations = _labels_and_annotations(m)
     fingerprint = hashlib.sha256(json.dumps(sorted(labels.items())).encode()).hexdigest()[:16]
-    alert = {"status": t.status, "labels": labels, "annotations": annotations, "startsAt": _rfc3339(t.starts_at),
-             "endsAt": _rfc3339(t.ends_at), "generatorURL": "", "fingerprint": fingerprint}
+    alert = {
+        "status": t.status,
+        "labels": labels,
+        "annotations": annotations,
+        "startsAt": _rfc3339(t.starts_at),
+        "endsAt": _rfc3339(t.ends_at),
+        "generatorURL": "",
+        "fingerprint": fingerprint,
+    }
     return {
-        "version": "4", "groupKey": f"{{}}:{{alertname=\"{t.alertname}\", host=\"{m.host}\"}}", "truncatedAlerts": 0,
-        "status": t.status, "receiver": receiver, "groupLabels": {"alertname": t.alertname, "host": m.host},
-        "commonLabels": labels, "commonAnnotations": annotations, "externalURL": "", "alerts": [alert],
+        "version": "4",
+        "groupKey": f'{{}}:{{alertname="{t.alertname}", host="{m.host}"}}',
+        "truncatedAlerts": 0,
+        "status": t.status,
+        "receiver": receiver,
+        "groupLabels": {"alertname": t.alertname, "host": m.host},
+        "commonLabels": labels,
+        "commonAnnotations": annotations,
+        "externalURL": "",
+        "alerts": [alert],
     }
 
 
@@ -120,8 +145,15 @@ def peers(config: NotifierConfig) -> list[tuple[str, str]]:
 
 
 class Notifier:
-    def __init__(self, config: NotifierConfig, host: str, sleep=None, labels: dict[str, str] | None = None,
-                 port: int = 9963, page_url: str = "", peer: tuple[str, str] | None = None):
+    def __init__(
+        self,
+        config: NotifierConfig,
+        host: str,
+        labels: dict[str, str] | None = None,
+        port: int = 9963,
+        page_url: str = "",
+        peer: tuple[str, str] | None = None,
+    ):
         """``peer``: the (name, URL) this one posts to, of the entry's ``peers``; default its first."""
         self.config = config
         self.name, self._url = peer or peers(config)[0]
@@ -156,8 +188,12 @@ class Notifier:
             if len(self._queue) >= self.config.queue_size:
                 lost = self._queue.popleft()
                 self.dropped += 1
-                log.error("notifier %s: queue full, dropped %s %s", self.name, lost.transition.status,
-                          lost.transition.alertname)
+                log.error(
+                    "notifier %s: queue full, dropped %s %s",
+                    self.name,
+                    lost.transition.status,
+                    lost.transition.alertname,
+                )
             self._queue.append(Message(transition, self.host, reminder, time.time(), self.box_labels))
             self._cond.notify()
 
@@ -185,8 +221,14 @@ class Notifier:
                 attempt += 1
                 delay = backoff(attempt, self.config.retry_initial, self.config.retry_max, e.after)
                 if attempt == 1 or attempt % 10 == 0:
-                    log.warning("notifier %s: %s; retrying (attempt %d, next in %.1f s, %d queued)", self.name, e,
-                                attempt, delay, len(self._queue))
+                    log.warning(
+                        "notifier %s: %s; retrying (attempt %d, next in %.1f s, %d queued)",
+                        self.name,
+                        e,
+                        attempt,
+                        delay,
+                        len(self._queue),
+                    )
                 self.backing_off = True
                 stopped = self._stop.wait(delay)
                 self.backing_off = False
@@ -215,8 +257,9 @@ class Notifier:
             if self._queue and self._queue[0] is message:
                 self._queue.popleft()
         self.failed += 1
-        log.error("notifier %s: gave up on %s %s: %s", self.name, message.transition.status,
-                  message.transition.alertname, why)
+        log.error(
+            "notifier %s: gave up on %s %s: %s", self.name, message.transition.status, message.transition.alertname, why
+        )
 
     def _refused(self, message: Message, why: str) -> None:
         """A 4xx other than 429: the message is dropped and counted, never retried. Each cause
@@ -236,9 +279,14 @@ class Notifier:
             return
         if len(self._causes) < MAX_CAUSES:
             self._causes.add(cause)
-        log.error("notifier %s: refused %s %s: %s; not retried (the receiver rejects it: check its URL, "
-                  "credentials and version); the same refusal again is logged at debug", self.name, t.status,
-                  t.alertname, why)
+        log.error(
+            "notifier %s: refused %s %s: %s; not retried (the receiver rejects it: check its URL, "
+            "credentials and version); the same refusal again is logged at debug",
+            self.name,
+            t.status,
+            t.alertname,
+            why,
+        )
 
     # --- one delivery --------------------------------------------------------------------
     def request(self, message: Message) -> tuple[bytes, dict[str, str]]:
@@ -248,6 +296,7 @@ class Notifier:
             headers["Authorization"] = f"Bearer {self.config.token.get_secret_value()}"
         title, body = text(message)
         t = message.transition
+        data: dict[str, Any] | list[dict[str, Any]]
         if kind == "webhook":
             data = alertmanager_payload(message, self.name)
         elif kind == "alertmanager":
@@ -260,10 +309,14 @@ class Notifier:
             icon = EMOJI["resolved" if t.status == "resolved" else t.severity]
             data = {"content": f"{icon} **{title}**\n{body}"[:2000], "allowed_mentions": {"parse": []}}
         else:  # ntfy
-            headers.update({"Title": title.encode("utf-8").decode("latin-1", "replace"),
-                            "Priority": "3" if t.status == "resolved" else NTFY_PRIORITY[t.severity],
-                            "Tags": "white_check_mark" if t.status == "resolved" else f"warning,{t.alertname}",
-                            "Content-Type": "text/plain; charset=utf-8"})
+            headers.update(
+                {
+                    "Title": title.encode("utf-8").decode("latin-1", "replace"),
+                    "Priority": "3" if t.status == "resolved" else NTFY_PRIORITY[t.severity],
+                    "Tags": "white_check_mark" if t.status == "resolved" else f"warning,{t.alertname}",
+                    "Content-Type": "text/plain; charset=utf-8",
+                }
+            )
             return body.encode(), headers
         headers["Content-Type"] = "application/json"
         return json.dumps(data).encode(), headers

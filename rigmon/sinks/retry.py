@@ -28,4 +28,4 @@ def backoff(attempt: int, initial: float, maximum: float, after: float | None = 
     asking for an hour must not silence alerts or freeze writes for an hour)."""
     if after is not None:
         return min(max(after, 0.0), maximum)
-    return min(maximum, initial * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
+    return float(min(maximum, initial * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5))

@@ -63,8 +63,9 @@ class Spool:
         for path in sorted(self.dir.glob(f"*{REJECTED}")):
             self._rejected.append((path, path.stat().st_size))
         if self._segments:
-            log.info("spool: %d point(s) in %d segment(s) waiting from an earlier run", self.points,
-                     len(self._segments))
+            log.info(
+                "spool: %d point(s) in %d segment(s) waiting from an earlier run", self.points, len(self._segments)
+            )
 
     @property
     def bytes(self) -> int:
@@ -99,7 +100,7 @@ class Spool:
                 try:
                     view = memoryview(data)
                     while view:  # unbuffered: what failed to reach the disk is known exactly
-                        view = view[os.write(fd, view):]
+                        view = view[os.write(fd, view) :]
                     os.fsync(fd)
                 except OSError:
                     try:  # no half line left behind for the sender: cut back to what was whole
@@ -129,8 +130,9 @@ class Spool:
         while self._rejected and self._total() > self.max_bytes:
             path, size = self._rejected.pop(0)
             path.unlink(missing_ok=True)
-            log.error("spool over its %d-byte bound: removed %s (%d bytes of rejected lines)", self.max_bytes,
-                      path.name, size)
+            log.error(
+                "spool over its %d-byte bound: removed %s (%d bytes of rejected lines)", self.max_bytes, path.name, size
+            )
         while self._total() > self.max_bytes and len(self._segments) > 1:
             seq, path, size, points = self._segments.pop(0)
             path.unlink(missing_ok=True)
@@ -179,8 +181,12 @@ class Spool:
             if self._current is not None and self._current[0] == seq:
                 self._current = None
             self.vanished_points += points
-        log.error("spool: segment %s vanished before it was sent (deleted by hand, or another rigmon on the same "
-                  "state_dir?); %d point(s) lost, the rest goes on", path.name, points)
+        log.error(
+            "spool: segment %s vanished before it was sent (deleted by hand, or another rigmon on the same "
+            "state_dir?); %d point(s) lost, the rest goes on",
+            path.name,
+            points,
+        )
 
     def remove(self, *paths: Path) -> int:
         """Done with these segments (sent): forget them now; their files are deleted beside

@@ -17,13 +17,14 @@ interval's worth and their memory goes back to the next poll's objects."""
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8  # glibc's malloc.h
 TIDY_SECONDS = 60.0  # a full collection, 16 ms on a 2-core VM: 0.03 % of a core
 LARGE = 128 << 10  # glibc's default mmap threshold, kept fixed: a buffer this big has its own mapping
 
 
-def _libc():
+def _libc() -> Any:
     import ctypes
 
     return ctypes.CDLL(None)  # the process's own symbols: glibc's, where it is glibc

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from ..model.text import printable, printable_lines
 
@@ -20,7 +22,7 @@ class SafeFormatter(logging.Formatter):
         record.message = printable(record.message)
         return super().formatMessage(record)
 
-    def formatException(self, ei) -> str:
+    def formatException(self, ei: Any) -> str:
         return printable_lines(super().formatException(ei))
 
     def formatStack(self, stack_info: str) -> str:
@@ -31,11 +33,11 @@ class RepeatFilter(logging.Filter):
     """Lets a message through once; identical repeats are counted, and reported as
     "previous message repeated N times" when another message comes or every ``every`` seconds."""
 
-    def __init__(self, every: float = 600.0, clock=time.monotonic):
+    def __init__(self, every: float = 600.0, clock: Callable[[], float] = time.monotonic):
         super().__init__()
         self._every = every
         self._clock = clock
-        self._last: tuple | None = None
+        self._last: tuple[str, int, str] | None = None
         self._repeats = 0
         self._since = 0.0
 
@@ -51,10 +53,16 @@ class RepeatFilter(logging.Filter):
             record.msg, record.args = f"{key[2]} (repeated {self._repeats} times in {now - self._since:.0f} s)", ()
             self._repeats, self._since = 0, now
             return True
-        if self._repeats:
-            summary = logging.LogRecord(self._last[0], self._last[1], __file__, 0,
-                                        "previous message repeated %d more times: %s",
-                                        (self._repeats, self._last[2]), None)
+        if self._repeats and self._last is not None:
+            summary = logging.LogRecord(
+                self._last[0],
+                self._last[1],
+                __file__,
+                0,
+                "previous message repeated %d more times: %s",
+                (self._repeats, self._last[2]),
+                None,
+            )
             summary._rigmon_summary = True
             logging.getLogger(self._last[0]).handle(summary)
         self._last, self._repeats, self._since = key, 0, now

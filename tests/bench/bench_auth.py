@@ -44,8 +44,9 @@ async def _get(host: str, port: int, header: str, source: str, reader_writer=Non
     writer.write(f"GET /metrics HTTP/1.1\r\nHost: {host}\r\nAuthorization: {header}\r\n\r\n".encode())
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
     status = int(head.split(b" ", 2)[1])
-    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(
-        b"content-length:")), 0)
+    length = next(
+        (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0
+    )
     await asyncio.wait_for(reader.readexactly(length), timeout)
     kept = b"connection: close" not in head.lower()
     if not kept:
@@ -89,8 +90,9 @@ async def _flood(port: int, seconds: float, guessers: int, good: str, user: str)
     for source in ("127.0.0.1", "127.0.1.250"):
         await _get("127.0.0.1", port, good, source)
     started = time.monotonic()
-    results = await asyncio.gather(scraper(True, "127.0.0.1"), scraper(False, "127.0.1.250"),
-                                   *(guesser(n) for n in range(guessers)))
+    results = await asyncio.gather(
+        scraper(True, "127.0.0.1"), scraper(False, "127.0.1.250"), *(guesser(n) for n in range(guessers))
+    )
     took = time.monotonic() - started
     return {"kept": results[0], "new": results[1], "guesses": sent[0], "refused": refused[0], "seconds": took}
 
@@ -99,10 +101,15 @@ def _summary(scrapes: list) -> dict:
     ok = [t for status, t in scrapes if status == 200]
     within = sum(1 for status, t in scrapes if status == 200 and t <= 2.0)
     times = sorted(t for _, t in scrapes)
-    return {"scrapes": len(scrapes), "within_2s": within, "share": within / len(scrapes) if scrapes else 0.0,
-            "p50": statistics.median(times) if times else None,
-            "p99": times[min(len(times) - 1, int(0.99 * len(times)))] if times else None,
-            "max": times[-1] if times else None, "ok": len(ok)}
+    return {
+        "scrapes": len(scrapes),
+        "within_2s": within,
+        "share": within / len(scrapes) if scrapes else 0.0,
+        "p50": statistics.median(times) if times else None,
+        "p99": times[min(len(times) - 1, int(0.99 * len(times)))] if times else None,
+        "max": times[-1] if times else None,
+        "ok": len(ok),
+    }
 
 
 def run(kind: str, seconds: float, guessers: int) -> dict:
@@ -119,8 +126,9 @@ def run(kind: str, seconds: float, guessers: int) -> dict:
             secret = f'password_bcrypt = "{bcrypt.hashpw(b"right", bcrypt.gensalt(10)).decode()}"'
         else:
             secret = f'password_sha256 = "{hashlib.sha256(b"right").hexdigest()}"'
-        rigmon = Rigmon(tmp, recording, f'[daemon]\ninterval = 1\n[prometheus.basic_auth]\nusername = "prom"\n'
-                                        f'{secret}\n')
+        rigmon = Rigmon(
+            tmp, recording, f'[daemon]\ninterval = 1\n[prometheus.basic_auth]\nusername = "prom"\n{secret}\n'
+        )
         try:
             rigmon.wait_ready()
             good = "Basic " + base64.b64encode(b"prom:right").decode()
@@ -128,8 +136,14 @@ def run(kind: str, seconds: float, guessers: int) -> dict:
         finally:
             rigmon.stop()
     kept, new = _summary(got["kept"]), _summary(got["new"])
-    return {"hash": kind, "guessers": guessers, "seconds": round(got["seconds"], 1), "kept_alive": kept,
-            "new_connection": new, "wrong_answered_per_second": round(got["refused"] / got["seconds"], 1)}
+    return {
+        "hash": kind,
+        "guessers": guessers,
+        "seconds": round(got["seconds"], 1),
+        "kept_alive": kept,
+        "new_connection": new,
+        "wrong_answered_per_second": round(got["refused"] / got["seconds"], 1),
+    }
 
 
 def main() -> int:
@@ -148,9 +162,11 @@ def main() -> int:
         for name in ("kept_alive", "new_connection"):
             s = r[name]
             worst = min(worst, s["share"])
-            print(f"  {r['hash']:7} {name:15} {s['within_2s']}/{s['scrapes']} right scrapes within 2 s "
-                  f"({s['share']:.0%}); p50 {s['p50'] * 1000:.0f} ms, p99 {s['p99'] * 1000:.0f} ms, "
-                  f"max {s['max'] * 1000:.0f} ms")
+            print(
+                f"  {r['hash']:7} {name:15} {s['within_2s']}/{s['scrapes']} right scrapes within 2 s "
+                f"({s['share']:.0%}); p50 {s['p50'] * 1000:.0f} ms, p99 {s['p99'] * 1000:.0f} ms, "
+                f"max {s['max'] * 1000:.0f} ms"
+            )
         print(f"  {r['hash']:7} wrong guesses answered (401): {r['wrong_answered_per_second']}/s")
     print(f"least share within 2 s: {worst:.1%} (to hold: at least 95 %)")
     return 0 if worst >= 0.95 else 1

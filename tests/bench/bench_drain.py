@@ -84,8 +84,12 @@ def drain_bare(url: str, database: str, chunks: list[bytes]) -> float:
     started = time.monotonic()
     connection = http.client.HTTPConnection(host, int(port), timeout=60)
     for chunk in chunks:
-        connection.request("POST", f"/write?db={database}&precision=ns", body=gzip.compress(chunk, 5),
-                           headers={"Content-Type": "text/plain; charset=utf-8", "Content-Encoding": "gzip"})
+        connection.request(
+            "POST",
+            f"/write?db={database}&precision=ns",
+            body=gzip.compress(chunk, 5),
+            headers={"Content-Type": "text/plain; charset=utf-8", "Content-Encoding": "gzip"},
+        )
         response = connection.getresponse()
         response.read()
         assert response.status == 204, response.status
@@ -119,33 +123,60 @@ def main(argv=None) -> int:
             for shape in ("as spooled", "one segment per poll"):
                 key = shape.replace(" ", "_")
                 state = tmp / key
-                config = parse({"daemon": {"state_dir": str(state)},
-                                "influxdb": {"enabled": True, "api": "v1", "url": "http://127.0.0.1:9",
-                                             "database": key, "flush_interval": 0.2}})
+                config = parse(
+                    {
+                        "daemon": {"state_dir": str(state)},
+                        "influxdb": {
+                            "enabled": True,
+                            "api": "v1",
+                            "url": "http://127.0.0.1:9",
+                            "database": key,
+                            "flush_interval": 0.2,
+                        },
+                    }
+                )
                 points, size, segments = spool(config, polls, shape == "one segment per poll")
                 chunks = batches(state / "influxdb-spool")
                 influx.query(f'CREATE DATABASE "{key}"')
                 influx.query(f'CREATE DATABASE "{key}_bare"')
                 bare_s = drain_bare(influx.url, f"{key}_bare", chunks)
-                live = parse({"daemon": {"state_dir": str(state)},
-                              "influxdb": {"enabled": True, "api": "v1", "url": influx.url, "database": key,
-                                           "flush_interval": 0.2}})
+                live = parse(
+                    {
+                        "daemon": {"state_dir": str(state)},
+                        "influxdb": {
+                            "enabled": True,
+                            "api": "v1",
+                            "url": influx.url,
+                            "database": key,
+                            "flush_interval": 0.2,
+                        },
+                    }
+                )
                 rigmon_s, written = drain_rigmon(live, points)
                 stored = influx.count(f'SELECT count(power_watts) FROM "{key}".."gpu"')
                 stored_bare = influx.count(f'SELECT count(power_watts) FROM "{key}_bare".."gpu"')
                 report[shape] = {
-                    "points": points, "points_written": written, "spool_mb": round(size / 1e6, 2), "segments": segments,
-                    "requests": len(chunks), "rigmon_s": round(rigmon_s, 3), "bare_s": round(bare_s, 3),
-                    "rigmon_points_per_s": round(points / rigmon_s), "bare_points_per_s": round(points / bare_s),
+                    "points": points,
+                    "points_written": written,
+                    "spool_mb": round(size / 1e6, 2),
+                    "segments": segments,
+                    "requests": len(chunks),
+                    "rigmon_s": round(rigmon_s, 3),
+                    "bare_s": round(bare_s, 3),
+                    "rigmon_points_per_s": round(points / rigmon_s),
+                    "bare_points_per_s": round(points / bare_s),
                     "rigmon_over_bare_throughput": round(bare_s / rigmon_s, 2),
-                    "gpu_points_stored": stored, "gpu_points_stored_bare": stored_bare,
+                    "gpu_points_stored": stored,
+                    "gpu_points_stored_bare": stored_bare,
                     "gpu_points_produced": args.samples * 8,
                 }
         finally:
             influx.stop()
     print(json.dumps(report, indent=2))
-    ok = all(r["gpu_points_stored"] == r["gpu_points_produced"] and r["points_written"] == r["points"]
-             for r in report.values())
+    ok = all(
+        r["gpu_points_stored"] == r["gpu_points_produced"] and r["points_written"] == r["points"]
+        for r in report.values()
+    )
     return 0 if ok else 1
 
 

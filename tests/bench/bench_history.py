@@ -89,27 +89,44 @@ def main(argv=None) -> int:
             draws[key] = {"ms": round(statistics.median(took) * 1000, 1), "bytes": len(body)}
     pipeline.close(time.monotonic() + 2)
     per_poll_us = cpu / polls * 1e6
-    out = {"gpus": len(sample.gpus), "days": args.days, "polls": polls, "series": len(history.series_names()),
-           "rings_mib": round(held / 2**20, 2), "rss_growth_mib": round(grown, 1),
-           "cpu_per_poll_us": round(per_poll_us, 1), "core_share_at_1s_percent": round(per_poll_us / 1e4, 3),
-           "save_ms": round(save_s * 1000, 1), "file_mib": round(size / 2**20, 2),
-           "save_core_share_percent": round(save_s / SAVE_SECONDS * 100, 4), "load_ms": round(load_s * 1000, 1),
-           "draw_per_open_page_poll": draws}
-    out["within_budget"] = out["rss_growth_mib"] <= 20 * 1e6 / 2**20 and \
-        out["core_share_at_1s_percent"] + out["save_core_share_percent"] <= 0.5
+    out = {
+        "gpus": len(sample.gpus),
+        "days": args.days,
+        "polls": polls,
+        "series": len(history.series_names()),
+        "rings_mib": round(held / 2**20, 2),
+        "rss_growth_mib": round(grown, 1),
+        "cpu_per_poll_us": round(per_poll_us, 1),
+        "core_share_at_1s_percent": round(per_poll_us / 1e4, 3),
+        "save_ms": round(save_s * 1000, 1),
+        "file_mib": round(size / 2**20, 2),
+        "save_core_share_percent": round(save_s / SAVE_SECONDS * 100, 4),
+        "load_ms": round(load_s * 1000, 1),
+        "draw_per_open_page_poll": draws,
+    }
+    out["within_budget"] = (
+        out["rss_growth_mib"] <= 20 * 1e6 / 2**20
+        and out["core_share_at_1s_percent"] + out["save_core_share_percent"] <= 0.5
+    )
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
     print(f"history of {out['gpus']} GPUs, {out['days']:g} days of 1 s polls ({polls} polls), {out['series']} series")
     print(f"  rings hold {out['rings_mib']} MiB; RSS grew {out['rss_growth_mib']} MiB over the week (budget 20 MB)")
     print(f"  CPU per poll {out['cpu_per_poll_us']} us = {out['core_share_at_1s_percent']} % of a core at 1 s polls")
-    print(f"  save every {SAVE_SECONDS:g} s: {out['save_ms']} ms, {out['file_mib']} MiB file "
-          f"({out['save_core_share_percent']} % of a core); load at start {out['load_ms']} ms")
-    print(f"  with a page open, each draw of the charts: 1 h {draws['1h']['ms']} ms ({draws['1h']['bytes']} bytes; "
-          f"every 5 s = {draws['1h']['ms'] / 50:.1f} % of a core), 7 d {draws['7d']['ms']} ms "
-          f"({draws['7d']['bytes']} bytes)")
-    print(f"  the hour's charts of the 3 cards on a 1400x900 screen, as an open page asks: "
-          f"{draws['1h_3_cards']['ms']} ms (every 5 s = {draws['1h_3_cards']['ms'] / 50:.2f} % of a core)")
+    print(
+        f"  save every {SAVE_SECONDS:g} s: {out['save_ms']} ms, {out['file_mib']} MiB file "
+        f"({out['save_core_share_percent']} % of a core); load at start {out['load_ms']} ms"
+    )
+    print(
+        f"  with a page open, each draw of the charts: 1 h {draws['1h']['ms']} ms ({draws['1h']['bytes']} bytes; "
+        f"every 5 s = {draws['1h']['ms'] / 50:.1f} % of a core), 7 d {draws['7d']['ms']} ms "
+        f"({draws['7d']['bytes']} bytes)"
+    )
+    print(
+        f"  the hour's charts of the 3 cards on a 1400x900 screen, as an open page asks: "
+        f"{draws['1h_3_cards']['ms']} ms (every 5 s = {draws['1h_3_cards']['ms'] / 50:.2f} % of a core)"
+    )
     print(f"  within budget (+20 MB, +0.5 % of a core): {out['within_budget']}")
     return 0
 

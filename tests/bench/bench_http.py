@@ -58,12 +58,16 @@ sys.path[:0] = [str(HERE.parent), str(HERE.parents[1])]
 import scenarios as sc  # noqa: E402
 from servers import Rigmon, free_port  # noqa: E402
 
-ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
-          "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
-REQUEST = (f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: Prometheus/2.53.0\r\nAccept: {ACCEPT}\r\n"
-           f"Accept-Encoding: gzip\r\nX-Prometheus-Scrape-Timeout-Seconds: 10\r\n").encode()
+ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+REQUEST = (
+    f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: Prometheus/2.53.0\r\nAccept: {ACCEPT}\r\n"
+    f"Accept-Encoding: gzip\r\nX-Prometheus-Scrape-Timeout-Seconds: 10\r\n"
+).encode()
 
-FLOOR = r'''
+FLOOR = r"""
 import asyncio, sys
 head, body = open(sys.argv[2], "rb").read().split(b"\r\n\r\n", 1)
 keep = head + b"\r\n\r\n" + body
@@ -88,12 +92,12 @@ async def main():
     await server.serve_forever()
 
 asyncio.run(main())
-'''
+"""
 
 
 # wrk's script: the same request as REQUEST; "close" (its argument) adds Connection: close, and
 # wrk opens a new connection for every scrape; done() prints the figures as one JSON line
-WRK_SCRIPT = r'''
+WRK_SCRIPT = r"""
 wrk.headers["User-Agent"] = "Prometheus/2.53.0"
 wrk.headers["Accept"] = "<ACCEPT>"
 wrk.headers["Accept-Encoding"] = "gzip"
@@ -107,7 +111,7 @@ function done(summary, latency, requests)
     '"timeout": %d, "p50": %d, "p99": %d, "p999": %d}\n', summary.requests, summary.duration, e.connect,
     e.read, e.write, e.status, e.timeout, latency:percentile(50), latency:percentile(99), latency:percentile(99.9)))
 end
-'''.replace("<ACCEPT>", ACCEPT)
+""".replace("<ACCEPT>", ACCEPT)
 
 
 async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bool]:
@@ -160,28 +164,62 @@ def _load(port: int, mode: str, scrapers: int, seconds: float, out) -> None:
     def quantile(q):
         return round(latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3, 3) if latencies else None
 
-    out.send({"scrapes": len(latencies), "failed": len(failures), "first_failure": failures[:1],
-              "per_second": round(len(latencies) / elapsed, 1),
-              "p50_ms": quantile(0.5), "p99_ms": quantile(0.99), "p999_ms": quantile(0.999)})
+    out.send(
+        {
+            "scrapes": len(latencies),
+            "failed": len(failures),
+            "first_failure": failures[:1],
+            "per_second": round(len(latencies) / elapsed, 1),
+            "p50_ms": quantile(0.5),
+            "p99_ms": quantile(0.99),
+            "p999_ms": quantile(0.999),
+        }
+    )
 
 
 def _wrk(port: int, mode: str, scrapers: int, seconds: float, script: Path, pin) -> dict:
     pinned = ["taskset", "-c", ",".join(map(str, sorted(pin[0])))] if pin else []
-    run = subprocess.run([*pinned, "wrk", "-t1", f"-c{scrapers}", f"-d{seconds:g}s", "--timeout", "10s", "-s",
-                          str(script), f"http://127.0.0.1:{port}/metrics", "--", mode], capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            *pinned,
+            "wrk",
+            "-t1",
+            f"-c{scrapers}",
+            f"-d{seconds:g}s",
+            "--timeout",
+            "10s",
+            "-s",
+            str(script),
+            f"http://127.0.0.1:{port}/metrics",
+            "--",
+            mode,
+        ],
+        capture_output=True,
+        text=True,
+    )
     try:
         figures = json.loads(run.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
         raise RuntimeError(f"wrk said: {run.stdout}{run.stderr}") from None
     failed = sum(figures[k] for k in ("connect", "read", "write", "status", "timeout"))
     first = [f"{k} errors: {figures[k]}" for k in ("connect", "read", "write", "status", "timeout") if figures[k]]
-    return {"scrapes": figures["requests"] - figures["status"], "failed": failed, "first_failure": first[:1],
-            "per_second": round((figures["requests"] - figures["status"]) / figures["us"] * 1e6, 1),
-            **{f"{q}_ms": figures[q] / 1e3 for q in ("p50", "p99", "p999")}}
+    return {
+        "scrapes": figures["requests"] - figures["status"],
+        "failed": failed,
+        "first_failure": first[:1],
+        "per_second": round((figures["requests"] - figures["status"]) / figures["us"] * 1e6, 1),
+        **{f"{q}_ms": figures[q] / 1e3 for q in ("p50", "p99", "p999")},
+    }
 
 
-def load(port: int, mode: str, scrapers: int, seconds: float, wrk_script: Path | None = None,
-         pin: tuple[set, set] | None = None) -> dict:
+def load(
+    port: int,
+    mode: str,
+    scrapers: int,
+    seconds: float,
+    wrk_script: Path | None = None,
+    pin: tuple[set, set] | None = None,
+) -> dict:
     """The load from its own process (on the load's CPUs where ``pin`` says): wrk's, or the
     asyncio client's."""
     if wrk_script is not None:
@@ -224,14 +262,21 @@ def only(pids: dict[str, int], name: str, settle: float = 1.5):
 
 def _median(runs: list[dict]) -> dict:
     """Each figure's median over the rounds (failures summed: one failure anywhere counts)."""
+
     def median(key):
         values = sorted(r[key] for r in runs if r[key] is not None)
         return values[len(values) // 2] if values else None
 
-    return {"scrapes": sum(r["scrapes"] for r in runs), "failed": sum(r["failed"] for r in runs),
-            "first_failure": next((r["first_failure"] for r in runs if r["first_failure"]), []),
-            "per_second": median("per_second"), "p50_ms": median("p50_ms"), "p99_ms": median("p99_ms"),
-            "p999_ms": median("p999_ms"), "rounds": len(runs)}
+    return {
+        "scrapes": sum(r["scrapes"] for r in runs),
+        "failed": sum(r["failed"] for r in runs),
+        "first_failure": next((r["first_failure"] for r in runs if r["first_failure"]), []),
+        "per_second": median("per_second"),
+        "p50_ms": median("p50_ms"),
+        "p99_ms": median("p99_ms"),
+        "p999_ms": median("p999_ms"),
+        "rounds": len(runs),
+    }
 
 
 def _over(server: list[dict], floor: list[dict]) -> dict:
@@ -269,16 +314,27 @@ def wait_port(port: int, timeout: float = 30.0) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=5.0)
-    p.add_argument("--rounds", type=int, default=1, help="repeat every load this many times, interleaved; "
-                                                            "report the median of each figure")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat every load this many times, interleaved; report the median of each figure",
+    )
     p.add_argument("--today", metavar="DIR", help="a checkout of an earlier rigmon to measure too")
     p.add_argument("--scrapers", default="1,10,50")
     p.add_argument("--modes", default="keepalive,close", help="keepalive, close or both")
-    p.add_argument("--client", choices=["wrk", "asyncio"], default="wrk" if shutil.which("wrk") else "asyncio",
-                   help="the load generator (default: wrk where it is installed)")
-    p.add_argument("--no-pin", dest="pin", action="store_false",
-                   help="let the load and the servers share every CPU (default: the load on the first, the "
-                        "servers on the rest)")
+    p.add_argument(
+        "--client",
+        choices=["wrk", "asyncio"],
+        default="wrk" if shutil.which("wrk") else "asyncio",
+        help="the load generator (default: wrk where it is installed)",
+    )
+    p.add_argument(
+        "--no-pin",
+        dest="pin",
+        action="store_false",
+        help="let the load and the servers share every CPU (default: the load on the first, the servers on the rest)",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     pin = cpus(args.pin)
@@ -303,8 +359,9 @@ def main(argv=None) -> int:
                     body = tmp / "floor.http"
                     if name == "floor":
                         body.write_bytes(fetch(servers["rigmon"]))
-                    procs.append(subprocess.Popen([sys.executable, "-c", FLOOR, str(port), str(body)],
-                                                  stdout=subprocess.DEVNULL))
+                    procs.append(
+                        subprocess.Popen([sys.executable, "-c", FLOOR, str(port), str(body)], stdout=subprocess.DEVNULL)
+                    )
                     wait_port(port)
                 else:
                     folder = tmp / name
@@ -312,13 +369,16 @@ def main(argv=None) -> int:
                     env = {"PYTHONPATH": str(Path(args.today).resolve())} if name == "today" else {}
                     env["PYTHONSAFEPATH"] = "1"
                     settings = f'[daemon]\nstate_dir = "{folder / "state"}"\n' + (
-                        "interval = 3600\n" if name == "quiet" else "")
+                        "interval = 3600\n" if name == "quiet" else ""
+                    )
                     daemon = Rigmon(folder, recording, settings, env=env, port=port)
                     daemon.wait_ready()
                     procs.append(daemon)
                 servers[name] = port
-            pids = {name: (proc.proc if isinstance(proc, Rigmon) else proc).pid
-                    for name, proc in zip(servers, procs, strict=True)}
+            pids = {
+                name: (proc.proc if isinstance(proc, Rigmon) else proc).pid
+                for name, proc in zip(servers, procs, strict=True)
+            }
             if pin:
                 for pid in pids.values():
                     os.sched_setaffinity(pid, pin[1])
@@ -329,8 +389,9 @@ def main(argv=None) -> int:
                     for n in levels:
                         for name, port in servers.items():  # the servers side by side at each level
                             with only(pids, name):
-                                rounds.setdefault((name, mode, n), []).append(load(port, mode, n, args.seconds,
-                                                                                         wrk_script, pin))
+                                rounds.setdefault((name, mode, n), []).append(
+                                    load(port, mode, n, args.seconds, wrk_script, pin)
+                                )
             for (name, mode, n), runs in rounds.items():
                 results.setdefault(name, {}).setdefault(mode, {})[n] = _median(runs)
         finally:
@@ -344,25 +405,47 @@ def main(argv=None) -> int:
     for mode in modes:
         for n in levels:
             r, q, f, c = (results[name][mode][n] for name in ("rigmon", "quiet", "floor", "control"))
-            over = {name: _over(rounds[(name, mode, n)], rounds[("floor", mode, n)])
-                    for name in ("rigmon", "quiet", "control")}
-            row = {"rigmon_per_s": r["per_second"], "floor_per_s": f["per_second"],
-                   "rigmon_p99_ms": r["p99_ms"], "floor_p99_ms": f["p99_ms"],
-                   "p99_over_floor": over["rigmon"]["median"], "p99_over_floor_range": over["rigmon"],
-                   "rigmon_p999_ms": r["p999_ms"], "floor_p999_ms": f["p999_ms"],
-                   "quiet_per_s": q["per_second"], "quiet_p99_ms": q["p99_ms"],
-                   "quiet_p99_over_floor": over["quiet"]["median"],
-                   "control_p99_over_floor": over["control"]["median"], "control_p99_over_floor_range": over["control"],
-                   "failed": r["failed"] + q["failed"] + f["failed"] + c["failed"]}
+            over = {
+                name: _over(rounds[(name, mode, n)], rounds[("floor", mode, n)])
+                for name in ("rigmon", "quiet", "control")
+            }
+            row = {
+                "rigmon_per_s": r["per_second"],
+                "floor_per_s": f["per_second"],
+                "rigmon_p99_ms": r["p99_ms"],
+                "floor_p99_ms": f["p99_ms"],
+                "p99_over_floor": over["rigmon"]["median"],
+                "p99_over_floor_range": over["rigmon"],
+                "rigmon_p999_ms": r["p999_ms"],
+                "floor_p999_ms": f["p999_ms"],
+                "quiet_per_s": q["per_second"],
+                "quiet_p99_ms": q["p99_ms"],
+                "quiet_p99_over_floor": over["quiet"]["median"],
+                "control_p99_over_floor": over["control"]["median"],
+                "control_p99_over_floor_range": over["control"],
+                "failed": r["failed"] + q["failed"] + f["failed"] + c["failed"],
+            }
             if "today" in results:
                 t = results["today"][mode][n]
-                row.update(today_per_s=t["per_second"], today_p99_ms=t["p99_ms"],
-                           throughput_over_today=round(r["per_second"] / t["per_second"], 2)
-                           if t["per_second"] else None, failed=row["failed"] + t["failed"])
+                row.update(
+                    today_per_s=t["per_second"],
+                    today_p99_ms=t["p99_ms"],
+                    throughput_over_today=round(r["per_second"] / t["per_second"], 2) if t["per_second"] else None,
+                    failed=row["failed"] + t["failed"],
+                )
             summary[f"{mode} x{n}"] = row
     if args.json:
-        print(json.dumps({"client": args.client, "cpus": {"load": sorted(pin[0]), "servers": sorted(pin[1])}
-                          if pin else None, "summary": summary, "detail": results}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "client": args.client,
+                    "cpus": {"load": sorted(pin[0]), "servers": sorted(pin[1])} if pin else None,
+                    "summary": summary,
+                    "detail": results,
+                },
+                indent=2,
+            )
+        )
     else:
         where = f"; load on CPU {sorted(pin[0])}, servers on {sorted(pin[1])}" if pin else ""
         print(f"client: {args.client}{where}")

@@ -41,8 +41,12 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         influx = InfluxDB(tmp)
-        config = parse({"daemon": {"state_dir": str(tmp / "state")},
-                        "influxdb": {"enabled": True, "api": "v1", "url": influx.url, "flush_interval": 0.2}})
+        config = parse(
+            {
+                "daemon": {"state_dir": str(tmp / "state")},
+                "influxdb": {"enabled": True, "api": "v1", "url": influx.url, "flush_interval": 0.2},
+            }
+        )
         source = sc.source(sc.h200().widened(8), loop=True)
         poller = build_poller(config, source, event_thread=False)
         poller.open()
@@ -76,12 +80,17 @@ def main(argv=None) -> int:
         stored = influx.count("SELECT count(power_watts) FROM gpu")
         influx.stop()
     report = {
-        "samples": args.samples, "points": points, "points_per_sample": per_sample, "spool_mb": round(size / 1e6, 1),
-        "drain_seconds": round(drain_s, 2), "drain_points_per_second": round(points / drain_s),
+        "samples": args.samples,
+        "points": points,
+        "points_per_sample": per_sample,
+        "spool_mb": round(size / 1e6, 1),
+        "drain_seconds": round(drain_s, 2),
+        "drain_points_per_second": round(points / drain_s),
         "writer_cpu_us_per_point_encode_and_spool": round(spool_cpu / points * 1e6, 1),
         "writer_cpu_us_per_point_drain": round(drain_cpu / points * 1e6, 1),
         "writer_cpu_seconds_drain": drain_cpu,
-        "stored_gpu_points": stored, "expected_gpu_points": args.samples * 8,
+        "stored_gpu_points": stored,
+        "expected_gpu_points": args.samples * 8,
         "note": "thread CPU from /proc in 10 ms ticks; influxd shares the same 2 cores",
     }
     print(json.dumps(report, indent=2))

@@ -50,10 +50,16 @@ def one_round(seconds: float, history: bool = True, week: Path | None = None) ->
         if week is not None:
             (Path(tmp) / "state").mkdir()
             shutil.copyfile(week, Path(tmp) / "state" / "history.bin")
-        config.write_text(f'[daemon]\nstate_dir = "{tmp}/state"\npage = {str(history).lower()}\n'
-                          f'[prometheus]\nlisten = "127.0.0.1"\nport = {port}\n')
-        proc = subprocess.Popen([sys.executable, "-m", "rigmon", "run", "--demo", "--replay-gpus", "8", "-c",
-                                 str(config)], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        config.write_text(
+            f'[daemon]\nstate_dir = "{tmp}/state"\npage = {str(history).lower()}\n'
+            f'[prometheus]\nlisten = "127.0.0.1"\nport = {port}\n'
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rigmon", "run", "--demo", "--replay-gpus", "8", "-c", str(config)],
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             started = time.monotonic()
             scrapes = 0
@@ -66,8 +72,7 @@ def one_round(seconds: float, history: bool = True, week: Path | None = None) ->
                 except OSError:
                     pass
             maps = Path(f"/proc/{proc.pid}/maps").read_text()
-            return {"rss_mib": rss_mib(proc.pid), "scrapes": scrapes,
-                    "pydantic_loaded": "pydantic_core" in maps}
+            return {"rss_mib": rss_mib(proc.pid), "scrapes": scrapes, "pydantic_loaded": "pydantic_core" in maps}
         finally:
             proc.terminate()
             proc.wait(30)
@@ -91,21 +96,35 @@ def main(argv=None) -> int:
 
     def spread(way: str) -> dict:
         values = [r["rss_mib"] for w, r in rounds if w == way]
-        return {"min": round(min(values), 1), "median": round(statistics.median(values), 1),
-                "max": round(max(values), 1)}
+        return {
+            "min": round(min(values), 1),
+            "median": round(statistics.median(values), 1),
+            "max": round(max(values), 1),
+        }
 
-    result = {"gpus": 8, "seconds": args.seconds, "rounds": args.rounds, "series": series,
-              "rss_mib": spread("page"), "rss_mib_week_loaded": spread("week"),
-              "rss_mib_without_history": spread("off"), "scrapes": [r["scrapes"] for _, r in rounds],
-              "pydantic_loaded": any(r["pydantic_loaded"] for _, r in rounds)}
+    result = {
+        "gpus": 8,
+        "seconds": args.seconds,
+        "rounds": args.rounds,
+        "series": series,
+        "rss_mib": spread("page"),
+        "rss_mib_week_loaded": spread("week"),
+        "rss_mib_without_history": spread("off"),
+        "scrapes": [r["scrapes"] for _, r in rounds],
+        "pydantic_loaded": any(r["pydantic_loaded"] for _, r in rounds),
+    }
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"rigmon run --demo --replay-gpus 8, {args.rounds} daemons each way, VmRSS after {args.seconds:g} s "
-          f"(scraped every 5 s)")
-    for key, said in (("rss_mib", "with the page, fresh (default)"),
-                      ("rss_mib_week_loaded", f"with the page, a week of {series} series loaded"),
-                      ("rss_mib_without_history", "page = false")):
+    print(
+        f"rigmon run --demo --replay-gpus 8, {args.rounds} daemons each way, VmRSS after {args.seconds:g} s "
+        f"(scraped every 5 s)"
+    )
+    for key, said in (
+        ("rss_mib", "with the page, fresh (default)"),
+        ("rss_mib_week_loaded", f"with the page, a week of {series} series loaded"),
+        ("rss_mib_without_history", "page = false"),
+    ):
         s = result[key]
         print(f"  RSS MiB {said} (min / median / max): {s['min']:.1f} / {s['median']:.1f} / {s['max']:.1f}")
     print(f"  pydantic in the daemon: {'yes' if result['pydantic_loaded'] else 'no'}")

@@ -29,8 +29,9 @@ HOOK = Path(__file__).resolve().parent / "nvitop_replay"
 
 
 def import_ms(module: str) -> float | None:
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True,
-                          text=True, env=ENV)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True, text=True, env=ENV
+    )
     if done.returncode != 0:
         return None
     last = [line for line in done.stderr.splitlines() if re.search(rf"\|\s*{re.escape(module)}$", line)]
@@ -63,11 +64,21 @@ def nvitop_once_ms(cost_file: Path) -> tuple[float, float]:
     """nvitop -1 on the demo recording widened to 8 GPUs: its wall, and its replay's set-up."""
     from rigmon.model.recording import demo_path
 
-    env = {**ENV, "PYTHONPATH": str(HOOK), "RIGMON_REPLAY": str(demo_path()), "RIGMON_REPLAY_GPUS": "8",
-           "RIGMON_REPLAY_COST": str(cost_file)}
+    env = {
+        **ENV,
+        "PYTHONPATH": str(HOOK),
+        "RIGMON_REPLAY": str(demo_path()),
+        "RIGMON_REPLAY_GPUS": "8",
+        "RIGMON_REPLAY_COST": str(cost_file),
+    }
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "nvitop", "-1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env=env, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "nvitop", "-1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        check=True,
+    )
     wall = (time.perf_counter() - started) * 1000
     return wall, float(cost_file.read_text()) * 1000
 
@@ -84,8 +95,9 @@ def main(argv=None) -> int:
     nvitop = import_ms("nvitop") is not None
     runs: dict[str, list[float]] = {"cli_import_ms": [], "status_wall_ms": [], "status_less_replay_ms": []}
     if nvitop:
-        runs.update(nvitop_once_wall_ms=[], nvitop_once_less_replay_ms=[], nvitop_import_ms=[],
-                    nvitop_import_wall_ms=[])
+        runs.update(
+            nvitop_once_wall_ms=[], nvitop_once_less_replay_ms=[], nvitop_import_ms=[], nvitop_import_wall_ms=[]
+        )
     cost = Path(tempfile.mkdtemp()) / "replay-cost"
     status = [sys.executable, "-m", "rigmon", "status", "--demo", "--replay-gpus", "8"]
     for _ in range(args.rounds):
@@ -103,8 +115,9 @@ def main(argv=None) -> int:
     if nvitop:
         median = {k: v["median"] for k, v in result.items()}
         result["status_to_nvitop_once"] = round(median["status_wall_ms"] / median["nvitop_once_wall_ms"], 2)
-        result["status_to_nvitop_once_less_replay"] = round(median["status_less_replay_ms"] /
-                                                            median["nvitop_once_less_replay_ms"], 2)
+        result["status_to_nvitop_once_less_replay"] = round(
+            median["status_less_replay_ms"] / median["nvitop_once_less_replay_ms"], 2
+        )
         result["status_to_nvitop_import"] = round(median["status_wall_ms"] / median["nvitop_import_wall_ms"], 2)
     if args.json:
         print(json.dumps(result, indent=2))
@@ -115,8 +128,7 @@ def main(argv=None) -> int:
             print(f"  {key:<28} {s['min']:>7.1f} {s['median']:>7.1f} {s['max']:>7.1f}")
     if nvitop:
         print(f"  rigmon status / nvitop -1, both walls with the replay's set-up: {result['status_to_nvitop_once']}x")
-        print(f"  rigmon status / nvitop -1, the set-up off both walls: "
-              f"{result['status_to_nvitop_once_less_replay']}x")
+        print(f"  rigmon status / nvitop -1, the set-up off both walls: {result['status_to_nvitop_once_less_replay']}x")
         print(f"  rigmon status wall / python -c 'import nvitop' wall: {result['status_to_nvitop_import']}x")
     else:
         print("  (nvitop is not installed here: pip install nvitop to compare)")

@@ -103,23 +103,35 @@ def main(argv=None) -> int:
     from servers import free_port
 
     port = free_port()
-    (tmp / "rigmon.toml").write_text(f'[daemon]\nstate_dir = "{tmp}/state"\n[prometheus]\nlisten = "127.0.0.1"\n'
-                                     f'port = {port}\n')
-    daemon = subprocess.Popen([sys.executable, "-m", "rigmon", "run", "--demo", "--replay-gpus", "8", "-c",
-                               str(tmp / "rigmon.toml")], env=ENV, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    (tmp / "rigmon.toml").write_text(
+        f'[daemon]\nstate_dir = "{tmp}/state"\n[prometheus]\nlisten = "127.0.0.1"\nport = {port}\n'
+    )
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "rigmon", "run", "--demo", "--replay-gpus", "8", "-c", str(tmp / "rigmon.toml")],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}/"
-    runs: dict[str, list[float]] = {"first_render_ms": [], "settling_browser_cpu_pct": [], "page_browser_cpu_pct": [],
-                                    "blank_browser_cpu_pct": []}
+    runs: dict[str, list[float]] = {
+        "first_render_ms": [],
+        "settling_browser_cpu_pct": [],
+        "page_browser_cpu_pct": [],
+        "blank_browser_cpu_pct": [],
+    }
     for what in ("closed", "polled", "open", "blank"):
         runs[f"{what}_scrapes_per_s"], runs[f"{what}_p99_ms"] = [], []
     try:
         wait_port(port)
         time.sleep(3)
-        sizes = {"page_bytes": len(get(base)), "page_gzip_bytes": len(gzip.compress(get(base), 6)),
-                 "state_bytes": len(get(base + "api/state")), "state_gzip_bytes": len(get(base + "api/state", True)),
-                 "charts_1h_bytes": len(get(base + "api/charts?range=1h")),
-                 "charts_1h_gzip_bytes": len(get(base + "api/charts?range=1h", True))}
+        sizes = {
+            "page_bytes": len(get(base)),
+            "page_gzip_bytes": len(gzip.compress(get(base), 6)),
+            "state_bytes": len(get(base + "api/state")),
+            "state_gzip_bytes": len(get(base + "api/state", True)),
+            "charts_1h_bytes": len(get(base + "api/charts?range=1h")),
+            "charts_1h_gzip_bytes": len(get(base + "api/charts?range=1h", True)),
+        }
         for n in range(args.rounds):
             closed = load(port, "keepalive", 10, args.seconds)
             stop = threading.Event()
@@ -169,18 +181,27 @@ def main(argv=None) -> int:
         print(json.dumps(result, indent=2))
         return 0
     print(f"the page on 8 replayed GPUs, {args.rounds} rounds (min / median / max)")
-    print(f"  page {sizes['page_bytes']} bytes ({sizes['page_gzip_bytes']} gzipped); each poll: state "
-          f"{sizes['state_bytes']} ({sizes['state_gzip_bytes']} gzipped); the hour's charts, drawn again every 5 s: "
-          f"{sizes['charts_1h_bytes']} ({sizes['charts_1h_gzip_bytes']} gzipped)")
+    print(
+        f"  page {sizes['page_bytes']} bytes ({sizes['page_gzip_bytes']} gzipped); each poll: state "
+        f"{sizes['state_bytes']} ({sizes['state_gzip_bytes']} gzipped); the hour's charts, drawn again every 5 s: "
+        f"{sizes['charts_1h_bytes']} ({sizes['charts_1h_gzip_bytes']} gzipped)"
+    )
     for key in runs:
         figures = runs[key]
         print(f"  {key:<26} {min(figures):>9.2f} {statistics.median(figures):>9.2f} {max(figures):>9.2f}")
-    for what, said in (("polled", "the page's requests by a script"), ("open", "the page open in Chromium"),
-                       ("blank", "a blank page open in Chromium")):
-        print(f"  /metrics with {said} / with none: throughput {result[f'{what}_to_closed_throughput']}x, "
-              f"p99 {result[f'{what}_to_closed_p99']}x")
-    print(f"  /metrics with the page open in Chromium / with a blank page: throughput "
-          f"{result['open_to_blank_throughput']}x, p99 {result['open_to_blank_p99']}x")
+    for what, said in (
+        ("polled", "the page's requests by a script"),
+        ("open", "the page open in Chromium"),
+        ("blank", "a blank page open in Chromium"),
+    ):
+        print(
+            f"  /metrics with {said} / with none: throughput {result[f'{what}_to_closed_throughput']}x, "
+            f"p99 {result[f'{what}_to_closed_p99']}x"
+        )
+    print(
+        f"  /metrics with the page open in Chromium / with a blank page: throughput "
+        f"{result['open_to_blank_throughput']}x, p99 {result['open_to_blank_p99']}x"
+    )
     return 0
 
 

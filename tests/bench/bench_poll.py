@@ -60,9 +60,16 @@ FIRING = {"builtin": {"GpuPowerCapped": {"for": 0}}}
 
 
 def build(recording, capture: bool, firing: bool = False, **gpu):
-    config = configmod.parse({"influxdb": {"enabled": False}, "prometheus": {"enabled": False},
-                              "daemon": {"state_dir": STATE}, "gpu": {"xid_events": False, **gpu},
-                              "alerts": FIRING if firing else {}}, "bench")
+    config = configmod.parse(
+        {
+            "influxdb": {"enabled": False},
+            "prometheus": {"enabled": False},
+            "daemon": {"state_dir": STATE},
+            "gpu": {"xid_events": False, **gpu},
+            "alerts": FIRING if firing else {},
+        },
+        "bench",
+    )
     source = sc.source(recording, loop=True)
     try:
         from rigmon.readers.replay import ReplayHost, replay_backend
@@ -73,8 +80,9 @@ def build(recording, capture: bool, firing: bool = False, **gpu):
     nvml, host = replay_backend(source), ReplayHost(source)
     if capture:
         nvml, host = Capture(nvml), Capture(host)
-    daemon, registry = compat.daemon_for(config, source, nvml=nvml, host_backend=host,
-                                         wall=lambda: EPOCH + source.clock(), event_thread=False)
+    daemon, registry = compat.daemon_for(
+        config, source, nvml=nvml, host_backend=host, wall=lambda: EPOCH + source.clock(), event_thread=False
+    )
     return source, daemon, registry, nvml, host
 
 
@@ -141,17 +149,29 @@ def measure(gpus: int, polls: int, repeats: int, scenario: str = "rich", firing:
     best.update({k: min(p[k] for p in part_runs) for k in part_runs[0]})
     us = {k: round(v / polls * 1e6, 1) for k, v in best.items()}
     # each run's part over the same run's bare calls: the spread README quotes
-    per_run = {k: sorted((runs[k][i] if k in runs else part_runs[i][k]) / runs["bare"][i] for i in range(repeats))
-               for k in best if k != "bare"}
-    spread = {k: {"min": round(v[0], 2), "median": round(statistics.median(v), 2), "max": round(v[-1], 2)}
-              for k, v in per_run.items()}
-    return {"gpus": gpus, "polls": polls, "alerts_firing": firing_seen[-1], "cpu_us_per_poll": us,
-            "ratio_to_bare": {k: round(v / best["bare"], 2) for k, v in best.items() if k != "bare"},
-            "ratio_to_bare_runs": spread,
-            # the first lap of the recording: the replay's clock (which paces the slow counters) runs
-            # back at a lap's end
-            "real_h200": real_h200(named[:next((i for i in range(1, len(at)) if at[i] < at[i - 1]), len(at))],
-                                   (best["poll"] - best["bare"]) / polls)}
+    per_run = {
+        k: sorted((runs[k][i] if k in runs else part_runs[i][k]) / runs["bare"][i] for i in range(repeats))
+        for k in best
+        if k != "bare"
+    }
+    spread = {
+        k: {"min": round(v[0], 2), "median": round(statistics.median(v), 2), "max": round(v[-1], 2)}
+        for k, v in per_run.items()
+    }
+    return {
+        "gpus": gpus,
+        "polls": polls,
+        "alerts_firing": firing_seen[-1],
+        "cpu_us_per_poll": us,
+        "ratio_to_bare": {k: round(v / best["bare"], 2) for k, v in best.items() if k != "bare"},
+        "ratio_to_bare_runs": spread,
+        # the first lap of the recording: the replay's clock (which paces the slow counters) runs
+        # back at a lap's end
+        "real_h200": real_h200(
+            named[: next((i for i in range(1, len(at)) if at[i] < at[i - 1]), len(at))],
+            (best["poll"] - best["bare"]) / polls,
+        ),
+    }
 
 
 SURFACE = HERE.parents[2] / "shared" / "fixtures" / "h200" / "nvml_surface.json"
@@ -186,41 +206,59 @@ def real_h200(named: list[list[tuple]], own_seconds: float) -> dict | None:
             calls.setdefault(key, []).append(us)
         polls.append(total)
     ordered = sorted(polls)
-    per_call = {k: {"calls_per_poll": round(len(v) / len(named), 2), "us": round(v[0], 2)}
-                for k, v in sorted(calls.items(), key=lambda kv: -sum(kv[1]))}
+    per_call = {
+        k: {"calls_per_poll": round(len(v) / len(named), 2), "us": round(v[0], 2)}
+        for k, v in sorted(calls.items(), key=lambda kv: -sum(kv[1]))
+    }
     own_ms = own_seconds * 1e3
-    return {"poll_ms_median": round(ordered[len(ordered) // 2] / 1e3 + own_ms, 2),
-            "poll_ms_mean": round(sum(polls) / len(polls) / 1e3 + own_ms, 2),
-            "poll_ms_max": round(ordered[-1] / 1e3 + own_ms, 2), "own_cpu_ms": round(own_ms, 2),
-            "per_call": per_call}
+    return {
+        "poll_ms_median": round(ordered[len(ordered) // 2] / 1e3 + own_ms, 2),
+        "poll_ms_mean": round(sum(polls) / len(polls) / 1e3 + own_ms, 2),
+        "poll_ms_max": round(ordered[-1] / 1e3 + own_ms, 2),
+        "own_cpu_ms": round(own_ms, 2),
+        "per_call": per_call,
+    }
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--polls", type=int, default=300)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--scenario", choices=["rich", "plain"], default="rich",
-                   help="rich: host sensors, fans, ECC (default); plain: the H200 recording widened, no sensors")
-    p.add_argument("--firing", action="store_true",
-                   help="GpuPowerCapped fires at once: an alert firing on every GPU, described every poll")
+    p.add_argument(
+        "--scenario",
+        choices=["rich", "plain"],
+        default="rich",
+        help="rich: host sensors, fans, ECC (default); plain: the H200 recording widened, no sensors",
+    )
+    p.add_argument(
+        "--firing",
+        action="store_true",
+        help="GpuPowerCapped fires at once: an alert firing on every GPU, described every poll",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     result = measure(8, args.polls, args.repeats, args.scenario, args.firing)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"8 GPUs ({args.scenario}), {args.polls} polls, {args.repeats} interleaved runs, "
-          f"{result['alerts_firing']} alerts firing at the end; CPU µs per poll (best run), and the ratio to the "
-          f"bare calls of the same run (min / median / max over the runs)")
+    print(
+        f"8 GPUs ({args.scenario}), {args.polls} polls, {args.repeats} interleaved runs, "
+        f"{result['alerts_firing']} alerts firing at the end; CPU µs per poll (best run), and the ratio to the "
+        f"bare calls of the same run (min / median / max over the runs)"
+    )
     for key, value in result["cpu_us_per_poll"].items():
         s = result["ratio_to_bare_runs"].get(key)
-        print(f"  {key:>8} {value:>9.1f} µs" + (f"  {s['min']:>5.2f} / {s['median']:.2f} / {s['max']:.2f}x"
-                                                   if s is not None else ""))
+        print(
+            f"  {key:>8} {value:>9.1f} µs"
+            + (f"  {s['min']:>5.2f} / {s['median']:.2f} / {s['max']:.2f}x" if s is not None else "")
+        )
     real = result["real_h200"]
     if real is not None:
-        print(f"on a real 8×H200 box (each call at its median latency on the fixture's H200, plus rigmon's own "
-              f"{real['own_cpu_ms']} ms): poll median {real['poll_ms_median']} ms, mean {real['poll_ms_mean']} ms "
-              f"(the slow counters every slow_interval), max {real['poll_ms_max']} ms; NVML calls, by time spent:")
+        print(
+            f"on a real 8×H200 box (each call at its median latency on the fixture's H200, plus rigmon's own "
+            f"{real['own_cpu_ms']} ms): poll median {real['poll_ms_median']} ms, mean {real['poll_ms_mean']} ms "
+            f"(the slow counters every slow_interval), max {real['poll_ms_max']} ms; NVML calls, by time spent:"
+        )
         for name, c in real["per_call"].items():
             print(f"  {name:<48} {c['calls_per_poll']:>6.2f} a poll  {c['us']:>9.2f} µs")
     return 0

@@ -39,10 +39,17 @@ def recording():
 
 
 def daemon(rec, state: str, extras: bool, process_series: int = 0) -> tuple:
-    config = configmod.parse({
-        "daemon": {"state_dir": state}, "influxdb": {"enabled": False}, "prometheus": {"enabled": False},
-        "gpu": {"xid_events": False, "processes": extras, "process_series": process_series},
-        "host": {"sysfs_sensors": extras}, "jobs": {"enabled": extras}}, "bench")
+    config = configmod.parse(
+        {
+            "daemon": {"state_dir": state},
+            "influxdb": {"enabled": False},
+            "prometheus": {"enabled": False},
+            "gpu": {"xid_events": False, "processes": extras, "process_series": process_series},
+            "host": {"sysfs_sensors": extras},
+            "jobs": {"enabled": extras},
+        },
+        "bench",
+    )
     source = sc.source(rec, loop=True)
     t0 = rec.ticks[0]["t"]  # the recording's own clock, after its processes started
     d, registry = compat.daemon_for(config, source, wall=lambda: t0 + source.clock(), event_thread=False)
@@ -98,7 +105,9 @@ def main(argv=None) -> int:
         on.append(poll_cpu(rec, True, args.polls))
         off.append(poll_cpu(rec, False, args.polls))
     result = {
-        "gpus": 8, "processes_per_gpu": 3, "polls": args.polls,
+        "gpus": 8,
+        "processes_per_gpu": 3,
+        "polls": args.polls,
         "poll_cpu_us_extras_on": round(min(on) / args.polls * 1e6, 1),
         "poll_cpu_us_extras_off": round(min(off) / args.polls * 1e6, 1),
         "ratio_on_over_off": round(min(on) / min(off), 3),

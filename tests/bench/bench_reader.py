@@ -124,16 +124,20 @@ def main(argv=None) -> int:
         return 0
     print(f"{'GPUs':>4} {'calls/poll':>10} {'reader µs':>10} {'bare µs':>9} {'ratio':>6} {'added µs/GPU':>12}")
     for r in results:
-        print(f"{r['gpus']:>4} {r['calls_per_poll']:>10} {r['reader_cpu_us_per_poll']:>10} "
-              f"{r['bare_calls_cpu_us_per_poll']:>9} {r['ratio']:>5}x {r['added_cpu_us_per_gpu']:>12}")
+        print(
+            f"{r['gpus']:>4} {r['calls_per_poll']:>10} {r['reader_cpu_us_per_poll']:>10} "
+            f"{r['bare_calls_cpu_us_per_poll']:>9} {r['ratio']:>5}x {r['added_cpu_us_per_gpu']:>12}"
+        )
     if real:
         nvml_ms = real["nvml_full_sample_ms"]["median"]
         smi_ms = real["nvidia_smi_query_ms"]["median"]
         added_ms = results[0]["added_cpu_us_per_gpu"] / 1000
         print(f"\nOn the real H200: one full NVML sample {nvml_ms:.2f} ms wall, an nvidia-smi spawn {smi_ms:.1f} ms.")
-        print(f"rigmon's own work on top of NVML: {added_ms:.3f} ms/GPU, i.e. a poll costs about "
-              f"{(nvml_ms + added_ms) / nvml_ms:.3f}x the bare NVML calls and {(nvml_ms + added_ms) / smi_ms:.3f}x "
-              f"an nvidia-smi spawn.")
+        print(
+            f"rigmon's own work on top of NVML: {added_ms:.3f} ms/GPU, i.e. a poll costs about "
+            f"{(nvml_ms + added_ms) / nvml_ms:.3f}x the bare NVML calls and {(nvml_ms + added_ms) / smi_ms:.3f}x "
+            f"an nvidia-smi spawn."
+        )
     return 0
 
 

@@ -96,8 +96,10 @@ def main(argv=None) -> int:
             failures: list[str] = []
             cpu2, polls2 = cpu_seconds(pid), polls(rigmon.url)
             until = time.monotonic() + args.seconds
-            threads = [threading.Thread(target=scraper, args=(rigmon.url, until, latencies, failures))
-                       for _ in range(args.scrapers)]
+            threads = [
+                threading.Thread(target=scraper, args=(rigmon.url, until, latencies, failures))
+                for _ in range(args.scrapers)
+            ]
             started = time.monotonic()
             for t in threads:
                 t.start()
@@ -122,10 +124,12 @@ def main(argv=None) -> int:
             "ratio": round(cpu_per_poll_us / bare, 2),
             # The H200 fixture's NVML calls cost 4.67 ms CPU per GPU sample; replayed ones ~50x less.
             "estimated_ratio_on_real_nvml": round(
-                (cpu_per_poll_us - bare + args.gpus * real_cpu_ms * 1e3) / (args.gpus * real_cpu_ms * 1e3), 3)
-            if real_cpu_ms else None,
+                (cpu_per_poll_us - bare + args.gpus * real_cpu_ms * 1e3) / (args.gpus * real_cpu_ms * 1e3), 3
+            )
+            if real_cpu_ms
+            else None,
             "note": "daemon CPU includes the scheduler, the sinks and the two scrapes that read the poll counter; "
-                    "/proc counts in clock ticks (10 ms), so short windows are coarse",
+            "/proc counts in clock ticks (10 ms), so short windows are coarse",
         },
         "load": {
             "scrapers": args.scrapers,

@@ -57,9 +57,14 @@ def main(argv=None) -> int:
         stops = [stop_once(Path(tmp) / str(n)) for n in range(args.runs)]
     wall = statistics.median(w for w, _ in statuses)
     cpu = statistics.median(c for _, c in statuses)
-    result = {"status_wall_s": round(wall, 3), "status_cpu_s": round(cpu, 3),
-              "status_wall_over_cpu": round(wall / cpu, 2), "stop_after_sigterm_s": round(statistics.median(stops), 3),
-              "stop_max_s": round(max(stops), 3), "runs": args.runs}
+    result = {
+        "status_wall_s": round(wall, 3),
+        "status_cpu_s": round(cpu, 3),
+        "status_wall_over_cpu": round(wall / cpu, 2),
+        "stop_after_sigterm_s": round(statistics.median(stops), 3),
+        "stop_max_s": round(max(stops), 3),
+        "runs": args.runs,
+    }
     print(json.dumps(result, indent=2))
     return 0
 

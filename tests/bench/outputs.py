@@ -31,8 +31,11 @@ from rigmon.config import schema as configmod  # noqa: E402
 from rigmon.model.recording import Recording  # noqa: E402
 from rigmon.sinks import lineprotocol  # noqa: E402
 
-TIMING = re.compile(rb"^(# (HELP|TYPE) )?rigmon_(poll_duration_seconds|last_poll_timestamp_seconds|"
-                    rb"reader_duration_seconds|build_info)\b.*\n", re.M)
+TIMING = re.compile(
+    rb"^(# (HELP|TYPE) )?rigmon_(poll_duration_seconds|last_poll_timestamp_seconds|"
+    rb"reader_duration_seconds|build_info)\b.*\n",
+    re.M,
+)
 EPOCH = 1_780_000_000.0
 
 
@@ -113,8 +116,13 @@ def main(argv=None) -> int:
     p.add_argument("out", type=Path, nargs="+")
     p.add_argument("--ticks", type=int, default=40)
     p.add_argument("--compare", action="store_true", help="compare two folders this script wrote")
-    p.add_argument("--except", dest="skip", default="", metavar="NAMES",
-                   help="with --compare: metric families and fields added on purpose, comma-separated")
+    p.add_argument(
+        "--except",
+        dest="skip",
+        default="",
+        metavar="NAMES",
+        help="with --compare: metric families and fields added on purpose, comma-separated",
+    )
     args = p.parse_args(argv)
     if args.compare:
         return compare(*args.out, skip={n for n in args.skip.split(",") if n})

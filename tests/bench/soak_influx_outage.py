@@ -42,7 +42,7 @@ def main(argv=None) -> int:
         config = f"""
 [daemon]
 interval = {args.interval}
-state_dir = "{tmp / 'state'}"
+state_dir = "{tmp / "state"}"
 [influxdb]
 enabled = true
 api = "v1"
@@ -73,8 +73,14 @@ url = "{influx.url}"
         stored = influx.count("SELECT count(power_watts) FROM gpu WHERE gpu = '0'")
         stored_all = influx.count("SELECT count(power_watts) FROM gpu")
         influx.stop()
-    report.update(polls=polls, stored_gpu0=stored, stored_gpu_points=stored_all, expected_gpu_points=polls * 8,
-                  lost=polls * 8 - stored_all, daemon_exit=code)
+    report.update(
+        polls=polls,
+        stored_gpu0=stored,
+        stored_gpu_points=stored_all,
+        expected_gpu_points=polls * 8,
+        lost=polls * 8 - stored_all,
+        daemon_exit=code,
+    )
     print(json.dumps(report, indent=2))
     return 0 if report["lost"] == 0 and code == 0 else 1
 

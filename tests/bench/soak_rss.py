@@ -54,7 +54,7 @@ def main(argv=None) -> int:
         config = f"""
 [daemon]
 interval = {args.interval}
-state_dir = "{tmp / 'state'}"
+state_dir = "{tmp / "state"}"
 [influxdb]
 enabled = true
 api = "v1"
@@ -64,8 +64,12 @@ watts = 6000
 """
         if not args.fresh:
             (tmp / "state").mkdir()
-            write_week(tmp / "state" / "history.bin", sc.rich(sc.h200()),
-                       {"alerts": {"power_budget": {"watts": 6000}}}, interval=args.interval)
+            write_week(
+                tmp / "state" / "history.bin",
+                sc.rich(sc.h200()),
+                {"alerts": {"power_budget": {"watts": 6000}}},
+                interval=args.interval,
+            )
         rigmon = Rigmon(tmp, recording, config, extra_args=["--speed", f"{args.speed:g}"] if args.speed != 1 else None)
         stop = threading.Event()
         scrapes = [0]
@@ -93,11 +97,18 @@ watts = 6000
         return min(samples, key=lambda s: abs(s[0] - minute))[1]
 
     half = at(args.minutes) - at(args.minutes / 2)
-    report = {"minutes": args.minutes, "interval_s": args.interval, "gpus": 8, "week_loaded": not args.fresh,
-              "speed": args.speed, "scrapes": scrapes[0],
-              "rss_mb": {f"{m:g} min": round(at(m), 1) for m in (1, 5, 15, 30, 60) if m <= args.minutes},
-              f"growth_last_{args.minutes / 2:g}_min_mib": round(half, 2), "exit_code": code,
-              "series": [(round(m, 1), round(r, 1)) for m, r in samples]}
+    report = {
+        "minutes": args.minutes,
+        "interval_s": args.interval,
+        "gpus": 8,
+        "week_loaded": not args.fresh,
+        "speed": args.speed,
+        "scrapes": scrapes[0],
+        "rss_mb": {f"{m:g} min": round(at(m), 1) for m in (1, 5, 15, 30, 60) if m <= args.minutes},
+        f"growth_last_{args.minutes / 2:g}_min_mib": round(half, 2),
+        "exit_code": code,
+        "series": [(round(m, 1), round(r, 1)) for m, r in samples],
+    }
     print(json.dumps(report, indent=2))
     return 0 if half <= args.max_growth and code == 0 else 1
 

@@ -23,8 +23,11 @@ from rigmon.sinks.history import History  # noqa: E402
 
 def write_week(path: Path, recording: Recording, config: dict, interval: float = 1.0, days: float = 7.0) -> int:
     """Save the week to ``path``; returns the number of series kept."""
-    pipeline = Pipeline.from_config(configmod.parse(config, "week"), Outputs(),
-                                    inputs=Inputs(source=sc.source(recording, at=sc.LOAD_AT), event_thread=False))
+    pipeline = Pipeline.from_config(
+        configmod.parse(config, "week"),
+        Outputs(),
+        inputs=Inputs(source=sc.source(recording, at=sc.LOAD_AT), event_thread=False),
+    )
     pipeline.open()
     try:
         result = pipeline.step()
