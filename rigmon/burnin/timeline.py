@@ -20,13 +20,12 @@ class Downsampled:
     """A numeric series over time (seconds since the start): raw recent points, older ones in
     (t, min, mean, max) buckets of a width that doubles as the run grows."""
 
-    __slots__ = ("_recent", "_buckets", "_width", "_open")
+    __slots__ = ("_recent", "_buckets", "_width")
 
     def __init__(self, width: float = 5.0):
         self._recent: list[tuple[float, float]] = []  # (t, value)
         self._buckets: list[list[float]] = []  # [t_start, min, sum, max, count]
         self._width = width
-        self._open: list[float] | None = None
 
     def add(self, t: float, value: float | None) -> None:
         if value is None or not math.isfinite(value):

@@ -442,7 +442,6 @@ class GpuReader:
         self.devices: list[_Device] = []
         self.system = SystemInfo()
         self.unavailable: str | None = None  # why there are no GPUs, when there are none
-        self.initial_count = 0
         self._events: deque[XidEvent] = deque(maxlen=1000)
         self._event_thread: threading.Thread | None = None
         self._event_stop = threading.Event()
@@ -468,7 +467,6 @@ class GpuReader:
             cuda_driver_version=_cuda_version(self._system(nv.nvmlSystemGetCudaDriverVersion_v2)),
         )
         count = _bounded(self._system(nv.nvmlDeviceGetCount), MAX_DEVICES, "nvmlDeviceGetCount") or 0
-        self.initial_count = count
         for index in range(count):
             if self._indices is not None and index not in self._indices:
                 continue
