@@ -72,6 +72,9 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
     assert names == ["NVIDIA H200"] * 8
     powers = chromium.js("[...document.querySelectorAll('.gpu-power')].map(e => e.textContent)")
     assert len(powers) == 8 and all(p.endswith(" W") and float(p[:-2]) > 0 for p in powers)
+    # a reading of the table the card has no words of its own for is shown by its unit: the PCIe replays
+    shown = chromium.js("[...document.querySelectorAll('#gpu-0 .reading')].map(e => e.dataset.reading)")
+    assert "pcie_replays" in shown, shown
 
     # the firing alerts, with their subjects: the hot GPU and the stopped fan
     def alerts():

@@ -216,19 +216,26 @@ def test_the_architecture_names_every_package_and_module():
 NEW_POLLED = '    Polled("memory_clock_max_hertz", (("nvmlDeviceGetMaxClockInfo", (2,)),), "hertz"),\n'
 NEW_READING = (
     '    R("memory_clock_max_hertz", "gpu", "g.memory_clock_max_hertz", "hertz", "memory clock maximum",\n'
-    '      Family("rigmon_gpu_memory_clock_max_hertz", "gauge", "Maximum memory clock.")),\n'
+    '      Family("rigmon_gpu_memory_clock_max_hertz", "gauge", "Maximum memory clock."), page=True),\n'
 )
 SEE_IT = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import scenarios as sc
 from rigmon.model.recording import Recording, demo_path
+from rigmon.http.page import Page
 from rigmon.sinks import lineprotocol
 with sc.Replayed(Recording.load(demo_path()), {"prometheus": {"enabled": False}}, at=sc.LOAD_AT) as r:
     sample = r.poll()
     entities = r.daemon.pipeline.alerts.engine.entities(sample)
+    history = r.pipeline.history
+    state = Page(r.pipeline, history, r.config).state_dict()
+    now = history.latest
+    kept = history.query(["gpu0/memory_clock_max_hertz"], now - 60, now)["series"].get("gpu0/memory_clock_max_hertz")
     print(json.dumps({"metrics": r.metrics(), "points": lineprotocol.encode(sample, "box"),
-                      "variable": entities[("gpu", 0)].get("memory_clock_max_hertz")}))
+                      "variable": entities[("gpu", 0)].get("memory_clock_max_hertz"),
+                      "state": state["gpus"][0].get("memory_clock_max_hertz"),
+                      "card": [x["name"] for x in state["readings"]], "history": kept}))
 """
 
 
@@ -236,7 +243,8 @@ def test_a_new_per_poll_reading_is_two_table_lines_and_reaches_every_output(tmp_
     """GPU memory-clock max, added as a line in the per-poll NVML table (its call and conversion)
     and a line in the table of readings (its name, unit, family), and nothing else: a copy of
     the installed package with just those two lines shows it in /metrics, in the line protocol,
-    as a rule variable a rule fires on, in ``status --json`` and in ``rules list --variables``."""
+    as a rule variable a rule fires on, in ``status --json``, in ``rules list --variables`` and, with
+    page=True on its line, in the page's /api/state, its card's readings and its week of history."""
     package = tmp_path / "site" / "rigmon"
 
     shutil.copytree(Path(rigmon.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
@@ -262,6 +270,9 @@ def test_a_new_per_poll_reading_is_two_table_lines_and_reaches_every_output(tmp_
     assert any(",memory_clock_max_hertz=" in p or " memory_clock_max_hertz=" in p for p in seen["points"])
     want = seen["variable"]
     assert want and want > 1e9  # the H200's memory clock maximum, in hertz
+    # the page: /api/state's GPU, the card's readings (each shown by its unit), the week's history
+    assert seen["state"] == want and "memory_clock_max_hertz" in seen["card"]
+    assert seen["history"] and seen["history"][-1][2] == pytest.approx(want)
     status = json.loads(run("-m", "rigmon", "status", "--demo", "--at", str(sc.LOAD_AT), "--json"))
     assert status["gpus"][0]["memory_clock_max_hertz"] == want
     assert "memory_clock_max_hertz" in run("-m", "rigmon", "rules", "list", "--variables")

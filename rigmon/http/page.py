@@ -28,6 +28,7 @@ from urllib.parse import parse_qs
 
 from .. import __version__
 from ..alerts.engine import subject_of
+from ..model.readings import PAGE
 from ..model.sample import to_jsonable
 from ..sinks.history import History, mean_of
 from .charts import CHART_CSS, COLORS, chart
@@ -113,6 +114,7 @@ class Page:
             "boot": _boot_time(),
             "driver": None,
             "cuda": None,
+            "readings": [{"name": r.name, "unit": r.unit, "doc": r.doc} for r, _ in PAGE],  # what a card shows
             "gpus": [],
             "sensors": None,
             "budgets": [],
@@ -132,22 +134,13 @@ class Page:
                         "uuid": g.uuid,
                         "name": i.name if i else None,
                         "lost": g.lost,
-                        "power_watts": g.power_watts,
-                        "power_limit_watts": g.power_limit_watts,
-                        "temperature_celsius": g.temperature_celsius,
-                        "memory_temperature_celsius": g.memory_temperature_celsius,
+                        # the table of readings' page=True, each under its name
+                        **{reading.name: getattr(g, field) for reading, field in PAGE},
                         "slowdown_celsius": i.temperature_thresholds.slowdown if i else None,
-                        "utilization_gpu_ratio": g.utilization_gpu_ratio,
-                        "sm_clock_hertz": g.sm_clock_hertz,
-                        "memory_used_bytes": g.memory_used_bytes,
-                        "memory_total_bytes": g.memory_total_bytes,
                         "fan_speed_ratio": mean_of(g.fan_speed_ratios or ()),
                         "fan_target_ratio": mean_of(g.fan_target_ratios or ()),
-                        "pcie_generation": g.pcie_generation,
-                        "pcie_width": g.pcie_width,
                         "max_pcie_generation": i.max_pcie_generation if i else None,
                         "max_pcie_width": i.max_pcie_width if i else None,
-                        "pcie_replays": g.pcie_replays,
                         "clock_events": list(g.clock_events.active()) if g.clock_events is not None else [],
                     }
                 )

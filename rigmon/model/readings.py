@@ -64,6 +64,7 @@ class Reading(NamedTuple):
     measurement: str | None = None  # another measurement than the entity's (gpu_info)
     always: bool = False  # read for a lost GPU too
     static: bool = False  # from what is read once at start (GpuInfo): rules see it for a lost GPU too
+    page: bool = False  # kept in the page's history (a week) and shown on its card: a GPU's own field
 
 
 ENTITIES = {
@@ -263,9 +264,9 @@ READINGS: tuple[Reading, ...] = (
     R("lost", "gpu", "g.lost", "bool", "the GPU fell off the bus or stopped answering", always=True),
     R("up", "gpu", lambda g, i, s: 0 if g.lost else 1, "bool", "1 answering, 0 lost", "rigmon_gpu_up",
       influx=False, rule=False, always=True),
-    R("power_watts", "gpu", "g.power_watts", "watts", "power draw", "rigmon_gpu_power_watts", burnin=True),
+    R("power_watts", "gpu", "g.power_watts", "watts", "power draw", "rigmon_gpu_power_watts", burnin=True, page=True),
     R("power_limit_watts", "gpu", "g.power_limit_watts", "watts", "enforced power limit",
-      "rigmon_gpu_power_limit_watts", burnin=True),
+      "rigmon_gpu_power_limit_watts", burnin=True, page=True),
     R("power_management_limit_watts", "gpu", "g.power_management_limit_watts", "watts",
       "the power limit set (nvidia-smi -pl); the enforced limit is the lowest of it and any other",
       Family("rigmon_gpu_power_management_limit_watts", "gauge", "Power limit set (nvidia-smi -pl).")),
@@ -273,34 +274,34 @@ READINGS: tuple[Reading, ...] = (
     R("energy_joules", "gpu", "g.energy_joules", "joules", "energy since the driver loaded",
       "rigmon_gpu_energy_joules", burnin=True),
     R("temperature_celsius", "gpu", "g.temperature_celsius", "celsius", "GPU temperature",
-      "rigmon_gpu_temperature_celsius", ("gpu",), burnin=True),
+      "rigmon_gpu_temperature_celsius", ("gpu",), burnin=True, page=True),
     R("memory_temperature_celsius", "gpu", "g.memory_temperature_celsius", "celsius", "memory temperature",
-      "rigmon_gpu_temperature_celsius", ("memory",), burnin=True),
+      "rigmon_gpu_temperature_celsius", ("memory",), burnin=True, page=True),
     R("utilization_gpu_ratio", "gpu", "g.utilization_gpu_ratio", "ratio", "GPU busy share (0-1)",
-      "rigmon_gpu_utilization_ratio", ("gpu",), burnin=True, old="utilization_gpu"),
+      "rigmon_gpu_utilization_ratio", ("gpu",), burnin=True, old="utilization_gpu", page=True),
     R("utilization_memory_ratio", "gpu", "g.utilization_memory_ratio", "ratio",
       "memory controller busy share (0-1)", "rigmon_gpu_utilization_ratio", ("memory",), old="utilization_memory"),
     R("graphics_clock_hertz", "gpu", "g.graphics_clock_hertz", "hertz", "graphics clock", "rigmon_gpu_clock_hertz",
       ("graphics",)),
     R("sm_clock_hertz", "gpu", "g.sm_clock_hertz", "hertz", "SM clock", "rigmon_gpu_clock_hertz", ("sm",),
-      burnin=True),
+      burnin=True, page=True),
     R("memory_clock_hertz", "gpu", "g.memory_clock_hertz", "hertz", "memory clock", "rigmon_gpu_clock_hertz",
       ("memory",)),
     R("memory_used_bytes", "gpu", "g.memory_used_bytes", "bytes", "device memory in use",
-      "rigmon_gpu_memory_used_bytes"),
+      "rigmon_gpu_memory_used_bytes", page=True),
     R("memory_total_bytes", "gpu", "g.memory_total_bytes", "bytes", "device memory size",
-      "rigmon_gpu_memory_total_bytes"),
+      "rigmon_gpu_memory_total_bytes", page=True),
     R("performance_state", "gpu", "g.performance_state", "count", "P-state (0 fastest)",
       "rigmon_gpu_performance_state"),
     R("pcie_generation", "gpu", "g.pcie_generation", "count", "current PCIe generation",
-      "rigmon_gpu_pcie_link_generation", ("current",), burnin=True),
+      "rigmon_gpu_pcie_link_generation", ("current",), burnin=True, page=True),
     R("pcie_width", "gpu", "g.pcie_width", "count", "current PCIe width", "rigmon_gpu_pcie_link_width",
-      ("current",), burnin=True),
+      ("current",), burnin=True, page=True),
     R("pcie_full_in_other_pstate", "gpu", "g.pcie_full_in_other_pstate", "bool",
       "the link was seen at target_pcie_generation in another P-state than the one it is in now (it steps "
       "down with the P-state)", influx=False),
     R("pcie_replays", "gpu", "g.pcie_replays", "count", "PCIe replay counter (since the driver loaded)",
-      "rigmon_gpu_pcie_replays"),
+      "rigmon_gpu_pcie_replays", page=True),
     R("pcie_rx_bytes_per_second", "gpu", "g.pcie_rx_bytes_per_second", "bytes", "PCIe receive throughput",
       "rigmon_gpu_pcie_throughput_bytes_per_second", ("rx",), rule=False),
     R("pcie_tx_bytes_per_second", "gpu", "g.pcie_tx_bytes_per_second", "bytes", "PCIe transmit throughput",
@@ -485,6 +486,22 @@ def _own_families(table: tuple[Reading, ...]) -> tuple[Reading, ...]:
 
 
 READINGS = _own_families(READINGS)
+
+
+def _page(table: tuple[Reading, ...]) -> tuple[tuple[Reading, str], ...]:
+    """The readings the page keeps and shows, each with the ``GpuReading`` field it reads: a
+    GPU's own field (``g.<field>``), so a week of it is one number a poll."""
+    out = []
+    for r in table:
+        if not r.page:
+            continue
+        if r.entity != "gpu" or not isinstance(r.get, str) or not r.get.startswith("g.") or r.unit in ("bool", "text"):
+            raise ValueError(f"{r.name}: page=True takes a GPU's own numeric field (get 'g.<field>')")
+        out.append((r, r.get[2:]))
+    return tuple(out)
+
+
+PAGE = _page(READINGS)  # in table order: the page's history series gpuN/<name>, its card's readings
 
 # Alert rule variables by kind, with what they mean (rules, doctor and docs/alerts.md use these).
 KINDS: dict[str, dict[str, str]] = {}

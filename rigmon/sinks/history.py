@@ -30,6 +30,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..model.readings import PAGE
 from ..model.text import printable
 from ..model.validity import UNIT_RANGES, reading_range
 from ..system import heap
@@ -109,20 +110,8 @@ def readings(result: PollResult, energy: dict) -> dict[str, float]:
         if g.lost:
             continue
         p = f"gpu{g.index}/"
-        for field in (
-            "power_watts",
-            "power_limit_watts",
-            "temperature_celsius",
-            "memory_temperature_celsius",
-            "utilization_gpu_ratio",
-            "sm_clock_hertz",
-            "memory_used_bytes",
-            "memory_total_bytes",
-            "pcie_generation",
-            "pcie_width",
-            "pcie_replays",
-        ):
-            put(p + field, getattr(g, field))
+        for reading, field in PAGE:  # the table of readings' page=True
+            put(p + reading.name, getattr(g, field))
         put(p + "fan_target_ratio", mean_of(g.fan_target_ratios or ()))
         put(p + "fan_speed_ratio", mean_of(g.fan_speed_ratios or ()))
     host = sample.host
