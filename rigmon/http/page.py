@@ -421,11 +421,18 @@ class Page:
         found = self.history.query(
             names[:MAX_QUERY_SERIES], since, until, step, max_points=MAX_QUERY_POINTS // max(1, len(names))
         )
-        found["series"] = {
-            name: [[round(p[0], 3), *(float(f"{v:.6g}") for v in p[1:])] for p in pts]
-            for name, pts in found["series"].items()
-        }  # float32's digits, no more
-        return JSON, _json(found)
+        series = found.pop("series")
+        head = _json(found)[:-1]  # the rest as plain JSON, then the points written as they are
+        parts = []
+        for name, pts in series.items():
+            try:  # float32's digits, no more; every value finite (history keeps no other)
+                written = ",".join(["[%.3f,%.6g,%.6g,%.6g]" % p for p in pts])  # noqa: UP031 (one format a point)
+            except (TypeError, ValueError):
+                written = None
+            if written is None or "n" in written:  # a NaN or an infinity ("nan", "inf"): JSON has none
+                written = json.dumps(to_jsonable([[p[0], *p[1:]] for p in pts]), allow_nan=False)[1:-1]
+            parts.append(f"{json.dumps(name)}:[{written}]")
+        return JSON, head + (b"," if len(head) > 1 else b"") + b'"series":{' + ",".join(parts).encode() + b"}}"
 
     def jobs(self, query: str) -> tuple[str, bytes]:
         """The running jobs and the last RECENT_JOBS that ended, as ``rigmon jobs --json``."""

@@ -627,6 +627,10 @@ def _points(
                 out.append((start, min(got), sum(got) / len(got), max(got)))
         return out
     for start, first, end in runs:
+        total = sum(means[first:end])
+        if total == total:  # no empty cell (a NaN mean) in the bucket: the usual case, three slices
+            out.append((start, min(lows[first:end]), total / (end - first), max(highs[first:end])))
+            continue
         keep = [j for j in range(first, end) if means[j] == means[j]]
         if keep:
             out.append(
