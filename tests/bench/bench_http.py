@@ -67,6 +67,17 @@ REQUEST = (
     f"Accept-Encoding: gzip\r\nX-Prometheus-Scrape-Timeout-Seconds: 10\r\n"
 ).encode()
 
+# ``--style plain``: what curl or a person asks (the text format, no gzip)
+PLAIN_REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: curl/8.5.0\r\nAccept: */*\r\n"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far (user and system), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 FLOOR = r"""
 import asyncio, sys
 head, body = open(sys.argv[2], "rb").read().split(b"\r\n\r\n", 1)
@@ -275,6 +286,7 @@ def _median(runs: list[dict]) -> dict:
         "p50_ms": median("p50_ms"),
         "p99_ms": median("p99_ms"),
         "p999_ms": median("p999_ms"),
+        "cpu_per_scrape_us": median("cpu_per_scrape_us"),
         "rounds": len(runs),
     }
 
@@ -286,6 +298,10 @@ def _over(server: list[dict], floor: list[dict]) -> dict:
     if not ratios:
         return {"median": None, "low": None, "high": None}
     return {"median": round(statistics.median(ratios), 2), "low": round(ratios[0], 2), "high": round(ratios[-1], 2)}
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a and b else None
 
 
 def fetch(port: int) -> bytes:
@@ -321,6 +337,12 @@ def main(argv=None) -> int:
         help="repeat every load this many times, interleaved; report the median of each figure",
     )
     p.add_argument("--today", metavar="DIR", help="a checkout of an earlier rigmon to measure too")
+    p.add_argument(
+        "--style",
+        choices=["prometheus", "plain"],
+        default="prometheus",
+        help="the scrapers' request: Prometheus's (OpenMetrics, gzip) or a plain one (text format, no gzip)",
+    )
     p.add_argument("--scrapers", default="1,10,50")
     p.add_argument("--modes", default="keepalive,close", help="keepalive, close or both")
     p.add_argument(
@@ -337,6 +359,10 @@ def main(argv=None) -> int:
     )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    global REQUEST, WRK_SCRIPT
+    if args.style == "plain":  # set before the load's processes are forked: they send it
+        REQUEST = PLAIN_REQUEST
+        WRK_SCRIPT = "\n".join(x for x in WRK_SCRIPT.splitlines() if "Accept" not in x and "Prometheus" not in x)
     pin = cpus(args.pin)
     levels = [int(n) for n in args.scrapers.split(",")]
     modes = [m for m in ("keepalive", "close") if m in args.modes.split(",")]
@@ -389,9 +415,13 @@ def main(argv=None) -> int:
                     for n in levels:
                         for name, port in servers.items():  # the servers side by side at each level
                             with only(pids, name):
-                                rounds.setdefault((name, mode, n), []).append(
-                                    load(port, mode, n, args.seconds, wrk_script, pin)
+                                cpu = cpu_seconds(pids[name])
+                                got = load(port, mode, n, args.seconds, wrk_script, pin)
+                                cpu = cpu_seconds(pids[name]) - cpu  # the server's CPU while it served them
+                                got["cpu_per_scrape_us"] = (
+                                    round(cpu / got["scrapes"] * 1e6, 1) if got["scrapes"] else None
                                 )
+                                rounds.setdefault((name, mode, n), []).append(got)
             for (name, mode, n), runs in rounds.items():
                 results.setdefault(name, {}).setdefault(mode, {})[n] = _median(runs)
         finally:
@@ -424,6 +454,11 @@ def main(argv=None) -> int:
                 "control_p99_over_floor": over["control"]["median"],
                 "control_p99_over_floor_range": over["control"],
                 "failed": r["failed"] + q["failed"] + f["failed"] + c["failed"],
+                # the server's CPU per scrape over the floor's (medians over the rounds): quiet is
+                # rigmon's HTTP stack alone, rigmon the same with its polls
+                "quiet_cpu_per_scrape_over_floor": _ratio(q["cpu_per_scrape_us"], f["cpu_per_scrape_us"]),
+                "rigmon_cpu_per_scrape_over_floor": _ratio(r["cpu_per_scrape_us"], f["cpu_per_scrape_us"]),
+                "control_cpu_per_scrape_over_floor": _ratio(c["cpu_per_scrape_us"], f["cpu_per_scrape_us"]),
             }
             if "today" in results:
                 t = results["today"][mode][n]
@@ -431,6 +466,7 @@ def main(argv=None) -> int:
                     today_per_s=t["per_second"],
                     today_p99_ms=t["p99_ms"],
                     throughput_over_today=round(r["per_second"] / t["per_second"], 2) if t["per_second"] else None,
+                    cpu_per_scrape_over_today=_ratio(r["cpu_per_scrape_us"], t["cpu_per_scrape_us"]),
                     failed=row["failed"] + t["failed"],
                 )
             summary[f"{mode} x{n}"] = row

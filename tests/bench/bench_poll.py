@@ -109,12 +109,13 @@ def measure(gpus: int, polls: int, repeats: int, scenario: str = "rich", firing:
         render = renderer()
         spent = dict.fromkeys(("readers", "alerts", "metrics", "influx"), 0.0)
         samples = []
+        poller, alerts = compat.poller(d), compat.alerts(d)
         for t in at:
             src.clock.set(t)
             s0 = time.process_time()
-            sample = d.poller.poll()
+            sample = poller.poll()
             s1 = time.process_time()
-            if d.alerts is not None:
+            if alerts is not None:
                 compat.evaluate_alerts(d, sample)
             s2 = time.process_time()
             compat.collect_sample(d, sample)
@@ -127,7 +128,7 @@ def measure(gpus: int, polls: int, repeats: int, scenario: str = "rich", firing:
             spent["metrics"] += s3 - s2
             spent["influx"] += s4 - s3
             samples.append(sample)
-        firing_seen.append(len(d.alerts.engine.firing()) if d.alerts is not None else 0)
+        firing_seen.append(len(alerts.engine.firing()) if alerts is not None else 0)
         return spent
 
     def whole() -> float:

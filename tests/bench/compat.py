@@ -26,13 +26,21 @@ def daemon_for(config, source, **kw):
         else:
             daemon = Daemon(config, Pipeline.from_config(config, inputs=Inputs(source=source, **kw)))
         registry = daemon.registry()
-    (daemon.pipeline.poller if hasattr(daemon, "pipeline") else daemon.poller).open()
+    poller(daemon).open()
     return daemon, registry
 
 
+def poller(daemon):
+    return daemon.pipeline.poller if hasattr(daemon, "pipeline") else daemon.poller
+
+
+def alerts(daemon):
+    return daemon.pipeline.alerts if hasattr(daemon, "pipeline") else daemon.alerts
+
+
 def evaluate_alerts(daemon, sample) -> None:
-    alerts = daemon.pipeline.alerts if hasattr(daemon, "pipeline") else daemon.alerts
-    (alerts.evaluate if hasattr(alerts, "evaluate") else alerts.consume)(sample)
+    sink = alerts(daemon)
+    (sink.evaluate if hasattr(sink, "evaluate") else sink.consume)(sample)
 
 
 def collect_sample(daemon, sample) -> None:
