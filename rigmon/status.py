@@ -372,11 +372,12 @@ def _alerts(
     lines = [head]
     for a in shown:
         since = a.get("since")
-        since = f"  (for {age(now - since)})" if isinstance(since, (int, float)) and abs(since) < 1e12 else ""
+        # how long it has fired comes before the summary: a narrow terminal cuts the summary, not that
+        since = f"for {age(now - since)}  " if isinstance(since, (int, float)) and abs(since) < 1e12 else ""
         line = _cut(
             printable(
                 f"  {str(a.get('severity')).upper():<8} {a.get('alertname')} [{a.get('subject')}]  "
-                f"{a.get('summary')}{since}"
+                f"{since}{a.get('summary')}"
             ),
             width,
         )

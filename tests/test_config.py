@@ -126,11 +126,11 @@ def test_bad_config_names_the_field_and_exits_2(tmp_path, name, text, message):
     path.write_text(text)
     done = check(path)
     assert done.returncode == 2, done.stdout
-    assert message in done.stderr
+    assert " ".join(message.split()) in " ".join(done.stderr.split())  # a long one wraps at COLUMNS
     assert done.stderr.startswith(str(path))
     assert "Traceback" not in done.stderr
-    if name == "bad param type":
-        assert len(done.stderr.strip().splitlines()) == 1  # one line, not one per type it could have been
+    if name == "bad param type":  # one problem, not one per type it could have been
+        assert sum(line.startswith(str(path)) for line in done.stderr.splitlines()) == 1
     assert "secret" not in done.stderr.replace("password_sha256", "")  # secrets are never echoed
 
 
@@ -311,3 +311,76 @@ def test_schema_is_json_schema():
     schema = json.loads(done.stdout)
     assert schema["additionalProperties"] is False
     assert "daemon" in schema["properties"] and "interval" in json.dumps(schema)
+
+
+SIX_WRONG = """\
+[daemon]
+interval = -1
+
+[prometheus]
+port = 70000
+
+[alerts]
+repeat_interval = "-5m"
+
+[alerts.builtin.GpuStarved]
+params = { min_power_ratio = 5 }
+
+[alerts.builtin.GpuNearSlowdown]
+params = { margin_celsius = -50 }
+
+[alerts.builtin.CpuTemperatureCritical]
+params = { max_celsius = 900, margn_celsius = 5 }
+
+[[notifiers]]
+type = "webhook"
+url = "https://hooks.example.com/${RIGMON_NOT_SET_ANYWHERE}"
+"""
+
+
+def test_every_wrong_value_is_told_in_one_run_within_80_columns(tmp_path):
+    """Six kinds of wrong value (a negative time, a port out of range, a share above 1, a negative
+    margin, a temperature no sensor reads, a misspelt threshold) and an unset variable: every one
+    told in the same run, each naming its field, exit 2, nothing wider than COLUMNS."""
+    path = tmp_path / "rigmon.toml"
+    path.write_text(SIX_WRONG)
+    env = {k: v for k, v in os.environ.items() if k != "RIGMON_NOT_SET_ANYWHERE"}
+    done = subprocess.run(  # the file named as a user names it, from its folder
+        [sys.executable, "-m", "rigmon", "config", "check", "rigmon.toml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "COLUMNS": "80"},
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    problems = [line for line in done.stderr.splitlines() if line.startswith("rigmon.toml: ")]
+    told = " ".join(done.stderr.split())
+    for field in (
+        "daemon.interval:",
+        "prometheus.port:",
+        "alerts.repeat_interval:",
+        "builtin.GpuStarved: params.min_power_ratio: 5 is no share",
+        "builtin.GpuNearSlowdown: params.margin_celsius: -50 is no margin",
+        "builtin.CpuTemperatureCritical: params.max_celsius: 900 is outside",
+        "params.margn_celsius: no condition, value or text of the rule reads it (did you mean margin_celsius?)",
+        "notifiers[0].url: environment variable RIGMON_NOT_SET_ANYWHERE is not set",
+    ):
+        assert field in told, (field, done.stderr)
+    assert len(problems) == 8, done.stderr
+    assert max(len(line) for line in done.stderr.splitlines()) <= 80, done.stderr
+
+
+def test_a_plain_webhook_url_shows_as_typed_and_a_hook_token_does_not(tmp_path):
+    path = tmp_path / "rigmon.toml"
+    path.write_text(
+        '[[notifiers]]\ntype = "webhook"\nurl = "http://alerts.lab:8080/hook"\n'
+        '[[notifiers]]\ntype = "slack"\nurl = "https://hooks.slack.com/services/T00/B00/sekrit"\n'
+        '[[notifiers]]\ntype = "alertmanager"\nurl = ["https://ops:pa55@am1.lab:9093", "http://am2.lab:9093"]\n'
+    )
+    done = check(path)
+    assert done.returncode == 0, done.stderr
+    assert 'url = "http://alerts.lab:8080/hook"' in done.stdout
+    assert 'url = "https://hooks.slack.com/********"' in done.stdout
+    assert '"https://ops:********@am1.lab:9093"' in done.stdout and '"http://am2.lab:9093"' in done.stdout
+    assert "sekrit" not in done.stdout and "pa55" not in done.stdout

@@ -2,6 +2,7 @@
 recorded power, a starved one flagged, a daemon restart mid-job, and ``rigmon jobs``."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -111,12 +112,13 @@ def day(tmp_path_factory):
     return tmp, rec, before, after_restart
 
 
-def jobs_cli(tmp, *args):
+def jobs_cli(tmp, *args, columns: int = 200):
     return subprocess.run(
         [sys.executable, "-m", "rigmon", "jobs", "--config", str(tmp / "rigmon.toml"), *args],
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, "COLUMNS": str(columns)},
     )
 
 
@@ -169,6 +171,27 @@ def test_rigmon_jobs_table_and_show(day):
     assert f"job #{job_id}" in shown.stdout and "energy" in shown.stdout and "kWh" in shown.stdout
     missing = jobs_cli(tmp, "show", "999")
     assert missing.returncode == 2 and "no job #999" in missing.stderr
+
+
+def test_the_jobs_table_and_a_job_fit_80_columns(day):
+    """At COLUMNS=80 the table drops its least useful columns first (the command, the peak
+    temperature…) and keeps which job, whose, its GPUs, how long, its energy and its flags;
+    ``jobs show`` goes on under a long value. Nothing is wider than 80."""
+    tmp, _, _, _ = day
+    done = jobs_cli(tmp, columns=80)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, lines
+    assert lines[0].split() == ["ID", "USER", "JOB", "GPUS", "TOOK", "kWh", "FLAGS"]
+    bob = next(line for line in lines if " bob " in line)
+    assert "STARVED" in bob and "0.402" in bob
+    job_id = json.loads(jobs_cli(tmp, "--json").stdout)["jobs"][0]["id"]
+    shown = jobs_cli(tmp, "show", str(job_id), columns=80)
+    assert shown.returncode == 0, shown.stderr
+    shown_lines = shown.stdout.splitlines()
+    assert max(len(line) for line in shown_lines) <= 80 and any("GPU-hours" in x for x in shown_lines), shown.stdout
+    wide = jobs_cli(tmp, columns=200).stdout.splitlines()
+    assert "COMMAND" in wide[0] and max(len(line) for line in wide) > 80  # what was dropped fits a wider one
 
 
 def test_no_ledger_yet_says_so(tmp_path):

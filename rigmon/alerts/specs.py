@@ -94,6 +94,19 @@ class RuleSpec(BaseModel):
 
     @model_validator(mode="after")
     def _expressions(self) -> RuleSpec:
+        """Every problem of the rule's expressions, texts and params at once (one a line)."""
+        problems = [
+            f"params.{name}: {why}" for name, value in self.params.items() if (why := param_problem(name, value))
+        ]
+        try:
+            self._check_expressions()
+        except ValueError as e:
+            problems.append(str(e))
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def _check_expressions(self) -> None:
         old = DEPRECATED.get(self.kind, {})
         names = template_names(self.kind, self.params, self.values)
         for field in ("summary", "description", "hint"):
@@ -118,7 +131,6 @@ class RuleSpec(BaseModel):
             raise ValueError(
                 f"params.{param}: no condition, value or text of the rule reads it{did_you_mean(param, used)}"
             )
-        return self
 
 
 class RuleOverride(BaseModel):
@@ -145,6 +157,38 @@ class RuleOverride(BaseModel):
     ] = None
 
 
+# What a threshold means, from its name, as the built-ins name theirs: a share of something is
+# 0-1 (min_power_ratio, sw_clock_share, idle_utilization, far_below, min_target); a margin is
+# never below 0; a window is a time; a value in a unit (limit_celsius) lies within what a
+# reading in that unit can be (the table of readings' ranges).
+_SHARES = ("_ratio", "_share", "_utilization")
+_SHARE_NAMES = {"far_below", "min_target"}
+_TIMES = {"window"}
+_UNITS = ("celsius", "watts", "hertz", "bytes", "rpm", "joules", "volts", "amperes")
+
+
+def param_problem(name: str, value: float | int | bool) -> str | None:
+    """What is wrong with a threshold's value for what its name says it is; None where nothing."""
+    from ..model.validity import UNIT_RANGES
+
+    if isinstance(value, bool):
+        return None
+    if name.endswith(_SHARES) or name in _SHARE_NAMES:
+        return None if 0 <= value <= 1 else f"{value:g} is no share: a ratio is 0 to 1 (0.6 is 60 %)"
+    if name in _TIMES or name.endswith("_seconds"):
+        return None if value > 0 else f"{value:g} s is no time to look back over: above 0"
+    if name.startswith("margin_") and value < 0:
+        return f"{value:g} is no margin: 0 or more"
+    unit = next((u for u in _UNITS if name.endswith(f"_{u}")), None)
+    if unit is not None:
+        low, high = UNIT_RANGES[unit]
+        if not low <= value <= high:
+            return f"{value:g} is outside what a reading in {unit} can be ({low:g} to {high:g})"
+    if name.startswith(("max_", "min_")) and value < 0:
+        return f"{value:g}: a count or a limit is 0 or more"
+    return None
+
+
 def builtin_specs() -> dict[str, dict]:
     return copy.deepcopy(_builtin_specs())
 
@@ -168,7 +212,8 @@ def merge(overrides: dict[str, RuleOverride], custom: list[RuleSpec]) -> list[Ru
             + (f" (did you mean {close[0]}?)" if close else "")
             + f"; built-in rules: {', '.join(sorted(builtins))}"
         )
-    out = []
+    out: list[RuleSpec] = []
+    problems: list[str] = []
     for name, raw in builtins.items():
         override = overrides.get(name)
         if override is not None:
@@ -179,16 +224,17 @@ def merge(overrides: dict[str, RuleOverride], custom: list[RuleSpec]) -> list[Ru
             raw = {**raw, **changes}
         try:
             out.append(RuleSpec.model_validate(raw))
-        except ValidationError as e:
-            err = e.errors()[0]
-            field = ".".join(str(p) for p in err["loc"])
-            raise ValueError(
-                f"builtin.{name}{'.' + field if field else ''}: {err['msg'].removeprefix('Value error, ')}"
-            ) from None
+        except ValidationError as e:  # every problem of every rule, not the first one's only
+            for err in e.errors():
+                field = ".".join(str(p) for p in err["loc"])
+                for message in err["msg"].removeprefix("Value error, ").split("\n"):
+                    problems.append(f"builtin.{name}{'.' + field if field else ''}: {message}")
     for spec in custom:
         if spec.name in builtins:
-            raise ValueError(f"{spec.name} is a built-in rule: change it under [alerts.builtin.{spec.name}]")
+            problems.append(f"{spec.name} is a built-in rule: change it under [alerts.builtin.{spec.name}]")
         out.append(spec)
+    if problems:
+        raise ValueError("\n".join(problems))
     check_inhibits(out)
     return out
 

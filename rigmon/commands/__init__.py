@@ -11,7 +11,7 @@ import sys
 
 from .. import __version__
 from ..model.recording import RecordingError
-from ..model.text import printable, printable_lines
+from ..model.text import fit, printable, printable_lines, terminal_width
 from ..system import logs
 from . import burnin, jobs, record, rules, run, status
 from . import config as config_command
@@ -45,12 +45,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ConfigError as e:
-        for path, message in e.problems:
-            print(printable(f"{e.source}: {path}: {message}" if path else f"{e.source}: {message}"), file=sys.stderr)
+        width = terminal_width(sys.stderr)
+        for path, message in e.problems:  # every problem in one pass, each within the terminal
+            text = printable(f"{e.source}: {path}: {message}" if path else f"{e.source}: {message}")
+            print(fit(text, width, hang=4), file=sys.stderr)
         return 2
     except (RecordingError, UsageError) as e:
-        print(printable_lines(f"rigmon: {e}"), file=sys.stderr)
+        print(fit(printable_lines(f"rigmon: {e}"), terminal_width(sys.stderr), hang=4), file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C, wherever it lands: quietly, with the shell's code for SIGINT
+        print(file=sys.stderr)
+        return 130
     except BrokenPipeError:  # the reader went away (status --watch --json | head -1): not an error
         import os
 

@@ -8,7 +8,7 @@ import sys
 import time
 
 from ..model import args as argtypes
-from ..model.text import printable, printable_lines
+from ..model.text import PIPE_WIDTH, fit, printable, printable_lines, terminal_width
 from .common import UsageError, add_config, load_config
 
 
@@ -41,7 +41,7 @@ def cmd_jobs(args) -> int:
             if not found:
                 raise UsageError(f"no job #{args.id} in {path}")
             job = found[0].as_dict(price, currency)
-            print(json.dumps(job, indent=2, allow_nan=False) if args.json else printable_lines(show(job)))
+            print(json.dumps(job, indent=2, allow_nan=False) if args.json else show(job, terminal_width()))
             return 0
         limit = 0 if args.all else args.limit
         if args.json:
@@ -59,10 +59,13 @@ def cmd_jobs(args) -> int:
         print(f"no jobs in {path} yet (the daemon books them while it runs: rigmon run)")
         return 0
     write = sys.stdout.write
-    write(_line(_head(bool(price)), widths))
+    head = _head(bool(price))
+    width = terminal_width() or PIPE_WIDTH
+    keep = _fitting(head, widths, width)
+    write(_line(head, widths, keep, width))
     try:
         for row in rows():
-            write(_line(_cells(row, bool(price)), widths))
+            write(_line(_cells(row, bool(price)), widths, keep, width))
     except ledger.LedgerError as e:
         raise UsageError(f"cannot read the jobs ledger {e}") from None
     return 0
@@ -147,15 +150,36 @@ def _widths(rows, with_cost: bool) -> list[int] | None:
     return widths if seen else None
 
 
-def _line(cells: list[str], widths: list[int]) -> str:
-    return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip() + "\n"
+# Where the table is wider than the terminal, these columns go first, in this order; what
+# says which job, whose, on which GPUs, how long, its energy and its flags stays.
+DROPPED_FIRST = ("COMMAND", "PEAK°C", "UTIL", "W/LIMIT", "GPU-H", "STARTED", "COST")
 
 
-def table(rows: list[dict], with_cost: bool) -> str:
-    """The jobs as ``rigmon jobs`` prints them."""
+def _fitting(head: list[str], widths: list[int], width: int) -> list[int]:
+    """The columns kept (their indexes) so that a line fits ``width``, dropping DROPPED_FIRST in
+    order; the last kept one is cut where even those that stay do not fit."""
+    keep = list(range(len(head)))
+    for name in DROPPED_FIRST:
+        if sum(widths[i] for i in keep) + 2 * (len(keep) - 1) <= width:
+            break
+        if name in head:
+            keep.remove(head.index(name))
+    return keep
+
+
+def _line(cells: list[str], widths: list[int], keep: list[int] | None = None, width: int = PIPE_WIDTH) -> str:
+    keep = keep if keep is not None else list(range(len(cells)))
+    line = "  ".join(cells[i].ljust(widths[i]) for i in keep).rstrip()
+    return (line if len(line) <= width else line[: width - 1] + "…") + "\n"
+
+
+def table(rows: list[dict], with_cost: bool, width: int = PIPE_WIDTH) -> str:
+    """The jobs as ``rigmon jobs`` prints them, ``width`` columns wide."""
     cells = [_cells(j, with_cost) for j in rows]
-    widths = _widths(cells, with_cost) or [len(c) for c in _head(with_cost)]
-    return "".join(_line(c, widths) for c in [_head(with_cost), *cells]).rstrip("\n")
+    head = _head(with_cost)
+    widths = _widths(cells, with_cost) or [len(c) for c in head]
+    keep = _fitting(head, widths, width)
+    return "".join(_line(c, widths, keep, width) for c in [head, *cells]).rstrip("\n")
 
 
 def _unit(j: dict) -> str:
@@ -169,7 +193,9 @@ def _unit(j: dict) -> str:
     return "— (a login session)"
 
 
-def show(j: dict) -> str:
+def show(j: dict, width: int | None = None) -> str:
+    """One job as ``rigmon jobs show`` prints it, ``width`` columns wide: a long value goes on
+    under itself."""
     from ..sinks import jobs as ledger
 
     lines = [f"job #{j['id']}: {j['job']}" + (" (running)" if j["running"] else "")]
@@ -221,5 +247,6 @@ def show(j: dict) -> str:
         ),
         ("alerts", ", ".join(j["alerts"]) or "none"),
     ]
-    width = max(len(k) for k, _ in fields)
-    return "\n".join(lines + [f"  {k:<{width}}  {v}" for k, v in fields])
+    key = max(len(k) for k, _ in fields)
+    text = printable_lines("\n".join(lines + [f"  {k:<{key}}  {v}" for k, v in fields]))
+    return fit(text, width, hang=key + 4)

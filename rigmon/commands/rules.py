@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..model.recording import Recording, RecordingError
+from ..model.text import fit, terminal_width
 from .common import UsageError, add_config, add_source, demo_path, load_config, replay_source
 
 if TYPE_CHECKING:
@@ -89,17 +90,22 @@ def cmd_rules_test(args) -> int:
     t0 = recording.ticks[0]["t"]
     transitions = replay_rules(recording, config)
     shown = [t for t in transitions if args.all or t.severity != "info"]
+    width = terminal_width()
     print(
-        f"{path}: {len(recording.ticks)} ticks over {recording.duration:.1f} s, "
-        f"{recording.gpu_count} GPU(s), {sum(1 for s in config.alerts.effective_rules() if s.enabled)} rules"
+        fit(
+            f"{path}: {len(recording.ticks)} ticks over {recording.duration:.1f} s, "
+            f"{recording.gpu_count} GPU(s), {sum(1 for s in config.alerts.effective_rules() if s.enabled)} rules",
+            width,
+        )
     )
     for t in shown:
         stamp = time.strftime("%H:%M:%S", time.gmtime(t.time))
         subject = t.subject
-        print(
+        line = (
             f"{t.time - t0:8.1f} s  {stamp}Z  {t.status.upper():<8} {t.severity:<8} {t.alertname} [{subject}]  "
             f"{t.summary}"
         )
+        print(fit(line, width, hang=21))  # a long one goes on under its status
     counts = {}
     for t in transitions:
         if t.status == "firing":
@@ -112,6 +118,9 @@ def cmd_rules_test(args) -> int:
         + (", ".join(f"{n} {sev}" for sev, n in sorted(counts.items())) or "none")
     )
     return 0
+
+
+RULE_HANG = 29  # a rule's line continues under its verdict
 
 
 def cmd_doctor(args) -> int:
@@ -128,38 +137,43 @@ def cmd_doctor(args) -> int:
     poller = pipeline.poller
     engine = build_engine(config)  # every rule, the disabled ones too: each gets a line
     entities = engine.entities(sample)
-    print(f"rigmon doctor {label}".rstrip())
+    width = terminal_width()
+
+    def say(text: str = "", hang: int | None = None) -> None:  # every line within the terminal
+        print(fit(text, width, hang))
+
+    print(fit(f"rigmon doctor {label}".rstrip(), width))
     for line in _facts(sample, poller, config):
-        print(f"  {line}")
-    print()
+        say(f"  {line}")
+    say()
     problems = evaluable = 0
     said: dict[str, list[str]] = {}  # each reason, said in full once, and the rules it keeps from evaluating
     from ..alerts.rules import Rule
 
     for rule in [Rule(s) for s in config.alerts.effective_rules()]:
         if not rule.spec.enabled:
-            print(f"  {rule.name:<26} disabled in the config")
+            say(f"  {rule.name:<26} disabled in the config", RULE_HANG)
             continue
         why = _why_not(rule, entities, sample, poller, config)
         if why and why.startswith("partly: "):
             evaluable += 1
-            print(f"  {rule.name:<26} ok, {why}")
+            say(f"  {rule.name:<26} ok, {why}", RULE_HANG)
         elif why:
             problems += 1
-            print(f"  {rule.name:<26} cannot evaluate: {why if why not in said else why.split(' (')[0]}")
+            say(f"  {rule.name:<26} cannot evaluate: {why if why not in said else why.split(' (')[0]}", RULE_HANG)
             said.setdefault(why, []).append(rule.name)
         else:
             evaluable += 1
-            print(f"  {rule.name:<26} ok")
-    print(f"\n{problems} rule(s) cannot evaluate here")
+            say(f"  {rule.name:<26} ok", RULE_HANG)
+    say(f"\n{problems} rule(s) cannot evaluate here")
     fixes = [(why, names, _remedy(why)) for why, names in said.items()]
     if any(fix for _, _, fix in fixes):
-        print("\nWhat to do:")
+        say("\nWhat to do:")
         for why, names, fix in fixes:
             if fix:
-                print(f"  {why.split(' (')[0]} ({len(names)} rule(s)): {fix}")
+                say(f"  {why.split(' (')[0]} ({len(names)} rule(s)): {fix}", 4)
     if not evaluable:
-        print("\nNo rule can evaluate here: rigmon would watch nothing on this machine.")
+        say("\nNo rule can evaluate here: rigmon would watch nothing on this machine.")
         return 1
     return 0
 

@@ -118,8 +118,8 @@ def cmd_status(args) -> int:
                 return exit_code(sample, alerts) if args.exit_code else 0
             sys.stdout.flush()
             time.sleep(args.watch)
-    except KeyboardInterrupt:
-        return 0
+    except KeyboardInterrupt:  # Ctrl-C ends a watch quietly, with the shell's code for SIGINT
+        return 130
     finally:
         pipeline.close()
 

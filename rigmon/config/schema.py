@@ -21,6 +21,7 @@ from pydantic import (
     PrivateAttr,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -309,7 +310,7 @@ class AlertsConfig(_Section):
             examples=[{"FanStalled": {"for": "1m"}}],
         ),
     ] = {}
-    rules: Annotated[list[RuleSpec], Field(description="Your own rules (docs/alerts.md).")] = []
+    rules: Annotated[list[RuleSpec], Field(description="Your own rules (docs/alerts.md).", validate_default=True)] = []
     power_budget: Annotated[PowerBudgetConfig, Field(description="What the PSUs can give.")] = PowerBudgetConfig()
     expected_sensors: Annotated[
         list[str],
@@ -321,6 +322,16 @@ class AlertsConfig(_Section):
     ] = []
 
     _effective: list[RuleSpec] = PrivateAttr(default_factory=list)
+
+    @field_validator("rules", mode="after")
+    @classmethod
+    def _rules(cls, rules: list[RuleSpec], info: ValidationInfo) -> list[RuleSpec]:
+        """The rules merged here too, as a field: their problems are told in the same pass as a
+        wrong value elsewhere in [alerts] (a model check runs only once every field is right)."""
+        builtin = info.data.get("builtin")
+        if builtin is not None:
+            merge(builtin, rules)
+        return rules
 
     @model_validator(mode="after")
     def _merge(self) -> AlertsConfig:
@@ -566,12 +577,21 @@ def _expand(value: Any, path: str, problems: list[tuple[str, str]], env: dict[st
 def parse(data: dict, source: str = "<config>", env: dict[str, str] | None = None) -> Config:
     problems: list[tuple[str, str]] = []
     data = _expand(data, "", problems, dict(os.environ) if env is None else env)
+    # every problem in one pass: a ${NAME} that is not set, and whatever else is wrong
+    expanded = {path for path, _ in problems}
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as e:
+        problems += [
+            # the rules' merge names the rule and field itself (builtin.X.params.y): under [alerts]
+            ("alerts" if path == "alerts.rules" else path, line)
+            for err in e.errors()
+            if (path := _path(err["loc"])) not in expanded
+            for line in _message(err).split("\n")  # a rule's problems, one a line
+        ]
     if problems:
         raise ConfigError(source, problems)
-    try:
-        return Config.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(source, [(_path(err["loc"]), _message(err)) for err in e.errors()]) from None
+    return config
 
 
 def read(path: str | Path | None = None, text: str | None = None) -> tuple[dict, str]:
@@ -631,8 +651,56 @@ MASK = "********"
 def masked(config: Config, written: dict | None = None) -> dict:
     """The effective config as plain data (durations as strings, ``for`` not ``for_``), secrets
     masked: a secret written with ``${NAME}`` references shows as written (the references hide what
-    is secret; "https://hooks.slack.com/services/${TOKEN}"), any other as ``********``."""
-    return _unmask(config.model_dump(mode="json", by_alias=True), written or {})
+    is secret; "https://hooks.slack.com/services/${TOKEN}"), any other as ``********``. A
+    notifier's URL shows what is not secret in it (``mask_url``): you can check what you typed."""
+    written = written or {}
+    out = _unmask(config.model_dump(mode="json", by_alias=True), written)
+    given = written.get("notifiers") if isinstance(written.get("notifiers"), list) else []
+    for i, (notifier, shown) in enumerate(zip(config.notifiers, out.get("notifiers", []), strict=True)):
+        as_written = given[i].get("url") if i < len(given) and isinstance(given[i], dict) else None
+        urls = notifier.url if isinstance(notifier.url, list) else [notifier.url]
+        refs = as_written if isinstance(as_written, list) else [as_written]
+        plain = [
+            ref if isinstance(ref, str) and _ENV.search(ref) else mask_url(url.get_secret_value())
+            for url, ref in zip(urls, refs + [None] * (len(urls) - len(refs)), strict=False)
+        ]
+        shown["url"] = plain if isinstance(notifier.url, list) else plain[0]
+    return out
+
+
+# Hosts whose webhook URLs are a credential in their path: Slack, Discord, Microsoft Teams, and
+# ntfy.sh (a topic on the public server is read by whoever knows its name)
+_SECRET_PATH_HOSTS = (
+    "hooks.slack.com",
+    "discord.com",
+    "discordapp.com",
+    "webhook.office.com",
+    "outlook.office.com",
+    "ntfy.sh",
+)
+
+
+def mask_url(url: str) -> str:
+    """``url`` with what is secret in it masked: a password, every query value (?token=…), and
+    the path of a webhook whose path is its credential (Slack, Discord, Teams). The rest stays:
+    a plain receiver's URL shows as typed."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+    except ValueError:
+        return MASK
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = netloc.replace(f":{parts.password}@", f":{MASK}@", 1)
+    path = parts.path
+    if path and any(host == h or host.endswith("." + h) for h in _SECRET_PATH_HOSTS):
+        path = "/" + MASK
+    query = "&".join(
+        f"{pair.split('=', 1)[0]}={MASK}" if "=" in pair else MASK for pair in parts.query.split("&") if pair
+    )
+    return urlunsplit((parts.scheme, netloc, path, query, ""))
 
 
 def _unmask(dumped: Any, written: Any) -> Any:

@@ -9,6 +9,8 @@ that are not UTF-8 were replaced (U+FFFD) where they were decoded.
 
 from __future__ import annotations
 
+from typing import TextIO
+
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -41,3 +43,54 @@ def printable_lines(text: str) -> str:
 def decode(data: bytes) -> str:
     """Bytes from /proc or a file as text: invalid UTF-8 replaced, never an error."""
     return data.decode("utf-8", "replace")
+
+
+PIPE_WIDTH = 120  # the width into a pipe or a file, where COLUMNS does not say (as status's table)
+MIN_WIDTH = 20
+
+
+def terminal_width(stream: TextIO | None = None) -> int | None:
+    """The columns output must fit: ``COLUMNS`` where set, else the terminal's width; None into a
+    pipe or a file, where a line is a record and stays whole (a table takes PIPE_WIDTH there).
+    Never below MIN_WIDTH."""
+    import os
+    import sys
+
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return max(MIN_WIDTH, int(columns))
+    out = stream if stream is not None else sys.stdout
+    try:
+        if out.isatty():
+            return max(MIN_WIDTH, os.get_terminal_size(out.fileno()).columns)
+    except (AttributeError, OSError, ValueError):
+        pass
+    return None
+
+
+def fit(text: str, width: int | None, hang: int | None = None) -> str:
+    """Every line of ``text`` within ``width`` columns (None: as it is): a longer one wrapped
+    between words, its continuation indented ``hang`` columns (default: two past the line's own
+    indent), and a word longer than a line broken only where nothing else fits."""
+    import textwrap
+
+    if width is None:
+        return text
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        under = min(indent + 2 if hang is None else hang, width // 2)
+        out.extend(
+            textwrap.wrap(
+                line.lstrip(" "),
+                width,
+                initial_indent=" " * indent,
+                subsequent_indent=" " * under,
+                break_on_hyphens=False,
+            )
+            or [line[:width]]
+        )
+    return "\n".join(out)
