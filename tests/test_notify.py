@@ -1,5 +1,6 @@
 """Notifiers against a real HTTP receiver: formats, order, outages, refusals."""
 
+import json
 import time
 
 import pytest
@@ -8,7 +9,7 @@ from servers import wait_for
 
 from rigmon.alerts.engine import Transition
 from rigmon.config.schema import NotifierConfig
-from rigmon.sinks.notify import Notifier, peers
+from rigmon.sinks.notify import Message, Notifier, peers
 
 
 def transition(n: int, status: str = "firing", severity: str = "critical") -> Transition:
@@ -284,3 +285,43 @@ def test_the_daemon_makes_one_notifier_per_alertmanager_peer():
         ]
     finally:
         sink.close(time.monotonic() + 0.5)
+
+
+def test_the_webhook_links_the_box_page_and_external_url_overrides_it():
+    """externalURL and generatorURL carry the box's page: http(s)://host:port/ by default, or
+    [daemon] external_url (a proxy's name); a box without its page links nothing."""
+    from rigmon.config.schema import parse, settings
+    from rigmon.sinks.alerts import AlertSink
+
+    hook = {"notifiers": [{"type": "webhook", "url": "http://127.0.0.1:9/hook"}]}
+    for daemon, want in (
+        ({}, "http://rig-04:9963/"),
+        ({"external_url": "https://rig-04.lab.example/"}, "https://rig-04.lab.example/"),
+        ({"page": False}, ""),
+    ):
+        sink = AlertSink(settings(parse({**hook, "daemon": daemon})), host="rig-04")
+        try:
+            (n,) = sink.notifiers
+            message = Message(transition(1), "rig-04", False, time.time())
+            body = json.loads(n.request(message)[0])
+            assert body["externalURL"] == want and body["alerts"][0]["generatorURL"] == want, (daemon, body)
+        finally:
+            sink.close(time.monotonic() + 0.5)
+
+
+def test_external_url_must_be_a_web_address():
+    from rigmon.config.schema import ConfigError, parse
+
+    with pytest.raises(ConfigError, match="daemon.external_url: must be an http:// or https:// URL"):
+        parse({"daemon": {"external_url": "rig-04.lab"}})
+
+
+def test_a_transition_is_logged_at_its_severity_in_the_daemon_and_the_burnin_alike():
+    import logging
+
+    from rigmon.sinks.alerts import log_level
+
+    assert log_level(transition(1, "firing", "critical")) == logging.WARNING
+    assert log_level(transition(1, "firing", "warning")) == logging.WARNING
+    assert log_level(transition(1, "firing", "info")) == logging.INFO  # GpuPowerCapped under full load
+    assert log_level(transition(1, "resolved", "critical")) == logging.INFO

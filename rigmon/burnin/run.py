@@ -23,6 +23,7 @@ from ..config import schema as configmod
 from ..model.args import UsageError
 from ..model.project import burnin_gpu
 from ..model.sample import Sample
+from ..sinks.alerts import log_level
 from ..sinks.lineprotocol import encode_burnin_progress, encode_burnin_verdict
 from . import report as reportmod
 from .timeline import Downsampled, GpuTally, Timeline
@@ -498,7 +499,7 @@ def _watch(pipeline, plan: Plan, workers: list[Worker], started: float, interval
             sample = result.sample
             told, now_told = (), told + result.transitions
             for t in now_told:
-                log.warning("%s", t.line())
+                log.log(log_level(t), "%s", t.line())  # as the daemon logs it: resolutions and info at INFO
                 transitions.append(
                     {
                         "status": t.status,

@@ -94,6 +94,16 @@ class DaemonConfig(_Section):
             examples=["rig-04"],
         ),
     ] = None
+    external_url: Annotated[
+        str | None,
+        Field(
+            max_length=2048,
+            description="The box's page as people reach it (behind a proxy, a name other than the hostname): "
+            "the link in every notification (Alertmanager's generatorURL and externalURL). Default: "
+            "http(s)://hostname:port/ where the page is served.",
+            examples=["https://rig-04.lab.example/"],
+        ),
+    ] = None
     labels: Annotated[
         dict[
             Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,63}$")],
@@ -107,6 +117,11 @@ class DaemonConfig(_Section):
             examples=[{"site": "lab"}],
         ),
     ] = {}
+
+    @field_validator("external_url")
+    @classmethod
+    def _a_url(cls, v: str | None) -> str | None:
+        return _check_http(v) if v is not None else None
 
     @field_validator("labels")
     @classmethod

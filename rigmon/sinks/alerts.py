@@ -53,6 +53,7 @@ def _notifiers(config, host: str, box) -> list[Notifier]:
 
     port = box.prometheus.port
     scheme = "https" if box.prometheus.tls_cert is not None else "http"
+    page = box.daemon.external_url or (f"{scheme}://{host}:{port}/" if box.daemon.page else "")
     return [
         Notifier(
             config,
@@ -60,10 +61,16 @@ def _notifiers(config, host: str, box) -> list[Notifier]:
             labels=dict(box.daemon.labels),
             port=port,
             peer=peer,
-            page_url=f"{scheme}://{host}:{port}/" if box.daemon.page else "",
+            page_url=page,
         )
         for peer in peers(config)
     ]
+
+
+def log_level(t: Transition) -> int:
+    """The level a transition is logged at: WARNING for a warning or critical alert that fires,
+    INFO for an info alert and for every resolution (the daemon's log and the burn-in's alike)."""
+    return logging.WARNING if t.status == "firing" and t.severity != "info" else logging.INFO
 
 
 def fingerprint(spec) -> str:
@@ -137,8 +144,7 @@ class AlertSink:
         """Logged, counted and notified."""
         for t in transitions:
             if self.announce:
-                level = logging.WARNING if t.status == "firing" and t.severity != "info" else logging.INFO
-                log.log(level, "%s", t.line())
+                log.log(log_level(t), "%s", t.line())
             self.transitions[(t.alertname, t.severity, t.status)] += 1
             self._send(t, reminder=False)
             if t.status == "resolved":

@@ -91,7 +91,9 @@ def alertmanager_alert(m: Message, instance: str, page_url: str, ends_at: float 
     }
 
 
-def alertmanager_payload(m: Message, receiver: str) -> dict[str, Any]:
+def alertmanager_payload(m: Message, receiver: str, page_url: str = "") -> dict[str, Any]:
+    """One transition as Alertmanager's webhook JSON (version 4); ``page_url``, the box's page,
+    is its generatorURL and externalURL (Alertmanager's own: where a person goes to see it)."""
     t = m.transition
     labels, annotations = _labels_and_annotations(m)
     fingerprint = hashlib.sha256(json.dumps(sorted(labels.items())).encode()).hexdigest()[:16]
@@ -101,7 +103,7 @@ def alertmanager_payload(m: Message, receiver: str) -> dict[str, Any]:
         "annotations": annotations,
         "startsAt": _rfc3339(t.starts_at),
         "endsAt": _rfc3339(t.ends_at),
-        "generatorURL": "",
+        "generatorURL": page_url,
         "fingerprint": fingerprint,
     }
     return {
@@ -113,7 +115,7 @@ def alertmanager_payload(m: Message, receiver: str) -> dict[str, Any]:
         "groupLabels": {"alertname": t.alertname, "host": m.host},
         "commonLabels": labels,
         "commonAnnotations": annotations,
-        "externalURL": "",
+        "externalURL": page_url,
         "alerts": [alert],
     }
 
@@ -298,7 +300,7 @@ class Notifier:
         t = message.transition
         data: dict[str, Any] | list[dict[str, Any]]
         if kind == "webhook":
-            data = alertmanager_payload(message, self.name)
+            data = alertmanager_payload(message, self.name, self.page_url)
         elif kind == "alertmanager":
             ends = t.ends_at if t.status == "resolved" else time.time() + 5 * RESEND
             data = [alertmanager_alert(message, self.instance, self.page_url, ends)]
