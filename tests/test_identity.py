@@ -132,3 +132,22 @@ def test_the_notifier_takes_no_labels_it_was_not_given():
         assert set(alert["labels"]) == {"alertname", "severity", "host", "gpu", "uuid"}
     finally:
         notifier._stop.set()
+
+
+def test_the_page_says_why_it_shows_no_gpu_and_that_it_replays_a_file(tmp_path):
+    """/api/state: a box whose GPUs are not read says so where the GPUs would be, and a replay
+    names its file and what the recording says it is."""
+    from rigmon.http.page import Page
+
+    with sc.Replayed(sc.h200(), {"gpu": {"enabled": False}, "daemon": {"state_dir": str(tmp_path)}}) as r:
+        r.poll()
+        state = Page(r.pipeline, r.pipeline.history, r.config).state_dict()
+    assert state["gpus"] == [] and state["gpus_note"] == "GPUs not read ([gpu] enabled = false)", state["gpus_note"]
+    path = sc.write(sc.h200(), tmp_path / "rig-07.rec.jsonl")
+    from rigmon.model.recording import Recording
+
+    with sc.Replayed(Recording.load(path), {"daemon": {"state_dir": str(tmp_path / "s")}}) as r:
+        r.poll()
+        state = Page(r.pipeline, r.pipeline.history, r.config).state_dict()
+    assert state["replay"]["file"] == "rig-07.rec.jsonl" and "H200" in state["replay"]["source"], state["replay"]
+    assert state["gpus_note"] is None

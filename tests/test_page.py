@@ -68,6 +68,11 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
         chromium.js("document.getElementById('host').textContent")
         == json.loads(http_get(page + "api/state")[1])["host"]
     )
+    # a replay says so at the top, with its file: what is shown is not this box's hardware
+    banner = chromium.js(
+        "document.getElementById('replay').hidden ? '' : document.getElementById('replay').textContent"
+    )
+    assert "a replay, not this box's hardware: box.rec.jsonl" in banner, banner
     names = chromium.js("[...document.querySelectorAll('.gpu-name')].map(e => e.textContent)")
     assert names == ["NVIDIA H200"] * 8
     powers = chromium.js("[...document.querySelectorAll('.gpu-power')].map(e => e.textContent)")

@@ -30,6 +30,7 @@ from .. import __version__
 from ..alerts.engine import subject_of
 from ..model.readings import PAGE
 from ..model.sample import to_jsonable
+from ..model.text import printable
 from ..sinks.history import History, mean_of
 from .charts import CHART_CSS, COLORS, chart
 
@@ -97,6 +98,18 @@ class Page:
     def index(self, query: str) -> tuple[str, bytes, tuple]:
         return "text/html; charset=utf-8", self._html, (("Content-Security-Policy", self._csp),)
 
+    def _replay(self) -> dict | None:
+        """The recording replayed in place of this box's hardware: its file and what it says it is."""
+        source = self.pipeline.source
+        if source is None:
+            return None
+        path = source.recording.path
+        said = source.recording.header.get("source")
+        return {
+            "file": printable(path.name)[:200] if path is not None else None,
+            "source": printable(said)[:300] if isinstance(said, str) else None,
+        }
+
     def state(self, query: str) -> tuple[str, bytes]:
         return JSON, _json(self.state_dict())
 
@@ -115,6 +128,8 @@ class Page:
             "driver": None,
             "cuda": None,
             "readings": [{"name": r.name, "unit": r.unit, "doc": r.doc} for r, _ in PAGE],  # what a card shows
+            "replay": self._replay(),  # what is shown is a recording, not this box: said at the top
+            "gpus_note": None,
             "gpus": [],
             "sensors": None,
             "budgets": [],
@@ -123,8 +138,18 @@ class Page:
             "burnin": None,
         }
         if sample is not None:
-            system = sample.system
-            out["driver"], out["cuda"] = system.driver_version, system.cuda_driver_version
+            system = sample.system  # None where the GPUs are not read
+            if system is not None:
+                out["driver"], out["cuda"] = system.driver_version, system.cuda_driver_version
+            if not sample.gpus:  # an empty GPUs section says why
+                gpu = next((r for r in sample.readers if r.name == "gpu"), None)
+                out["gpus_note"] = (
+                    "GPUs not read ([gpu] enabled = false)"
+                    if gpu is None
+                    else f"no GPU: {gpu.error}"
+                    if gpu.error
+                    else "no NVIDIA GPU found"
+                )
             info = {i.index: i for i in sample.gpu_info}
             for g in sample.gpus:
                 i = info.get(g.index)

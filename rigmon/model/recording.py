@@ -117,6 +117,7 @@ class Recording:
     def __init__(self, header: dict, ticks: list[dict] | LazyTicks | None = None):
         self.header = header
         self.ticks = [] if ticks is None else ticks
+        self.path: Path | None = None  # the file it was loaded from, where it was
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Recording) and (self.header, self.ticks) == (other.header, other.ticks)
@@ -193,7 +194,9 @@ class Recording:
             if lazy:
                 times.append(tick["t"])
             ticks.append(line if lazy else tick)
-        return cls(header, LazyTicks(ticks, times) if lazy else ticks)
+        loaded = cls(header, LazyTicks(ticks, times) if lazy else ticks)
+        loaded.path = path
+        return loaded
 
     def widened(self, count: int, shared: bool = False) -> Recording:
         """The same recording with ``count`` GPUs, copies of the recorded ones with their own
@@ -218,9 +221,11 @@ class Recording:
         header = dict(self.header, gpus=copy(source, True))
         header["nvml"] = dict(header.get("nvml", {}), nvmlDeviceGetCount=count)
         if isinstance(self.ticks, LazyTicks):  # widened as each tick is read
-            return Recording(header, self.ticks.with_transform(lambda t: dict(t, gpus=copy(t["gpus"], False))))
-        ticks = [dict(tick, gpus=copy(tick["gpus"], False)) for tick in self.ticks]
-        return Recording(header, ticks)
+            wide = Recording(header, self.ticks.with_transform(lambda t: dict(t, gpus=copy(t["gpus"], False))))
+        else:
+            wide = Recording(header, [dict(tick, gpus=copy(tick["gpus"], False)) for tick in self.ticks])
+        wide.path = self.path
+        return wide
 
 
 def _give_identity(entry: dict, index: int) -> None:
