@@ -22,6 +22,8 @@ CONFIG = """
 for = "1s"
 [alerts.builtin.FanStalled]
 for = "2s"
+[alerts.builtin.GpuPowerCapped]
+for = "1s"
 [alerts.power_budget]
 watts = 6000
 [jobs]
@@ -94,6 +96,20 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
     )
     assert [r[2] for r in found if r[1] == "GpuThermalSlowdown"] == [f"gpu={HOT_GPU}"]
     assert any("nct6798" in r[2] for r in found if r[1] == "FanStalled")
+    # the seven power-capped GPUs (info: normal at full load; GPU 2 is held for heat instead) are one
+    # row, folded away below
+    capped = wait_for(
+        lambda: chromium.js(
+            "[...document.querySelectorAll('#info-alerts tr.alert')].map(r => [...r.cells].map(c => c.textContent))"
+        ),
+        40,
+        what="the info alerts' row",
+    )
+    assert [(r[1], r[2]) for r in capped] == [("GpuPowerCapped", f"GPUs 0–{HOT_GPU - 1}, {HOT_GPU + 1}–7")], capped
+    assert capped[0][3].endswith("(and 6 more)")
+    assert "GpuPowerCapped" not in {r[1] for r in alerts()}
+    assert chromium.js("document.getElementById('infos').open") is False
+    assert chromium.js("document.querySelector('#infos summary').textContent").startswith("7 info alert(s)")
     # the jobs table: the training job on all eight GPUs, its energy and cost
     jobs = wait_for(
         lambda: chromium.js(
