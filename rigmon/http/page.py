@@ -56,6 +56,10 @@ def _page() -> tuple[bytes, str]:
     nothing is loaded from elsewhere, no other site may frame it."""
     text = resources.files("rigmon").joinpath("data/page.html").read_text(encoding="utf-8")
     text = text.replace("/*CHART_CSS*/", CHART_CSS)
+    # what a card shows besides its summary, from the table of readings: in the page, not in
+    # every poll's state (it changes only with rigmon)
+    shown = [{"name": r.name, "unit": r.unit, "doc": r.doc} for r, _ in PAGE]
+    text = text.replace("/*READINGS*/[]", json.dumps(shown, ensure_ascii=True).replace("<", "\\u003c"))
     scripts = re.findall(r"<script>(.*?)</script>", text, re.S)
     hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'" for s in scripts)
     csp = (
@@ -127,7 +131,6 @@ class Page:
             "boot": _boot_time(),
             "driver": None,
             "cuda": None,
-            "readings": [{"name": r.name, "unit": r.unit, "doc": r.doc} for r, _ in PAGE],  # what a card shows
             "replay": self._replay(),  # what is shown is a recording, not this box: said at the top
             "gpus_note": None,
             "gpus": [],
