@@ -39,12 +39,11 @@ def add_parser(sub) -> None:
 def cmd_rules_list(args) -> int:
     """Each rule as a block that fits the terminal: its name, severity, kind and wait, then its
     condition, its resolve condition and its params, wrapped."""
-    import shutil
     import textwrap
 
     from ..model.durations import format_duration
 
-    width = max(60, shutil.get_terminal_size((100, 24)).columns)
+    width = max(60, terminal_width() or 100)
     if args.variables:
         from ..model.readings import KINDS
 

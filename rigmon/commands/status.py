@@ -9,7 +9,7 @@ import sys
 import time
 
 from ..model import args as argtypes
-from ..model.text import printable_lines
+from ..model.text import printable_lines, terminal_width
 from .common import add_config, add_source, demo_path, load_settings, replay_source, stop_on_signals
 
 
@@ -108,7 +108,7 @@ def cmd_status(args) -> int:
                     daemon,
                     show_info=args.all,
                     now=alerts_now,
-                    width=_width(tty),
+                    width=_width(),
                     color=color,
                     host=host,
                     not_recorded=not_recorded,
@@ -124,22 +124,11 @@ def cmd_status(args) -> int:
         pipeline.close()
 
 
-def _width(tty: bool) -> int:
+def _width() -> int:
     """COLUMNS where set, else the terminal's width; 120 when the output goes to no terminal."""
     from ..status import WIDTH
 
-    try:
-        columns = int(os.environ.get("COLUMNS", ""))
-    except ValueError:
-        columns = 0
-    if columns > 0:
-        return max(columns, 40)
-    if tty:
-        try:
-            return max(os.get_terminal_size(sys.stdout.fileno()).columns, 40)
-        except OSError:
-            pass
-    return WIDTH
+    return max(terminal_width() or WIDTH, 40)
 
 
 def _daemon_state(config) -> tuple[list | None, str, dict | None]:

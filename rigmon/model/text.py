@@ -56,7 +56,7 @@ def terminal_width(stream: TextIO | None = None) -> int | None:
     import os
     import sys
 
-    columns = os.environ.get("COLUMNS", "")
+    columns = os.environ.get("COLUMNS", "").strip()
     if columns.isdigit() and int(columns) > 0:
         return max(MIN_WIDTH, int(columns))
     out = stream if stream is not None else sys.stdout
