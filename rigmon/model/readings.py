@@ -468,24 +468,24 @@ READINGS: tuple[Reading, ...] = (
 # fmt: on
 
 
-def _own_families(table: tuple[Reading, ...]) -> tuple[Reading, ...]:
-    """A reading may bring its own family: it joins FAMILIES after the family of the reading
-    before it (exposition order follows the table), and the reading names it."""
-    global FAMILIES
-    out, previous = [], None
+def _own_families(
+    table: tuple[Reading, ...], families: dict[str, Family]
+) -> tuple[tuple[Reading, ...], dict[str, Family]]:
+    """A reading may bring its own family: it joins the families after the family of the reading
+    before it (exposition order follows the table), and the reading then names it. Returns the
+    table and the families as they are with those joined."""
+    order, out, previous = list(families.values()), [], None
     for r in table:
         if isinstance(r.family, Family):
-            order = list(FAMILIES.values())
             at = next((n + 1 for n, f in enumerate(order) if f.name == previous), len(order))
             order.insert(at, r.family)
-            FAMILIES = {f.name: f for f in order}
             r = r._replace(family=r.family.name)
         previous = r.family or previous
         out.append(r)
-    return tuple(out)
+    return tuple(out), {f.name: f for f in order}
 
 
-READINGS = _own_families(READINGS)
+READINGS, FAMILIES = _own_families(READINGS, FAMILIES)
 
 
 def _page(table: tuple[Reading, ...]) -> tuple[tuple[Reading, str], ...]:
