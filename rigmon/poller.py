@@ -41,12 +41,14 @@ class Poller:
         gpus, events, host = (), (), None
         if self.gpu is not None:
             started = time.perf_counter()
+            families: tuple[ReaderStatus, ...] = ()
             try:
                 gpus, events = self.gpu.read()
-                error = self.gpu.unavailable
+                error, families = self.gpu.unavailable, self.gpu.statuses  # gpu_power, gpu_ecc, …
             except Exception as e:  # a reader bug must not stop the daemon
                 error = self._failure("gpu", e)
             statuses.append(ReaderStatus("gpu", error is None, time.perf_counter() - started, error))
+            statuses += families
         processes = ()
         if self.host is not None:
             started = time.perf_counter()

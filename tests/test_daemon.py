@@ -50,6 +50,9 @@ def test_prometheus_scrapes_the_recordings_values(tmp_path, load_recording):
                 'rigmon_gpu_info{name="NVIDIA H200",driver="580.159.04"}': 1,
                 'rigmon_gpus{state="answering"}': 1,
                 'rigmon_reader_success{reader="gpu"}': 1,
+                'rigmon_reader_success{reader="gpu_power"}': 1,
+                'rigmon_reader_success{reader="gpu_ecc"}': 1,
+                'rigmon_reader_duration_seconds{reader="gpu_power"} > bool 0': 1,
                 'rigmon_build_info{version!=""}': 1,
             }
             for query, value in expected.items():

@@ -326,3 +326,44 @@ def test_the_power_limit_set_is_read_on_the_slow_interval_and_when_the_enforced_
     reader.close()
     assert asked == [1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 0], asked  # slow reads at 0, 5, 10 s; the move at 6 s
     assert seen[5] == 700 and seen[6] == 450 and seen[-1] == 450
+
+
+def test_each_reader_family_is_timed_and_judged_on_its_own():
+    """A call that fails marks its own family (rigmon_reader_success{reader="gpu_power"} 0), not
+    the other families nor the GPU reader; it reads 1 again once the call answers. A family read
+    only every slow_interval keeps its last success between its reads, at 0 s."""
+
+    def modify(t, tick):
+        if 20 <= t < 35:
+            sc.set_gpu(tick, nvmlDeviceGetPowerUsage=sc.error("Unknown"))
+
+    reader, source, _ = open_reader(sc.timeline(60, gpus=2, modify=modify), slow_interval=15)
+
+    def families(t):
+        source.clock.set(t)
+        gpus, _ = reader.read()
+        return gpus, {s.name: s for s in reader.statuses}
+
+    gpus, before = families(0)
+    assert {"gpu_power", "gpu_thermal", "gpu_clocks", "gpu_memory", "gpu_pcie", "gpu_utilization"} <= set(before)
+    assert all(s.ok for s in before.values()) and all(s.duration_seconds > 0 for s in before.values())
+    gpus, failing = families(20)
+    assert gpus[0].power_watts is None and gpus[1].power_watts is not None
+    assert not failing["gpu_power"].ok
+    assert all(s.ok for name, s in failing.items() if name != "gpu_power")
+    _, between = families(25)  # the slow families were read at 15; not now
+    assert not between["gpu_power"].ok
+    slow = [n for n in before if n not in between or between[n].duration_seconds == 0]
+    assert all(between[n].ok for n in slow if n in between)
+    _, after = families(40)
+    assert all(s.ok for s in after.values()), after
+
+
+def test_a_lost_gpu_fails_every_family_it_was_read_with():
+    rec = sc.gpu_lost(sc.h200(), gpus=2, lost=1, from_second=20)
+    reader, source, _ = open_reader(rec, at=sc.LOAD_AT)
+    reader.read()
+    assert all(s.ok for s in reader.statuses)
+    source.clock.set(25)
+    reader.read()
+    assert not any(s.ok for s in reader.statuses if s.name != "gpu_xid"), reader.statuses

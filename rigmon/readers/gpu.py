@@ -13,6 +13,12 @@ times (~3 ms and ~0.6 ms per GPU on an H200) are read every ``slow_interval`` se
 energy counter also at each poll where the GPU's processes change, and the next), PCIe
 throughput (~21 ms, it samples a 20 ms window) only when asked for. XID critical errors
 arrive on an NVML event thread and are handed out with the next reading.
+
+Each call belongs to a family (``rigmon.model.polled``: gpu_power, gpu_thermal, gpu_clocks,
+gpu_ecc, gpu_pcie, gpu_processes, gpu_fans, …), as node_exporter's collectors are one per
+subsystem: after each ``read()``, ``statuses`` holds every family's time across the GPUs and
+whether any of its calls failed (rigmon_reader_success{reader="gpu_ecc"}), so one failing
+subsystem shows as itself, not as the whole reader.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import Any
 
 import pynvml
 
-from ..model.polled import MEMORY_V2, POLLED, Polled
+from ..model.polled import CLOCKS, ECC, FANS, FIELD_VALUES, MEMORY_V2, PCIE, POLLED, POWER, PROCESSES, XID, Polled
 from ..model.recording import VALUE_FIELDS, call_key, error_value, handle_key
 from ..model.sample import (
     CLOCK_EVENT_BITS,
@@ -38,6 +44,7 @@ from ..model.sample import (
     GpuInfo,
     GpuProcess,
     GpuReading,
+    ReaderStatus,
     RemappedRows,
     RetiredPages,
     SystemInfo,
@@ -336,6 +343,7 @@ class _Device:
         "not_in_driver",
         "link_by_pstate",
         "stood_in",
+        "failures",
     )
 
     def __init__(self, index: int, handle: Any):
@@ -368,6 +376,7 @@ class _Device:
         self.read_retired_pages = False  # an ECC board without row remapping (pre-Ampere)
         self.fans: tuple[tuple[str, str, str], ...] = ()  # per fan: its (speed, target, rpm) plan names
         self.enforced: Any = None  # the enforced power limit at the last poll
+        self.failures = 0  # calls that failed (an error, not an answer such as NotSupported) since start
 
     def get(self, key: str, fn: Callable, *args: Any) -> Any:
         """Call ``fn(handle, *args)`` under the error policy; None where there is no answer."""
@@ -393,6 +402,7 @@ class _Device:
             raise GpuLost from None
         if isinstance(exc, pynvml.NVMLError_NotFound):
             return False  # nothing to report now (no process samples yet): no answer, no error
+        self.failures += 1
         name = (key.partition(":")[0], _error_name(exc))  # the call without its arguments, and the error
         if name not in self.errors:
             log.warning("GPU %d: %s failed: %s", self.index, key, exc)
@@ -451,6 +461,12 @@ class GpuReader:
         self._event_thread_done = False
         self._release_on_exit = False  # close() came while the XID thread waited: it releases NVML
         self._opened = False
+        # this poll's families: seconds spent in each, and those where a call failed
+        self._took: dict[str, float] = {}
+        self._failed: set[str] = set()
+        self._event_failures = 0  # XID waits failing in a row
+        self._families: dict[str, ReaderStatus] = {}  # each family as it was when last read
+        self.statuses: tuple[ReaderStatus, ...] = ()  # the families at the last poll
 
     # --- start-up ------------------------------------------------------------------------
     def open(self) -> None:
@@ -616,10 +632,12 @@ class GpuReader:
                 continue
             except CALL_ERRORS as e:
                 failures += 1
+                self._event_failures = failures
                 if failures == 1:
                     log.warning("XID event wait failed: %s", e)
                 self._event_stop.wait(min(30.0, 0.5 * 2**failures))
                 continue
+            self._event_failures = failures = 0
             self._take_event(data)
 
     def _take_event(self, data: Any) -> None:
@@ -644,6 +662,7 @@ class GpuReader:
     def read(self) -> tuple[tuple[GpuReading, ...], tuple[XidEvent, ...]]:
         now = self._monotonic()
         readings = []
+        self._took, self._failed = {}, set()
         for d in self.devices:
             probe = d.lost and d.handle is not None and d.info is not None and now >= d.probe_at
             if not d.lost or probe:
@@ -658,8 +677,24 @@ class GpuReader:
                         log.error("GPU %d (%s) is lost: it fell off the bus or stopped answering", d.index, d.info.uuid)
                     d.lost, d.probe_at = True, now + LOST_PROBE_SECONDS
             readings.append(GpuReading(index=d.index, uuid=d.info.uuid, lost=True))
+            # a GPU that does not answer: none of its families is read
+            self._failed.update(family for _, family, _ in d.plan + d.slow_plan)
+            self._failed.update(name for name in self._families if name != XID)
         if self._registered and self._event_thread is None:
+            started = time.perf_counter()
             self._drain_events()
+            self._took[XID] = time.perf_counter() - started
+        elif self._registered:
+            self._took[XID] = 0.0  # the event thread waits on its own
+        if self._registered and self._event_failures:
+            self._failed.add(XID)
+        for name in self._took.keys() | self._failed:
+            self._families[name] = ReaderStatus(name, name not in self._failed, self._took.get(name, 0.0))
+        # a family read every slow_interval keeps its last success between its reads (0 s this poll)
+        self.statuses = tuple(
+            status if name in self._took or name in self._failed else status._replace(duration_seconds=0.0)
+            for name, status in sorted(self._families.items())
+        )
         events = []
         while self._events:
             events.append(self._events.popleft())
@@ -679,26 +714,27 @@ class GpuReader:
             name = _plan_name(p) if p.calls else None
             if name is not None and name not in seen:
                 seen.add(name)
-                plan.append((name, [call(fn, *args) for fn, args in p.calls]))
+                plan.append((name, p.family, [call(fn, *args) for fn, args in p.calls]))
         plan += [
             (
                 "reasons",
+                CLOCKS,
                 [call("nvmlDeviceGetCurrentClocksEventReasons"), call("nvmlDeviceGetCurrentClocksThrottleReasons")],
             ),
-            (_REMAPPED_ROWS, [call(_REMAPPED_ROWS)]),
+            (_REMAPPED_ROWS, ECC, [call(_REMAPPED_ROWS)]),
         ]
         if d.info.ecc_enabled:
             plan += [
-                (key, [call("nvmlDeviceGetTotalEccErrors", *args)])
+                (key, ECC, [call("nvmlDeviceGetTotalEccErrors", *args)])
                 for key, args in zip(_ECC_KEYS, _ECC_ARGS, strict=True)
             ]
         if self._processes:
-            plan.append(("processes", [call("nvmlDeviceGetComputeRunningProcesses")]))
+            plan.append(("processes", PROCESSES, [call("nvmlDeviceGetComputeRunningProcesses")]))
             # each process's SM share over the driver's recent samples (0: all it keeps)
-            plan.append(("process_util", [call("nvmlDeviceGetProcessUtilization", 0)]))
+            plan.append(("process_util", PROCESSES, [call("nvmlDeviceGetProcessUtilization", 0)]))
         fans = d.info.fan_count
         if fans is None:  # an old driver without a fan count: one fan, the old call
-            plan.append(("fan0", [call("nvmlDeviceGetFanSpeed")]))
+            plan.append(("fan0", FANS, [call("nvmlDeviceGetFanSpeed")]))
             d.fans = (("fan0", "", ""),)
         else:  # fans == 0 on passive boards: the call would take 0.6 ms a poll to fail
             # the speed NVML reports is the intended one (a blocked fan still reports it); the
@@ -706,17 +742,29 @@ class GpuReader:
             d.fans = tuple((f"fan{i}", f"target{i}", f"rpm{i}") for i in range(fans))
             for i in range(fans):
                 plan += [
-                    (f"fan{i}", [call("nvmlDeviceGetFanSpeed_v2", i)]),
-                    (f"target{i}", [call("nvmlDeviceGetTargetFanSpeed", i)]),
-                    (f"rpm{i}", [call("nvmlDeviceGetFanSpeedRPM", i)]),
+                    (f"fan{i}", FANS, [call("nvmlDeviceGetFanSpeed_v2", i)]),
+                    (f"target{i}", FANS, [call("nvmlDeviceGetTargetFanSpeed", i)]),
+                    (f"rpm{i}", FANS, [call("nvmlDeviceGetFanSpeedRPM", i)]),
                 ]
-        return [(name, [a for a in alternatives if a[0] not in d.unsupported]) for name, alternatives in plan]
+        # a family's calls side by side, so that each family is timed once a GPU a poll
+        order = {family: n for n, family in enumerate(dict.fromkeys(family for _, family, _ in plan))}
+        plan.sort(key=lambda entry: order[entry[1]])
+        return [(name, family, [a for a in alts if a[0] not in d.unsupported]) for name, family, alts in plan]
 
     def _run_plan(self, d: _Device, slow: bool = False) -> dict[str, Any]:
         raw: dict[str, Any] = {}
         handle = d.handle
         pruned = False
-        for name, alternatives in d.slow_plan if slow else d.plan:
+        took, failed, clock = self._took, self._failed, time.perf_counter
+        family, failures, started = None, d.failures, clock()
+        for name, this, alternatives in d.slow_plan if slow else d.plan:
+            if this is not family:  # a family's calls are side by side: time each as a whole
+                now = clock()
+                if family is not None:
+                    took[family] = took.get(family, 0.0) + now - started
+                    if d.failures != failures:
+                        failed.add(family)
+                family, failures, started = this, d.failures, now
             skipped = None
             while alternatives:
                 key, fn, args = alternatives[0]
@@ -733,10 +781,14 @@ class GpuReader:
                     alternatives.pop(0)  # not supported: the older call, if any, from now on
                     pruned = True
                     skipped = (skipped or []) + [key]
+        if family is not None:
+            took[family] = took.get(family, 0.0) + clock() - started
+            if d.failures != failures:
+                failed.add(family)
         if pruned and slow:
-            d.slow_plan = [entry for entry in d.slow_plan if entry[1]]
+            d.slow_plan = [entry for entry in d.slow_plan if entry[2]]
         elif pruned:
-            d.plan = [entry for entry in d.plan if entry[1]]
+            d.plan = [entry for entry in d.plan if entry[2]]
         return raw
 
     def _read(self, d: _Device, now: float) -> GpuReading:
@@ -764,7 +816,7 @@ class GpuReader:
             pids = frozenset(getattr(p, "pid", None) for p in procs)
             if pids != d.pids or d.energy_again:
                 if not slow:
-                    self._read_energy(d)
+                    self._timed(d, POWER, self._read_energy, d)
                 d.energy_again, d.pids = pids != d.pids, pids
         speeds = targets = rpms = None
         if d.fans:  # none on passive boards
@@ -776,7 +828,7 @@ class GpuReader:
         return _build(
             d,
             get,
-            self._fields(d, _POLL_FIELDS) if d.poll_fields else _NO_FIELDS,
+            self._timed(d, FIELD_VALUES, self._fields, d, _POLL_FIELDS) if d.poll_fields else _NO_FIELDS,
             ClockEvents.decode(reasons, d.supported_events) if isinstance(reasons, int) else None,
             speeds,
             targets,
@@ -787,33 +839,53 @@ class GpuReader:
             _stepped(d, get(_PCIE_GENERATION), get(_PSTATE)),
         )
 
+    def _timed(self, d: _Device, family: str, fn: Callable, *args: Any) -> Any:
+        """fn(*args), its time and any failed call counted to the family."""
+        failures, started = d.failures, time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self._took[family] = self._took.get(family, 0.0) + time.perf_counter() - started
+            if d.failures != failures:
+                self._failed.add(family)
+
     def _read_slow(self, d: _Device) -> None:
-        nv = self._nvml
         if d.slow_plan:
             d.slow_raw = self._run_plan(d, slow=True)
-        self._read_energy(d)
+        self._timed(d, POWER, self._read_energy, d)
+        self._timed(d, CLOCKS, self._read_throttle, d)
+        if d.read_retired_pages:
+            self._timed(d, ECC, self._read_retired_pages, d)
+        if self._pcie_throughput:
+            self._timed(d, PCIE, self._read_pcie_throughput, d)
+
+    def _read_throttle(self, d: _Device) -> None:
         throttle = self._fields(d, _THROTTLE_FIELD_IDS)
         if throttle:
             d.throttle = ThrottleSeconds(
                 **{name: throttle[fid] / 1e9 for fid, name in THROTTLE_FIELDS.items() if fid in throttle}
             )
-        if d.read_retired_pages:
-            # 0: pages retired for repeated single-bit errors, 1: for a double-bit error
-            single = d.get("nvmlDeviceGetRetiredPages:0", nv.nvmlDeviceGetRetiredPages, 0)
-            double = d.get("nvmlDeviceGetRetiredPages:1", nv.nvmlDeviceGetRetiredPages, 1)
-            pending = d.get("nvmlDeviceGetRetiredPagesPendingStatus", nv.nvmlDeviceGetRetiredPagesPendingStatus)
-            if single is not None or double is not None or pending is not None:
-                d.retired_pages = RetiredPages(
-                    len(single) if single is not None else None,
-                    len(double) if double is not None else None,
-                    bool(pending) if pending is not None else None,
-                )
-        if self._pcie_throughput:
-            # KB/s over a 20 ms window the call itself waits out.
-            rx = d.get("nvmlDeviceGetPcieThroughput:1", nv.nvmlDeviceGetPcieThroughput, 1)
-            tx = d.get("nvmlDeviceGetPcieThroughput:0", nv.nvmlDeviceGetPcieThroughput, 0)
-            d.pcie_rx = rx * 1000 if rx is not None else None
-            d.pcie_tx = tx * 1000 if tx is not None else None
+
+    def _read_retired_pages(self, d: _Device) -> None:
+        # 0: pages retired for repeated single-bit errors, 1: for a double-bit error
+        nv = self._nvml
+        single = d.get("nvmlDeviceGetRetiredPages:0", nv.nvmlDeviceGetRetiredPages, 0)
+        double = d.get("nvmlDeviceGetRetiredPages:1", nv.nvmlDeviceGetRetiredPages, 1)
+        pending = d.get("nvmlDeviceGetRetiredPagesPendingStatus", nv.nvmlDeviceGetRetiredPagesPendingStatus)
+        if single is not None or double is not None or pending is not None:
+            d.retired_pages = RetiredPages(
+                len(single) if single is not None else None,
+                len(double) if double is not None else None,
+                bool(pending) if pending is not None else None,
+            )
+
+    def _read_pcie_throughput(self, d: _Device) -> None:
+        # KB/s over a 20 ms window the call itself waits out.
+        nv = self._nvml
+        rx = d.get("nvmlDeviceGetPcieThroughput:1", nv.nvmlDeviceGetPcieThroughput, 1)
+        tx = d.get("nvmlDeviceGetPcieThroughput:0", nv.nvmlDeviceGetPcieThroughput, 0)
+        d.pcie_rx = rx * 1000 if rx is not None else None
+        d.pcie_tx = tx * 1000 if tx is not None else None
 
     def _read_energy(self, d: _Device) -> None:
         energy = _num(d.get("nvmlDeviceGetTotalEnergyConsumption", self._nvml.nvmlDeviceGetTotalEnergyConsumption))
