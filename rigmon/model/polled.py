@@ -58,7 +58,8 @@ POLLED: tuple[Polled, ...] = (
            "celsius", family=THERMAL),
     Polled("memory_temperature_celsius", (), "celsius", field_id=82, family=FIELD_VALUES),  # NVML_FI_DEV_MEMORY_TEMP
     Polled("utilization_gpu_ratio", (("nvmlDeviceGetUtilizationRates", ()),), "ratio", attr="gpu", family=UTILIZATION),
-    Polled("utilization_memory_ratio", (("nvmlDeviceGetUtilizationRates", ()),), "ratio", attr="memory", family=UTILIZATION),
+    Polled("utilization_memory_ratio", (("nvmlDeviceGetUtilizationRates", ()),), "ratio", attr="memory",
+           family=UTILIZATION),
     Polled("graphics_clock_hertz", (("nvmlDeviceGetClockInfo", (0,)),), "hertz", family=CLOCKS),
     Polled("sm_clock_hertz", (("nvmlDeviceGetClockInfo", (1,)),), "hertz", family=CLOCKS),
     Polled("memory_clock_hertz", (("nvmlDeviceGetClockInfo", (2,)),), "hertz", family=CLOCKS),
