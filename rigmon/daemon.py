@@ -106,11 +106,13 @@ class Daemon:
     def __init__(
         self, config: Config | Settings, pipeline: Pipeline, notifier: Notifier | None = None, speed: float = 1.0
     ):
-        self.config = config
+        self.config = config  # handed whole only to the page, which reads its own parts of it
+        self.interval = config.daemon.interval  # seconds between polls (at speed 1)
+        self.prometheus = config.prometheus  # where and how /metrics and the page are served
         self.speed = speed  # a replay run faster: polls come this many times as often (the samples' clock too)
         self.pipeline = pipeline
         self.notifier = notifier or Notifier()
-        self.stats = PollStats(config.daemon.interval)
+        self.stats = PollStats(self.interval)
         self.stopped = threading.Event()
         self._stop_requested = threading.Event()
         self.reload_requested = threading.Event()
@@ -142,7 +144,7 @@ class Daemon:
         sample = self.pipeline.latest
         gpus = len(sample.gpus) if sample else 0
         lost = sum(1 for g in sample.gpus if g.lost) if sample else 0
-        parts = [f"polling {gpus} GPU(s) every {self.config.daemon.interval:g} s" + (f", {lost} LOST" if lost else "")]
+        parts = [f"polling {gpus} GPU(s) every {self.interval:g} s" + (f", {lost} LOST" if lost else "")]
         alerts, influx = self.pipeline.alerts, self.pipeline.influx
         if alerts is not None:
             firing = [a for a in alerts.state.firing if a.severity != "info"]
@@ -182,7 +184,7 @@ class Daemon:
         if event.code in (EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED):
             self.stats.skipped += 1
             log.warning(
-                "poll skipped: the previous poll is still running (interval %.3g s)", self.config.daemon.interval
+                "poll skipped: the previous poll is still running (interval %.3g s)", self.interval
             )
 
     # --- life cycle ----------------------------------------------------------------------
@@ -190,7 +192,7 @@ class Daemon:
         """Open the readers, poll once, serve (on ``sock`` where a reload handed one over)."""
         self.pipeline.open()
         self.poll_once()  # the first sample exists before anyone can scrape
-        if serve_http and self.config.prometheus.enabled:
+        if serve_http and self.prometheus.enabled:
             routes, slow = {"/state": lambda query: self._state_json()}, {}
             history = self.pipeline.history
             if history is not None:  # the page at / and its API read the history
@@ -202,19 +204,19 @@ class Daemon:
             app = MetricsApp(
                 self.registry(),
                 lambda: self.stats.generation,
-                basic_auth(self.config.prometheus),
+                basic_auth(self.prometheus),
                 routes=routes,
                 slow_routes=slow,
             )
-            self._server, _ = serve(app, self.config.prometheus, sock)
-            scheme = "https" if self.config.prometheus.tls_cert else "http"
-            listen = self.config.prometheus.listen
+            self._server, _ = serve(app, self.prometheus, sock)
+            scheme = "https" if self.prometheus.tls_cert else "http"
+            listen = self.prometheus.listen
             shown = "localhost" if listen in ("0.0.0.0", "::", "") else f"[{listen}]" if ":" in listen else listen
             where = f"{scheme}://{shown}:{self._server.server_address[1]}"
             log.info("serving metrics on %s/metrics", where)
             if history is not None:
                 log.info("the page: %s/", where)
-        interval = self.config.daemon.interval / self.speed
+        interval = self.interval / self.speed
         self._scheduler = BackgroundScheduler(
             job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": max(interval, 1.0)}
         )

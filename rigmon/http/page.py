@@ -77,9 +77,14 @@ class Page:
     ):
         self.pipeline = pipeline
         self.history = history
-        self.config = config
+        from ..sinks.jobs import ledger_path
+
+        # the parts of the config the page shows: read here, once
         self.host = host or config.daemon.hostname or socket.gethostname()
         self.labels = dict(config.daemon.labels)
+        self.interval = history.interval  # the polls' spacing, as the history keeps them
+        self.price_per_kwh, self.currency = config.jobs.price_per_kwh, config.jobs.currency
+        self.ledger = ledger_path(config)
         self.started = started if started is not None else time.time()
         self._html, self._csp = _page()
         self._charts: dict[tuple[str, str], tuple[float | None, float, list[str]]] = {}  # (range, card): drawn
@@ -127,7 +132,7 @@ class Page:
             "rigmon": __version__,
             "started": self.started,
             "time": now,
-            "interval": self.config.daemon.interval,
+            "interval": self.interval,
             "boot": _boot_time(),
             "driver": None,
             "cuda": None,
@@ -230,7 +235,7 @@ class Page:
         asked = set(_one(query, "cards", "").split(","))
         cards = [c for c in known if c in asked] if asked != {""} else known  # no more than there are
         latest = self.history.latest
-        every = max(RANGES[span_name] / CHART_POINTS / 3, self.config.daemon.interval)
+        every = max(RANGES[span_name] / CHART_POINTS / 3, self.interval)
         with self._lock:
             got = {card: self._charts.get((span_name, card)) for card in cards}
         stale = [
@@ -464,17 +469,16 @@ class Page:
 
     def jobs(self, query: str) -> tuple[str, bytes]:
         """The running jobs and the last RECENT_JOBS that ended, as ``rigmon jobs --json``."""
-        from ..sinks.jobs import LedgerError, ledger_path, load
+        from ..sinks.jobs import LedgerError, load
 
-        price = self.config.jobs.price_per_kwh
-        currency = self.config.jobs.currency
+        price, currency = self.price_per_kwh, self.currency
         ledger = self.pipeline.jobs
         running = ledger.snapshot(price, currency) if ledger is not None else []
         ended, error = [], None
         try:
             ended = [
                 j.as_dict(price, currency)
-                for j in load(ledger_path(self.config), limit=RECENT_JOBS * 4)
+                for j in load(self.ledger, limit=RECENT_JOBS * 4)
                 if j.ended is not None
             ][:RECENT_JOBS]
         except LedgerError as e:
