@@ -650,3 +650,51 @@ def test_a_user_cannot_book_her_gpu_time_to_anothers_job_by_naming_her_cgroups_a
     (tmp_path / "rigmon.toml").write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
     shown = jobs_cli(tmp_path, "show", str(jobs["bob/pgid:4100"].id)).stdout
     assert "a login session" in shown and "started by" not in shown, shown
+
+
+def test_jobs_show_labels_busy_time_per_gpu_and_keeps_only_its_gpus_alerts(tmp_path):
+    """One job on two GPUs, busy on GPU 0 the whole time and on GPU 1 half of it, starved on both
+    (100 % busy at 67 of 125 W), on a box whose CPU fan stopped: ``jobs show`` gives each GPU's busy
+    time and their sum as GPU time, and the job keeps GpuStarved (its GPUs') but not the host's
+    FanStalled, which fired meanwhile."""
+    seconds = 900.0
+
+    def modify(t, tick):
+        for n, g in enumerate(tick["gpus"]):
+            busy = n == 0 or t < seconds / 2
+            g["nvmlDeviceGetPowerUsage"] = 67000 if busy else 20000
+            g["nvmlDeviceGetEnforcedPowerLimit"] = 125000
+            g["nvmlDeviceGetUtilizationRates"] = {"gpu": 100 if busy else 0, "memory": 30}
+            g["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": 1111, "usedGpuMemory": 6 << 30}]
+            g["nvmlDeviceGetProcessUtilization:0"] = {"nvml_error": "NotSupported"}
+        tick["host"]["processes"] = {"1111": dict(PROCESSES["1111"], start=tick["t"] - t - 1000)}  # one process
+
+    host = {"sensors_fans": {"nct6798": [["", 1150], ["", 1200]]}, "processes": {}}
+    rec = sc.timeline(seconds, step=STEP, gpus=2, host=host, modify=modify)
+    for n, tick in enumerate(rec.ticks):  # the second fan stops after a minute
+        if n * STEP >= 60:
+            tick["host"]["sensors_fans"] = {"nct6798": [["", 1150], ["", 0]]}
+    (tmp_path / "rigmon.toml").write_text(
+        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n[prometheus]\nenabled = false\n'
+    )
+    config = configmod.load(str(tmp_path / "rigmon.toml"))
+    replayed = sc.Replayed(rec, config, recording_time=True)
+    fired = set()
+    try:
+        for offset in rec.offsets():
+            replayed.poll(offset)
+            fired |= {a.alertname for a in replayed.pipeline.alerts.state.firing}
+    finally:
+        replayed.close(20)
+    assert {"FanStalled", "GpuStarved"} <= fired, fired
+    (job,) = json.loads(jobs_cli(tmp_path, "--json").stdout)["jobs"]
+    assert job["gpus"] == [0, 1] and job["alerts"] == ["GpuStarved"], job
+    by_gpu = job["busy_seconds_by_gpu"]
+    assert by_gpu["0"] == pytest.approx(seconds - STEP, abs=STEP) and by_gpu["1"] == pytest.approx(
+        seconds / 2, abs=STEP
+    )
+    assert job["busy_seconds"] == pytest.approx(by_gpu["0"] + by_gpu["1"])
+    shown = jobs_cli(tmp_path, "show", str(job["id"]), columns=80)
+    busy = next(line for line in shown.stdout.splitlines() if line.split()[:1] == ["busy"])
+    assert busy.split(None, 1)[1] == "GPU 0 15m00s, GPU 1 7m30s (22m30s of GPU time in all)", shown.stdout
+    assert "FanStalled" not in shown.stdout and "GpuStarved" in shown.stdout

@@ -81,6 +81,17 @@ def _stream_json(path, rows) -> None:
     write("\n  ]\n}\n")
 
 
+def _busy(j: dict) -> str:
+    """Its busy time on each GPU (at or above jobs.starved_utilization), and their sum where
+    there are several: GPU time, which can be more than the job's own duration."""
+    by_gpu = j.get("busy_seconds_by_gpu") or {}
+    if not by_gpu:
+        where = "" if len(j["gpus"]) <= 1 else f" summed over its {len(j['gpus'])} GPUs"
+        return f"{_duration(j['busy_seconds'])} of GPU time{where}"
+    parts = ", ".join(f"GPU {g} {_duration(seconds)}" for g, seconds in by_gpu.items())
+    return parts if len(by_gpu) == 1 else f"{parts} ({_duration(j['busy_seconds'])} of GPU time in all)"
+
+
 def _duration(seconds: float) -> str:
     seconds = int(round(seconds))
     if seconds >= 86400:
@@ -230,15 +241,15 @@ def show(j: dict, width: int | None = None) -> str:
         ("mean power", f"{j['mean_power_watts']:.1f} W" if j["mean_power_watts"] is not None else "—"),
         ("of the limit", f"{j['mean_power_ratio']:.0%}" if j["mean_power_ratio"] is not None else "—"),
         ("utilisation", f"{j['mean_utilization_ratio']:.0%}" if j["mean_utilization_ratio"] is not None else "—"),
-        ("busy", _duration(j["busy_seconds"])),
+        ("busy", _busy(j)),
         (
             "starved",
-            f"too short to judge: busy {_duration(j['busy_seconds'])}, under the "
+            f"too short to judge: busy {_duration(j['busy_seconds'])} of GPU time, under the "
             f"{_duration(ledger.STARVED_MIN_BUSY_SECONDS)} the judgement needs"
             if j["starved"] is None
-            else f"yes: {_duration(j['starved_seconds'])} of its busy time below the power limit share"
+            else f"yes: {_duration(j['starved_seconds'])} of its busy GPU time below the power limit share"
             if j["starved"]
-            else f"no ({_duration(j['starved_seconds'])} of {_duration(j['busy_seconds'])} busy)",
+            else f"no ({_duration(j['starved_seconds'])} of {_duration(j['busy_seconds'])} busy GPU time)",
         ),
         ("throttled", _duration(j["throttle_seconds"])),
         (

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import sqlite3
@@ -84,7 +85,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     starved_seconds REAL NOT NULL DEFAULT 0,
     throttle_seconds REAL NOT NULL DEFAULT 0,
     peak_temperature REAL,
-    alerts TEXT NOT NULL DEFAULT '[]'
+    alerts TEXT NOT NULL DEFAULT '[]',
+    busy_by_gpu TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS jobs_open ON jobs (ended);
 CREATE INDEX IF NOT EXISTS jobs_newest ON jobs (started DESC, id DESC);
@@ -125,6 +127,7 @@ class Job:
     throttle_seconds: float = 0.0
     peak_temperature: float | None = None
     alerts: set[str] = field(default_factory=set)
+    busy_by_gpu: dict[int, float] = field(default_factory=dict)  # busy_seconds on each of its GPUs
 
     @property
     def starved(self) -> bool | None:
@@ -157,6 +160,7 @@ class Job:
             "mean_power_ratio": self.power_seconds / self.limit_seconds if self.limit_seconds else None,
             "mean_utilization_ratio": self.utilization_seconds / self.gpu_seconds if self.gpu_seconds else None,
             "busy_seconds": self.busy_seconds,
+            "busy_seconds_by_gpu": {str(g): seconds for g, seconds in sorted(self.busy_by_gpu.items())},
             "starved_seconds": self.starved_seconds,
             "starved": self.starved,
             "throttle_seconds": self.throttle_seconds,
@@ -187,11 +191,20 @@ _COLUMNS = (
     "throttle_seconds",
     "peak_temperature",
     "alerts",
+    "busy_by_gpu",
 )
 
 
 def _row(job: Job) -> tuple:
-    return tuple(json.dumps(sorted(getattr(job, c))) if c in ("gpus", "alerts") else getattr(job, c) for c in _COLUMNS)
+    return tuple(_column(job, c) for c in _COLUMNS)
+
+
+def _column(job: Job, name: str) -> object:
+    if name in ("gpus", "alerts"):
+        return json.dumps(sorted(getattr(job, name)))
+    if name == "busy_by_gpu":
+        return json.dumps({str(g): seconds for g, seconds in sorted(job.busy_by_gpu.items())})
+    return getattr(job, name)
 
 
 def _job(row: sqlite3.Row) -> Job:
@@ -210,6 +223,7 @@ def _job(row: sqlite3.Row) -> Job:
     )
     values["gpus"] = {g for g in _json_list(values["gpus"]) if isinstance(g, int) and not isinstance(g, bool)}
     values["alerts"] = {printable(a) for a in _json_list(values["alerts"]) if isinstance(a, str)}
+    values["busy_by_gpu"] = _busy_by_gpu(values["busy_by_gpu"], values["gpus"])
     job_id = row["id"] if "id" in present else 0
     return Job(id=job_id if isinstance(job_id, int) else 0, **values)
 
@@ -227,6 +241,26 @@ _TOTALS = (
 )
 
 
+def _busy_by_gpu(text, gpus: set[int]) -> dict[int, float]:
+    """A row's busy seconds by GPU: only the job's GPUs, each a finite number of seconds ≥ 0."""
+    try:
+        value = json.loads(text) if isinstance(text, (str, bytes)) else None
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    out = {}
+    for key, seconds in value.items():
+        try:
+            gpu = int(key)
+        except (TypeError, ValueError):
+            continue
+        ok = isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and 0 <= seconds < math.inf
+        if gpu in gpus and ok:
+            out[gpu] = float(seconds)
+    return out
+
+
 def _json_list(text) -> list:
     try:
         value = json.loads(text) if isinstance(text, (str, bytes)) else None
@@ -235,7 +269,11 @@ def _json_list(text) -> list:
     return value if isinstance(value, list) else []
 
 
-_ADDED_COLUMNS = (("held_seconds", "REAL NOT NULL DEFAULT 0"), ("energy_estimated", "INTEGER NOT NULL DEFAULT 0"))
+_ADDED_COLUMNS = (
+    ("held_seconds", "REAL NOT NULL DEFAULT 0"),
+    ("energy_estimated", "INTEGER NOT NULL DEFAULT 0"),
+    ("busy_by_gpu", "TEXT NOT NULL DEFAULT '{}'"),
+)
 
 
 def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
@@ -581,6 +619,7 @@ class JobLedger:
                         job.utilization_seconds += util * dt * part
                     if busy:
                         job.busy_seconds += dt * part
+                        job.busy_by_gpu[g.index] = job.busy_by_gpu.get(g.index, 0.0) + dt * part
                     if starved:
                         job.starved_seconds += dt * part
                     if throttled:
@@ -612,14 +651,15 @@ class JobLedger:
                     job.energy_joules += weight * part
 
     def _note(self, transitions) -> None:
-        """Alerts that fire on a job's GPU (or on the host) are kept with the job."""
+        """Alerts that fire on one of a job's GPUs are kept with the job (the host's, a fan's or
+        a PSU's are the box's, not the job's)."""
         with self._lock:
             for t in transitions:
-                if t.status != "firing" or t.severity == "info":
-                    continue
                 gpu = t.labels.get("gpu")
+                if t.status != "firing" or t.severity == "info" or gpu is None or not str(gpu).isdigit():
+                    continue
                 for job in self.running.values():
-                    if gpu is None or int(gpu) in job.gpus:
+                    if int(gpu) in job.gpus:
                         job.alerts.add(t.alertname)
 
     def _commit(self, sample: Sample) -> None:
