@@ -420,3 +420,23 @@ def test_an_interrupted_run_says_so_and_claims_no_verdict(tmp_path, signame, cod
     families = {f.name: f for f in BurninReports(tmp_path / "reports").collect()}
     assert [s.labels["verdict"] for s in families["rigmon_burnin_last_verdict"].samples] == ["interrupted"]
     assert families["rigmon_burnin_last_passed"].samples == []  # no claim about the hardware
+
+
+def test_a_cpu_run_whose_throughput_collapses_fails_and_a_noisy_one_passes():
+    """On the CPU, which shares its cores with the box, throughput moves: a run whose rate jumps
+    between 18k and 30k tokens/s passes; one that falls from 30k to 5k (a CPU throttling as it
+    heats) fails, saying by how much."""
+    from rigmon.burnin.verdict import judge
+
+    def cpu_unit(rates):
+        u = unit("CPU", None, None, "tiny", 0)
+        return {**u, "device": "cpu", "rates": [(20 * n, r) for n, r in enumerate(rates)]}
+
+    noisy = [30_000 if n % 3 else 18_000 for n in range(30)]
+    overall, (j,), _ = judge([cpu_unit(noisy)], {}, [])
+    assert overall == "pass" and j.status == "pass", j
+    collapsing = [30_000] * 10 + [15_000] * 10 + [5_000] * 10
+    overall, (j,), _ = judge([cpu_unit(collapsing)], {}, [])
+    assert overall == "fail" and j.reasons == [
+        "throughput decayed 83 % over the run (30,000 → 5,000 tokens/s; allowed 60 % on the CPU)"
+    ], j
