@@ -416,6 +416,11 @@ def test_an_interrupted_run_says_so_and_claims_no_verdict(tmp_path, signame, cod
     data = json.loads((report / "burnin.json").read_text())
     assert data["verdict"] == "interrupted" and any(f"interrupted by {signame}" in n for n in data["notes"])
     assert all(u["status"] in ("interrupted", "pass", "warn", "not tested") for u in data["units"]), data["units"]
+    # the loss progress printed is the report's too: the last one reported, and when
+    trained = next(u for u in data["units"] if not u["watch_only"])
+    assert trained["final_loss"] is None and trained["last_loss"] > 0 and trained["last_loss_at"] > 0, trained
+    html = (report / "burnin.html").read_text()
+    assert f"{trained['last_loss']:.3f} / {trained['floor']:.3f} (the last reported, at" in html
     assert "Traceback" not in err
     families = {f.name: f for f in BurninReports(tmp_path / "reports").collect()}
     assert [s.labels["verdict"] for s in families["rigmon_burnin_last_verdict"].samples] == ["interrupted"]

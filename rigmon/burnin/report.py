@@ -94,6 +94,8 @@ th{{background:#f6f6f6}} ul{{margin:0;padding-left:16px}}
         loss = (
             f"{u['final_loss']:.3f} / {u['floor']:.3f}"
             if u.get("final_loss") is not None and u.get("floor") is not None
+            else f"{u['last_loss']:.3f} / {u['floor']:.3f} (the last reported, at {u['last_loss_at']:.0f} s)"
+            if _number(u.get("last_loss")) and _number(u.get("floor")) and _number(u.get("last_loss_at"))
             else "—"
             if u.get("watch_only")
             else NOT_MEASURED
@@ -272,3 +274,7 @@ def _group_charts(units: list[dict], timeline: dict, hw: dict, span: float) -> l
                 )
             )
     return out
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value

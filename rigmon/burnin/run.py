@@ -676,6 +676,9 @@ def build_report(
                 "tokens_per_s": rate,
                 "floor": start.get("floor"),
                 "final_loss": end.get("final_loss"),
+                # where the run ended early (interrupted, a rank died): the last loss it reported
+                "last_loss": (worker.last or {}).get("loss") if worker else None,
+                "last_loss_at": (worker.last or {}).get("t") if worker else None,
                 "allowed_loss_gap": Limits().allowed_gap(start["floor"]) if start.get("floor") is not None else None,
                 "mfu": rate * start["flops_per_token"] / peak
                 if rate and peak and start.get("flops_per_token")
