@@ -183,9 +183,7 @@ class Daemon:
     def _on_event(self, event) -> None:
         if event.code in (EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED):
             self.stats.skipped += 1
-            log.warning(
-                "poll skipped: the previous poll is still running (interval %.3g s)", self.interval
-            )
+            log.warning("poll skipped: the previous poll is still running (interval %.3g s)", self.interval)
 
     # --- life cycle ----------------------------------------------------------------------
     def start(self, serve_http: bool = True, sock=None) -> None:

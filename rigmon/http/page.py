@@ -477,9 +477,7 @@ class Page:
         ended, error = [], None
         try:
             ended = [
-                j.as_dict(price, currency)
-                for j in load(self.ledger, limit=RECENT_JOBS * 4)
-                if j.ended is not None
+                j.as_dict(price, currency) for j in load(self.ledger, limit=RECENT_JOBS * 4) if j.ended is not None
             ][:RECENT_JOBS]
         except LedgerError as e:
             error = str(e)
