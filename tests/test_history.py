@@ -107,3 +107,45 @@ def test_memory_is_bounded_by_the_series_whatever_the_samples_say(tmp_path):
         assert len(ring.index) <= ring.stride <= MAX_SERIES
         assert len(ring.values) == ring.capacity * ring.stride * ring.width and len(ring.times) == ring.capacity
     assert not any(math.isnan(p[2]) for p in history.query(["host/load1"], 1e9, 1e9 + 400)["series"]["host/load1"])
+
+
+def test_a_grouped_query_answers_the_same_from_its_kept_groups_as_made_afresh():
+    """The closed groups of a grouped query are kept as text for the next one (a page asking for
+    the week again and again): at every later poll, through gaps, a bucket that closes, groups that
+    slide out of the range and a key that changes, the answer is the one made from the rings."""
+    from rigmon.http.page import _point_json
+
+    history = History(None, interval=20.0)  # three polls a minute: the open bucket moves between them
+    now = [1_800_000_000.0]
+    pipeline = pipeline_with(History(None, interval=20.0), now)
+    first = pipeline.step()
+    pipeline.close(time.monotonic() + 5)
+    gpus = first.sample.gpus
+
+    def poll(k: int) -> None:
+        watts = 300 + (k * 7919) % 400 / 3  # moving, never the same two polls running
+        g0 = gpus[0]._replace(power_watts=watts, lost=k % 97 < 3)  # a GPU that drops out: gaps
+        sample = first.sample._replace(time=now[0], gpus=(g0, *gpus[1:]))
+        history.consume(first._replace(sample=sample))
+
+    for k in range(2 * 4320):  # two days
+        now[0] += 20
+        poll(k)
+    names = ["gpu0/power_watts", "gpu1/power_watts", "host/cpu0_celsius", "no/such_series"]
+    asked = [
+        (-2 * 86400, None, 200),
+        (-86400, 900.0, 10000),
+        (-6 * 3600, 1800.0, 10000),
+        (-90000, 3600.0, 10000),
+        (-1800, 120.0, 10000),
+    ]
+    for k in range(2 * 4320, 2 * 4320 + 12):  # twelve more polls, asked after each
+        now[0] += 20
+        poll(k)
+        for since, step, points in asked:
+            plain = history.query(names, now[0] + since, now[0], step, max_points=points)
+            fresh = {name: [_point_json(p) for p in pts] for name, pts in plain["series"].items()}
+            kept = history.query(names, now[0] + since, now[0], step, max_points=points, encode=_point_json)
+            assert kept["step"] == plain["step"] and kept["series"] == fresh, (since, step)
+            assert len(fresh["gpu0/power_watts"]) >= 10 and "no/such_series" not in fresh
+    assert history._encoded_count > 0  # the kept groups answered

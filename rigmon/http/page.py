@@ -452,19 +452,16 @@ class Page:
         if step is not None and step <= 0:
             raise ValueError("step: seconds, above 0")
         found = self.history.query(
-            names[:MAX_QUERY_SERIES], since, until, step, max_points=MAX_QUERY_POINTS // max(1, len(names))
+            names[:MAX_QUERY_SERIES],
+            since,
+            until,
+            step,
+            max_points=MAX_QUERY_POINTS // max(1, len(names)),
+            encode=_point_json,
         )
         series = found.pop("series")
         head = _json(found)[:-1]  # the rest as plain JSON, then the points written as they are
-        parts = []
-        for name, pts in series.items():
-            try:  # float32's digits, no more; every value finite (history keeps no other)
-                written = ",".join(["[%.3f,%.6g,%.6g,%.6g]" % p for p in pts])  # noqa: UP031 (one format a point)
-            except (TypeError, ValueError):
-                written = None
-            if written is None or "n" in written:  # a NaN or an infinity ("nan", "inf"): JSON has none
-                written = json.dumps(to_jsonable([[p[0], *p[1:]] for p in pts]), allow_nan=False)[1:-1]
-            parts.append(f"{json.dumps(name)}:[{written}]")
+        parts = [f"{json.dumps(name)}:[{','.join(points)}]" for name, points in series.items()]
         return JSON, head + (b"," if len(head) > 1 else b"") + b'"series":{' + ",".join(parts).encode() + b"}}"
 
     def jobs(self, query: str) -> tuple[str, bytes]:
@@ -506,6 +503,17 @@ class Page:
 def _one(query: str, name: str, default: str) -> str:
     got = parse_qs(query, max_num_fields=8).get(name)
     return got[0] if got else default
+
+
+def _point_json(point: tuple) -> str:
+    """A (t, min, mean, max) point as JSON: float32's digits, no more (what the history keeps)."""
+    try:
+        written = "[%.3f,%.6g,%.6g,%.6g]" % point  # noqa: UP031 (one format a point)
+    except (TypeError, ValueError):
+        written = None
+    if written is None or "n" in written:  # a NaN or an infinity ("nan", "inf"): JSON has none
+        written = json.dumps(to_jsonable(list(point)), allow_nan=False)
+    return written
 
 
 def _number(q: dict, name: str, default: float) -> float:

@@ -27,6 +27,7 @@ import time
 import zlib
 from array import array
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,6 +59,8 @@ _FROM = {step: [k for k, (_, _, parent) in enumerate(BUCKETS) if parent == step]
 MAX_SERIES = 256
 MAX_NAME = 80
 MAX_FANS = 16  # host fans kept (a board reports a dozen headers at most)
+MAX_ENCODED = 50_000  # closed groups' texts kept for the next query (~5 MB): a week of 64 series is 20,000
+ENCODED_KEYS = 8  # ...for this many kinds of query (tier and step) at once
 MAX_MARKS = 512  # alert transitions kept for the charts (the last day's)
 SAVE_SECONDS = 300.0
 FORMAT = b"rigmon-history 1\n"
@@ -270,6 +273,10 @@ class History:
         self.latest: float | None = None  # the last poll's time: "now" for the queries (a replay's clock too)
         self.marks: deque[tuple[float, str, str, dict]] = deque(maxlen=MAX_MARKS)
         self._lock = threading.Lock()
+        # the closed groups of grouped queries, as ``encode`` wrote them: by (tier, step, encode)
+        # (the last ENCODED_KEYS asked), then series, each group's text by what it was made of
+        self._encoded: dict[tuple, dict[str, dict[tuple, str | None]]] = {}
+        self._encoded_count = 0
         self._dirty = False
         self._unsaved = False  # the last save failed (told once)
         self._save_every = save_every
@@ -366,11 +373,22 @@ class History:
             return sorted(self._series)
 
     def query(
-        self, names: list[str], since: float, until: float, step: float | None = None, max_points: int = 10000
+        self,
+        names: list[str],
+        since: float,
+        until: float,
+        step: float | None = None,
+        max_points: int = 10000,
+        encode: Callable[[tuple], str] | None = None,
     ) -> dict:
         """Each series' (t, min, mean, max) points in [since, until], at the finest resolution
         that covers the span (every poll for the last hour, then minutes, then five minutes),
-        grouped into ``step`` seconds where given (or where more than ``max_points`` would come)."""
+        grouped into ``step`` seconds where given (or where more than ``max_points`` would come).
+
+        ``encode``: each point as ``encode(point)`` (text for an answer) instead. Where points are
+        grouped, a closed group's text is kept for the next query over the same tier and step (a
+        page or a script asking for the week again and again): only the first group (``since``
+        cuts it), the last (it grows) and any not seen before are read and encoded."""
         span = max(until - since, 0.0)
         with self._lock:
             now = self.latest if self.latest is not None else time.time()
@@ -393,7 +411,10 @@ class History:
             # the buckets of ``step`` found once for every series, each series' cells read as
             # columns: a point is made per bucket, not per slot
             runs = _runs(times, step) if step > resolution else None
-            out = {}
+            if encode is not None and runs is not None:
+                series = self._encoded_runs(names, ring, (tier, step, encode), slots, spans, times, runs, open_cells)
+                return {"since": since, "until": until, "step": step, "series": series}
+            out: dict[str, list] = {}
             for name in names:
                 cells = ring.cells(name, spans)
                 cell = open_cells.get(name) if open_cells is not None else None
@@ -403,8 +424,95 @@ class History:
                 if open_cells is not None:
                     lo, mean, hi = (cell[0], cell[1] / cell[2], cell[3]) if cell is not None else (NAN,) * 3
                     lows, means, highs = lows + [lo], means + [mean], highs + [hi]
-                out[name] = _points(times, lows, means, highs, runs)
+                points = _points(times, lows, means, highs, runs)
+                out[name] = [encode(p) for p in points] if encode is not None else points
         return {"since": since, "until": until, "step": step, "series": out}
+
+    def _encoded_runs(
+        self,
+        names: list[str],
+        ring: _Ring,
+        key: tuple,
+        slots: list[int],
+        spans: list[list[int]],
+        times: list[float],
+        runs: list[tuple[float, int, int]],
+        open_cells: dict | None,
+    ) -> dict[str, list[str]]:
+        """``query``'s grouped points, encoded, each closed group's text kept (under the lock).
+
+        A group is known by its start and what it was made of (its first and last cell's time
+        and its number of cells), so a ring that came round or a clock that went back makes it a
+        new one; the first and last groups of a query are always made afresh."""
+        kept = self._encoded.pop(key, None)
+        if kept is None:
+            kept = {}
+            while len(self._encoded) >= ENCODED_KEYS:  # the least lately asked goes
+                gone = self._encoded.pop(next(iter(self._encoded)))
+                self._encoded_count -= sum(len(groups) for groups in gone.values())
+        self._encoded[key] = kept  # the latest asked last
+        encode = key[2]
+        last = len(runs) - 1
+        ids = [(start, times[first], times[end - 1], end - first) for start, first, end in runs]
+        out: dict[str, list[str]] = {}
+        for name in names:
+            if name not in ring.index and (open_cells is None or name not in open_cells):
+                continue
+            known = kept.get(name)
+            if known is None:
+                known = kept[name] = {}
+            wanted = [k for k in range(len(runs)) if k == 0 or k == last or ids[k] not in known]
+            made = dict(
+                zip(wanted, self._group_points(name, ring, slots, spans, runs, wanted, open_cells), strict=True)
+            )
+            texts = []
+            for k, i in enumerate(ids):
+                point = made[k] if k in made else known[i]
+                if k in made:
+                    point = made[k] = encode(point) if point is not None else None
+                    if 0 < k < last:
+                        known[i] = point
+                        self._encoded_count += 1
+                if point is not None:
+                    texts.append(point)
+            out[name] = texts
+        if self._encoded_count > MAX_ENCODED:  # bounded: what the next query needs is made again
+            self._encoded, self._encoded_count = {}, 0
+        return out
+
+    def _group_points(
+        self,
+        name: str,
+        ring: _Ring,
+        slots: list[int],
+        all_spans: list[list[int]],
+        runs: list[tuple[float, int, int]],
+        wanted: list[int],
+        open_cells: dict | None,
+    ) -> list[tuple | None]:
+        """The point of each of the ``wanted`` runs (None: no reading in it). Most of them (a first
+        ask): every cell read as columns at once; a few (the first and the last): only theirs."""
+        if not wanted:
+            return []
+        if len(wanted) * 4 > len(runs):
+            count, spans = len(slots), all_spans
+            at = {k: runs[k][1] for k in wanted}
+            has_open = open_cells is not None
+        else:
+            picked: list[int] = []
+            at = {}
+            for k in wanted:
+                at[k] = len(picked)
+                picked += range(runs[k][1], runs[k][2])
+            in_ring = [slots[i] for i in picked if i < len(slots)]  # past the slots: the open cell
+            count, spans, has_open = len(in_ring), _spans(in_ring), len(in_ring) < len(picked)
+        cells = ring.cells(name, spans) if count else ([], [], [])
+        lows, means, highs = cells or ([NAN] * count,) * 3
+        if has_open:
+            cell = open_cells.get(name) if open_cells is not None else None
+            lo, mean, hi = (cell[0], cell[1] / cell[2], cell[3]) if cell is not None else (NAN,) * 3
+            lows, means, highs = lows + [lo], means + [mean], highs + [hi]
+        return [_group(lows, means, highs, runs[k][0], at[k], at[k] + runs[k][2] - runs[k][1]) for k in wanted]
 
     # --- the file ------------------------------------------------------------------------
     def save(self) -> None:
@@ -620,25 +728,21 @@ def _points(
     if runs is None:
         return [(t, lo, m, hi) for t, lo, m, hi in zip(times, lows, means, highs, strict=True) if m == m]
     out = []
-    if lows is means:  # readings, not buckets: the one list
-        for start, first, end in runs:
-            got = [v for v in means[first:end] if v == v]
-            if got:
-                out.append((start, min(got), sum(got) / len(got), max(got)))
-        return out
     for start, first, end in runs:
-        total = sum(means[first:end])
-        if total == total:  # no empty cell (a NaN mean) in the bucket: the usual case, three slices
-            out.append((start, min(lows[first:end]), total / (end - first), max(highs[first:end])))
-            continue
-        keep = [j for j in range(first, end) if means[j] == means[j]]
-        if keep:
-            out.append(
-                (
-                    start,
-                    min(lows[j] for j in keep),
-                    sum(means[j] for j in keep) / len(keep),
-                    max(highs[j] for j in keep),
-                )
-            )
+        point = _group(lows, means, highs, start, first, end)
+        if point is not None:
+            out.append(point)
     return out
+
+
+def _group(
+    lows: list[float], means: list[float], highs: list[float], start: float, first: int, end: int
+) -> tuple | None:
+    """The point of cells [first, end): None where none has a reading (a NaN mean)."""
+    total = sum(means[first:end])
+    if total == total:  # no empty cell in the bucket: the usual case, three slices
+        return (start, min(lows[first:end]), total / (end - first), max(highs[first:end]))
+    keep = [j for j in range(first, end) if means[j] == means[j]]
+    if not keep:
+        return None
+    return (start, min(lows[j] for j in keep), sum(means[j] for j in keep) / len(keep), max(highs[j] for j in keep))

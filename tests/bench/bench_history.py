@@ -117,13 +117,27 @@ def main(argv=None) -> int:
             draws[key] = {"ms": round(statistics.median(took) * 1000, 1), "bytes": len(body)}
         # /api/history over the whole week (every series) against one scrape of /metrics as
         # Prometheus asks for it (OpenMetrics, gzip), rendered for the same poll: medians of 5
-        week_ms, week_bytes = _median_ms(lambda: page.history_json(f"since=-{polls}"))
+        # (the first ask makes every group; later ones, a poll apart as a page or script asks
+        # again, make only the first and last group of each series and reuse the closed ones)
+        t = time.perf_counter()
+        page.history_json(f"since=-{polls}")
+        first_ms = round((time.perf_counter() - t) * 1000, 2)
+        took, week_bytes = [], 0
+        for k in range(polls, polls + 5):
+            r = results[k % 3600]
+            history.consume(r._replace(sample=r.sample._replace(time=t0 + k)))
+            t = time.perf_counter()
+            week_bytes = len(page.history_json(f"since=-{polls}")[1])
+            took.append(time.perf_counter() - t)
+        week_ms = round(statistics.median(took) * 1000, 2)
         scrape_ms, _ = _median_ms(_scrape(result))
         answers = {
             "history_week_ms": week_ms,
             "history_week_bytes": week_bytes,
             "scrape_ms": scrape_ms,
             "history_week_over_scrape": round(week_ms / scrape_ms, 1),
+            "history_week_first_ms": first_ms,
+            "history_week_first_over_scrape": round(first_ms / scrape_ms, 1),
         }
     pipeline.close(time.monotonic() + 2)
     per_poll_us = cpu / polls * 1e6
@@ -167,8 +181,10 @@ def main(argv=None) -> int:
         f"{draws['1h_3_cards']['ms']} ms (every 5 s = {draws['1h_3_cards']['ms'] / 50:.2f} % of a core)"
     )
     print(
-        f"  /api/history over the week, every series: {out['history_week_ms']} ms ({out['history_week_bytes']} "
-        f"bytes), {out['history_week_over_scrape']}x one Prometheus scrape of /metrics ({out['scrape_ms']} ms)"
+        f"  /api/history over the week, every series, asked again a poll later: {out['history_week_ms']} ms "
+        f"({out['history_week_bytes']} bytes), {out['history_week_over_scrape']}x one Prometheus scrape of "
+        f"/metrics ({out['scrape_ms']} ms); the first ask {out['history_week_first_ms']} ms "
+        f"({out['history_week_first_over_scrape']}x)"
     )
     print(f"  within budget (+20 MB, +0.5 % of a core): {out['within_budget']}")
     return 0
