@@ -557,6 +557,8 @@ class _Connection(asyncio.BufferedProtocol):
         "handshaking",
         "address",
         "answered",
+        "last_data",
+        "last_request",
     )
 
     def __init__(self, server: MetricsServer):
@@ -572,6 +574,9 @@ class _Connection(asyncio.BufferedProtocol):
         self.handshaking = False
         self.address = ""
         self.answered = 0  # answers written: a connection that has none yet has a request coming
+        # the last whole request that came alone, and what it asks: a scraper's next is the same bytes
+        self.last_data = b""
+        self.last_request: _Request | None = None
 
     @property
     def pending(self) -> bool:
@@ -656,9 +661,15 @@ class _Connection(asyncio.BufferedProtocol):
                 if len(self.buffer) > 2 * MAX_REQUEST_BYTES and self.transport is not None:
                     self.transport.pause_reading()
                 return
-            if not (self.buffer or self.closing) and data.find(b"\r\n\r\n") == len(data) - 4:
-                self._answer(data[:-4])  # one whole request, nothing before it (a scraper's every scrape)
-                return
+            if not (self.buffer or self.closing):
+                if data == self.last_data:  # the scrape before, again: its head is known
+                    self._answer(data, self.last_request)
+                    return
+                if data.find(b"\r\n\r\n") == len(data) - 4:
+                    # one whole request, nothing before it (a scraper's every scrape)
+                    self.last_request = self._answer(data[:-4])
+                    self.last_data = data if self.last_request is not None else b""
+                    return
             if not self.buffer:  # a new request begins: it has CONNECTION_TIMEOUT to arrive whole
                 self.deadline = self.loop.time() + CONNECTION_TIMEOUT
             self.buffer += data
@@ -678,15 +689,17 @@ class _Connection(asyncio.BufferedProtocol):
             head, self.buffer = self.buffer[:end], self.buffer[end + 4 :]
             self._answer(head)
 
-    def _answer(self, head: bytes) -> None:
-        """Answer one request (its line and headers)."""
-        if len(head) > MAX_REQUEST_BYTES:
-            self._write(_HEAD_TOO_LARGE, False, False)
-            return
-        request = self.server.request(head)
+    def _answer(self, head: bytes, request: _Request | None = None) -> _Request | None:
+        """Answer one request (its line and headers; ``request``: them parsed, where known); what
+        it asked (None: a head too large to read)."""
+        if request is None:
+            if len(head) > MAX_REQUEST_BYTES:
+                self._write(_HEAD_TOO_LARGE, False, False)
+                return None
+            request = self.server.request(head)
         if request.refused is not None:
             self._write(request.refused, request.keep, request.head_only)
-            return
+            return request
         auth = self.server.app.auth
         if auth is not None:
             verdict = auth.cached(request.authorization)
@@ -698,11 +711,12 @@ class _Connection(asyncio.BufferedProtocol):
                 self.waiting_since = self.loop.time() if gate.suspect(self.address) else None
                 self.transport.pause_reading()
                 gate.check(request.authorization, self, lambda ok: self._checked(request, ok))
-                return
+                return request
             if not verdict:
                 self._refuse(request)
-                return
+                return request
         self._respond(request)
+        return request
 
     def _respond(self, request: _Request) -> bool:
         """Answer ``request``; False where its answer is made off the loop (the connection waits
@@ -773,9 +787,10 @@ class _Connection(asyncio.BufferedProtocol):
         else:
             transport.write(answer.kept if keep else answer.closing)
         if keep:
-            self.deadline = self.loop.time() + (CONNECTION_TIMEOUT if self.buffer else IDLE_TIMEOUT)
+            now = self.loop.time()
+            self.deadline = now + (CONNECTION_TIMEOUT if self.buffer else IDLE_TIMEOUT)
             if not self.paused:
-                self.waiting_since = self.loop.time()
+                self.waiting_since = now
         else:
             self.closing = True
             self.waiting_since = None
