@@ -217,15 +217,15 @@ def test_finished_jobs_leave_the_ledger_after_jobs_keep_and_keep_their_energy(tm
 
 
 def test_a_ledger_from_before_held_time_and_estimated_energy_gains_them(tmp_path):
-    """A ledger written before the jobs table had held_seconds and energy_estimated: read as it is,
-    then given the columns (no job lost) when the daemon opens it."""
+    """A ledger written before the jobs table had held_seconds, energy_estimated and busy_by_gpu:
+    read as it is, then given the columns (no job lost) when the daemon opens it."""
     import sqlite3
 
     from rigmon.sinks import jobs as ledger
 
     path = tmp_path / "state" / "jobs.sqlite"
     path.parent.mkdir()
-    old = [c for c in _COLUMNS if c not in ("held_seconds", "energy_estimated")]
+    old = [c for c in _COLUMNS if c not in ("held_seconds", "energy_estimated", "busy_by_gpu")]
     db = sqlite3.connect(path)
     db.execute(f"CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, {', '.join(old)})")
     db.execute(
@@ -255,10 +255,10 @@ def test_a_ledger_from_before_held_time_and_estimated_energy_gains_them(tmp_path
     db.commit()
     db.close()
     (job,) = ledger.load(path)
-    assert job.key == "pgid:7" and job.held_seconds == 0.0 and job.energy_estimated is False
+    assert job.key == "pgid:7" and job.held_seconds == 0.0 and job.energy_estimated is False and job.busy_by_gpu == {}
     JobLedger(configmod.parse({"daemon": {"state_dir": str(path.parent)}})).close()
     (job,) = ledger.load(path)
     assert job.energy_joules == 4200.0
-    assert {"held_seconds", "energy_estimated"} <= {
+    assert {"held_seconds", "energy_estimated", "busy_by_gpu"} <= {
         r[1] for r in sqlite3.connect(path).execute("PRAGMA table_info(jobs)")
     }

@@ -15,10 +15,17 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
-from .readings import ENTITIES, FAMILIES, READINGS, Reading
+from .readings import ENTITIES, FAMILIES, READINGS, Family, Reading
 from .text import printable
+
+if TYPE_CHECKING:
+    from .sample import GpuInfo, GpuReading, Sample, SensorTemperature
+
+Generated = Callable[..., Any]  # a function written from the table and compiled (SOURCES has its code)
+SOURCES: dict[str, str] = {}  # each generated function's code, by name (python -m rigmon.model.project)
 
 _NEVER_NONE = {"g", "s", "r", "f"}  # roots that are always there; everything else may be None
 
@@ -28,11 +35,11 @@ class GpuFan:
 
     __slots__ = ("speed_ratio", "target_speed_ratio", "speed_rpm")
 
-    def __init__(self, speed_ratio, target_speed_ratio, speed_rpm):
+    def __init__(self, speed_ratio: float | None, target_speed_ratio: float | None, speed_rpm: float | None):
         self.speed_ratio, self.target_speed_ratio, self.speed_rpm = speed_ratio, target_speed_ratio, speed_rpm
 
 
-def gpu_fans(g) -> list[GpuFan]:
+def gpu_fans(g: GpuReading) -> list[GpuFan]:
     speeds, targets, rpms = g.fan_speed_ratios or (), g.fan_target_ratios or (), g.fan_speed_rpm or ()
     return [
         GpuFan(
@@ -44,10 +51,10 @@ def gpu_fans(g) -> list[GpuFan]:
     ]
 
 
-def unique_temperatures(temperatures):
+def unique_temperatures(temperatures: Iterable[SensorTemperature]) -> Iterator[SensorTemperature]:
     """hwmon temperatures, one per (chip, device, label): two sockets repeat a label ("Core 0")
     and stay two where the device tells them apart; where it does not, the first one stands."""
-    seen = set()
+    seen: set[tuple[str, str | None, str]] = set()
     for t in temperatures:
         key = (t.chip, t.device, t.label)
         if key not in seen:
@@ -58,7 +65,7 @@ def unique_temperatures(temperatures):
 _ARGS = {"gpu": ("g", "i", "s"), "gpu_fan": ("f", "g", "s"), "host": ("s", "h")}
 
 
-def getter(reading: Reading) -> Callable[[dict], object]:
+def getter(reading: Reading) -> Callable[[dict[str, Any]], object]:
     """get(env) -> the reading's value, a plain closure over its table entry: ``env`` holds the
     roots by name (``g``, ``i``, ``s``, ``h``, ``f``, ``r``), and a None along the path is None.
     What the outputs read once a poll or less uses these; the per-poll outputs run generated code
@@ -67,9 +74,9 @@ def getter(reading: Reading) -> Callable[[dict], object]:
     if callable(get):
         fn, names = get, _ARGS.get(reading.entity, ("r", "h"))
         return lambda env: fn(*(env.get(n) for n in names))
-    root, *attrs = get.split(".")
+    root, *attrs = _path(reading)
 
-    def value(env: dict) -> object:
+    def value(env: dict[str, Any]) -> object:
         v = env.get(root)
         for attr in attrs:
             if v is None:
@@ -80,8 +87,15 @@ def getter(reading: Reading) -> Callable[[dict], object]:
     return value
 
 
+def _path(reading: Reading) -> list[str]:
+    """A reading's ``get`` as its root and attributes ("g.power_watts")."""
+    if not isinstance(reading.get, str):
+        raise ValueError(f"{reading.name}: no path to read")
+    return reading.get.split(".")
+
+
 class _Writer:
-    def __init__(self):
+    def __init__(self) -> None:
         self.lines: list[str] = []
         self.names: dict[str, object] = {
             "_gpu_fans": gpu_fans,
@@ -101,7 +115,7 @@ class _Writer:
             self.names[key] = get
             args = {"gpu": "g, i, s", "gpu_fan": "f, g, s", "host": "s, h"}.get(reading.entity, "r, h")
             return f"{key}({args})"
-        root, *attrs = get.split(".")
+        root, *attrs = _path(reading)
         expr = root
         nullable = root not in _NEVER_NONE
         for attr in attrs:
@@ -114,18 +128,18 @@ class _Writer:
             nullable = True
         return expr
 
-    def assign(self, depth: int, target: str, readings) -> None:
+    def assign(self, depth: int, target: str, readings: Iterable[Reading]) -> None:
         """target["name"] = value, one line a reading."""
         for r in readings:
             self.emit(depth, f"{target}[{r.name!r}] = {self.value(r)}")
 
-    def compile(self, name: str) -> Callable:
+    def compile(self, name: str) -> Generated:
         source = "\n".join(self.lines)
         namespace = dict(self.names)
         exec(compile(source, f"<rigmon.model.project {name}>", "exec"), namespace)  # our own table, not input
         fn = namespace[name]
-        fn.source = source
-        return fn
+        SOURCES[name] = source
+        return fn  # type: ignore[return-value]  # what exec made: a function of the source above
 
 
 # Where each host-side entity's records are, and its label values (in Entity order; "" where
@@ -147,12 +161,12 @@ class ProcessSeries:
 
     __slots__ = ("gpu", "uuid", "pid", "user", "job", "memory_bytes", "sm_ratio")
 
-    def __init__(self, gpu, uuid, pid, user, job, memory_bytes, sm_ratio):
+    def __init__(self, gpu: str, uuid: str, pid: str, user: str, job: str, memory_bytes: int, sm_ratio: float | None):
         self.gpu, self.uuid, self.pid, self.user, self.job = gpu, uuid, pid, user, job
         self.memory_bytes, self.sm_ratio = memory_bytes, sm_ratio
 
 
-def process_series(s, count: int) -> list[ProcessSeries]:
+def process_series(s: Sample, count: int) -> list[ProcessSeries]:
     """The ``count`` GPU processes holding the most device memory, across the GPUs: bounded
     series, never one per short-lived PID."""
     if count <= 0:
@@ -160,7 +174,7 @@ def process_series(s, count: int) -> list[ProcessSeries]:
     who = {p.pid: p for p in s.processes}
     held = [(p.used_memory_bytes or 0, g, p) for g in s.gpus for p in g.processes or ()]
     held.sort(key=lambda x: -x[0])
-    out = []
+    out: list[ProcessSeries] = []
     for memory, g, p in held[:count]:
         info = who.get(p.pid)
         out.append(
@@ -177,7 +191,15 @@ def process_series(s, count: int) -> list[ProcessSeries]:
     return out
 
 
-def _gpu_parts(entity: str, **flags) -> tuple[list[Reading], list[Reading], list[Reading]]:
+def _family(r: Reading) -> str:
+    """The name of the reading's Prometheus family (the table names each by then)."""
+    family = r.family
+    if isinstance(family, Family):
+        return family.name
+    return family or ""
+
+
+def _gpu_parts(entity: str, **flags: bool) -> tuple[list[Reading], list[Reading], list[Reading]]:
     """A GPU entity's readings split by when they are read: always, every poll of a GPU that
     answers, and from its start-up facts."""
     rs = [
@@ -189,7 +211,7 @@ def _gpu_parts(entity: str, **flags) -> tuple[list[Reading], list[Reading], list
 
 
 # --- Prometheus -----------------------------------------------------------------------------------
-def _prometheus() -> Callable:
+def _prometheus() -> Generated:
     """fill(sample, families, process_series): add every reading's sample to its family (a dict
     by name), with the top ``process_series`` GPU processes."""
     w = _Writer()
@@ -203,7 +225,7 @@ def _prometheus() -> Callable:
         parts = ([labels] if labels else []) + [repr(label) for label in r.labels]
         value = "int(v)" if r.unit == "bool" else "v"
         labels = f"({', '.join(parts)},)" if parts else "()"
-        w.emit(depth, f"if v is not None: {fams[r.family]}({labels}, {value})")
+        w.emit(depth, f"if v is not None: {fams[_family(r)]}({labels}, {value})")
 
     always, polled, static = _gpu_parts("gpu")
     fan = [r for r in READINGS if r.entity == "gpu_fan" and r.family and r.get is not None]
@@ -229,7 +251,7 @@ def _prometheus() -> Callable:
             add(3, r, "gi, gu")
     w.emit(2, "pass")
     for r in READINGS:
-        if r.entity == "host" and r.family and FAMILIES[r.family].group == "gpu":
+        if r.entity == "host" and r.family and FAMILIES[_family(r)].group == "gpu":
             add(1, r, "")
     rs = [r for r in READINGS if r.entity == "gpu_process" and r.family]
     w.emit(1, "for r in _process_series(s, process_series):")
@@ -245,13 +267,13 @@ def _prometheus() -> Callable:
             for r in rs:
                 add(2, r, "*labels")
     for r in READINGS:
-        if r.entity == "host" and r.family and FAMILIES[r.family].group == "host":
+        if r.entity == "host" and r.family and FAMILIES[_family(r)].group == "host":
             add(1, r, "")
     return w.compile("fill")
 
 
 # --- InfluxDB -------------------------------------------------------------------------------------
-def influx_tag(value) -> str:
+def influx_tag(value: object) -> str:
     """A measurement, tag key, tag value or field key, escaped for line protocol ("_" for empty).
 
     InfluxDB keeps a backslash in a tag as it is (``\\\\`` would be stored doubled) and knows
@@ -268,7 +290,7 @@ def influx_tag(value) -> str:
 _LONE_BACKSLASH = re.compile(r"\\(?=[,= ]|$)")
 
 
-def influx_value(value) -> str | None:
+def influx_value(value: object) -> str | None:
     """A field value in line protocol, by its type; None for no value and for NaN and the
     infinities (InfluxDB rejects the whole point for one)."""
     if value is None:
@@ -283,21 +305,21 @@ def influx_value(value) -> str | None:
     return f'"{text}"'
 
 
-def influx_head(measurement: str, tags: dict) -> str:
+def influx_head(measurement: str, tags: Mapping[str, object]) -> str:
     """The measurement and its tags, sorted by key, as they begin a point."""
     return influx_tag(measurement) + "".join(f",{influx_tag(k)}={influx_tag(v)}" for k, v in sorted(tags.items()))
 
 
-def _append_value(append, key: str, value) -> None:
+def _append_value(append: Callable[[str], None], key: str, value: object) -> None:
     text = influx_value(value)
     if text is not None:
         append(key + text)
 
 
-_HEADS: dict[tuple, str] = {}  # each point's measurement and tags, escaped once: they hardly change
+_HEADS: dict[tuple[object, ...], str] = {}  # each point's measurement and tags, escaped once: they hardly change
 
 
-def _point_head(key: tuple, measurement: str, tags: dict) -> str:
+def _point_head(key: tuple[object, ...], measurement: str, tags: Mapping[str, object]) -> str:
     if len(_HEADS) > 10_000:
         _HEADS.clear()
     head = _HEADS[key] = influx_head(measurement, tags)
@@ -357,7 +379,7 @@ def _emit_head(w: _Writer, depth: int, key: str, measurement: str, tags: str) ->
     w.emit(depth, "fields = []; a = fields.append")
 
 
-def _influx() -> tuple[Callable, Callable, Callable]:
+def _influx() -> tuple[Generated, Generated, Generated]:
     """gpu_line(g, i, s, host, ns) → the GPU's point or None; gpu_info_fields(i, s) → dict;
     host_lines(s, h, host, ns, out) appends each host-side point. Generated for every poll
     (gpu_info_fields is a closure: it runs once a GPU a day)."""
@@ -392,7 +414,7 @@ def _influx() -> tuple[Callable, Callable, Callable]:
 
     info = [(r.name, getter(r)) for r in static if r.measurement == "gpu_info"]
 
-    def info_fields(i, s) -> dict:  # once a GPU a day or at a change: a closure is enough
+    def info_fields(i: GpuInfo, s: Sample) -> dict[str, object]:  # once a GPU a day or at a change: a closure
         env = {"i": i, "s": s}
         return {name: get(env) for name, get in info}
 
@@ -410,7 +432,7 @@ def _influx() -> tuple[Callable, Callable, Callable]:
             w,
             2,
             f"({measurement!r}, host, *labels)",
-            measurement,  # an unknown label ("") is no tag
+            measurement or entity,  # an unknown label ("") is no tag
             f"{{'host': host, **{{k: x for k, x in zip({names!r}, labels) if x != ''}}}}",
         )
         for r in rs:
@@ -425,7 +447,7 @@ def _influx() -> tuple[Callable, Callable, Callable]:
 
 
 # --- alert entities -------------------------------------------------------------------------------
-def _entities(wanted: dict[str, frozenset[str]] | None = None) -> tuple[Callable, Callable]:
+def _entities(wanted: dict[str, frozenset[str]] | None = None) -> tuple[Generated, Generated]:
     """gpu_entities(s, xid_totals, last_xids, gpu=None) and host_entities(s, kind=None):
     {(kind, ...): {variable: value}}; with ``gpu`` (an index) only that GPU's, with ``kind``
     only that kind's ("cpu", "fan", "host").
@@ -433,7 +455,7 @@ def _entities(wanted: dict[str, frozenset[str]] | None = None) -> tuple[Callable
     ``wanted``: only these kinds, each with only these variables (and its labels), for code that
     reads no more: the alert engine's conditions. None: every kind, every variable."""
 
-    def keep(kind: str, readings) -> list[Reading]:
+    def keep(kind: str, readings: Iterable[Reading]) -> list[Reading]:
         return [r for r in readings if wanted is None or r.name in wanted.get(kind, ())]
 
     def wants(kind: str) -> bool:
@@ -466,8 +488,8 @@ def _entities(wanted: dict[str, frozenset[str]] | None = None) -> tuple[Callable
     if wants("gpu_fan"):
         w.emit(2, "if g.lost: continue")
         w.emit(2, "for n, f in enumerate(_gpu_fans(g)):")
-        values = "".join(f", {r.name!r}: {w.value(r)}" for r in fan)
-        w.emit(3, f"out[('gpu_fan', g.index, n)] = {{**labels, 'fan': str(n){values}}}")
+        fan_values = "".join(f", {r.name!r}: {w.value(r)}" for r in fan)
+        w.emit(3, f"out[('gpu_fan', g.index, n)] = {{**labels, 'fan': str(n){fan_values}}}")
     w.emit(1, "return out")
     gpu = w.compile("gpu_entities")
 
@@ -485,10 +507,10 @@ def _entities(wanted: dict[str, frozenset[str]] | None = None) -> tuple[Callable
         w.emit(1, f"if h is not None and kind in (None, {entity!r}):")
         w.emit(2, f"for r in {records}:")
         w.emit(3, f"labels = {labels}")
-        values = ", ".join(
+        entries = ", ".join(
             [f"{n!r}: labels[{k}]" for k, n in enumerate(names)] + [f"{r.name!r}: {w.value(r)}" for r in rs]
         )
-        w.emit(3, f"out[{key}] = {{{values}}}")
+        w.emit(3, f"out[{key}] = {{{entries}}}")
     if wants("host"):
         rs = keep("host", [r for r in READINGS if r.entity == "host" and r.rule])
         w.emit(1, "if kind in (None, 'host'):")
@@ -497,10 +519,10 @@ def _entities(wanted: dict[str, frozenset[str]] | None = None) -> tuple[Callable
     return gpu, w.compile("host_entities")
 
 
-_ENTITY_CODE: dict[frozenset, tuple[Callable, Callable]] = {}
+_ENTITY_CODE: dict[frozenset[tuple[str, frozenset[str]]], tuple[Generated, Generated]] = {}
 
 
-def entities_for(wanted: dict[str, set[str]]) -> tuple[Callable, Callable]:
+def entities_for(wanted: dict[str, set[str]]) -> tuple[Generated, Generated]:
     """gpu_entities and host_entities that build only the ``wanted`` kinds and variables
     (generated once for each distinct ``wanted``)."""
     key = frozenset((kind, frozenset(names)) for kind, names in wanted.items())
@@ -510,14 +532,15 @@ def entities_for(wanted: dict[str, set[str]]) -> tuple[Callable, Callable]:
 
 
 # --- the burn-in's ticks --------------------------------------------------------------------------
-def _burnin() -> Callable:
+def _burnin() -> Generated:
     """burnin_gpu(g, i, s) → the burn-in's dict of one GPU at one tick (once a second: a closure)."""
     _, polled, static = _gpu_parts("gpu", burnin=True)
     polled_gets = [(r.name, getter(r)) for r in polled]
     static_gets = [(r.name, getter(r)) for r in static]
 
-    def burnin_gpu(g, i, s) -> dict:
-        env, d = {"g": g, "i": i, "s": s}, {"lost": g.lost}
+    def burnin_gpu(g: GpuReading, i: GpuInfo | None, s: Sample) -> dict[str, object]:
+        env: dict[str, Any] = {"g": g, "i": i, "s": s}
+        d: dict[str, object] = {"lost": g.lost}
         if not g.lost:
             d.update((name, get(env)) for name, get in polled_gets)
         if i is not None:
@@ -529,7 +552,7 @@ def _burnin() -> Callable:
 
 # Each output's code is generated when that output first asks for it (PEP 562): a one-shot
 # status, which only evaluates rules, writes no Prometheus, InfluxDB or burn-in code.
-_GENERATED: dict[str, Callable[[], tuple[Callable, ...]]] = {
+_GENERATED: dict[str, Callable[[], tuple[Generated, ...]]] = {
     "fill_prometheus": lambda: (_prometheus(),),
     "influx_gpu_line influx_gpu_info_fields influx_host_lines": _influx,
     "gpu_entities host_entities": _entities,
@@ -537,18 +560,21 @@ _GENERATED: dict[str, Callable[[], tuple[Callable, ...]]] = {
 }
 
 
-def __getattr__(name: str) -> Callable:
+def __getattr__(name: str) -> Generated:
     for names, generate in _GENERATED.items():
         if name in names.split():
             globals().update(zip(names.split(), generate(), strict=True))
-            return globals()[name]
+            made: Generated = globals()[name]
+            return made
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
     """Print the generated code."""
     for name in ("fill_prometheus", "influx_gpu_line", "influx_host_lines", "gpu_entities", "host_entities"):
-        print(__getattr__(name).source, end="\n\n")
+        __getattr__(name)
+    for source in SOURCES.values():
+        print(source, end="\n\n")
 
 
 if __name__ == "__main__":

@@ -22,10 +22,13 @@ the alert engine gives (XID counts, PSU budgets).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .sample import CLOCK_EVENT_BITS, TIMED_REASONS
+
+if TYPE_CHECKING:
+    from .sample import GpuInfo, GpuReading, HostReading, Sample
 
 
 class Family(NamedTuple):
@@ -52,7 +55,7 @@ class Entity(NamedTuple):
 class Reading(NamedTuple):
     name: str
     entity: str
-    get: str | Callable | None
+    get: str | Callable[..., Any] | None
     unit: str  # watts, joules, celsius, hertz, bytes, seconds, ratio, count, bool, rpm, text
     doc: str
     family: str | Family | None = None  # a family of FAMILIES by name, or its own; None: not in Prometheus
@@ -176,76 +179,94 @@ FAMILIES = {f.name: f for f in (
 
 
 # --- values derived from several fields ---------------------------------------------------------
-def _power_ratio(g, i, s):
+def _power_ratio(g: GpuReading, i: GpuInfo | None, s: Sample) -> float | None:
     power, limit = g.power_watts, g.power_limit_watts
     return power / limit if power is not None and limit else None
 
 
-def _clock_event_mask(g, i, s):
+def _clock_event_mask(g: GpuReading, i: GpuInfo | None, s: Sample) -> float | None:
     ce = g.clock_events
     if ce is None:
         return None
     return sum(bit for (name, bit), active in zip(CLOCK_EVENT_BITS, ce, strict=True) if active)
 
 
-def _retired_pages(g, i, s):
+def _retired_pages(g: GpuReading, i: GpuInfo | None, s: Sample) -> float | None:
     p = g.retired_pages
     counts = [c for c in (p.single_bit, p.double_bit) if c is not None] if p is not None else []
     return sum(counts) if counts else None
 
 
-def _process_count(g, i, s):
+def _process_count(g: GpuReading, i: GpuInfo | None, s: Sample) -> float | None:
     return len(g.processes) if g.processes is not None else None
 
 
-def _process_memory(g, i, s):
+def _process_memory(g: GpuReading, i: GpuInfo | None, s: Sample) -> float | None:
     return sum(p.used_memory_bytes or 0 for p in g.processes) if g.processes is not None else None
 
 
-def _fastest_fan(g, i, s):
+def _fastest_fan(g: GpuReading, i: GpuInfo | None, s: Sample) -> float | None:
     return max((r for r in g.fan_speed_rpm or () if r is not None), default=None)
 
 
-def _target_pcie(g, i, s):
+def _target_pcie(g: GpuReading, i: GpuInfo | None, s: Sample) -> float | None:
     return (i.expected_pcie_generation or i.max_pcie_generation) if i is not None else None
 
 
-def _target_width(g, i, s):
+def _target_width(g: GpuReading, i: GpuInfo | None, s: Sample) -> float | None:
     return (i.expected_pcie_width or i.max_pcie_width) if i is not None else None
 
 
-def _asked(f, g, s):  # a GPU fan: what it is asked for, the reported speed where no target is given
+class GpuFan(Protocol):
+    """One fan of a GPU as the ``gpu_fan`` readings read it (``project.GpuFan``)."""
+
+    speed_ratio: float | None
+    target_speed_ratio: float | None
+    speed_rpm: float | None
+
+
+def _asked(f: GpuFan, g: GpuReading, s: Sample) -> float | None:
+    """A GPU fan: what it is asked for, the reported speed where no target is given."""
     return f.target_speed_ratio if f.target_speed_ratio is not None else f.speed_ratio
 
 
-def _rpm_per_asked(f, g, s):
+def _rpm_per_asked(f: GpuFan, g: GpuReading, s: Sample) -> float | None:
     asked = _asked(f, g, s)
     return f.speed_rpm / asked if f.speed_rpm is not None and asked else None
 
 
-def _answering(s, h):
+def _answering(s: Sample, h: HostReading | None) -> float | None:
     return sum(1 for g in s.gpus if not g.lost)
 
 
-def _gpu_power(s, h):
+def _gpu_power(s: Sample, h: HostReading | None) -> float | None:
     # a float even with no GPU (sum() of nothing is the integer 0: an InfluxDB field type conflict)
     return float(sum(g.power_watts or 0.0 for g in s.gpus if not g.lost))
 
 
-def _sensors_visible(s, h):
-    return 1 if (h.temperatures or h.fans) else 0
+def _sensors_visible(s: Sample, h: HostReading | None) -> float | None:
+    return 1 if h is not None and (h.temperatures or h.fans) else 0
 
 
-def _nvml_ok(s, h):
+def _nvml_ok(s: Sample, h: HostReading | None) -> float | None:
     status = next((r for r in s.readers if r.name == "gpu"), None)
     return status.ok if status else None
 
 
-def _host(s, h, name):
+def _host(s: Sample, h: HostReading | None, name: str) -> Any:
     return getattr(h, name) if h is not None else None
 
 
-def R(name, entity, get, unit, doc, family=None, labels=(), **kw) -> Reading:  # noqa: N802
+def R(  # noqa: N802
+    name: str,
+    entity: str,
+    get: str | Callable[..., Any] | None,
+    unit: str,
+    doc: str,
+    family: str | Family | None = None,
+    labels: Iterable[str] = (),
+    **kw: Any,
+) -> Reading:
     return Reading(name, entity, get, unit, doc, family, tuple(labels), **kw)
 
 
@@ -512,8 +533,9 @@ for _r in READINGS:
 # Old rule-variable names by kind: {old: new}.
 DEPRECATED: dict[str, dict[str, str]] = {}
 for _r in READINGS:
-    if _r.old is not None and _r.rule:
-        DEPRECATED.setdefault(ENTITIES[_r.entity].rule_kind, {})[_r.old] = _r.name
+    _kind = ENTITIES[_r.entity].rule_kind
+    if _r.old is not None and _r.rule and _kind is not None:
+        DEPRECATED.setdefault(_kind, {})[_r.old] = _r.name
 del _r, _kind
 
 
@@ -612,7 +634,7 @@ def docs(text: str) -> str:
         begin, end = f"<!-- readings:{name} -->", f"<!-- /readings:{name} -->"
         pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
         table = begin + "\n" + "\n".join(rows()) + "\n" + end
-        text = pattern.sub(lambda _, table=table: table, text)
+        text = pattern.sub(lambda _: table, text)  # noqa: B023 (used at once, in this iteration)
     return text
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 MAX_GPUS = 64  # NVML's own limit per box (rigmon.model.args)
 FORMAT = "rigmon-recording"
@@ -48,11 +48,11 @@ def handle_key(handle: Any) -> Any:
         return handle
 
 
-def call_key(name: str, args: tuple = ()) -> str:
+def call_key(name: str, args: tuple[Any, ...] = ()) -> str:
     return f"{name}:{','.join(str(int(a)) for a in args)}" if args else name
 
 
-def error_value(exc: BaseException) -> dict:
+def error_value(exc: BaseException) -> dict[str, str]:
     """How a raised pynvml error is stored: its class name without ``NVMLError_``;
     ``LibraryMismatch`` for the bindings' NVMLLibraryMismatchError (the driver lacks the call
     they asked for), which a replay raises again as it is."""
@@ -83,30 +83,35 @@ def encode(value: Any) -> Any:
     raise TypeError(f"cannot store a {type(value).__name__} in a recording")
 
 
+Transform = Callable[[dict[str, Any]], dict[str, Any]]  # a tick changed as it is read
 LAZY_BYTES = 16 << 20  # larger recordings keep their ticks as text, parsed when read
 
 
-class LazyTicks(Sequence):
+class LazyTicks(Sequence[dict[str, Any]]):
     """A large recording's ticks, kept as their JSON lines (about the file's size in memory,
     where parsed dicts take ten times that) and parsed when read; read-only. ``transform``
     changes each parsed tick (``widened``)."""
 
-    def __init__(self, lines: list[str], times: list[float], transform=None):
+    def __init__(self, lines: list[str], times: list[float], transform: Transform | None = None):
         self._lines, self.times, self._transform = lines, times, transform
 
     def __len__(self) -> int:
         return len(self._lines)
 
-    def __getitem__(self, index):
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        tick = json.loads(self._lines[index])
+        tick: dict[str, Any] = json.loads(self._lines[index])
         return self._transform(tick) if self._transform else tick
 
     def mentions(self, text: str) -> bool:
         return any(text in line for line in self._lines)
 
-    def with_transform(self, transform) -> LazyTicks:
+    def with_transform(self, transform: Transform) -> LazyTicks:
         inner = self._transform
         return LazyTicks(self._lines, self.times, (lambda t: transform(inner(t))) if inner else transform)
 
@@ -114,7 +119,7 @@ class LazyTicks(Sequence):
 class Recording:
     """A recording: its header and its ticks (a list, or LazyTicks decoding each when read)."""
 
-    def __init__(self, header: dict, ticks: list[dict] | LazyTicks | None = None):
+    def __init__(self, header: dict[str, Any], ticks: list[dict[str, Any]] | LazyTicks | None = None):
         self.header = header
         self.ticks = [] if ticks is None else ticks
         self.path: Path | None = None  # the file it was loaded from, where it was
@@ -179,7 +184,9 @@ class Recording:
         if not all(isinstance(g, dict) for g in header.get("gpus", [])):
             raise RecordingError(f"{path}: line 1: every entry of 'gpus' must be an object")
         lazy = size > LAZY_BYTES
-        ticks, times = [], []
+        parsed: list[dict[str, Any]] = []
+        kept: list[str] = []  # a large recording's ticks as their lines (LazyTicks)
+        times: list[float] = []
         for number, line in enumerate(lines[1:], start=2):
             tick = _parse_line(path, number, line)
             if not isinstance(tick.get("t"), (int, float)):
@@ -193,8 +200,10 @@ class Recording:
                 raise RecordingError(f"{path}: line {number}: {have} GPU entries, header has {want}")
             if lazy:
                 times.append(tick["t"])
-            ticks.append(line if lazy else tick)
-        loaded = cls(header, LazyTicks(ticks, times) if lazy else ticks)
+                kept.append(line)
+            else:
+                parsed.append(tick)
+        loaded = cls(header, LazyTicks(kept, times) if lazy else parsed)
         loaded.path = path
         return loaded
 
@@ -207,7 +216,7 @@ class Recording:
         if not source:
             raise RecordingError("a recording without GPUs cannot be widened")
 
-        def copy(entries: list[dict], with_identity: bool) -> list[dict]:
+        def copy(entries: list[dict[str, Any]], with_identity: bool) -> list[dict[str, Any]]:
             out = []
             for i in range(count):
                 entry = entries[i % len(entries)]
@@ -228,7 +237,7 @@ class Recording:
         return wide
 
 
-def _give_identity(entry: dict, index: int) -> None:
+def _give_identity(entry: dict[str, Any], index: int) -> None:
     uuid = entry.get("nvmlDeviceGetUUID")
     if isinstance(uuid, str):
         entry["nvmlDeviceGetUUID"] = f"{uuid[:-4]}{index:04x}"
@@ -242,7 +251,7 @@ def _give_identity(entry: dict, index: int) -> None:
         entry["nvmlDeviceGetSerial"] = f"{entry['nvmlDeviceGetSerial']}-{index}"
 
 
-def _parse_line(path: Path, number: int, line: str) -> dict:
+def _parse_line(path: Path, number: int, line: str) -> dict[str, Any]:
     try:
         value = json.loads(line)
     except json.JSONDecodeError as e:

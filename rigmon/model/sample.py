@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import namedtuple
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Self
 
 from .polled import POLLED
 
@@ -46,9 +46,30 @@ SLOWDOWNS: tuple[str, ...] = tuple(r.name for r in CLOCK_EVENT_REASONS if r.slow
 TIMED_REASONS: tuple[str, ...] = tuple(r.name for r in CLOCK_EVENT_REASONS if r.seconds_field is not None)
 
 
-class ClockEvents(
-    namedtuple("ClockEvents", [r.name for r in CLOCK_EVENT_REASONS], defaults=(None,) * len(CLOCK_EVENT_REASONS))
-):
+if TYPE_CHECKING:
+
+    class _Fields(tuple[Any, ...]):
+        """The type checker's view of a record whose fields come from a table (a namedtuple)."""
+
+        _fields: ClassVar[tuple[str, ...]]
+
+        def __new__(cls, *args: Any, **kwargs: Any) -> Self: ...
+        def __getattr__(self, name: str) -> Any: ...
+        def _replace(self, **kwargs: Any) -> Self: ...
+        def _asdict(self) -> dict[str, Any]: ...
+
+    class _ClockEventFields(_Fields): ...
+
+    class _ThrottleFields(_Fields): ...
+
+else:
+    _ClockEventFields = namedtuple(
+        "ClockEvents", [r.name for r in CLOCK_EVENT_REASONS], defaults=(None,) * len(CLOCK_EVENT_REASONS)
+    )
+    _ThrottleFields = namedtuple("ThrottleSeconds", TIMED_REASONS, defaults=(None,) * len(TIMED_REASONS))
+
+
+class ClockEvents(_ClockEventFields):
     """Which clock-event reasons are active; None where the GPU does not report the reason."""
 
     __slots__ = ()
@@ -67,7 +88,7 @@ def _decode_clock_events(mask: int, supported: int) -> ClockEvents:
     return ClockEvents(*((bool(mask & bit) if supported & bit else None) for _, bit in CLOCK_EVENT_BITS))
 
 
-class ThrottleSeconds(namedtuple("ThrottleSeconds", TIMED_REASONS, defaults=(None,) * len(TIMED_REASONS))):
+class ThrottleSeconds(_ThrottleFields):
     """Cumulative time spent in each throttling state since the driver loaded (seconds)."""
 
     __slots__ = ()
@@ -126,7 +147,7 @@ class ProcessInfo(NamedTuple):
 class GpuInfo(NamedTuple):
     """Facts read once at start-up."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # a field, where a tuple has a method
     uuid: str
     name: str
     serial: str | None = None
@@ -175,18 +196,29 @@ _GPU_READING_FIELDS = (
 )
 
 
-class GpuReading(
-    namedtuple("GpuReading", _GPU_READING_FIELDS, defaults=(False,) + (None,) * (len(_GPU_READING_FIELDS) - 3))
-):
-    """One GPU at one poll. ``lost`` means the GPU fell off the bus (all readings None).
+if TYPE_CHECKING:
 
-    Besides the table's readings: ``energy_joules`` (since the driver loaded), ``clock_events``
-    (ClockEvents), ``throttle_seconds`` (ThrottleSeconds), per fan ``fan_speed_ratios`` (as NVML
-    reports them: the intended speed), ``fan_target_ratios`` (what the driver asks for) and
-    ``fan_speed_rpm`` (measured), ``pcie_rx/tx_bytes_per_second``, ``ecc_errors`` (EccCounts),
-    ``remapped_rows`` (RemappedRows), ``retired_pages`` (RetiredPages), ``processes``."""
+    class GpuReading(_Fields):
+        """The type checker's view of ``GpuReading``: its fields come from the tables."""
 
-    __slots__ = ()
+        index: int  # type: ignore[assignment]  # a field, where a tuple has a method
+        uuid: str
+        lost: bool
+
+else:
+
+    class GpuReading(
+        namedtuple("GpuReading", _GPU_READING_FIELDS, defaults=(False,) + (None,) * (len(_GPU_READING_FIELDS) - 3))
+    ):
+        """One GPU at one poll. ``lost`` means the GPU fell off the bus (all readings None).
+
+        Besides the table's readings: ``energy_joules`` (since the driver loaded), ``clock_events``
+        (ClockEvents), ``throttle_seconds`` (ThrottleSeconds), per fan ``fan_speed_ratios`` (as NVML
+        reports them: the intended speed), ``fan_target_ratios`` (what the driver asks for) and
+        ``fan_speed_rpm`` (measured), ``pcie_rx/tx_bytes_per_second``, ``ecc_errors`` (EccCounts),
+        ``remapped_rows`` (RemappedRows), ``retired_pages`` (RetiredPages), ``processes``."""
+
+        __slots__ = ()
 
 
 class XidEvent(NamedTuple):
@@ -300,7 +332,7 @@ class Sample(NamedTuple):
         return next((g for g in self.gpus if g.index == index), None)
 
 
-def to_jsonable(obj):
+def to_jsonable(obj: Any) -> Any:
     """A plain-JSON view of any sample object (records become objects, tuples lists, NaN and
     infinities null: JSON has no such numbers)."""
     if hasattr(obj, "_asdict"):

@@ -16,6 +16,8 @@ import logging
 import math
 import threading
 from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .readings import READINGS
 from .sample import (
@@ -25,11 +27,16 @@ from .sample import (
     FanControl,
     FanReading,
     GpuInfo,
+    GpuProcess,
     GpuReading,
     HostReading,
+    Sample,
     SensorTemperature,
 )
 from .text import printable
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +83,7 @@ def reading_range(entity: str, name: str) -> tuple[float, float] | None:
     return range_of(entity, name, unit) if unit is not None else None
 
 
-def _fields(record: type, entity: str, root: str) -> tuple[tuple[int, str, float, float], ...]:
+def _fields(record: type[Any], entity: str, root: str) -> tuple[tuple[int, str, float, float], ...]:
     """(field index, reading name, lowest, highest) of each field of ``record`` that a reading
     of ``entity`` reads as ``root.field``."""
     out = []
@@ -90,7 +97,7 @@ def _fields(record: type, entity: str, root: str) -> tuple[tuple[int, str, float
     return tuple(out)
 
 
-def _nested(entity: str, root: str, attribute: str, record: type) -> tuple[tuple[int, str, float, float], ...]:
+def _nested(entity: str, root: str, attribute: str, record: type[Any]) -> tuple[tuple[int, str, float, float], ...]:
     """The same for a record held in ``root.attribute`` (``g.ecc_errors.corrected_volatile``)."""
     out = []
     for r in READINGS:
@@ -109,7 +116,7 @@ def _nested(entity: str, root: str, attribute: str, record: type) -> tuple[tuple
 class _Spec:
     """What to check in one kind of record, worked out once from the tables."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         from .sample import EccCounts, RemappedRows, RetiredPages, TemperatureThresholds, ThrottleSeconds
 
         self.gpu = _fields(GpuReading, "gpu", "g")
@@ -128,7 +135,8 @@ class _Spec:
             "fan_speed_rpm": "speed_rpm",
         }
         self.gpu_fans = tuple(
-            (GpuReading._fields.index(field), name, *reading_range("gpu_fan", name)) for field, name in fan.items()
+            (GpuReading._fields.index(field), name, *(reading_range("gpu_fan", name) or (0.0, 0.0)))
+            for field, name in fan.items()
         )
         self.processes = GpuReading._fields.index("processes")
         self.process = (
@@ -163,7 +171,7 @@ class _Spec:
         )
 
 
-def _limits(record: type) -> tuple[tuple[int, str, float, float], ...]:
+def _limits(record: type[Any]) -> tuple[tuple[int, str, float, float], ...]:
     lo, hi = UNIT_RANGES["celsius"]
     return (
         (record._fields.index("high_celsius"), "high_celsius", lo, hi),
@@ -174,9 +182,9 @@ def _limits(record: type) -> tuple[tuple[int, str, float, float], ...]:
 _SPEC: _Spec | None = None
 
 
-def _bad(record, checks) -> list[tuple[int, str]] | None:
+def _bad(record: Sequence[Any], checks: Iterable[tuple[int, str, float, float]]) -> list[tuple[int, str]] | None:
     """The checks ``record`` fails: (field index, reading) each; None when it passes them all."""
-    bad = None
+    bad: list[tuple[int, str]] | None = None
     for index, name, lo, hi in checks:
         v = record[index]
         if v is not None and not (lo <= v <= hi):  # NaN fails both
@@ -186,7 +194,7 @@ def _bad(record, checks) -> list[tuple[int, str]] | None:
     return bad
 
 
-def _cleared(record, bad):
+def _cleared(record: Any, bad: list[tuple[int, str]]) -> Any:
     values = list(record)
     for index, _ in bad:
         values[index] = None
@@ -200,13 +208,14 @@ class Invalid:
 
     MAX_TOLD = 4096
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
-        self._told: set[tuple] = set()
+        self._told: set[tuple[object, ...]] = set()
         self._lock = threading.Lock()
-        self._info_in = self._info_out = None
+        self._info_in: tuple[GpuInfo, ...] | None = None
+        self._info_out: tuple[GpuInfo, ...] | None = None
 
-    def note(self, reading: str, series: tuple, value, where: str = "", count: int = 1) -> None:
+    def note(self, reading: str, series: tuple[object, ...], value: object, where: str = "", count: int = 1) -> None:
         with self._lock:
             self.counts[reading] += count
             key = (reading, *series)
@@ -222,13 +231,13 @@ class Invalid:
             where,
         )
 
-    def check(self, sample):
+    def check(self, sample: Sample) -> Sample:
         """The sample with every invalid value made None (or its record left out)."""
         global _SPEC
         spec = _SPEC = _SPEC or _Spec()
         gpus = sample.gpus
-        changed = {}
-        out = None
+        changed: dict[str, Any] = {}
+        out: list[GpuReading] | None = None
         for n, g in enumerate(gpus):
             if g.lost:
                 continue
@@ -257,7 +266,7 @@ class Invalid:
                     )
             processes = g[spec.processes]
             if processes:
-                kept = []
+                kept: list[GpuProcess] = []
                 for p in processes:
                     bad = _bad(p, spec.process)
                     if bad:
@@ -283,11 +292,11 @@ class Invalid:
                 changed["host"] = checked
         return sample._replace(**changed) if changed else sample
 
-    def _info(self, infos, spec):
+    def _info(self, infos: tuple[GpuInfo, ...], spec: _Spec) -> tuple[GpuInfo, ...]:
         """GpuInfo is read once: checked once, the same answer after."""
-        if infos is self._info_in:
+        if infos is self._info_in and self._info_out is not None:
             return self._info_out
-        out = []
+        out: list[GpuInfo] = []
         for i in infos:
             bad = _bad(i, spec.info)
             if bad:
@@ -295,7 +304,7 @@ class Invalid:
                     self.note(name, ("gpu", i.index), i[k])
                 i = _cleared(i, bad)
             index, checks = spec.thresholds
-            inner = i[index]
+            inner: Any = i[index]
             if inner is not None:
                 bad = _bad(inner, checks)
                 if bad:
@@ -307,7 +316,7 @@ class Invalid:
         self._info_in, self._info_out = infos, result
         return result
 
-    def _host(self, h, spec):
+    def _host(self, h: HostReading, spec: _Spec) -> HostReading:
         new = h
         bad = _bad(h, spec.host)
         if bad:
@@ -315,10 +324,11 @@ class Invalid:
                 self.note(name, ("host",), h[k])
             new = _cleared(h, bad)
         for field, checks, main in spec.records:
-            records = h[field]
+            records: Any = h[field]
             if not records:
                 continue
-            kept, touched = [], False
+            kept_records: list[Any] = []
+            touched = False
             for r in records:
                 bad = _bad(r, checks)
                 if bad:
@@ -329,12 +339,13 @@ class Invalid:
                     if any(k == main for k, _ in bad):
                         continue  # the record's own value: no record
                     r = _cleared(r, bad)
-                kept.append(r)
+                kept_records.append(r)
             if touched:
-                new = new._replace(**{h._fields[field]: tuple(kept)})
+                kept: dict[str, Any] = {h._fields[field]: tuple(kept_records)}
+                new = new._replace(**kept)
         return new
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily
 
         family = CounterMetricFamily(

@@ -14,22 +14,25 @@ import logging
 import socket
 import time
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..alerts.engine import AlertEngine, PsuGroup, Transition
+from ..alerts.engine import Alert, AlertEngine, PsuGroup, Transition
 from ..alerts.rules import Rule, compile_rules
 from ..model.sample import Sample
 from .base import AlertState, Budget, FiringAlert, close_side_by_side
 
 if TYPE_CHECKING:
-    from ..config.schema import Config
+    from prometheus_client.core import Metric
+
+    from ..config.schema import Config, NotifierConfig
     from .notify import Notifier
 
 log = logging.getLogger("rigmon.alerts")
 _ALERT_LABELS = ("alertname", "severity", "subject")  # the alert's own: its subject's labels never replace them
 
 
-def firing_alert(alert) -> FiringAlert:
+def firing_alert(alert: Alert) -> FiringAlert:
     return FiringAlert(
         alert.name,
         alert.severity,
@@ -41,12 +44,12 @@ def firing_alert(alert) -> FiringAlert:
     )
 
 
-def alert_dict(alert) -> dict:
+def alert_dict(alert: Alert) -> dict[str, Any]:
     """A firing alert of an engine as plain data (rigmon status without a daemon)."""
     return firing_alert(alert).as_dict()
 
 
-def _notifiers(config, host: str, box) -> list[Notifier]:
+def _notifiers(config: NotifierConfig, host: str, box: Config) -> list[Notifier]:
     """One entry's notifiers (one per peer of an Alertmanager cluster), with the box's name,
     labels and page (its generatorURL for Alertmanager)."""
     from .notify import Notifier, peers  # urllib's client: only where a webhook is configured
@@ -73,7 +76,11 @@ def log_level(t: Transition) -> int:
     return logging.WARNING if t.status == "firing" and t.severity != "info" else logging.INFO
 
 
-def fingerprint(spec) -> str:
+class _Dumps(Protocol):
+    def model_dump(self) -> dict[str, Any]: ...
+
+
+def fingerprint(spec: _Dumps) -> str:
     """A rule as it is configured: equal before and after a reload when the reload left it alone."""
     return json.dumps(spec.model_dump(), sort_keys=True)  # a specs.RuleSpec or its settings view alike
 
@@ -153,12 +160,13 @@ class AlertSink:
                 self._last_sent[t.key] = now
 
     # --- across a reload -----------------------------------------------------------------
-    def carry(self, new_specs: dict[str, str], now: float) -> tuple[list[dict], list[Transition]]:
+    def carry(self, new_specs: dict[str, str], now: float) -> tuple[list[dict[str, Any]], list[Transition]]:
         """Before a reload to rules ``new_specs`` ({name: fingerprint}): an alert whose rule the
         reload changes or removes is resolved now (logged, notified, and its transition returned
         second); the others are returned first as plain data for the next process to take up, with when each
         was last notified, so it neither fires again nor repeats a reminder early."""
-        kept, gone = [], []
+        kept: list[dict[str, Any]] = []
+        gone: list[Transition] = []
         for key, alert in list(self.engine.alerts.items()):
             if new_specs.get(alert.rule.name) == fingerprint(alert.rule.spec):
                 kept.append(
@@ -182,7 +190,7 @@ class AlertSink:
         self._announce(gone, now)
         return kept, gone
 
-    def take_up(self, carried: list[dict]) -> int:
+    def take_up(self, carried: list[dict[str, Any]]) -> int:
         """The alerts a reload carried over (``carry``), for rules that are still the same:
         they go on as they were, without a new FIRING."""
         rules = {rule.name: rule for rule in self.engine.rules}
@@ -233,7 +241,7 @@ class AlertSink:
         for notifier in self.notifiers:
             notifier.submit(transition, reminder)
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         # on a scrape: one-shot commands (status) evaluate rules and never load the Prometheus client
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 

@@ -27,9 +27,9 @@ import time
 import zlib
 from array import array
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..model.readings import PAGE
 from ..model.text import printable
@@ -37,7 +37,11 @@ from ..model.validity import UNIT_RANGES, reading_range
 from ..system import heap
 
 if TYPE_CHECKING:
+    from ..model.validity import Invalid
     from .base import PollResult
+
+Point = tuple[float, float, float, float]  # (t, min, mean, max)
+Mark = tuple[float, str, str, dict[str, str]]  # an alert's transition: (time, status, alertname, labels)
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +79,7 @@ def series_range(name: str) -> tuple[str, float, float]:
     last = name.rpartition("/")[2]
     if kind.startswith("gpu"):
         if rest in ("fan_target_ratio", "fan_speed_ratio"):
-            return (rest, *reading_range("gpu_fan", "speed_ratio"))
+            return (rest, *(reading_range("gpu_fan", "speed_ratio") or (0.0, 1.0)))
         return (rest, *(reading_range("gpu", rest) or (-FLOAT32_MAX, FLOAT32_MAX)))
     if kind == "host":
         if rest.startswith("fan/"):
@@ -83,7 +87,7 @@ def series_range(name: str) -> tuple[str, float, float]:
         if rest.endswith("_celsius"):
             return ("celsius", *UNIT_RANGES["celsius"])
         if rest in ("load1", "cpu_utilization_ratio"):
-            return (rest, *reading_range("host", rest))
+            return (rest, *(reading_range("host", rest) or (-FLOAT32_MAX, FLOAT32_MAX)))
     if name.endswith("_watts"):
         return (last, *UNIT_RANGES["watts"])
     return last, -FLOAT32_MAX, FLOAT32_MAX
@@ -93,19 +97,21 @@ def _name(*parts: str) -> str:
     return "/".join(printable(str(p)).replace("/", "_")[:MAX_NAME] for p in parts)[: 3 * MAX_NAME]
 
 
-def mean_of(values) -> float | None:
+def mean_of(values: Iterable[float | None]) -> float | None:
     """The mean of the readings there are (None: none)."""
     got = [v for v in values if v is not None]
     return sum(got) / len(got) if got else None
 
 
-def readings(result: PollResult, energy: dict) -> dict[str, float]:
+def readings(result: PollResult, energy: dict[str, tuple[float, float]]) -> dict[str, float]:
     """The charted readings of one poll, by series name (base units). ``energy`` keeps each RAPL
     zone's last (time, joules) between calls, for its power."""
     sample = result.sample
     out: dict[str, float] = {}
+    if sample is None:
+        return out
 
-    def put(name: str, value) -> None:
+    def put(name: str, value: float | None) -> None:
         if value is not None and not isinstance(value, bool) and -FLOAT32_MAX <= value <= FLOAT32_MAX:
             out[name] = float(value)  # checked at the source; what is left (a derived value) kept finite
 
@@ -159,7 +165,7 @@ class _Ring:
         self.filled = 0  # slots from the first that hold a write: all once the ring has come round
         self._blank = array("f")
 
-    def add(self, names) -> None:
+    def add(self, names: Iterable[str]) -> None:
         """Columns for new series; the slots already written had no reading of them."""
         first = len(self.index)
         for name in names:
@@ -182,7 +188,7 @@ class _Ring:
         for at in range(old_row):  # the written slots' cells; add() fills the new columns'
             self.values[at : written * new_row : new_row] = old[at : written * old_row : old_row]
 
-    def write(self, t: float, row: dict) -> None:
+    def write(self, t: float, row: Mapping[str, float | tuple[float, float, float]]) -> None:
         """One slot: ``row`` maps each series to its reading (width 1) or (min, mean, max)."""
         index = self.index
         new = row.keys() - index.keys()
@@ -191,9 +197,10 @@ class _Ring:
         line = self._blank[:]
         if self.width == 1:
             for name, v in row.items():
-                line[index[name]] = v
+                line[index[name]] = v  # type: ignore[assignment]  # a reading: one number
         else:
-            for name, (lo, mean, hi) in row.items():
+            for name, cell in row.items():
+                lo, mean, hi = cell  # type: ignore[misc]  # a bucket: three
                 k = index[name] * 3
                 line[k], line[k + 1], line[k + 2] = lo, mean, hi
         slot = self.pos
@@ -202,7 +209,7 @@ class _Ring:
         self.pos = (slot + 1) % self.capacity
         self.filled = min(self.filled + 1, self.capacity)
 
-    def cells(self, name: str, spans: list[list[int]]) -> tuple[list, list, list] | None:
+    def cells(self, name: str, spans: list[list[int]]) -> tuple[list[float], list[float], list[float]] | None:
         """A series' (mins, means, maxes) at the slots of ``spans`` ([first, end) each, see
         ``_spans``), read as strided slices; a reading's three are the one list."""
         k = self.index.get(name)
@@ -221,7 +228,7 @@ class _Ring:
             return got, got, got
         return read(3 * k), read(3 * k + 1), read(3 * k + 2)
 
-    def column(self, name: str) -> array | None:
+    def column(self, name: str) -> array[float] | None:
         """A series' cells slot by slot, as the history file keeps them (None: no column)."""
         k = self.index.get(name)
         if k is None:
@@ -234,7 +241,7 @@ class _Ring:
             out[j::3] = array("f", self.values[3 * k + j :: step].tobytes())
         return out
 
-    def load(self, times: memoryview, columns: dict[str, memoryview], pos: int) -> None:
+    def load(self, times: memoryview[float], columns: dict[str, memoryview[float]], pos: int) -> None:
         """Take a file's ring (checked): its times and each series' cells, slot by slot."""
         self.index, self.stride, self.pos, self.filled = {}, 0, pos, 0
         self.add(columns)  # nothing written yet: nothing to copy or fill
@@ -259,7 +266,12 @@ class History:
     name = "history"
 
     def __init__(
-        self, path: Path | None, interval: float, save_every: float = SAVE_SECONDS, invalid=None, replay: bool = False
+        self,
+        path: Path | None,
+        interval: float,
+        save_every: float = SAVE_SECONDS,
+        invalid: Invalid | None = None,
+        replay: bool = False,
     ):
         self.path = path
         self.invalid = invalid  # rigmon.model.validity.Invalid: counts what a loaded file held that no reading can be
@@ -267,15 +279,15 @@ class History:
         self.interval = interval
         self.raw = _Ring(min(MAX_RAW_POINTS, max(60, math.ceil(RAW_SECONDS / interval))), 1)
         self.rings = [_Ring(capacity, 3) for _, capacity, _ in BUCKETS]
-        self._acc: list[tuple[float, dict[str, list]] | None] = [None] * len(BUCKETS)
+        self._acc: list[tuple[float, dict[str, list[float]]] | None] = [None] * len(BUCKETS)
         self._series: set[str] = set()
-        self._energy: dict = {}
+        self._energy: dict[str, tuple[float, float]] = {}
         self.latest: float | None = None  # the last poll's time: "now" for the queries (a replay's clock too)
-        self.marks: deque[tuple[float, str, str, dict]] = deque(maxlen=MAX_MARKS)
+        self.marks: deque[Mark] = deque(maxlen=MAX_MARKS)
         self._lock = threading.Lock()
         # the closed groups of grouped queries, as ``encode`` wrote them: by (tier, step, encode)
         # (the last ENCODED_KEYS asked), then series, each group's text by what it was made of
-        self._encoded: dict[tuple, dict[str, dict[tuple, str | None]]] = {}
+        self._encoded: dict[tuple[Any, ...], dict[str, dict[tuple[float, ...], str | None]]] = {}
         self._encoded_count = 0
         self._dirty = False
         self._unsaved = False  # the last save failed (told once)
@@ -312,9 +324,9 @@ class History:
         tier: int,
         t: float,
         row: dict[str, float],
-        weights: dict[str, int] | None = None,
-        lows: dict | None = None,
-        highs: dict | None = None,
+        weights: dict[str, float] | None = None,
+        lows: dict[str, float] | None = None,
+        highs: dict[str, float] | None = None,
     ) -> None:
         """Add to the tier's open bucket; close it (into its ring, and the next tier's bucket)
         when ``t`` falls in a later one."""
@@ -344,7 +356,10 @@ class History:
         # the open bucket shows in queries too: a chart's last minute is not a minute late
 
     def _close(self, tier: int) -> None:
-        start, open_ = self._acc[tier]
+        acc = self._acc[tier]
+        if acc is None:
+            return
+        start, open_ = acc
         self._acc[tier] = None
         row = {name: (lo, total / n, hi) for name, (lo, total, n, hi) in open_.items()}
         self.rings[tier].write(start, row)
@@ -363,7 +378,7 @@ class History:
             self.save()
 
     # --- queries -------------------------------------------------------------------------
-    def marks_since(self, since: float) -> list[tuple[float, str, str, dict]]:
+    def marks_since(self, since: float) -> list[Mark]:
         """The alerts' transitions from ``since`` on: (time, status, alertname, labels)."""
         with self._lock:
             return [m for m in self.marks if m[0] >= since]
@@ -379,8 +394,8 @@ class History:
         until: float,
         step: float | None = None,
         max_points: int = 10000,
-        encode: Callable[[tuple], str] | None = None,
-    ) -> dict:
+        encode: Callable[[Point], str] | None = None,
+    ) -> dict[str, Any]:
         """Each series' (t, min, mean, max) points in [since, until], at the finest resolution
         that covers the span (every poll for the last hour, then minutes, then five minutes),
         grouped into ``step`` seconds where given (or where more than ``max_points`` would come).
@@ -394,7 +409,9 @@ class History:
             now = self.latest if self.latest is not None else time.time()
             back = now - since
             # the tiers that reach back to ``since``: the finest, or the coarsest no coarser than ``step``
-            tiers = [(self.interval, self.raw, None)] if back <= RAW_SECONDS + self.interval else []
+            tiers: list[tuple[float, _Ring, int | None]] = (
+                [(self.interval, self.raw, None)] if back <= RAW_SECONDS + self.interval else []
+            )
             tiers += [(b[0], self.rings[k], k) for k, b in enumerate(BUCKETS) if back <= b[0] * (b[1] - 1)]
             tiers.sort(key=lambda x: x[0])
             if not tiers:
@@ -406,7 +423,7 @@ class History:
             times, spans = [ring.times[i] for i in slots], _spans(slots)
             acc = self._acc[tier] if tier is not None else None
             open_cells = acc[1] if acc is not None and since <= acc[0] <= until else None
-            if open_cells is not None:  # the open bucket: the last one is not a bucket late
+            if acc is not None and open_cells is not None:  # the open bucket: the last one is not a bucket late
                 times.append(acc[0])
             # the buckets of ``step`` found once for every series, each series' cells read as
             # columns: a point is made per bucket, not per slot
@@ -414,7 +431,7 @@ class History:
             if encode is not None and runs is not None:
                 series = self._encoded_runs(names, ring, (tier, step, encode), slots, spans, times, runs, open_cells)
                 return {"since": since, "until": until, "step": step, "series": series}
-            out: dict[str, list] = {}
+            out: dict[str, list[Point] | list[str]] = {}
             for name in names:
                 cells = ring.cells(name, spans)
                 cell = open_cells.get(name) if open_cells is not None else None
@@ -432,12 +449,12 @@ class History:
         self,
         names: list[str],
         ring: _Ring,
-        key: tuple,
+        key: tuple[int | None, float, Callable[[Point], str]],
         slots: list[int],
         spans: list[list[int]],
         times: list[float],
         runs: list[tuple[float, int, int]],
-        open_cells: dict | None,
+        open_cells: dict[str, list[float]] | None,
     ) -> dict[str, list[str]]:
         """``query``'s grouped points, encoded, each closed group's text kept (under the lock).
 
@@ -467,14 +484,16 @@ class History:
             )
             texts = []
             for k, i in enumerate(ids):
-                point = made[k] if k in made else known[i]
                 if k in made:
-                    point = made[k] = encode(point) if point is not None else None
+                    point = made[k]
+                    text = encode(point) if point is not None else None
                     if 0 < k < last:
-                        known[i] = point
+                        known[i] = text
                         self._encoded_count += 1
-                if point is not None:
-                    texts.append(point)
+                else:
+                    text = known[i]
+                if text is not None:
+                    texts.append(text)
             out[name] = texts
         if self._encoded_count > MAX_ENCODED:  # bounded: what the next query needs is made again
             self._encoded, self._encoded_count = {}, 0
@@ -488,8 +507,8 @@ class History:
         all_spans: list[list[int]],
         runs: list[tuple[float, int, int]],
         wanted: list[int],
-        open_cells: dict | None,
-    ) -> list[tuple | None]:
+        open_cells: dict[str, list[float]] | None,
+    ) -> list[Point | None]:
         """The point of each of the ``wanted`` runs (None: no reading in it). Most of them (a first
         ask): every cell read as columns at once; a few (the first and the last): only theirs."""
         if not wanted:
@@ -541,10 +560,10 @@ class History:
                 pass
         heap.give_back()  # else glibc keeps the save's buffers, a little more after each save
 
-    def _write(self, f) -> None:
+    def _write(self, f: BinaryIO) -> None:
         deflate = zlib.compressobj(1)
         rings = [self.raw, *self.rings]
-        header = {
+        header: dict[str, Any] = {
             "interval": self.interval,
             "saved": time.time(),
             "series": sorted(self._series),
@@ -573,6 +592,8 @@ class History:
                 self.save()
 
     def _load(self) -> None:
+        if self.path is None:
+            return
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
@@ -593,7 +614,7 @@ class History:
                 "the history %s cannot be read (%s): %s; starting empty", self.path, printable(str(e))[:200], where
             )
 
-    def _checked(self, name: str, cells: memoryview, reading: str, lo: float, hi: float):
+    def _checked(self, name: str, cells: memoryview[float], reading: str, lo: float, hi: float) -> memoryview[float]:
         """A column as loaded, with every cell no reading can be (out of range, infinite) made
         empty (NaN) and counted; NaN is an empty cell already."""
         bad = [j for j, v in enumerate(cells) if not lo <= v <= hi and v == v]
@@ -645,7 +666,8 @@ class History:
         sizes = [s["capacity"] * 8 for s in specs] + [s["capacity"] * s["width"] * 4 for s in specs for _ in names]
         if sum(sizes) != len(blob):
             raise ValueError(f"{len(blob)} bytes of data where {sum(sizes)} were expected")
-        view, offset, loaded = memoryview(blob), 0, []
+        view, offset = memoryview(blob), 0
+        loaded: list[tuple[dict[str, Any], memoryview[float], dict[str, memoryview[float]]]] = []
         for spec in specs:
             loaded.append((spec, view[offset : offset + spec["capacity"] * 8].cast("d"), {}))
             offset += spec["capacity"] * 8
@@ -722,7 +744,7 @@ def _points(
     means: list[float],
     highs: list[float],
     runs: list[tuple[float, int, int]] | None,
-) -> list[tuple]:
+) -> list[Point]:
     """(t, min, mean, max) for each cell with a reading (a NaN mean: none), or for each bucket of
     ``runs`` with one: the min of mins, mean of means and max of maxes."""
     if runs is None:
@@ -737,7 +759,7 @@ def _points(
 
 def _group(
     lows: list[float], means: list[float], highs: list[float], start: float, first: int, end: int
-) -> tuple | None:
+) -> Point | None:
     """The point of cells [first, end): None where none has a reading (a NaN mean)."""
     total = sum(means[first:end])
     if total == total:  # no empty cell in the bucket: the usual case, three slices

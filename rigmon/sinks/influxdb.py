@@ -33,9 +33,11 @@ import threading
 import time
 import urllib.parse
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..model.project import influx_tag
 from .base import PollResult
@@ -68,6 +70,13 @@ def _classify(status: int, reason: str, after: str | None) -> Exception:
     return Refused(f"HTTP {status} {reason}".strip())
 
 
+class Sender(Protocol):
+    """What writes a batch of lines: raises Retry, Malformed or another classified error."""
+
+    def send(self, data: bytes) -> None: ...
+    def close(self) -> None: ...
+
+
 class V1Sender:
     """InfluxDB 1.x: POST /write?db=&rp=&precision=ns, basic auth, on one kept-alive connection."""
 
@@ -77,7 +86,7 @@ class V1Sender:
             query["rp"] = config.retention_policy
         url = urllib.parse.urlsplit(config.url)
         self._https = url.scheme == "https"
-        self._host, self._port = url.hostname, url.port
+        self._host, self._port = url.hostname or "", url.port
         self._path = url.path.rstrip("/") + "/write?" + urllib.parse.urlencode(query)
         self._headers = {"Content-Type": "text/plain; charset=utf-8", "Content-Encoding": "gzip"}
         if config.username:
@@ -124,8 +133,9 @@ class V2Sender:
     """InfluxDB 2.x/3.x/1.8+: influxdb-client's SYNCHRONOUS write API; rigmon owns the retries."""
 
     def __init__(self, config: InfluxConfig):
-        from influxdb_client import InfluxDBClient, WritePrecision
+        from influxdb_client.client.influxdb_client import InfluxDBClient
         from influxdb_client.client.write_api import SYNCHRONOUS
+        from influxdb_client.domain.write_precision import WritePrecision
 
         token = config.token.get_secret_value() if config.token else ""
         self._client = InfluxDBClient(
@@ -147,11 +157,16 @@ class V2Sender:
         except UnicodeDecodeError as e:
             raise Malformed(f"not UTF-8 at byte {e.start}") from None
         try:
-            self._api.write(bucket=self._bucket, org=self._org, record=record, write_precision=self._precision)
+            self._api.write(
+                bucket=self._bucket,
+                org=self._org,
+                record=record,
+                write_precision=self._precision,  # type: ignore[arg-type]  # the stubs type WritePrecision.NS as str
+            )
         except ApiException as e:
             body = (e.body or b"")[:300]
             body = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
-            headers = e.headers or {}
+            headers: Mapping[str, str] = e.headers or {}
             raise _classify(
                 e.status or 0, f"{e.reason or ''}: {body}".strip(": "), headers.get("Retry-After")
             ) from None
@@ -159,11 +174,11 @@ class V2Sender:
             raise Retry(f"{type(e).__name__}: {e}") from None
 
     def close(self) -> None:
-        self._client.close()
+        self._client.close()  # type: ignore[no-untyped-call]  # influxdb-client leaves it untyped
 
 
 class InfluxSink:
-    def __init__(self, config: Config, host: str | None = None, sender=None):
+    def __init__(self, config: Config, host: str | None = None, sender: Sender | None = None):
         self.config = config.influxdb
         self.host = host or config.daemon.hostname or socket.gethostname()
         # the box's own labels ([daemon] labels) as tags of every point, beside host
@@ -175,7 +190,7 @@ class InfluxSink:
         spool_dir = self.config.spool_dir or (config.daemon.state_dir / "influxdb-spool")
         self.spool = Spool(spool_dir, self.config.spool_max_bytes)
         self.sender = sender or (V2Sender(self.config) if self.config.api == "v2" else V1Sender(self.config))
-        self._queue: queue.Queue = queue.Queue(maxsize=self.config.queue_size)
+        self._queue: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=self.config.queue_size)
         self.produced = 0
         self.written = 0
         self.failed = 0
@@ -207,16 +222,16 @@ class InfluxSink:
             self._put(("sample", result.sample))
         for t in result.transitions:
             self._put(("transition", t))
-        lines = []
+        lines: list[str] = []
         state = result.alerts
         if state is not None and state.budgets and state.time is not None:
             lines += encode_budgets(state, self.host)
-        lines += [encode_job(job, self.host, self.price_per_kwh) for job in result.finished_jobs]
+        lines += [x for x in (encode_job(job, self.host, self.price_per_kwh) for job in result.finished_jobs) if x]
         lines += result.lines
         if lines:
             self._put(("lines", lines))
 
-    def _put(self, item) -> None:
+    def _put(self, item: tuple[str, Any]) -> None:
         try:
             self._queue.put_nowait(item)
         except queue.Full:
@@ -279,13 +294,13 @@ class InfluxSink:
             if self._held:
                 self._write_held()
 
-    def _encode(self, item) -> list[str]:
+    def _encode(self, item: tuple[str, Any]) -> list[str]:
         lines = self._encode_points(item)
         if self._box_tags != self._host_tag:
             lines = [line.replace(self._host_tag, self._box_tags, 1) for line in lines]
         return lines
 
-    def _encode_points(self, item) -> list[str]:
+    def _encode_points(self, item: tuple[str, Any]) -> list[str]:
         kind, value = item
         if kind == "sample":
             with_info = value.time - self._last_info >= INFO_EVERY_SECONDS
@@ -409,7 +424,7 @@ class InfluxSink:
             self._said.clear()
             self.last_error = None
 
-    def _send_splitting(self, path, data: bytes, sure: bool) -> bool:
+    def _send_splitting(self, path: Path, data: bytes, sure: bool) -> bool:
         """Send a segment refused before (or holding bytes that are not UTF-8) in halves until
         the bad lines are found: the rest is written, the bad lines set aside and counted.
         False, with nothing set aside, when the server refuses everything (a blanket 400 is
@@ -457,12 +472,12 @@ class InfluxSink:
             log.error("%s%s", message, f" (seen {count} times)" if count > 1 else "")
 
     # --- state ---------------------------------------------------------------------------
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         """A consistent snapshot: produced = written + spooled + dropped (spool) + failed."""
         with self._lock:
             return self._state()
 
-    def _state(self) -> dict:
+    def _state(self) -> dict[str, Any]:
         return {
             "api": self.config.api,
             "url": self.config.url,
@@ -477,7 +492,7 @@ class InfluxSink:
             "last_error": self.last_error,
         }
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         s = self.state()
         yield CounterMetricFamily(
             "rigmon_influxdb_points_written", "Points InfluxDB accepted.", value=s["points_written"]

@@ -40,10 +40,10 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..model.durations import format_duration
 from ..model.sample import SLOWDOWNS, GpuReading, Sample
@@ -51,7 +51,11 @@ from ..model.text import printable
 from ..readers.procs import executable
 
 if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
+    from ..alerts.engine import Transition
     from ..config.schema import Config, JobsConfig
+    from ..model.sample import ProcessInfo
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +140,7 @@ class Job:
             return None
         return self.starved_seconds > 0.5 * self.busy_seconds
 
-    def as_dict(self, price_per_kwh: float = 0.0, currency: str = "") -> dict:
+    def as_dict(self, price_per_kwh: float = 0.0, currency: str = "") -> dict[str, Any]:
         kwh = self.energy_joules / 3.6e6
         return {
             "id": self.id,
@@ -195,7 +199,7 @@ _COLUMNS = (
 )
 
 
-def _row(job: Job) -> tuple:
+def _row(job: Job) -> tuple[object, ...]:
     return tuple(_column(job, c) for c in _COLUMNS)
 
 
@@ -210,7 +214,7 @@ def _column(job: Job, name: str) -> object:
 def _job(row: sqlite3.Row) -> Job:
     """A row as a Job; a damaged row (not JSON, wrong types) reads as what can be read of it."""
     present = set(row.keys())
-    values = {c: row[c] if c in present else None for c in _COLUMNS}
+    values: dict[str, Any] = {c: row[c] if c in present else None for c in _COLUMNS}
     for name in ("key", "user", "command", "unit"):
         v = values[name]
         values[name] = printable(v) if v is not None else (None if name != "key" else "?")
@@ -241,7 +245,7 @@ _TOTALS = (
 )
 
 
-def _busy_by_gpu(text, gpus: set[int]) -> dict[int, float]:
+def _busy_by_gpu(text: object, gpus: set[int]) -> dict[int, float]:
     """A row's busy seconds by GPU: only the job's GPUs, each a finite number of seconds ≥ 0."""
     try:
         value = json.loads(text) if isinstance(text, (str, bytes)) else None
@@ -261,7 +265,7 @@ def _busy_by_gpu(text, gpus: set[int]) -> dict[int, float]:
     return out
 
 
-def _json_list(text) -> list:
+def _json_list(text: object) -> list[Any]:
     try:
         value = json.loads(text) if isinstance(text, (str, bytes)) else None
     except ValueError:
@@ -382,20 +386,23 @@ class JobLedger:
             )
 
     def _load(self) -> None:
-        check = self._db.execute("PRAGMA quick_check").fetchone()[0]
+        db = self._db
+        if db is None:
+            return
+        check = db.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
             raise sqlite3.DatabaseError(f"quick_check: {check}")
-        for row in self._db.execute("SELECT * FROM jobs WHERE ended IS NULL"):
+        for row in db.execute("SELECT * FROM jobs WHERE ended IS NULL"):
             job = _job(row)
             self.running[job.key] = job
         self._gpus = {}
-        for r in self._db.execute("SELECT * FROM gpu_energy"):
+        for r in db.execute("SELECT * FROM gpu_energy"):
             keys = {k for k in _json_list(r["jobs"]) if isinstance(k, str)}
             if isinstance(r["time"], (int, float)) and isinstance(r["joules"], (int, float)):
                 shares = {k: 1 / len(keys) for k in keys}
                 self._gpus[r["uuid"]] = _LastPoll(float(r["time"]), float(r["joules"]), shares)
                 self._counter[r["uuid"]] = float(r["joules"])
-        for r in self._db.execute(
+        for r in db.execute(
             "SELECT user, SUM(e) AS e FROM (SELECT user, energy_joules AS e FROM jobs WHERE "
             "ended IS NOT NULL UNION ALL SELECT user, joules FROM pruned_energy) GROUP BY user"
         ):
@@ -444,7 +451,7 @@ class JobLedger:
         return self._db is not None
 
     # --- the sink ---------------------------------------------------------------------------
-    def book(self, sample: Sample | None, transitions=()) -> tuple[Job, ...]:
+    def book(self, sample: Sample | None, transitions: Iterable[Transition] = ()) -> tuple[Job, ...]:
         """One poll: its alerts kept with the jobs they hit, its GPU time and energy booked;
         returns the jobs it ended. ``sample`` None: transitions between polls (a reload)."""
         if transitions:
@@ -459,7 +466,7 @@ class JobLedger:
         now = sample.time
         who = {p.pid: p for p in sample.processes}
         on_gpu: dict[int, dict[str, float]] = {}  # gpu index -> {job key: share}
-        seen: dict[str, tuple] = {}  # job key -> (info, gpus)
+        seen: dict[str, tuple[ProcessInfo | None, set[int]]] = {}  # job key -> (info, gpus)
         for g in sample.gpus:
             if g.lost or not g.processes:
                 continue
@@ -470,14 +477,15 @@ class JobLedger:
                 info = who.get(p.pid)
                 key = info.job if info is not None and info.job else f"pid:{p.pid}"
                 weights[key] = weights.get(key, 0.0) + (p.sm_ratio if by_sm else 0.0)
-                entry = seen.setdefault(key, [info, set()])
-                if entry[0] is None or (
+                first, gpus = seen.get(key, (None, set()))
+                if first is None or (
                     info is not None
                     and info.start_time is not None
-                    and (entry[0].start_time is None or info.start_time < entry[0].start_time)
+                    and (first.start_time is None or info.start_time < first.start_time)
                 ):
-                    entry[0] = info  # the earliest process names the job
-                entry[1].add(g.index)
+                    first = info  # the earliest process names the job
+                gpus.add(g.index)
+                seen[key] = (first, gpus)
             total = sum(weights.values())
             on_gpu[g.index] = (
                 {k: w / total for k, w in weights.items()}
@@ -493,8 +501,11 @@ class JobLedger:
         for job in ended:
             self._finished(job)
 
-    def _open_and_close(self, seen: dict, now: float) -> tuple[list[Job], list[Job]]:
-        started, ended = [], []
+    def _open_and_close(
+        self, seen: dict[str, tuple[ProcessInfo | None, set[int]]], now: float
+    ) -> tuple[list[Job], list[Job]]:
+        started: list[Job] = []
+        ended: list[Job] = []
         for key, (info, gpus) in seen.items():
             job = self.running.get(key)
             # when what the job is keyed by started: the launcher, else the process that names it
@@ -508,7 +519,11 @@ class JobLedger:
                 and job.process_start is not None
                 and (
                     job.last_seen < start <= now
-                    or (info.job_start is not None and abs(info.job_start - job.process_start) > 1.0)
+                    or (
+                        info is not None
+                        and info.job_start is not None
+                        and abs(info.job_start - job.process_start) > 1.0
+                    )
                 )
             ):
                 self._end(job)
@@ -548,12 +563,15 @@ class JobLedger:
         return started, ended
 
     def _insert(self, job: Job) -> int:
-        if self._connect():
+        if self._connect() and self._db is not None:
+            db = self._db
             try:
-                with self._db:
-                    return self._db.execute(
+                with db:
+                    row_id = db.execute(
                         f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", _row(job)
                     ).lastrowid
+                if row_id is not None:
+                    return row_id
             except sqlite3.Error as e:
                 log.error("jobs: cannot write %s: %s", self.path, e)
         self._next_id += 1
@@ -650,7 +668,7 @@ class JobLedger:
                 for job, part in spent.items():
                     job.energy_joules += weight * part
 
-    def _note(self, transitions) -> None:
+    def _note(self, transitions: Iterable[Transition]) -> None:
         """Alerts that fire on one of a job's GPUs are kept with the job (the host's, a fan's or
         a PSU's are the box's, not the job's)."""
         with self._lock:
@@ -693,16 +711,19 @@ class JobLedger:
         per-user totals (rigmon_job_energy_joules does not go back)."""
         self._last_prune = now
         before = now - self.config.keep
+        db = self._db
+        if db is None:
+            return
         try:
-            with self._db:
-                self._db.execute(
+            with db:
+                db.execute(
                     "INSERT INTO pruned_energy (user, joules) SELECT COALESCE(user, ''), "
                     "SUM(energy_joules) FROM jobs WHERE ended IS NOT NULL AND ended < ? GROUP BY "
                     "COALESCE(user, '') ON CONFLICT(user) DO UPDATE SET joules = joules + "
                     "excluded.joules",
                     (before,),
                 )
-                gone = self._db.execute("DELETE FROM jobs WHERE ended IS NOT NULL AND ended < ?", (before,)).rowcount
+                gone = db.execute("DELETE FROM jobs WHERE ended IS NOT NULL AND ended < ?", (before,)).rowcount
         except sqlite3.Error as e:
             log.error("jobs: cannot prune %s: %s", self.path, e)
             return
@@ -725,12 +746,12 @@ class JobLedger:
         self._ended.append(job)
 
     # --- exported state -------------------------------------------------------------------------
-    def snapshot(self, price_per_kwh: float = 0.0, currency: str = "") -> list[dict]:
+    def snapshot(self, price_per_kwh: float = 0.0, currency: str = "") -> list[dict[str, Any]]:
         """The running jobs as plain data (the daemon's page), from any thread."""
         with self._lock:
             return [job.as_dict(price_per_kwh, currency) for job in self.running.values()]
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # `rigmon jobs` needs none
 
         with self._lock:

@@ -9,7 +9,7 @@ Every point carries the ``host`` tag. Fields are in base units, integers as inte
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..alerts.engine import subject_of
 from ..model.project import (
@@ -23,10 +23,12 @@ from ..model.project import (
 from ..model.sample import Sample
 
 if TYPE_CHECKING:
+    from ..alerts.engine import Transition
+    from .base import AlertState
     from .jobs import Job
 
 
-def line(measurement: str, tags: dict[str, str], fields: dict, ns: int) -> str | None:
+def line(measurement: str, tags: dict[str, str], fields: dict[str, Any], ns: int) -> str | None:
     """One point; None when no field has a value."""
     encoded = []
     for key, value in fields.items():
@@ -58,20 +60,20 @@ def encode(sample: Sample, host: str, with_info: bool = False) -> list[str]:
             if point is not None:
                 out.append(point)
     for e in sample.events:
-        out.append(
-            line(
-                "xid",
-                {"host": host, "gpu": str(e.gpu_index), "uuid": e.uuid, "xid": str(e.xid)},
-                {"code": e.xid},
-                int(round(e.time * 1e9)),
-            )
+        xid = line(
+            "xid",
+            {"host": host, "gpu": str(e.gpu_index), "uuid": e.uuid, "xid": str(e.xid)},
+            {"code": e.xid},
+            int(round(e.time * 1e9)),
         )
+        if xid is not None:
+            out.append(xid)
     if sample.host is not None:
         influx_host_lines(sample, sample.host, host, ns, out)
     return out
 
 
-def encode_transition(t, host: str) -> str | None:
+def encode_transition(t: Transition, host: str) -> str | None:
     """An alert transition as a point in ``alert``."""
     subject = subject_of(t.labels, sep=",")  # a tag: no spaces
     return line(
@@ -82,9 +84,9 @@ def encode_transition(t, host: str) -> str | None:
     )
 
 
-def encode_budgets(state, host: str) -> list[str]:
+def encode_budgets(state: AlertState, host: str) -> list[str]:
     """Power drawn against each configured budget, as points in ``power_budget``."""
-    ns = int(round(state.time * 1e9))
+    ns = int(round((state.time or 0.0) * 1e9))
     return [
         x
         for x in (
@@ -126,7 +128,9 @@ def encode_job(job: Job, host: str, price_per_kwh: float = 0.0) -> str | None:
     return line("job", tags, fields, int(round((job.ended or job.last_seen) * 1e9)))
 
 
-def encode_burnin_progress(host: str, run: str, unit: str, gpu: int | None, event: dict, floor, started: float):
+def encode_burnin_progress(
+    host: str, run: str, unit: str, gpu: int | None, event: dict[str, Any], floor: float | None, started: float
+) -> str | None:
     """One step of a burn-in worker as a point in ``burnin``."""
     tags = {"host": host, "run": run, "unit": unit, "gpu": "" if gpu is None else str(gpu)}
     return line(

@@ -14,6 +14,7 @@ keeps the lines and tries again; a torn last line left by a crash is cut back on
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import threading
@@ -85,14 +86,14 @@ class Spool:
         data = ("\n".join(lines) + "\n").encode("utf-8", "backslashreplace")
         with self._lock:
             if self._current is None or self._segments[-1][2] >= self.segment_bytes:
-                self._rotate()
+                self._current = self._rotate()
             seq, path = self._current
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND)
             except FileNotFoundError:  # the segment being written was deleted: a new one
                 self.vanished_points += sum(s[3] for s in self._segments if s[0] == seq)
                 self._segments = [s for s in self._segments if s[0] != seq]
-                self._rotate()
+                self._current = self._rotate()
                 seq, path = self._current
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND)
             try:
@@ -114,7 +115,7 @@ class Spool:
             self._segments[-1] = (last[0], last[1], last[2] + len(data), last[3] + len(lines))
             self._enforce_bound()
 
-    def _rotate(self) -> None:
+    def _rotate(self) -> tuple[int, Path]:
         # never a number used before in this run: a sent segment's file may still wait for its
         # deletion, and must not be the new one's
         seq = max(self._segments[-1][0] + 1 if self._segments else 0, self._last_seq + 1, int(time.time() * 1000))
@@ -125,6 +126,7 @@ class Spool:
         self._segments.append((seq, path, 0, 0))
         self._current = (seq, path)
         self._current_opened = time.monotonic()
+        return self._current
 
     def _enforce_bound(self) -> None:
         while self._rejected and self._total() > self.max_bytes:
@@ -143,17 +145,18 @@ class Spool:
         return sum(s[2] for s in self._segments) + sum(size for _, size in self._rejected)
 
     # --- reading -------------------------------------------------------------------------
-    def oldest(self, min_age: float = 0.0) -> tuple[Path, bytes, int] | None:
+    def oldest(self, min_age: float = 0.0) -> tuple[Path, builtins.bytes, int] | None:
         """The oldest segment to send: (path, data, points). The segment being written is
         closed and handed out once it is ``min_age`` seconds old or full."""
         batch = self.ready(min_age, 0)
         return batch[0] if batch else None
 
-    def ready(self, min_age: float = 0.0, max_bytes: int = 0) -> list[tuple[Path, bytes, int]]:
+    def ready(self, min_age: float = 0.0, max_bytes: int = 0) -> list[tuple[Path, builtins.bytes, int]]:
         """The oldest segments to send, in order, as many as fit in ``max_bytes`` (at least
         one): [(path, data, points)]. The segment being written is closed and handed out once
         it is ``min_age`` seconds old or full."""
-        out, total = [], 0
+        out: list[tuple[int, Path, int]] = []
+        total = 0
         with self._lock:
             for seq, path, size, points in self._segments:
                 if out and total + size > max_bytes:
@@ -164,7 +167,7 @@ class Spool:
                     self._current = None  # the next append opens a new segment
                 out.append((seq, path, points))
                 total += size
-        batch = []
+        batch: list[tuple[Path, builtins.bytes, int]] = []
         for seq, path, points in out:
             try:
                 batch.append((path, path.read_bytes(), points))
@@ -209,7 +212,7 @@ class Spool:
         except TimeoutError:
             pass
 
-    def reject(self, path: Path, bad: list[bytes]) -> Path | None:
+    def reject(self, path: Path, bad: list[builtins.bytes]) -> Path | None:
         """Done with a segment whose ``bad`` lines the server refused: keep those beside the
         spool (counted against the bound), drop the segment."""
         target = path.with_suffix(REJECTED) if bad else None
