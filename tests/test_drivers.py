@@ -97,7 +97,7 @@ def test_doctor_names_the_driver_for_what_it_lacks(driver):
 
 
 def test_the_record_layout_follows_the_driver():
-    from rigmon.readers import gpu as reader
+    from rigmon.readers import nvml as reader
 
     v3, v2, v1 = ("nvmlDeviceGetComputeRunningProcesses" + suffix for suffix in ("_v3", "_v2", ""))
     assert reader.process_layout(v3, "535.54.03") is reader._ProcessV3CC
@@ -116,7 +116,7 @@ def test_records_that_read_as_no_process_are_said_once_and_left_out(tmp_path):
     probe = """
 import logging, sys
 logging.basicConfig(stream=sys.stdout, level=logging.WARNING, format="%(message)s")
-from rigmon.readers import gpu as reader
+from rigmon.readers import nvml as reader
 reader.process_layout = lambda symbol, driver: reader._ProcessV2
 from rigmon.config import schema as config
 from rigmon.poller import build_poller

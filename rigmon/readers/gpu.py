@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import math
 import threading
 import time
 from collections import deque
@@ -34,7 +33,7 @@ from typing import Any
 
 import pynvml
 
-from ..model.polled import CLOCKS, ECC, FANS, FIELD_VALUES, MEMORY_V2, PCIE, POLLED, POWER, PROCESSES, XID, Polled
+from ..model.polled import CLOCKS, ECC, FANS, FIELD_VALUES, PCIE, POLLED, POWER, PROCESSES, XID
 from ..model.recording import VALUE_FIELDS, call_key, error_value, handle_key
 from ..model.sample import (
     CLOCK_EVENT_BITS,
@@ -42,7 +41,6 @@ from ..model.sample import (
     ClockEvents,
     EccCounts,
     GpuInfo,
-    GpuProcess,
     GpuReading,
     ReaderStatus,
     RemappedRows,
@@ -52,11 +50,30 @@ from ..model.sample import (
     ThrottleSeconds,
     XidEvent,
 )
-from ..model.text import printable
+from .gpu_values import (
+    MAX_DEVICES,
+    MAX_FANS,
+    _bounded,
+    _build,
+    _celsius,
+    _cuda_version,
+    _hertz,
+    _num,
+    _numbers,
+    _per_fan,
+    _plan_name,
+    _processes,
+    _resolved,
+    _stepped,
+    _text,
+    _watts,
+)
+from .nvml import NVML, make_error, real_backend
+
+__all__ = ["NVML", "GpuReader", "make_error", "real_backend"]  # the bindings, as the reader has them
 
 log = logging.getLogger(__name__)
 
-MHZ = 1e6
 # The XID thread's wait. An event ends it at once; nothing else can (NVML cannot interrupt it),
 # so close() never waits it out: the thread frees the event set and shuts its NVML down
 # itself when the wait ends. This bounds only how long the thread outlives close().
@@ -64,19 +81,6 @@ EVENT_WAIT_MS = 1000
 ALL_CLOCK_EVENTS = sum(bit for _, bit in CLOCK_EVENT_BITS)
 
 _NO_FIELDS: dict[int, float] = {}
-_ARGUMENTS = {MEMORY_V2: pynvml.nvmlMemory_v2}  # the table's named arguments, as pynvml takes them
-
-
-def _resolved(args: tuple) -> tuple:
-    return tuple(_ARGUMENTS.get(a, a) for a in args)
-
-
-def _plan_name(polled: Polled) -> str:
-    """A table entry's place in the plan: its first call's key (entries that share the call share it)."""
-    fn, args = polled.calls[0]
-    return call_key(fn, _resolved(args))
-
-
 # The field values every poll asks for in one call (the table's field_id entries).
 _POLL_FIELDS = tuple(dict.fromkeys(p.field_id for p in POLLED if p.field_id is not None))
 # Cumulative nanoseconds spent in each throttling state (field-value API), by reason.
@@ -96,55 +100,6 @@ _PCIE_GENERATION = _plan_name(next(p for p in POLLED if p.field == "pcie_generat
 _PSTATE = _plan_name(next(p for p in POLLED if p.field == "performance_state"))
 
 
-def _builder() -> Callable:
-    """build(...) -> GpuReading: each field's expression by name, the tuple made in field order
-    without keyword binding. Generated because it pays: per-field closures giving the same
-    readings take 1.5× its CPU (45 µs a poll of 8 GPUs against 30; tests/bench/bench_generated.py)."""
-    exprs = {
-        "index": "d.index",
-        "uuid": "d.info.uuid",
-        "lost": "False",
-        "energy_joules": "d.energy",
-        "clock_events": "events",
-        "throttle_seconds": "d.throttle",
-        "fan_speed_ratios": "speeds",
-        "fan_target_ratios": "targets",
-        "fan_speed_rpm": "rpms",
-        "pcie_rx_bytes_per_second": "d.pcie_rx",
-        "pcie_tx_bytes_per_second": "d.pcie_tx",
-        "ecc_errors": "ecc",
-        "remapped_rows": "rows",
-        "retired_pages": "d.retired_pages",
-        "processes": "procs",
-        "pcie_full_in_other_pstate": "stepped",
-    }
-    for p in POLLED:
-        answer = f"fields.get({p.field_id})" if p.field_id is not None else f"get({_plan_name(p)!r})"
-        if p.attr:
-            answer = f"_attr({answer}, {p.attr!r})"
-        exprs[p.field] = f"_{p.convert}({answer})"
-    missing = [f for f in GpuReading._fields if f not in exprs]
-    if missing:
-        raise ImportError(f"GpuReading fields without a source: {missing}")
-    source = (
-        "def build(d, get, fields, events, speeds, targets, rpms, ecc, rows, procs, stepped):\n"
-        "    return _new(_GpuReading, (" + ", ".join(exprs[f] for f in GpuReading._fields) + ",))\n"
-    )
-    namespace = {
-        "_new": tuple.__new__,
-        "_GpuReading": GpuReading,
-        "_attr": _attr,
-        "_watts": _watts,
-        "_celsius": _celsius,
-        "_hertz": _hertz,
-        "_ratio": _ratio,
-        "_count": _num,
-    }
-    exec(compile(source, "<rigmon.readers.gpu build>", "exec"), namespace)  # our own table, not input
-    namespace["build"].source = source
-    return namespace["build"]
-
-
 # What a call can raise that is that call's failure, never the GPU's or the poll's: NVML's
 # errors, and the bindings' own (an unversioned call on a driver older than the bindings
 # raises NVMLLibraryMismatchError; a ctypes argument the library's symbol does not take).
@@ -156,147 +111,6 @@ _NOT_HERE = (
     pynvml.NVMLLibraryMismatchError,
     ctypes.ArgumentError,
 )
-
-
-class UntrustedProcessRecords(pynvml.NVMLError):
-    """The driver's process records do not read as processes in any layout rigmon knows."""
-
-    def __init__(self, why: str):
-        self.value = pynvml.NVML_ERROR_UNKNOWN
-        self.why = why
-
-    def __str__(self) -> str:
-        return f"process records that do not read as processes ({self.why}): the list is left out"
-
-
-class _ProcessV1(ctypes.Structure):  # nvmlProcessInfo_v1_t: before R450
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
-
-
-class _ProcessV2(ctypes.Structure):  # nvmlProcessInfo_v2_t, and _v3_t on every driver but 535.43-535.86
-    _fields_ = [
-        ("pid", ctypes.c_uint),
-        ("usedGpuMemory", ctypes.c_ulonglong),
-        ("gpuInstanceId", ctypes.c_uint),
-        ("computeInstanceId", ctypes.c_uint),
-    ]
-
-
-class _ProcessV3CC(ctypes.Structure):  # nvmlProcessInfo_v3_t as drivers 535.43 to 535.86 write it
-    _fields_ = [
-        ("pid", ctypes.c_uint),
-        ("usedGpuMemory", ctypes.c_ulonglong),
-        ("gpuInstanceId", ctypes.c_uint),
-        ("computeInstanceId", ctypes.c_uint),
-        ("usedGpuCcProtectedMemory", ctypes.c_ulonglong),
-    ]
-
-
-MAX_PID = 1 << 22  # the kernel's pid_max can go no higher
-MAX_PROCESSES = 4096
-
-
-def process_layout(symbol: str, driver: str | None) -> type[ctypes.Structure]:
-    """The record a driver writes for this versioned call. The first 535 releases (535.43 to
-    535.86) wrote 32-byte ``_v3`` records with a field later dropped; 535.98 went back to 24
-    (nvitop #89); nvidia-ml-py reads 24 whatever the driver."""
-    if symbol.endswith("_v3") and driver:
-        try:
-            major, minor = (int(x) for x in driver.split(".")[:2])
-        except ValueError:
-            major = minor = 0
-        if major == 535 and 43 <= minor < 98:
-            return _ProcessV3CC
-    return _ProcessV1 if not symbol.endswith(("_v2", "_v3")) else _ProcessV2
-
-
-class _Process:  # as pynvml's own answer reads (and a recording stores it)
-    def __init__(self, pid: int, used: int | None):
-        self.pid, self.usedGpuMemory = pid, used
-
-
-def compute_processes(handle: Any, driver: str | None) -> list[_Process]:
-    """The GPU's compute processes through the newest call the driver has (``_v3``, ``_v2``, the
-    first), each record read in the layout this driver writes; records that do not read as
-    processes (a PID of 0 or past pid_max, more memory than any GPU has) raise
-    UntrustedProcessRecords, never pass on as processes."""
-    for symbol in (
-        "nvmlDeviceGetComputeRunningProcesses_v3",
-        "nvmlDeviceGetComputeRunningProcesses_v2",
-        "nvmlDeviceGetComputeRunningProcesses",
-    ):
-        try:
-            fn = pynvml._nvmlGetFunctionPointer(symbol)
-        except pynvml.NVMLError_FunctionNotFound:
-            continue
-        layout = process_layout(symbol, driver)
-        count = ctypes.c_uint(0)
-        ret = fn(handle, ctypes.byref(count), None)
-        if ret == pynvml.NVML_SUCCESS:
-            return []
-        if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
-            raise pynvml.NVMLError(ret)
-        count.value = min(count.value * 2 + 5, MAX_PROCESSES)
-        records = (layout * count.value)()
-        pynvml._nvmlCheckReturn(fn(handle, ctypes.byref(count), records))
-        out = []
-        for record in records[: min(count.value, MAX_PROCESSES)]:
-            used = record.usedGpuMemory
-            if not 0 < record.pid < MAX_PID:
-                raise UntrustedProcessRecords(f"PID {record.pid} from {symbol}, driver {driver}")
-            if used == pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
-                used = None  # WDDM, or a MIG instance: not given
-            elif used > 1 << 50:
-                raise UntrustedProcessRecords(f"{used} bytes from {symbol}, driver {driver}")
-            out.append(_Process(record.pid, used))
-        return out
-    raise pynvml.NVMLError_FunctionNotFound()
-
-
-class _Bindings:
-    """pynvml, with the calls it gets wrong fixed: its ``nvmlDeviceGetFanSpeedRPM(handle)``
-    always asks for fan 0, here it takes the fan's index like ``nvmlDeviceGetFanSpeed_v2``; its
-    ``nvmlDeviceGetComputeRunningProcesses`` asks for ``_v3`` alone (a driver before R510 has
-    none: NVMLLibraryMismatchError) and reads 24-byte records whatever the driver wrote, here
-    the newest call the driver has, in the layout it writes."""
-
-    _driver: str | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(pynvml, name)
-
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list:
-        if self._driver is None:
-            version = pynvml.nvmlSystemGetDriverVersion()
-            self._driver = version.decode() if isinstance(version, bytes) else str(version)
-        return compute_processes(handle, self._driver)
-
-    @staticmethod
-    def nvmlDeviceGetFanSpeedRPM(handle: Any, fan: int) -> int:
-        info = pynvml.c_nvmlFanSpeedInfo_t()
-        info.version = pynvml.nvmlFanSpeedInfo_v1
-        info.fan = fan
-        fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetFanSpeedRPM")
-        pynvml._nvmlCheckReturn(fn(handle, ctypes.byref(info)))
-        return info.speed
-
-
-NVML = _Bindings()
-
-
-def make_error(name: str) -> BaseException:
-    """pynvml's own exception for a recorded error name (used by the replay backend):
-    ``NVMLError_<name>``, or ``LibraryMismatch`` for what pynvml raises when it asks a driver
-    older than itself for a call that driver lacks (NVMLLibraryMismatchError)."""
-    if name == "LibraryMismatch":
-        return pynvml.NVMLLibraryMismatchError("the driver lacks this call (recorded)")
-    cls = getattr(pynvml, f"NVMLError_{name}", None)
-    return cls() if cls is not None else pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
-
-
-def real_backend() -> Any:
-    """The real NVML bindings (what ``rigmon record`` wraps)."""
-    return NVML
 
 
 def _error_name(exc: BaseException) -> str:
@@ -982,121 +796,3 @@ class GpuReader:
             except CALL_ERRORS:
                 pass
             self._opened = False
-
-
-def _processes(procs: Any, samples: Any) -> tuple[GpuProcess, ...] | None:
-    """The compute processes with their SM share: the latest of the driver's samples per PID."""
-    if not isinstance(procs, list):
-        return None
-    latest: dict[Any, tuple[Any, Any]] = {}
-    for sample in samples if isinstance(samples, list) else ():
-        pid, stamp = _attr(sample, "pid"), _num(_attr(sample, "timeStamp")) or 0
-        if not (isinstance(stamp, int) or math.isfinite(stamp)):
-            stamp = 0
-        if pid not in latest or stamp >= latest[pid][0]:
-            latest[pid] = (stamp, _attr(sample, "smUtil"))
-    return tuple(
-        GpuProcess(
-            _attr(p, "pid"),
-            _attr(p, "usedGpuMemory"),
-            _ratio(latest[_attr(p, "pid")][1]) if _attr(p, "pid") in latest else None,
-        )
-        for p in procs
-    )
-
-
-def _per_fan(
-    raw: dict[str, Any], fans: tuple[tuple[str, str, str], ...], which: int, divisor: int
-) -> tuple[float | None, ...] | None:
-    """One reading of every fan, in fan order (None where that fan did not answer); None when
-    no fan answered it at all."""
-    values = tuple(_num(raw.get(names[which])) for names in fans)
-    values = tuple(v / divisor if v is not None else None for v in values)
-    return values if any(v is not None for v in values) else None
-
-
-def _text(value: Any) -> str | None:
-    """A name, serial or version as text, bounded (a damaged answer can be anything)."""
-    if value is None:
-        return None
-    text = printable(value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value))
-    return text[:MAX_TEXT] if len(text) > MAX_TEXT else text
-
-
-MAX_DEVICES = 64  # NVML's own limit per box
-MAX_FANS = 32  # fans on one board: a handful; a count above this is a damaged answer
-MAX_TEXT = 256  # characters of a name, serial, uuid or version
-
-
-def _bounded(value: Any, limit: int, what: str) -> int | None:
-    """A count NVML answered, or None where it cannot be one: a count sizes what a poll reads,
-    and a damaged one (10**12 fans) must not size anything."""
-    if value is None:
-        return None
-    if value.__class__ is not int or not 0 <= value <= limit:
-        log.warning("%s: %r is not a count (0 to %d); taken as not read", what, value, limit)
-        return None
-    return value
-
-
-# NVML answers numbers where these read; a replayed recording may hold anything, and a
-# value of the wrong kind is "not read" (None), never an exception that takes the GPU down.
-def _stepped(d: _Device, generation: Any, pstate: Any) -> bool | None:
-    """Whether the link was seen at the generation it should reach in another P-state than the
-    one it is in now: a link that steps down with the P-state (a busy card held in P2 at Gen3
-    of Gen4), not one that never trains up or one that dropped in the P-state it reached it in.
-    None where the generation, the P-state or the target is not known."""
-    info = d.info
-    target = (info.expected_pcie_generation or info.max_pcie_generation) if info is not None else None
-    if generation.__class__ is not int or pstate.__class__ is not int or not target or not 0 <= pstate <= 32:
-        return None
-    seen = d.link_by_pstate
-    stepped = any(g >= target for p, g in seen.items() if p != pstate)
-    if generation > seen.get(pstate, 0):
-        seen[pstate] = generation
-    return stepped
-
-
-def _num(value: Any) -> Any:
-    cls = value.__class__
-    if cls is int:  # what NVML answers nearly always: one check
-        return value
-    if cls is float:  # NaN and the infinities too: the check of every sample counts and drops them
-        return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return value  # an int or float subclass (numpy's, a ctypes wrapper's)
-
-
-def _attr(obj: Any, name: str) -> Any:
-    return _num(getattr(obj, name, None)) if obj is not None else None
-
-
-def _numbers(value: Any, count: int) -> bool:
-    return isinstance(value, (list, tuple)) and len(value) == count and all(_num(v) is not None for v in value)
-
-
-def _ratio(percent: Any) -> float | None:
-    return percent / 100 if percent is not None else None
-
-
-def _watts(milliwatts: int | None) -> float | None:
-    milliwatts = _num(milliwatts)
-    return milliwatts / 1000 if milliwatts is not None else None
-
-
-def _hertz(mhz: int | None) -> float | None:
-    mhz = _num(mhz)
-    return mhz * MHZ if mhz is not None else None
-
-
-def _celsius(value: float | None) -> float | None:
-    value = _num(value)
-    return float(value) if value is not None else None
-
-
-def _cuda_version(value: int | None) -> str | None:
-    return f"{value // 1000}.{value % 1000 // 10}" if value else None
-
-
-_build = _builder()
