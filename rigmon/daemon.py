@@ -19,6 +19,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
@@ -27,7 +28,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from .http.server import MetricsApp, basic_auth, serve
-from .model.sample import Sample
+from .model.sample import ReaderStatus, Sample
 from .pipeline import Outputs, Pipeline
 from .system import heap
 from .system.systemd import Notifier
@@ -45,8 +46,9 @@ STOP_GRACE_SECONDS = 3.5  # the warm stop's one deadline; systemd's TimeoutStopS
 class PollStats:
     """The daemon's own health, exported as rigmon_poll_* and rigmon_reader_*."""
 
-    def __init__(self, interval: float):
+    def __init__(self, interval: float, families: Callable[[], tuple[ReaderStatus, ...]] = tuple):
         self.interval = interval
+        self.families = families  # the GPU reader's families (gpu_power, gpu_ecc, …) at its last poll
         self.polls = 0
         self.failed = 0
         self.skipped = 0
@@ -92,7 +94,7 @@ class PollStats:
                 "1 if the reader worked in the last poll (0: no GPUs, no NVML, or a failure; see the log).",
                 labels=["reader"],
             )
-            for status in self.readers:
+            for status in (*self.readers, *self.families()):
                 reader_duration.add_metric([status.name], status.duration_seconds)
                 reader_success.add_metric([status.name], int(status.ok))
             yield reader_duration
@@ -112,7 +114,8 @@ class Daemon:
         self.speed = speed  # a replay run faster: polls come this many times as often (the samples' clock too)
         self.pipeline = pipeline
         self.notifier = notifier or Notifier()
-        self.stats = PollStats(self.interval)
+        gpu = pipeline.poller.gpu
+        self.stats = PollStats(self.interval, (lambda: gpu.statuses) if gpu is not None else tuple)
         self.stopped = threading.Event()
         self._stop_requested = threading.Event()
         self.reload_requested = threading.Event()

@@ -41,14 +41,12 @@ class Poller:
         gpus, events, host = (), (), None
         if self.gpu is not None:
             started = time.perf_counter()
-            families: tuple[ReaderStatus, ...] = ()
             try:
-                gpus, events = self.gpu.read()
-                error, families = self.gpu.unavailable, self.gpu.statuses  # gpu_power, gpu_ecc, …
+                gpus, events = self.gpu.read()  # its families' statuses: self.gpu.statuses, when asked
+                error = self.gpu.unavailable
             except Exception as e:  # a reader bug must not stop the daemon
                 error = self._failure("gpu", e)
             statuses.append(ReaderStatus("gpu", error is None, time.perf_counter() - started, error))
-            statuses += families
         processes = ()
         if self.host is not None:
             started = time.perf_counter()

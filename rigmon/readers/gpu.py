@@ -100,6 +100,17 @@ _PCIE_GENERATION = _plan_name(next(p for p in POLLED if p.field == "pcie_generat
 _PSTATE = _plan_name(next(p for p in POLLED if p.field == "performance_state"))
 
 
+def _by_family(
+    plan: list[tuple[str, str, list[tuple[Any, ...]]]],
+) -> list[tuple[str, list[tuple[str, list[tuple[Any, ...]]]]]]:
+    """(name, family, calls) entries as [(family, [(name, calls), ...]), ...], in the order of
+    each family's first entry: a poll times each family once a GPU."""
+    groups: dict[str, list[tuple[str, list[tuple[Any, ...]]]]] = {}
+    for name, family, calls in plan:
+        groups.setdefault(family, []).append((name, calls))
+    return list(groups.items())
+
+
 # What a call can raise that is that call's failure, never the GPU's or the poll's: NVML's
 # errors, and the bindings' own (an unversioned call on a driver older than the bindings
 # raises NVMLLibraryMismatchError; a ctypes argument the library's symbol does not take).
@@ -182,8 +193,9 @@ class _Device:
         self.pcie_tx: float | None = None
         self.supported_events = ALL_CLOCK_EVENTS
         self.fields_unsupported: set[int] = set()
-        self.plan: list[tuple[str, list[tuple]]] = []
-        self.slow_plan: list[tuple[str, list[tuple]]] = []  # the rare counters, every slow_interval
+        # the calls, by family: [(family, [(name, [(key, fn, args), ...older fallbacks]), ...]), ...]
+        self.plan: list[tuple[str, list[tuple[str, list[tuple[Any, ...]]]]]] = []
+        self.slow_plan: list[tuple[str, list[tuple[str, list[tuple[Any, ...]]]]]] = []  # the rare counters
         self.slow_raw: dict[str, Any] = {}  # their latest answers
         self.poll_fields = True  # False once every per-poll field value said NotSupported
         self.retired_pages: RetiredPages | None = None
@@ -279,8 +291,9 @@ class GpuReader:
         self._took: dict[str, float] = {}
         self._failed: set[str] = set()
         self._event_failures = 0  # XID waits failing in a row
-        self._families: dict[str, ReaderStatus] = {}  # each family as it was when last read
-        self.statuses: tuple[ReaderStatus, ...] = ()  # the families at the last poll
+        self._last_ok: dict[str, bool] = {}  # each family's success when it was last read
+        # the last whole poll's (took, failed, last_ok): made into ``statuses`` only when asked
+        self._last: tuple[dict[str, float], set[str], dict[str, bool]] = ({}, set(), {})
 
     # --- start-up ------------------------------------------------------------------------
     def open(self) -> None:
@@ -314,8 +327,8 @@ class GpuReader:
                 device.info = self._static(device)
                 plan = self._plan(device)
                 rare = [] if self._rare_every_poll else [entry for entry in plan if entry[0] in _RARE]
-                device.plan = [entry for entry in plan if entry not in rare]
-                device.slow_plan = rare
+                device.plan = _by_family([entry for entry in plan if entry not in rare])
+                device.slow_plan = _by_family(rare)
             except GpuLost:
                 device.lost = True
                 device.info = GpuInfo(index=index, uuid="", name="unknown")
@@ -492,8 +505,8 @@ class GpuReader:
                     d.lost, d.probe_at = True, now + LOST_PROBE_SECONDS
             readings.append(GpuReading(index=d.index, uuid=d.info.uuid, lost=True))
             # a GPU that does not answer: none of its families is read
-            self._failed.update(family for _, family, _ in d.plan + d.slow_plan)
-            self._failed.update(name for name in self._families if name != XID)
+            self._failed.update(family for family, _ in d.plan + d.slow_plan)
+            self._failed.update(name for name in self._last_ok if name != XID)
         if self._registered and self._event_thread is None:
             started = time.perf_counter()
             self._drain_events()
@@ -502,17 +515,24 @@ class GpuReader:
             self._took[XID] = 0.0  # the event thread waits on its own
         if self._registered and self._event_failures:
             self._failed.add(XID)
-        for name in self._took.keys() | self._failed:
-            self._families[name] = ReaderStatus(name, name not in self._failed, self._took.get(name, 0.0))
-        # a family read every slow_interval keeps its last success between its reads (0 s this poll)
-        self.statuses = tuple(
-            status if name in self._took or name in self._failed else status._replace(duration_seconds=0.0)
-            for name, status in sorted(self._families.items())
-        )
+        last_ok, failed = self._last_ok, self._failed
+        for name in self._took:
+            last_ok[name] = name not in failed
+        for name in failed:
+            last_ok[name] = False
+        self._last = (self._took, failed, last_ok.copy())  # whole: what a scrape in between sees
         events = []
         while self._events:
             events.append(self._events.popleft())
         return tuple(readings), tuple(events)
+
+    @property
+    def statuses(self) -> tuple[ReaderStatus, ...]:
+        """Each family at the last poll: its time across the GPUs, and whether all its calls
+        answered. A family read every slow_interval keeps its last success between its reads
+        (0 s at a poll that did not read it). Made when asked (a scrape), not at every poll."""
+        took, _, last_ok = self._last
+        return tuple(ReaderStatus(name, ok, took.get(name, 0.0)) for name, ok in sorted(last_ok.items()))
 
     def _plan(self, d: _Device) -> list[tuple[str, list[tuple]]]:
         """The calls every poll makes for this GPU: (name, [(key, fn, args), ...older fallbacks]),
@@ -560,49 +580,39 @@ class GpuReader:
                     (f"target{i}", FANS, [call("nvmlDeviceGetTargetFanSpeed", i)]),
                     (f"rpm{i}", FANS, [call("nvmlDeviceGetFanSpeedRPM", i)]),
                 ]
-        # a family's calls side by side, so that each family is timed once a GPU a poll
-        order = {family: n for n, family in enumerate(dict.fromkeys(family for _, family, _ in plan))}
-        plan.sort(key=lambda entry: order[entry[1]])
         return [(name, family, [a for a in alts if a[0] not in d.unsupported]) for name, family, alts in plan]
 
     def _run_plan(self, d: _Device, slow: bool = False) -> dict[str, Any]:
         raw: dict[str, Any] = {}
         handle = d.handle
         pruned = False
-        took, failed, clock = self._took, self._failed, time.perf_counter
-        family, failures, started = None, d.failures, clock()
-        for name, this, alternatives in d.slow_plan if slow else d.plan:
-            if this is not family:  # a family's calls are side by side: time each as a whole
-                now = clock()
-                if family is not None:
-                    took[family] = took.get(family, 0.0) + now - started
-                    if d.failures != failures:
-                        failed.add(family)
-                family, failures, started = this, d.failures, now
-            skipped = None
-            while alternatives:
-                key, fn, args = alternatives[0]
-                try:
-                    raw[name] = fn(handle, *args)
-                    if skipped:  # an older call answered: the newer one's absence (from a recording, or
-                        # the driver) hides nothing
-                        d.not_recorded.difference_update(skipped)
-                        d.stood_in.update(skipped)
-                    break
-                except CALL_ERRORS as e:
-                    if not d.failed(key, e):
+        took, clock = self._took, time.perf_counter
+        for family, entries in d.slow_plan if slow else d.plan:  # each family timed as a whole
+            failures, started = d.failures, clock()
+            for name, alternatives in entries:
+                skipped = None
+                while alternatives:
+                    key, fn, args = alternatives[0]
+                    try:
+                        raw[name] = fn(handle, *args)
+                        if skipped:  # an older call answered: the newer one's absence (from a
+                            # recording, or the driver) hides nothing
+                            d.not_recorded.difference_update(skipped)
+                            d.stood_in.update(skipped)
                         break
-                    alternatives.pop(0)  # not supported: the older call, if any, from now on
-                    pruned = True
-                    skipped = (skipped or []) + [key]
-        if family is not None:
+                    except CALL_ERRORS as e:
+                        if not d.failed(key, e):
+                            break
+                        alternatives.pop(0)  # not supported: the older call, if any, from now on
+                        pruned = True
+                        skipped = (skipped or []) + [key]
             took[family] = took.get(family, 0.0) + clock() - started
             if d.failures != failures:
-                failed.add(family)
+                self._failed.add(family)
         if pruned and slow:
-            d.slow_plan = [entry for entry in d.slow_plan if entry[2]]
+            d.slow_plan = _by_family([(n, f, a) for f, entries in d.slow_plan for n, a in entries if a])
         elif pruned:
-            d.plan = [entry for entry in d.plan if entry[2]]
+            d.plan = _by_family([(n, f, a) for f, entries in d.plan for n, a in entries if a])
         return raw
 
     def _read(self, d: _Device, now: float) -> GpuReading:
@@ -639,10 +649,17 @@ class GpuReader:
                 _per_fan(raw, d.fans, 1, 100),
                 _per_fan(raw, d.fans, 2, 1),
             )
+        fields = _NO_FIELDS
+        if d.poll_fields:  # one batched call: its own family
+            failures, started = d.failures, time.perf_counter()
+            fields = self._fields(d, _POLL_FIELDS)
+            self._took[FIELD_VALUES] = self._took.get(FIELD_VALUES, 0.0) + time.perf_counter() - started
+            if d.failures != failures:
+                self._failed.add(FIELD_VALUES)
         return _build(
             d,
             get,
-            self._timed(d, FIELD_VALUES, self._fields, d, _POLL_FIELDS) if d.poll_fields else _NO_FIELDS,
+            fields,
             ClockEvents.decode(reasons, d.supported_events) if isinstance(reasons, int) else None,
             speeds,
             targets,

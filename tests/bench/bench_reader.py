@@ -26,9 +26,8 @@ from rigmon.readers.host import HostReader  # noqa: E402
 
 try:
     from rigmon.readers.replay import ReplayHost, replay_backend
-except ImportError:  # before 0.2
-    from rigmon.readers.gpu import replay_backend
-    from rigmon.readers.replay import ReplayHost
+except ImportError:  # an earlier rigmon, for a before-and-after run: the replay at the top
+    from rigmon.replay import ReplayHost, replay_backend
 
 
 Capture = sc.CallLog  # its ``bound`` calls replay bare
