@@ -162,9 +162,17 @@ def chart(
         base = top + y1 * yk
         return [base - p[k] * yk for p in pts]
 
+    # the plot's box, time and value ranges: what a page reads a point's value and time back from
+    # (the value and time under the pointer)
+    scale = (
+        f'data-plot="{left},{top},{width - left - right},{height - top - bottom}" data-t="{t0:g},{t1:g}" '
+        f'data-y="{y0:g},{y1:g}" data-unit="{html.escape(unit)}"'
+        + (' data-log="1"' if log else "")
+        + (' data-ago="1"' if ago else "")
+    )
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" class="chart">',
+        f'viewBox="0 0 {width} {height}" class="chart" {scale}>',
         f'<text x="{left}" y="16" class="title">{html.escape(title)}</text>',
         f'<text x="{width - right}" y="16" text-anchor="end" class="tick">{html.escape(unit)}</text>',
     ]
@@ -209,7 +217,10 @@ def chart(
             lower = " ".join([f"{x:.1f},{y:.1f}" for x, y in zip(reversed(xs), reversed(ys(pts, 1)), strict=True)])
             out.append(f'<polygon points="{upper} {lower}" fill="{color}" fill-opacity="0.18" stroke="none"/>')
         line = " ".join([f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys(pts, 2), strict=True)])
-        out.append(f'<polyline points="{line}" fill="none" stroke="{color}" stroke-width="1.5"/>')
+        out.append(
+            f'<polyline points="{line}" fill="none" stroke="{color}" stroke-width="1.5" '
+            f'data-label="{html.escape(label)}"/>'
+        )
         peak = max(pts, key=lambda p: p[3])
         if mark_over is not None and peak[3] >= mark_over[1]:
             peaks.append((label, peak, color))

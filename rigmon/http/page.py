@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 RANGES = {"1h": 3600.0, "6h": 6 * 3600.0, "24h": 86400.0, "7d": 7 * 86400.0}
 CHART_POINTS = 240  # per series and chart: about two pixels each, with the min-max band for the rest
+MIN_CHART_SECONDS = 10.0  # a range younger than its span is drawn from its first data (10 s at least)
 MAX_QUERY_SERIES = 64
 MAX_QUERY_POINTS = 20000
 MAX_REPORT_BYTES = 32 << 20
@@ -277,6 +278,15 @@ class Page:
         prefixes = tuple(f"gpu{c}/" for c in wanted if c != "host") + (("host/", "psu/") if "host" in wanted else ())
         names = [n for n in self.history.series_names() if n.startswith(prefixes)]
         got = self.history.query(names, since, now, step=step)["series"]
+        first = min((points[0][0] for points in got.values() if points), default=None)
+        if first is not None and first > since + step:  # younger than the range: it starts where its data does
+            span = max(now - first, MIN_CHART_SECONDS) * 1.05
+            since, step = now - span, span / CHART_POINTS
+            got = self.history.query(names, since, now, step=step)["series"]
+            # read at its finest, the first poll may come after the first bucket began
+            first = min((points[0][0] for points in got.values() if points), default=first)
+            span = max(now - first, MIN_CHART_SECONDS) * 1.05
+            since = now - span
 
         def pts(name: str, scale: float = 1.0) -> list:
             return [(p[0] - since, p[1] * scale, p[2] * scale, p[3] * scale) for p in got.get(name, ())]
@@ -364,17 +374,31 @@ class Page:
                     marks=m,
                     **kw,
                 ),
+                # one unit an axis: the link's generation, its lanes, its replays
                 chart(
-                    "PCIe link",
-                    [
-                        ("generation", pts(p + "pcie_generation"), COLORS[0]),
-                        ("width", pts(p + "pcie_width"), COLORS[3]),
-                        ("replays", pts(p + "pcie_replays"), COLORS[1]),
-                    ],
-                    "",
-                    [(f"max gen {i.max_pcie_generation}", i.max_pcie_generation, "#555")]
+                    "PCIe generation",
+                    [("generation", pts(p + "pcie_generation"), COLORS[0])],
+                    "gen",
+                    [(f"max {i.max_pcie_generation}", i.max_pcie_generation, "#555")]
                     if i and i.max_pcie_generation
                     else [],
+                    zero=True,
+                    marks=m,
+                    **kw,
+                ),
+                chart(
+                    "PCIe lanes",
+                    [("width", pts(p + "pcie_width"), COLORS[3])],
+                    "lanes",
+                    [(f"max x{i.max_pcie_width}", i.max_pcie_width, "#555")] if i and i.max_pcie_width else [],
+                    zero=True,
+                    marks=m,
+                    **kw,
+                ),
+                chart(
+                    "PCIe replays",
+                    [("replays", pts(p + "pcie_replays"), COLORS[1])],
+                    "since boot",
                     zero=True,
                     marks=m,
                     **kw,
@@ -383,6 +407,7 @@ class Page:
         if "host" not in wanted:
             return {"time": now, "cards": gpus}
         hm = marks(lambda labels: "gpu" not in labels)
+        cpus = sample.host.cpu_count if sample is not None and sample.host is not None else None
         sockets = sorted(n for n in names if n.startswith("host/cpu") and n.endswith("_celsius"))
         fans = sorted(n for n in names if n.startswith("host/fan/"))
         psus = sorted({n.split("/")[1] for n in names if n.startswith("psu/")})
@@ -398,13 +423,20 @@ class Page:
                 "fans", [(n[9:], pts(n), COLORS[k % 8]) for k, n in enumerate(fans)], "rpm", zero=True, marks=hm, **kw
             ),
             chart(
-                "load",
-                [
-                    ("load 1 min", pts("host/load1"), COLORS[0]),
-                    ("CPU %", pts("host/cpu_utilization_ratio", 100), COLORS[2]),
-                ],
-                "",
+                "load average",
+                [("1 min", pts("host/load1"), COLORS[0])],
+                "runnable",
+                [("CPUs", float(cpus), "#555")] if cpus else [],
                 zero=True,
+                marks=hm,
+                **kw,
+            ),
+            chart(
+                "CPU busy",
+                [("CPU", pts("host/cpu_utilization_ratio", 100), COLORS[2])],
+                "%",
+                zero=True,
+                above=100,
                 marks=hm,
                 **kw,
             ),

@@ -35,7 +35,7 @@ from bench_http import load, wait_port  # noqa: E402
 from browser import Chromium  # noqa: E402
 
 ENV = {**os.environ, "PYTHONSAFEPATH": "1"}
-CARDS_DRAWN = "document.querySelectorAll('#gpus .card svg').length >= 8 * 7"
+CARDS_DRAWN = "document.querySelectorAll('#gpus .card svg').length >= 8 * 9"
 SETTLE_S = 3.0  # after the first render: Chromium finishes rasterising the page it has just drawn
 STEADY_S = 10.0  # two of the daemon's chart redraws (every 5 s) in each window
 
