@@ -33,6 +33,7 @@ from ..model.sample import to_jsonable
 from ..model.text import printable
 from ..sinks.history import History, mean_of
 from .charts import CHART_CSS, COLORS, chart
+from .server import Static
 
 if TYPE_CHECKING:
     from ..pipeline import Pipeline
@@ -52,10 +53,12 @@ REPORT_CSP = (
 )
 
 
-def _page() -> tuple[bytes, str]:
+def _page() -> tuple[Static, str]:
     """The page, and its Content-Security-Policy: its own script alone runs (by its hash),
-    nothing is loaded from elsewhere, no other site may frame it."""
+    nothing is loaded from elsewhere, no other site may frame it. Shipped without its
+    indentation and its comment lines (a quarter less to send)."""
     text = resources.files("rigmon").joinpath("data/page.html").read_text(encoding="utf-8")
+    text = "\n".join(line.strip() for line in text.splitlines() if not line.lstrip().startswith("// "))
     text = text.replace("/*CHART_CSS*/", CHART_CSS)
     # what a card shows besides its summary, from the table of readings: in the page, not in
     # every poll's state (it changes only with rigmon)
@@ -67,7 +70,7 @@ def _page() -> tuple[bytes, str]:
         f"default-src 'self'; script-src {hashes or chr(39) + 'none' + chr(39)}; style-src 'self' 'unsafe-inline'; "
         "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
     )
-    return text.encode(), csp
+    return Static(text.encode()), csp
 
 
 class Page:

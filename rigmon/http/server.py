@@ -366,6 +366,18 @@ class MetricsApp:
         return response(200, content_type, body, (("Content-Encoding", "gzip"),) if zipped else ())
 
 
+class Static(bytes):
+    """A route's answer that never changes (the page): gzipped once, at the best level, not at
+    each request."""
+
+    zipped: bytes
+
+    def __new__(cls, data: bytes) -> Static:
+        self = super().__new__(cls, data)
+        self.zipped = gzip.compress(data, compresslevel=9, mtime=0)
+        return self
+
+
 def _routed(route, request: _Request) -> Response:
     """A route's answer: 404 for what it does not know (None), 400 for a bad query (ValueError,
     its message), gzip where asked and worth it."""
@@ -385,9 +397,8 @@ def _routed(route, request: _Request) -> Response:
         + (extra[0] if extra else ())
     )
     if request.zipped and len(body) > 1024:
-        return response(
-            200, content_type, gzip.compress(body, compresslevel=1), (("Content-Encoding", "gzip"), *headers)
-        )
+        zipped = body.zipped if isinstance(body, Static) else gzip.compress(body, compresslevel=1)
+        return response(200, content_type, zipped, (("Content-Encoding", "gzip"), *headers))
     return response(200, content_type, body, headers)
 
 
