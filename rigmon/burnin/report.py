@@ -62,7 +62,8 @@ def render(r: dict) -> str:
     span = max(r["duration_seconds"], 1.0)
     verdict_class = {"pass": "pass", "fail": "fail"}.get(r["verdict"], "warn")
     parts = [
-        f"""<!doctype html><html><head><meta charset="utf-8"><title>rigmon burn-in: {e(r["host"])}</title>
+        f"""<!doctype html><html><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width,initial-scale=1"><title>rigmon burn-in: {e(r["host"])}</title>
 <style>
 body{{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:20px;color:#222}}
 h1{{margin:0 0 4px}} h2{{margin:22px 0 6px}} .sub{{color:#666}}
@@ -72,6 +73,9 @@ h1{{margin:0 0 4px}} h2{{margin:22px 0 6px}} .sub{{color:#666}}
 td,th{{border:1px solid #ddd;padding:4px 8px;text-align:left;font-size:14px;vertical-align:top}}
 th{{background:#f6f6f6}} ul{{margin:0;padding-left:16px}}
 .grid{{display:grid;grid-template-columns:repeat(auto-fill,minmax(min(470px,100%),1fr));gap:10px}}
+@media (max-width:700px){{body{{margin:10px}} table,tbody,tr,td{{display:block}} table tr:first-child{{display:none}}
+tr{{border-bottom:1px solid #ddd;padding:4px 0}} td{{border:0;padding:1px 0}}
+td[data-label]::before{{content:attr(data-label) ": ";color:#666}}}}
 {CHART_CSS}
 </style></head><body>
 <h1>rigmon burn-in — {e(r["host"])}</h1>
@@ -81,11 +85,7 @@ th{{background:#f6f6f6}} ul{{margin:0;padding-left:16px}}
     ]
     if r.get("notes"):
         parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in r["notes"]) + "</ul>")
-    parts.append(
-        "<table id='units'><tr><th>unit</th><th>hardware</th><th>verdict</th><th>tokens/s</th><th>MFU</th>"
-        "<th>final loss / floor</th><th>max temp</th><th>max power / limit</th><th>energy</th>"
-        "<th>reasons</th></tr>"
-    )
+    parts.append("<table id='units'><tr>" + "".join(f"<th>{label}</th>" for label in _UNIT_COLUMNS) + "</tr>")
     for u in r["units"]:
         reasons = "".join(f"<li>✗ {e(x)}</li>" for x in u["reasons"]) + "".join(
             f"<li>⚠ {e(x)}</li>" for x in u["warnings"]
@@ -106,14 +106,19 @@ th{{background:#f6f6f6}} ul{{margin:0;padding-left:16px}}
             else _fmt(u.get("max_power_watts"), ".0f", " W")
         )
         rate = "—" if u.get("watch_only") else _fmt(u.get("tokens_per_s"), ",.0f")
-        parts.append(
-            f"<tr><td>{e(u['name'])}</td><td>{e(u.get('gpu_name') or '')}</td>"
-            f"<td class='{status.replace(' ', '-')}'>{e(status)}</td><td>{rate}</td>"
-            f"<td>{_fmt(u['mfu'] * 100 if u.get('mfu') is not None else None, '.1f', ' %')}</td>"
-            f"<td>{loss}</td><td>{_fmt(u.get('max_temperature_celsius'), '.0f', ' °C')}</td>"
-            f"<td>{power}</td><td>{_fmt(u.get('energy_kwh'), '.3f', ' kWh')}</td>"
-            f"<td><ul>{reasons or '<li>none</li>'}</ul></td></tr>"
-        )
+        cells = [
+            e(u["name"]),
+            e(u.get("gpu_name") or ""),
+            e(status),
+            rate,
+            _fmt(u["mfu"] * 100 if u.get("mfu") is not None else None, ".1f", " %"),
+            loss,
+            _fmt(u.get("max_temperature_celsius"), ".0f", " °C"),
+            power,
+            _fmt(u.get("energy_kwh"), ".3f", " kWh"),
+            f"<ul>{reasons or '<li>none</li>'}</ul>",
+        ]
+        parts.append(_row(cells, _UNIT_COLUMNS, {2: status.replace(" ", "-")}))
     parts.append("</table>")
     host = r["host_verdict"]
     energy = r["energy"]
@@ -131,24 +136,29 @@ th{{background:#f6f6f6}} ul{{margin:0;padding-left:16px}}
             f"CPU {_fmt(energy['cpu_kwh'], '.4f')}){cost}</p>"
         )
     parts.append(
-        "<h2>Alerts during the run</h2><table id='alerts'><tr><th>at</th><th>state</th><th>severity</th>"
-        "<th>alert</th><th>subject</th><th>summary</th></tr>"
+        "<h2>Alerts during the run</h2><table id='alerts'><tr>"
+        + "".join(f"<th>{label}</th>" for label in _ALERT_COLUMNS)
+        + "</tr>"
     )
     for a in r.get("alerts", []):
-        parts.append(
-            f"<tr><td>{_clock(a['t'])}</td><td>{e(a['status'])}</td><td>{e(a['severity'])}</td>"
-            f"<td>{e(a['alertname'])}</td><td>{e(a.get('subject', ''))}</td><td>{e(a['summary'])}</td></tr>"
-        )
+        cells = [
+            _clock(a["t"]),
+            e(a["status"]),
+            e(a["severity"]),
+            e(a["alertname"]),
+            e(a.get("subject", "")),
+            e(a["summary"]),
+        ]
+        parts.append(_row(cells, _ALERT_COLUMNS))
     if not r.get("alerts"):
         parts.append("<tr><td colspan='6'>none fired</td></tr>")
     parts.append("</table>")
     if r.get("baseline"):
         parts.append(
-            "<h2>Against the baseline</h2><table><tr><th>unit</th><th>tokens/s</th><th>max temp</th>"
-            "<th>energy per M tokens</th></tr>"
+            "<h2>Against the baseline</h2><table><tr>" + "".join(f"<th>{x}</th>" for x in _BASELINE_COLUMNS) + "</tr>"
         )
         for row in r["baseline"]["rows"]:
-            parts.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>")
+            parts.append(_row([e(str(c)) for c in row], _BASELINE_COLUMNS))
         parts.append("</table>")
     for name, units in _groups(r["units"]):
         parts.append(f"<h2 class='group'>{e(name)} × {len(units)}</h2><div class='grid'>")
@@ -278,3 +288,28 @@ def _group_charts(units: list[dict], timeline: dict, hw: dict, span: float) -> l
 
 def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+_UNIT_COLUMNS = (
+    "unit",
+    "hardware",
+    "verdict",
+    "tokens/s",
+    "MFU",
+    "final loss / floor",
+    "max temp",
+    "max power / limit",
+    "energy",
+    "reasons",
+)
+_ALERT_COLUMNS = ("at", "state", "severity", "alert", "subject", "summary")
+_BASELINE_COLUMNS = ("unit", "tokens/s", "max temp", "energy per M tokens")
+
+
+def _row(cells: list[str], labels: tuple[str, ...], classes: dict[int, str] | None = None) -> str:
+    """A table row of HTML cells, each with its column's name (the row read as a list on a phone)."""
+    out = []
+    for k, (cell, label) in enumerate(zip(cells, labels, strict=True)):
+        cls = f" class='{classes[k]}'" if classes and k in classes else ""
+        out.append(f"<td data-label='{label}'{cls}>{cell}</td>")
+    return "<tr>" + "".join(out) + "</tr>"
