@@ -109,3 +109,24 @@ class Chromium:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def broken_words(roots: str) -> str:
+    """JavaScript for the words (two letters or more) under the elements ``roots`` selects that
+    the browser laid out on more than one line (a word broken mid-word); charts, scripts and
+    what is not shown are left out."""
+    return """(() => {
+  const out = [];
+  for (const root of document.querySelectorAll(ROOTS)) {
+    const walk = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+      if (n.parentElement.closest('svg, script, style') || !n.parentElement.getClientRects().length) continue;
+      for (const m of n.data.matchAll(/\\S{2,}/g)) {
+        const r = document.createRange(); r.setStart(n, m.index); r.setEnd(n, m.index + m[0].length);
+        const lines = new Set([...r.getClientRects()].filter(b => b.width > 0).map(b => Math.round(b.top)));
+        if (lines.size > 1) out.push(m[0]);
+      }
+    }
+  }
+  return out;
+})()""".replace("ROOTS", json.dumps(roots))

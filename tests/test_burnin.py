@@ -309,23 +309,6 @@ document.body.dataset.probe = JSON.stringify([...document.querySelectorAll('svg.
 </script>"""
 
 
-# each word (two letters or more) of the report's tables and notes, and whether the browser laid it
-# out on more than one line
-REPORT_BROKEN_WORDS = """(() => {
-  const out = [];
-  const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
-  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
-    if (n.parentElement.closest('svg, script, style') || !n.parentElement.getClientRects().length) continue;
-    for (const m of n.data.matchAll(/\\S{2,}/g)) {
-      const r = document.createRange(); r.setStart(n, m.index); r.setEnd(n, m.index + m[0].length);
-      const lines = new Set([...r.getClientRects()].filter(b => b.width > 0).map(b => Math.round(b.top)));
-      if (lines.size > 1) out.push(m[0]);
-    }
-  }
-  return out;
-})()"""
-
-
 def test_eight_gpu_report_in_chromium(tmp_path):
     """``rigmon burnin --replay FILE --cpu`` makes the GPU-side report of a recorded 8-GPU box without a
     GPU; read in a real Chromium: each legend label in its line's colour (one per GPU, none grey), the
@@ -400,7 +383,7 @@ def test_eight_gpu_report_in_chromium(tmp_path):
         assert all(abs(t / step - round(t / step)) < 1e-6 for t in ticks), ticks
     assert ticked >= 5  # temperature, power, SM clock, throughput, loss (memory temperature: not measured)
     # at 1600 px and on a 400 px phone: nothing wider than the screen, no word broken across lines
-    from browser import Chromium
+    from browser import Chromium, broken_words
 
     chromium = Chromium(tmp_path / "chromium")
     try:
@@ -417,7 +400,7 @@ def test_eight_gpu_report_in_chromium(tmp_path):
             )
             sideways = chromium.js("document.documentElement.scrollWidth - document.documentElement.clientWidth")
             assert sideways <= 0 and not wide, f"{sideways} px sideways at {width} px: {wide}"
-            broken = chromium.js(REPORT_BROKEN_WORDS)
+            broken = chromium.js(broken_words("body"))
             assert broken == [], f"words broken at {width} px: {broken}"
             chromium.screenshot(tmp_path / f"burnin-{width}.png")
     finally:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 import scenarios as sc
-from browser import Chromium
+from browser import Chromium, broken_words
 from servers import Rigmon, http_get, wait_for
 
 HOT_GPU = 2
@@ -30,25 +30,6 @@ watts = 6000
 price_per_kwh = 0.3
 currency = "EUR"
 """
-
-
-# Each word (of two letters or more) in the alerts, the overview and the jobs, and whether the
-# browser laid it out on more than one line
-BROKEN_WORDS = """(() => {
-  const out = [];
-  for (const root of document.querySelectorAll('#alerts, #info-alerts, #overview, #jobs')) {
-    const walk = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
-    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
-      if (!n.parentElement.getClientRects().length) continue;  // not shown (a folded row)
-      for (const m of n.data.matchAll(/\\S{2,}/g)) {
-        const r = document.createRange(); r.setStart(n, m.index); r.setEnd(n, m.index + m[0].length);
-        const lines = new Set([...r.getClientRects()].filter(b => b.width > 0).map(b => Math.round(b.top)));
-        if (lines.size > 1) out.push(m[0]);
-      }
-    }
-  }
-  return out;
-})()"""
 
 
 def throttling_box(tmp_path):
@@ -254,7 +235,7 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
         assert sideways <= 0, f"{sideways} px of horizontal scroll at {width} px"
         wait_for(lambda: chromium.js("document.querySelectorAll('#alerts tr.alert').length") > 0, 30, what="alerts")
         # no word broken across lines in the alerts, the overview or the jobs: each word's box is one line
-        broken = chromium.js(BROKEN_WORDS)
+        broken = chromium.js(broken_words("#alerts, #info-alerts, #overview, #jobs"))
         assert broken == [], f"words broken at {width} px: {broken}"
         # the overview, and a way to the jobs and the burn-in, at the top of a phone's screen
         assert chromium.js("document.getElementById('ov-0').getBoundingClientRect().top") < 900
