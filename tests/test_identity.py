@@ -151,3 +151,28 @@ def test_the_page_says_why_it_shows_no_gpu_and_that_it_replays_a_file(tmp_path):
         state = Page(r.pipeline, r.pipeline.history, r.config).state_dict()
     assert state["replay"]["file"] == "rig-07.rec.jsonl" and "H200" in state["replay"]["source"], state["replay"]
     assert state["gpus_note"] is None
+
+
+def test_a_replay_at_speed_keeps_one_clock_on_the_page():
+    """At --speed 60 the samples' clock runs sixty times as fast: the page's "rigmon up" and the
+    alerts' ages are on that clock, and it shows no boot time (this box's would be another clock)."""
+    import logging
+
+    from rigmon.http.page import Page
+
+    logging.disable(logging.CRITICAL)
+    try:
+        clock = [1_800_000_000.0]
+        with sc.Replayed(
+            sc.rich(sc.h200()), {"prometheus": {"enabled": False}}, at=sc.LOAD_AT, loop=True, wall=lambda: clock[0]
+        ) as r:
+            r.poll()
+            page = Page(r.pipeline, r.pipeline.history, r.config)  # as the daemon makes it: after the first poll
+            for _ in range(10):
+                clock[0] += 60  # a second of real time at --speed 60
+                r.poll()
+            state = page.state_dict()
+    finally:
+        logging.disable(logging.NOTSET)
+    assert state["boot"] is None and state["time"] - state["started"] == 600
+    assert all(0 <= a["age_seconds"] <= 600 for a in state["alerts"]), state["alerts"]

@@ -89,7 +89,9 @@ class Page:
         self.interval = history.interval  # the polls' spacing, as the history keeps them
         self.price_per_kwh, self.currency = config.jobs.price_per_kwh, config.jobs.currency
         self.ledger = ledger_path(config)
-        self.started = started if started is not None else time.time()
+        # one clock: the samples' (a replay's, run at --speed, too), from the first poll on
+        first = pipeline.latest
+        self.started = started if started is not None else first.time if first is not None else time.time()
         self._html, self._csp = _page()
         self._charts: dict[tuple[str, str], tuple[float | None, float, list[str]]] = {}  # (range, card): drawn
         self._lock = threading.Lock()
@@ -137,7 +139,7 @@ class Page:
             "started": self.started,
             "time": now,
             "interval": self.interval,
-            "boot": _boot_time(),
+            "boot": None if self.pipeline.source is not None else _boot_time(),  # a replay: not this box's
             "driver": None,
             "cuda": None,
             "replay": self._replay(),  # what is shown is a recording, not this box: said at the top
