@@ -276,6 +276,16 @@ def test_ddp_on_two_cpu_ranks_passes(tmp_path):
     assert all(u["status"] == "pass" and u["tokens"] > 0 for u in data["units"])
 
 
+def test_ddp_ranks_whose_clocks_differ_stop_on_the_same_step(tmp_path):
+    """Rank 1 starts its clock 2 s after rank 0, so their times run out 2 s apart: the ranks
+    agree to stop on the same step, and neither is left in a gradient all-reduce with a closed
+    peer (gloo's "Connection closed by peer", a failed run of a healthy box)."""
+    done, data, _ = burnin(tmp_path, "--minutes", "0.5", "--cpu", "--ddp", env={"RIGMON_BURNIN_INJECT": "late:1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    rank0, rank1 = data["units"]
+    assert rank0["status"] == rank1["status"] == "pass" and rank0["tokens"] == rank1["tokens"] > 0
+
+
 def test_ddp_rank_that_dies_fails_the_run_with_reasons(tmp_path):
     done, data, _ = burnin(tmp_path, "--minutes", "0.5", "--cpu", "--ddp", env={"RIGMON_BURNIN_INJECT": "die:1"})
     assert done.returncode == 1, done.stdout + done.stderr

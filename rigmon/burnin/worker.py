@@ -52,7 +52,7 @@ def train(args) -> int:
     from .data import MarkovChain
     from .model import GPT, choose
 
-    inject = os.environ.get("RIGMON_BURNIN_INJECT", "")  # test hook: "determinism", "nan" or "die:RANK"
+    inject = os.environ.get("RIGMON_BURNIN_INJECT", "")  # test hook: "determinism", "nan", "die:RANK", "late:RANK"
     device = torch.device(args.device)
     rank, world = 0, 1
     if args.ddp:
@@ -136,16 +136,29 @@ def train(args) -> int:
     )
 
     pool, pool_used = None, 0
+    if inject == f"late:{rank}":  # test hook: a rank that starts its clock later than the others
+        time.sleep(2.0)
     started = time.monotonic()
     last_report, last_probe = started, started
     tokens = steps = 0
     window_tokens, window_loss, window_steps = 0, 0.0, 0
     recent: list[float] = []
     bad = False
+    agreed, agreeing = None, None  # data-parallel: whether any rank's time is up, all-reduced
     while True:
         now = time.monotonic()
         elapsed = now - started
-        if elapsed >= args.seconds:
+        if args.ddp:
+            # every rank stops on the same step (one that stopped alone would leave the others
+            # in a gradient all-reduce with a closed peer): each says whether its time is up and
+            # all stop once any has, the flag's all-reduce running behind the step it was sent with
+            if agreeing is not None:
+                agreeing.wait()
+                if agreed.item():
+                    break
+            agreed = torch.tensor([int(elapsed >= args.seconds)], device=device)
+            agreeing = dist.all_reduce(agreed, op=dist.ReduceOp.MAX, async_op=True)
+        elif elapsed >= args.seconds:
             break
         if pool is None or pool_used >= pool.shape[0]:
             pool, pool_used = chain.sample(config.batch * 16, config.context + 1, g), 0
