@@ -36,6 +36,7 @@ def throttling_box(tmp_path):
     """sc.rich's 8 H200s (jobs, an XID on GPU 3), GPU 2 held in hardware thermal slowdown, and
     the nct6798's second fan turning for the first 4 s of each loop, then stopped."""
     rec = copy.deepcopy(sc.rich(sc.h200()))
+    rec.header["hostname"] = "rig-07\x1b[2J"  # the recorded box's name, as `rigmon record` writes it
     t0 = rec.ticks[0]["t"]
     for entry in [rec.header, *rec.ticks]:
         entry["gpus"][HOT_GPU]["nvmlDeviceGetCurrentClocksEventReasons"] = 0x40
@@ -66,10 +67,9 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
     page = daemon.url.replace("/metrics", "/")
     chromium.open(page, 1400)
     wait_for(lambda: chromium.js("document.querySelectorAll('#gpus .card').length") == 8, 30, what="eight GPU cards")
-    assert (
-        chromium.js("document.getElementById('host').textContent")
-        == json.loads(http_get(page + "api/state")[1])["host"]
-    )
+    # the recorded box's name (made printable), not this machine's
+    assert chromium.js("document.getElementById('host').textContent") == "rig-07\\x1b[2J"
+    assert json.loads(http_get(page + "api/state")[1])["host"] == "rig-07\\x1b[2J"
     # a replay says so at the top, with its file: what is shown is not this box's hardware
     banner = chromium.js(
         "document.getElementById('replay').hidden ? '' : document.getElementById('replay').textContent"

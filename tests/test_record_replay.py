@@ -117,6 +117,32 @@ def test_record_command_round_trip(tmp_path):
     assert gpu["power_watts"] == pytest.approx(84.3, abs=2) and gpu["clock_events_active"] == ["gpu_idle"]
 
 
+def test_a_recording_names_its_box_and_a_page_replaying_it_shows_that_name(tmp_path):
+    """`rigmon record` writes the box's name in the header; re-recording a replay keeps the replayed
+    box's; a page replaying a file shows the recorded name, or the file's, never this machine's."""
+    from rigmon.config.schema import parse
+    from rigmon.http.page import Page
+
+    named = sc.h200()
+    named.header["hostname"] = "rig\x1b07"
+    source = sc.write(named, tmp_path / "named.rec.jsonl")
+    out = tmp_path / "again.rec.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-m", "rigmon", "record", "--replay", str(source), "--out", str(out), "--seconds", "0.5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert Recording.load(source).hostname == "rig\\x1b07"  # printable where shown
+    assert Recording.load(out).header["hostname"] == "rig\\x1b07"
+    for path, shown in ((out, "rig\\x1b07"), (sc.write(sc.h200(), tmp_path / "lab-3.rec.jsonl"), "replay of lab-3")):
+        config = parse({"daemon": {"state_dir": str(tmp_path / "state")}}, "test")
+        with sc.Replayed(Recording.load(path), config) as r:
+            r.poll(1)
+            assert Page(r.pipeline, r.pipeline.history, config).state_dict()["host"] == shown
+
+
 @pytest.mark.parametrize(
     "content, message",
     [

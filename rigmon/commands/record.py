@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import time
 
@@ -52,7 +53,9 @@ def cmd_record(args) -> int:
             raise UsageError("--live-host goes only with --replay FILE or --demo")
         nvml, host = gpureader.real_backend(), SystemHost(config.host.sysfs, launchers=tuple(config.jobs.launchers))
         what = "recorded by rigmon record"
-    recorder = Recorder(f"{what}; rigmon {__version__}; {interval:g} s interval")
+    # the box's name: the replayed box's where it is re-recorded, so a page replaying the file shows it
+    box = source.recording.hostname if source is not None else config.daemon.hostname or socket.gethostname()
+    recorder = Recorder(f"{what}; rigmon {__version__}; {interval:g} s interval", hostname=box)
     stop_on_signals()  # Ctrl-C or SIGTERM ends the recording cleanly
     pipeline = Pipeline.from_config(
         config,

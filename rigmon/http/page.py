@@ -84,7 +84,9 @@ class Page:
         from ..sinks.jobs import ledger_path
 
         # the parts of the config the page shows: read here, once
-        self.host = host or config.daemon.hostname or socket.gethostname()
+        # the box the samples come from: the name configured, else a replay's recorded box (never
+        # this machine's name for a recording of another), else this machine's
+        self.host = host or config.daemon.hostname or self._replay_host() or socket.gethostname()
         self.labels = dict(config.daemon.labels)
         self.interval = history.interval  # the polls' spacing, as the history keeps them
         self.price_per_kwh, self.currency = config.jobs.price_per_kwh, config.jobs.currency
@@ -112,6 +114,14 @@ class Page:
     # --- the page and its state -------------------------------------------------------------
     def index(self, query: str) -> tuple[str, bytes, tuple]:
         return "text/html; charset=utf-8", self._html, (("Content-Security-Policy", self._csp),)
+
+    def _replay_host(self) -> str | None:
+        source = self.pipeline.source
+        if source is None:
+            return None
+        path = source.recording.path
+        named = path.name.removesuffix(".jsonl").removesuffix(".rec") if path is not None else None
+        return source.recording.hostname or (f"replay of {printable(named)[:200]}" if named else "a replay")
 
     def _replay(self) -> dict | None:
         """The recording replayed in place of this box's hardware: its file and what it says it is."""

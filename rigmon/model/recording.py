@@ -18,6 +18,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, overload
 
+from .text import printable
+
 MAX_GPUS = 64  # NVML's own limit per box (rigmon.model.args)
 FORMAT = "rigmon-recording"
 VERSION = 1
@@ -135,6 +137,16 @@ class Recording:
     @property
     def gpu_count(self) -> int:
         return len(self.header.get("gpus", []))
+
+    @property
+    def hostname(self) -> str | None:
+        """The name of the box it was recorded on, where the header says it (``"hostname"``,
+        written by ``rigmon record``; files without it stay valid v1): printable, at most a
+        DNS name's 253 characters, or None."""
+        said = self.header.get("hostname")
+        if not isinstance(said, str) or not said.strip():
+            return None
+        return printable(said.strip())[:253]
 
     def _times(self) -> list[float]:
         return self.ticks.times if isinstance(self.ticks, LazyTicks) else [tick["t"] for tick in self.ticks]

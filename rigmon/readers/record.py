@@ -19,8 +19,10 @@ _PASS_THROUGH = {"nvmlInit", "nvmlInitWithFlags", "nvmlShutdown", "nvmlEventSetC
 
 
 class Recorder:
-    def __init__(self, source: str):
+    def __init__(self, source: str, hostname: str | None = None):
         self.header: dict = {"format": FORMAT, "version": VERSION, "source": source, "nvml": {}, "gpus": [], "host": {}}
+        if hostname:
+            self.header["hostname"] = hostname  # the box's name, for a page replaying the file
         self._tick: dict | None = None
         self._events: dict[int, list] = defaultdict(list)
         self._lock = threading.Lock()
