@@ -8,9 +8,11 @@ Chromium showing a blank page (what Chromium costs the scrapers whatever it show
 Chromium's own CPU (all its processes), nothing else asked of the box: over the 3 s after the
 first render (Chromium still rasterising the page it has just laid out), then showing the page
 settled, over 10 s (two of the daemon's chart redraws), and showing a blank page; interleaved
-rounds; min / median / max.
+rounds; min / median / max. With ``--today DIR`` (a checkout of an earlier rigmon, e.g.
+``git worktree add /tmp/today af3caa7~1``), that rigmon's page too, in the same rounds: its first
+render and Chromium's CPU showing it, and now's over today's.
 
-    python tests/bench/bench_page.py [--rounds 3] [--seconds 5] [--json]
+    python tests/bench/bench_page.py [--rounds 3] [--seconds 5] [--today DIR] [--json]
 """
 
 from __future__ import annotations
@@ -89,6 +91,33 @@ def browser_cpu(browser, seconds: float) -> float:
     return (tree_cpu(browser.proc.pid) - before) / seconds * 100
 
 
+def start(tmp: Path, name: str, today: str | None = None) -> tuple[subprocess.Popen, int]:
+    """``rigmon run --demo --replay-gpus 8`` (the installed one, or the checkout ``today``) on a free port."""
+    from servers import free_port
+
+    port = free_port()
+    (tmp / f"{name}.toml").write_text(
+        f'[daemon]\nstate_dir = "{tmp}/{name}-state"\n[prometheus]\nlisten = "127.0.0.1"\nport = {port}\n'
+    )
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "rigmon", "run", "--demo", "--replay-gpus", "8", "-c", str(tmp / f"{name}.toml")],
+        env={**ENV, "PYTHONPATH": str(Path(today).resolve())} if today else ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return daemon, port
+
+
+def render(browser, base: str) -> tuple[float, float, float]:
+    """The page's first render (ms), then Chromium's CPU while it settles and once settled (%)."""
+    started = time.perf_counter()
+    browser.open(base, 1400)
+    while not browser.js(CARDS_DRAWN):
+        time.sleep(0.01)
+    first = (time.perf_counter() - started) * 1000
+    return first, browser_cpu(browser, SETTLE_S), browser_cpu(browser, STEADY_S)
+
+
 def spread(values: list[float]) -> dict:
     return {"min": round(min(values), 1), "median": round(statistics.median(values), 1), "max": round(max(values), 1)}
 
@@ -98,31 +127,25 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--today", metavar="DIR", help="a checkout of an earlier rigmon whose page to render too")
     args = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="rigmon-bench-"))
-    from servers import free_port
-
-    port = free_port()
-    (tmp / "rigmon.toml").write_text(
-        f'[daemon]\nstate_dir = "{tmp}/state"\n[prometheus]\nlisten = "127.0.0.1"\nport = {port}\n'
-    )
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "rigmon", "run", "--demo", "--replay-gpus", "8", "-c", str(tmp / "rigmon.toml")],
-        env=ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    daemon, port = start(tmp, "now")
+    earlier = start(tmp, "today", args.today) if args.today else None
     base = f"http://127.0.0.1:{port}/"
     runs: dict[str, list[float]] = {
         "first_render_ms": [],
         "settling_browser_cpu_pct": [],
         "page_browser_cpu_pct": [],
         "blank_browser_cpu_pct": [],
+        **({"today_first_render_ms": [], "today_page_browser_cpu_pct": []} if earlier else {}),
     }
     for what in ("closed", "polled", "open", "blank"):
         runs[f"{what}_scrapes_per_s"], runs[f"{what}_p99_ms"] = [], []
     try:
         wait_port(port)
+        if earlier:
+            wait_port(earlier[1])
         time.sleep(3)
         sizes = {
             "page_bytes": len(get(base)),
@@ -142,13 +165,10 @@ def main(argv=None) -> int:
             poller.join()
             browser = Chromium(tmp / f"chromium{n}")
             try:
-                started = time.perf_counter()
-                browser.open(base, 1400)
-                while not browser.js(CARDS_DRAWN):
-                    time.sleep(0.01)
-                runs["first_render_ms"].append((time.perf_counter() - started) * 1000)
-                runs["settling_browser_cpu_pct"].append(browser_cpu(browser, SETTLE_S))
-                runs["page_browser_cpu_pct"].append(browser_cpu(browser, STEADY_S))
+                first, settling, settled = render(browser, base)
+                runs["first_render_ms"].append(first)
+                runs["settling_browser_cpu_pct"].append(settling)
+                runs["page_browser_cpu_pct"].append(settled)
                 opened = load(port, "keepalive", 10, args.seconds)  # the page polling beside the scrapers
             finally:
                 browser.close()
@@ -160,12 +180,22 @@ def main(argv=None) -> int:
                 blank = load(port, "keepalive", 10, args.seconds)
             finally:
                 browser.close()
+            if earlier:  # the earlier page in the same round, on its own daemon
+                browser = Chromium(tmp / f"today{n}")
+                try:
+                    first, _, settled = render(browser, f"http://127.0.0.1:{earlier[1]}/")
+                    runs["today_first_render_ms"].append(first)
+                    runs["today_page_browser_cpu_pct"].append(settled)
+                finally:
+                    browser.close()
             for what, figures in (("closed", closed), ("polled", polled), ("open", opened), ("blank", blank)):
                 runs[f"{what}_scrapes_per_s"].append(figures["per_second"])
                 runs[f"{what}_p99_ms"].append(figures["p99_ms"])
     finally:
-        daemon.terminate()
-        daemon.wait(30)
+        for running in (daemon, earlier[0] if earlier else None):
+            if running is not None:
+                running.terminate()
+                running.wait(30)
     result = {**sizes, **{k: spread(v) for k, v in runs.items()}}
     median = {k: statistics.median(v) for k, v in runs.items()}  # the ratios from these, not the rounded figures
 
@@ -175,6 +205,9 @@ def main(argv=None) -> int:
     for what in ("polled", "open", "blank"):
         result[f"{what}_to_closed_throughput"] = ratio(what, "closed", "scrapes_per_s")
         result[f"{what}_to_closed_p99"] = ratio(what, "closed", "p99_ms")
+    if earlier:
+        result["first_render_over_today"] = round(median["first_render_ms"] / median["today_first_render_ms"], 2)
+        result["page_cpu_over_today"] = round(median["page_browser_cpu_pct"] / median["today_page_browser_cpu_pct"], 2)
     result["open_to_blank_throughput"] = ratio("open", "blank", "scrapes_per_s")
     result["open_to_blank_p99"] = ratio("open", "blank", "p99_ms")
     if args.json:
@@ -202,6 +235,11 @@ def main(argv=None) -> int:
         f"  /metrics with the page open in Chromium / with a blank page: throughput "
         f"{result['open_to_blank_throughput']}x, p99 {result['open_to_blank_p99']}x"
     )
+    if earlier:
+        print(
+            f"  now over today ({args.today}): first render {result['first_render_over_today']}x, Chromium's CPU "
+            f"with the page settled {result['page_cpu_over_today']}x"
+        )
     return 0
 
 
