@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from rigmon.config import render
 from rigmon.config import schema as config
 
 
@@ -270,8 +271,8 @@ def test_config_check_output_parses_back_into_the_same_config(tmp_path):
     parsed = tomllib.loads(out)
     back = config.parse(parsed, "check output", ENV)
     assert back == original
-    settings = leaves(config.masked(original))
-    preserved = {k for k, v in leaves(config.masked(back)).items() if settings.get(k) == v}
+    settings = leaves(render.masked(original))
+    preserved = {k for k, v in leaves(render.masked(back)).items() if settings.get(k) == v}
     assert preserved == set(settings), set(settings) - preserved
     print(f"\nconfig check round trip: {len(preserved)} of {len(settings)} settings preserved")
 

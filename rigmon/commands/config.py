@@ -22,12 +22,13 @@ def add_parser(sub) -> None:
 
 
 def cmd_config_check(args) -> int:
+    from ..config import render
     from ..config import schema as configmod
 
     data, source = configmod.read(args.file or args.config)
     config = configmod.parse(data, source) if data else configmod.Config()
     print(f"# effective config from {source}; secrets masked")
-    print(configmod.to_toml(configmod.masked(config, data)))
+    print(render.to_toml(render.masked(config, data)))
     print(f"\n# OK: {source} is a valid rigmon config")
     return 0
 
@@ -40,7 +41,7 @@ def cmd_config_schema(args) -> int:
 
 
 def cmd_config_example(args) -> int:
-    from ..config import schema as configmod
+    from ..config import render
 
-    sys.stdout.write(configmod.example())
+    sys.stdout.write(render.example())
     return 0
