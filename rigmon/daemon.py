@@ -27,7 +27,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from .http.server import MetricsApp, basic_auth, serve
+from .http.auth import basic_auth
+from .http.server import MetricsApp, serve
 from .model.sample import ReaderStatus, Sample
 from .pipeline import Outputs, Pipeline
 from .system import heap

@@ -28,7 +28,7 @@ def test_example_config_is_generated_valid_and_equals_the_defaults():
 
 
 def every_field(model, prefix=""):
-    from rigmon.config.schema import _item_model, _model_of
+    from rigmon.config.render import _item_model, _model_of
 
     for name, field in model.model_fields.items():
         key = field.alias or name

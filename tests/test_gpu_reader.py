@@ -184,7 +184,7 @@ def test_close_does_not_wait_out_the_xid_threads_wait_and_nvml_is_released_after
     reader = GpuReader(backend, xid_events=True)
     reader.open()
     assert backend.waiting.wait(5)
-    thread = reader._event_thread
+    thread = reader._xid._thread
     reader.close()  # returns with the thread still inside the wait
     assert thread.is_alive()
     assert _calls(backend, "nvmlEventSetFree") == 0 and _calls(backend, "nvmlShutdown") == 0
@@ -225,7 +225,7 @@ def test_replayed_xid_arrives_when_a_running_clock_reaches_it(monkeypatch):
             events = reader.read()[1]
         assert [(e.gpu_index, e.xid) for e in events] == [(0, 79)]
         assert 11.9 < source.clock() < 13.5
-        mine = [look for look in looks if look is reader._event_set]  # other tests' threads may still wait
+        mine = [look for look in looks if look is reader._xid._set]  # other tests' threads may still wait
         assert len(mine) < 10  # about a second of waiting: a look every 50 ms would be 20 or more
     finally:
         reader.close()

@@ -225,7 +225,7 @@ def test_pipelined_requests_wait_for_a_bcrypt_verdict_in_order(behind_bcrypt):
 
 
 def test_a_verified_password_is_never_evicted_by_wrong_ones():
-    from rigmon.http.server import AUTH_BAD_KEPT, BasicAuth
+    from rigmon.http.auth import AUTH_BAD_KEPT, BasicAuth
 
     auth = BasicAuth("prom", hashlib.sha256(b"right").hexdigest())
     good = "Basic " + base64.b64encode(b"prom:right").decode()

@@ -12,8 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..model.sample import SLOWDOWNS
+
 RECENT_SECONDS = 600.0  # full resolution for the last ten minutes
 MAX_BUCKETS = 720  # then (min, mean, max) buckets: 720 of them cover any run
+# clock-event reasons drawn in the report (share of time active)
+EVENT_REASONS = ("sw_power_cap", *SLOWDOWNS)
 
 
 class Downsampled:
@@ -179,3 +183,54 @@ class Timeline:
 
     def to_json(self) -> dict[str, list]:
         return {name: s.to_json() for name, s in sorted(self.series.items())}
+
+
+class Run:
+    """Everything the parent keeps while the workers train, bounded whatever the length."""
+
+    GPU_SERIES = (
+        "temperature_celsius",
+        "memory_temperature_celsius",
+        "power_watts",
+        "power_limit_watts",
+        "sm_clock_hertz",
+        "utilization_gpu_ratio",
+        "fan_speed_rpm_max",
+    )
+
+    def __init__(self):
+        self.timeline = Timeline()
+        self.tallies: dict[int, GpuTally] = {}
+        self.cpu_energy: list[float | None] = [None, None]  # first, latest
+        self.ticks = 0
+        self.slowdown_celsius: dict[int, float] = {}
+        self.host_sensors_seen = False  # a CPU temperature or a fan: the host's cooling could be judged
+
+    def observe(self, tick: dict) -> None:
+        t = tick["t"]
+        self.ticks += 1
+        for index, g in tick["gpus"].items():
+            tally = self.tallies.setdefault(index, GpuTally())
+            tally.add(t, g, SLOWDOWNS)
+            if g.get("lost"):
+                continue
+            for key in self.GPU_SERIES:
+                value = g.get(key)
+                self.timeline.add(f"gpu/{index}/{key}", t, value)
+            for reason in EVENT_REASONS:
+                self.timeline.add(f"event/{index}/{reason}", t, 1.0 if g.get("events", {}).get(reason) else 0.0)
+            if g.get("slowdown_celsius") is not None:
+                self.slowdown_celsius[index] = g["slowdown_celsius"]
+        for e in tick["events"]:
+            self.tallies.setdefault(e["gpu"], GpuTally()).xids.append((t, e["xid"]))
+        if tick.get("cpu") or tick.get("fans"):
+            self.host_sensors_seen = True
+        for name, value in tick.get("cpu", {}).items():
+            self.timeline.add(f"cpu/{name}", t, value)
+        for name, value in tick.get("fans", {}).items():
+            self.timeline.add(f"fan/{name}", t, value)
+        if tick.get("cpu_energy") is not None:
+            self.cpu_energy = [
+                self.cpu_energy[0] if self.cpu_energy[0] is not None else tick["cpu_energy"],
+                tick["cpu_energy"],
+            ]

@@ -1,6 +1,6 @@
 """The HTTP server the daemon answers on: ``/metrics`` and every other path, on one asyncio
 loop thread with HTTP/1.1 keep-alive, bounded connections and requests, optional TLS, and basic
-auth checked as Prometheus's web config does (bcrypt or SHA-256, with guesses paced).
+auth checked as Prometheus's web config does (``auth``: bcrypt or SHA-256, with guesses paced).
 
 ``/metrics`` is rendered once per poll, format and encoding, then the same bytes go to every
 scrape until the next poll (``MetricsApp``); the page's paths are routes handed in by the
@@ -10,24 +10,21 @@ daemon. Nothing here knows what a reading is.
 from __future__ import annotations
 
 import asyncio
-import base64
 import concurrent.futures
 import functools
 import gzip
-import hashlib
-import hmac
 import logging
 import os
 import socket
 import ssl
 import threading
-from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, NamedTuple
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from ..exporters.exposition import Exposition
+from .auth import AUTH_FAILURE_DELAY, AuthGate, BasicAuth
 
 if TYPE_CHECKING:
     from ..config.schema import PrometheusConfig
@@ -42,12 +39,6 @@ HEADS_KEPT, HEAD_KEPT_BYTES = 64, 2048  # distinct request heads kept parsed, an
 MAX_REQUEST_BYTES = 16384  # request line and headers
 READ_BYTES = 65536  # the most one read takes from a connection
 WRITE_BUFFER_BYTES = 64 << 10  # answers queued for a client that does not read: then its requests wait
-AUTH_FAILURE_DELAY = 1.0  # seconds before a wrong password's 401 (then the connection closes)
-AUTH_KEPT = 64  # verified credentials kept (a scraper sends the same header every scrape)
-AUTH_BAD_KEPT = 1024  # wrong ones kept apart, so a guess sent again costs no check
-AUTH_GUESSES_PER_SECOND = 16  # checks of addresses that guessed wrong lately, all of them together
-AUTH_SUSPECT_SECONDS = 60.0  # an address that guessed wrong waits behind the others this long after
-AUTH_ADDRESSES_KEPT = 4096
 
 _REASONS = {
     200: "OK",
@@ -144,159 +135,6 @@ def _parse(head: bytes) -> _Request:
         (_encoder(accept)[1], zipped),
         query,
     )
-
-
-class BasicAuth:
-    """Basic auth against a bcrypt hash (as Prometheus's exporter-toolkit) or, from older
-    configs, an unsalted SHA-256. A bcrypt check takes tens of milliseconds: it runs off the
-    serving loop (``AuthGate``), and its verdict is kept per header, so a scraper pays it once.
-    Right and wrong verdicts are kept apart, each bounded: no number of wrong passwords can
-    push a scraper's verified header out."""
-
-    def __init__(self, username: str, sha256_hex: str | None = None, bcrypt_hash: str | None = None):
-        self._user = username.encode()
-        self._sha256 = sha256_hex.lower().encode() if sha256_hex else None
-        self._bcrypt = bcrypt_hash.encode() if bcrypt_hash else None
-        self._good: OrderedDict[str, None] = OrderedDict()  # verified headers, the most recent last
-        self._bad: OrderedDict[str, None] = OrderedDict()
-        self.slow = self._bcrypt is not None  # the check belongs off the loop
-
-    def cached(self, header: str) -> bool | None:
-        """The verdict without a check: None when one must be made (``verify``)."""
-        if not header.startswith("Basic "):
-            return False
-        if header in self._good:
-            return True
-        if header in self._bad:
-            return False
-        return None
-
-    def verify(self, header: str) -> bool:
-        """The whole check (bcrypt's in a worker thread); its verdict kept."""
-        try:
-            user, _, password = base64.b64decode(header[6:], validate=True).partition(b":")
-        except ValueError:
-            return False
-        # bytes on both sides: a name in any script compares, never raises
-        ok = hmac.compare_digest(user, self._user)
-        if self._bcrypt is not None:
-            import bcrypt
-
-            try:
-                ok = bcrypt.checkpw(password, self._bcrypt) & ok
-            except ValueError:
-                ok = False
-        else:
-            ok = hmac.compare_digest(hashlib.sha256(password).hexdigest().encode(), self._sha256) & ok
-        kept = self._good if ok else self._bad
-        kept[header] = None
-        if len(kept) > (AUTH_KEPT if ok else AUTH_BAD_KEPT):
-            kept.popitem(last=False)
-        return ok
-
-
-class AuthGate:
-    """Where the credentials no verdict is kept for wait to be checked, on the serving loop's
-    thread: one check at a time (bcrypt in a worker thread), and an address that sent a wrong
-    password lately waits its turn behind every other, at most one guess a second
-    (AUTH_FAILURE_DELAY) for that address and AUTH_GUESSES_PER_SECOND for all such addresses
-    together. A header verified before never comes here (``BasicAuth.cached``); an address with no
-    recent wrong guess is checked first, so a flood of guesses delays no right password."""
-
-    def __init__(self, server: MetricsServer):
-        self.server = server
-        self.loop = server._loop
-        self._failed: OrderedDict[str, float] = OrderedDict()  # address -> when it last guessed wrong
-        self._pending: dict[str, int] = {}  # address -> its checks waiting or under way
-        self._clean: deque = deque()  # (header, address, done) from addresses with no recent wrong guess
-        self._suspect: deque = deque()
-        self._busy = False
-        self._timer: asyncio.TimerHandle | None = None
-        self._next_guess = 0.0  # the loop's time before which no suspect's check starts
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self.guesses = 0  # wrong passwords checked since start
-
-    def suspect(self, address: str) -> bool:
-        """It guessed wrong lately, or has a check under way already (many connections at once
-        are no scraper's)."""
-        if address in self._pending:
-            return True
-        when = self._failed.get(address)
-        return when is not None and self.loop.time() - when < AUTH_SUSPECT_SECONDS
-
-    def check(self, header: str, connection: _Connection, done) -> None:
-        """``done(verdict)`` on the loop once ``header`` has been checked (not at all where the
-        connection has closed by its turn)."""
-        address = connection.address
-        (self._suspect if self.suspect(address) else self._clean).append((header, connection, done))
-        self._pending[address] = self._pending.get(address, 0) + 1
-        self._next()
-
-    def _next(self) -> None:
-        if self._busy:
-            return
-        for queue in (self._clean, self._suspect):
-            while queue and queue[0][1].closing:
-                self._done_with(queue.popleft()[1].address)
-        if self._timer is not None:
-            if not self._clean:
-                return  # a suspect's turn is timed already
-            self._timer.cancel()
-            self._timer = None
-        if self._clean:
-            item = self._clean.popleft()
-        elif self._suspect:
-            now = self.loop.time()
-            address = self._suspect[0][1].address
-            start = max(self._next_guess, self._failed.get(address, -AUTH_FAILURE_DELAY) + AUTH_FAILURE_DELAY)
-            if start > now:  # its turn comes then (a clean one goes first meanwhile)
-                self._timer = self.loop.call_at(start, self._wake)
-                return
-            item = self._suspect.popleft()
-            self._next_guess = now + 1.0 / AUTH_GUESSES_PER_SECOND
-        else:
-            return
-        self._busy = True
-        header = item[0]
-        auth = self.server.app.auth
-        if not auth.slow:
-            self._checked(item, auth.verify(header))
-            return
-        if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rigmon-auth")
-        future = self.loop.run_in_executor(self._pool, auth.verify, header)
-        future.add_done_callback(
-            lambda f: self._checked(item, not f.cancelled() and f.exception() is None and f.result())
-        )
-
-    def _wake(self) -> None:
-        self._timer = None
-        self._next()
-
-    def _done_with(self, address: str) -> None:
-        left = self._pending.pop(address, 1) - 1
-        if left > 0:
-            self._pending[address] = left
-
-    def _checked(self, item, ok: bool) -> None:
-        header, connection, done = item
-        address = connection.address
-        self._done_with(address)
-        if not ok:
-            self.guesses += 1
-            self._failed[address] = self.loop.time()
-            self._failed.move_to_end(address)
-            if len(self._failed) > AUTH_ADDRESSES_KEPT:
-                self._failed.popitem(last=False)
-        self._busy = False
-        try:
-            done(ok)
-        finally:
-            self.loop.call_soon(self._next)
-
-    def shutdown(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class Deferred(NamedTuple):
@@ -443,7 +281,8 @@ class MetricsServer:
         self._heads: dict[bytes, _Request] = {}  # used on the loop's thread only
         self._page_pool: concurrent.futures.ThreadPoolExecutor | None = None  # Deferred answers, one at a time
         self._loop = asyncio.new_event_loop()
-        self.gate = AuthGate(self)  # credentials checked one at a time, wrong guessers last
+        # credentials checked one at a time, wrong guessers last
+        self.gate = AuthGate(self._loop, lambda: self.app.auth)
         ready: concurrent.futures.Future = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._run, args=(listen, port, ready), name="rigmon-http", daemon=True)
         self._thread.start()
@@ -835,12 +674,3 @@ def serve(
     address when the bind fails."""
     server = MetricsServer(app, config.listen, config.port, tls_context(config), sock)
     return server, server._thread
-
-
-def basic_auth(config: PrometheusConfig) -> BasicAuth | None:
-    auth = config.basic_auth
-    if auth is None:
-        return None
-    secret = auth.password_bcrypt or auth.password_sha256
-    value = secret.get_secret_value()
-    return BasicAuth(auth.username, bcrypt_hash=value) if auth.password_bcrypt else BasicAuth(auth.username, value)

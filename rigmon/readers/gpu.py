@@ -1,4 +1,4 @@
-"""The GPU reader: the only module that talks to NVML (through nvidia-ml-py's ``pynvml``).
+"""The GPU reader: what reads NVML (through nvidia-ml-py's ``pynvml``, with ``nvml`` and ``xid``).
 
 Static facts are read once at ``open()``; ``read()`` takes one reading of every GPU.
 Every call goes through ``_Device.get``, which owns the error policy:
@@ -12,7 +12,7 @@ Slow calls are not paid on every poll: the energy counter and the cumulative thr
 times (~3 ms and ~0.6 ms per GPU on an H200) are read every ``slow_interval`` seconds (the
 energy counter also at each poll where the GPU's processes change, and the next), PCIe
 throughput (~21 ms, it samples a 20 ms window) only when asked for. XID critical errors
-arrive on an NVML event thread and are handed out with the next reading.
+arrive on an NVML event thread (``xid``) and are handed out with the next reading.
 
 Each call belongs to a family (``rigmon.model.polled``: gpu_power, gpu_thermal, gpu_clocks,
 gpu_ecc, gpu_pcie, gpu_processes, gpu_fans, …), as node_exporter's collectors are one per
@@ -25,16 +25,14 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import pynvml
 
 from ..model.polled import CLOCKS, ECC, FANS, FIELD_VALUES, PCIE, POLLED, POWER, PROCESSES, XID
-from ..model.recording import VALUE_FIELDS, call_key, error_value, handle_key
+from ..model.recording import VALUE_FIELDS, call_key, error_value
 from ..model.sample import (
     CLOCK_EVENT_BITS,
     CLOCK_EVENT_REASONS,
@@ -68,16 +66,13 @@ from .gpu_values import (
     _text,
     _watts,
 )
-from .nvml import NVML, make_error, real_backend
+from .nvml import CALL_ERRORS, NVML, make_error, real_backend
+from .xid import XidWatcher
 
 __all__ = ["NVML", "GpuReader", "make_error", "real_backend"]  # the bindings, as the reader has them
 
 log = logging.getLogger(__name__)
 
-# The XID thread's wait. An event ends it at once; nothing else can (NVML cannot interrupt it),
-# so close() never waits it out: the thread frees the event set and shuts its NVML down
-# itself when the wait ends. This bounds only how long the thread outlives close().
-EVENT_WAIT_MS = 1000
 ALL_CLOCK_EVENTS = sum(bit for _, bit in CLOCK_EVENT_BITS)
 
 _NO_FIELDS: dict[int, float] = {}
@@ -111,11 +106,8 @@ def _by_family(
     return list(groups.items())
 
 
-# What a call can raise that is that call's failure, never the GPU's or the poll's: NVML's
-# errors, and the bindings' own (an unversioned call on a driver older than the bindings
-# raises NVMLLibraryMismatchError; a ctypes argument the library's symbol does not take).
-CALL_ERRORS = (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError, ctypes.ArgumentError)
-# ...and of those, what means "this driver has no such call": the older call is tried instead
+# Of the calls' own failures (``CALL_ERRORS``), what means "this driver has no such call":
+# the older call is tried instead
 _NOT_HERE = (
     pynvml.NVMLError_NotSupported,
     pynvml.NVMLError_FunctionNotFound,
@@ -268,8 +260,6 @@ class GpuReader:
         self._pcie_throughput = pcie_throughput
         self._processes = processes
         self._xid_events = xid_events
-        self._use_event_thread = event_thread
-        self._registered: dict = {}
         self._indices = indices
         self._expected_pcie = expected_pcie_generation or {}
         self._expected_width = expected_pcie_width or {}
@@ -279,18 +269,11 @@ class GpuReader:
         self.devices: list[_Device] = []
         self.system = SystemInfo()
         self.unavailable: str | None = None  # why there are no GPUs, when there are none
-        self._events: deque[XidEvent] = deque(maxlen=1000)
-        self._event_thread: threading.Thread | None = None
-        self._event_stop = threading.Event()
-        self._event_set: Any = None
-        self._event_lock = threading.Lock()
-        self._event_thread_done = False
-        self._release_on_exit = False  # close() came while the XID thread waited: it releases NVML
+        self._xid = XidWatcher(self._nvml, wall, thread=event_thread)
         self._opened = False
         # this poll's families: seconds spent in each, and those where a call failed
         self._took: dict[str, float] = {}
         self._failed: set[str] = set()
-        self._event_failures = 0  # XID waits failing in a row
         self._last_ok: dict[str, bool] = {}  # each family's success when it was last read
         # the last whole poll's (took, failed, last_ok): made into ``statuses`` only when asked
         self._last: tuple[dict[str, float], set[str], dict[str, bool]] = ({}, set(), {})
@@ -344,7 +327,7 @@ class GpuReader:
             self.unavailable = "NVML found no GPUs"
             log.warning("%s", self.unavailable)
         if self._xid_events:
-            self._start_event_thread()
+            self._xid.start([d for d in self.devices if not d.lost])
 
     def _system(self, fn: Callable) -> Any:
         try:
@@ -413,78 +396,6 @@ class GpuReader:
         return info
 
     # --- XID events ----------------------------------------------------------------------
-    def _start_event_thread(self) -> None:
-        nv = self._nvml
-        live = [d for d in self.devices if not d.lost]
-        if not live:
-            return
-        try:
-            self._event_set = nv.nvmlEventSetCreate()
-        except CALL_ERRORS as e:
-            log.warning("XID events unavailable: %s", e)
-            return
-        registered = {}
-        for d in live:
-            try:
-                nv.nvmlDeviceRegisterEvents(d.handle, pynvml.nvmlEventTypeXidCriticalError, self._event_set)
-                registered[handle_key(d.handle)] = d
-            except CALL_ERRORS as e:
-                log.warning("GPU %d: XID events unavailable: %s", d.index, e)
-        if not registered:
-            return
-        self._registered = registered
-        if not self._use_event_thread:
-            return  # read() drains the event set itself: deterministic for offline replays
-        self._event_thread = threading.Thread(target=self._watch_events, name="rigmon-xid", daemon=True)
-        self._event_thread.start()
-
-    def _watch_events(self) -> None:
-        try:
-            self._wait_events()
-        finally:
-            with self._event_lock:
-                self._event_thread_done = True
-                release = self._release_on_exit
-            if release:
-                self._release()
-
-    def _wait_events(self) -> None:
-        nv = self._nvml
-        failures = 0
-        while not self._event_stop.is_set():
-            try:
-                data = nv.nvmlEventSetWait_v2(self._event_set, EVENT_WAIT_MS)
-            except pynvml.NVMLError_Timeout:
-                failures = 0
-                continue
-            except CALL_ERRORS as e:
-                failures += 1
-                self._event_failures = failures
-                if failures == 1:
-                    log.warning("XID event wait failed: %s", e)
-                self._event_stop.wait(min(30.0, 0.5 * 2**failures))
-                continue
-            self._event_failures = failures = 0
-            self._take_event(data)
-
-    def _take_event(self, data: Any) -> None:
-        if not data.eventType & pynvml.nvmlEventTypeXidCriticalError:
-            return
-        d = self._registered.get(handle_key(data.device))
-        if d is None:
-            return
-        event = XidEvent(gpu_index=d.index, uuid=d.info.uuid, xid=int(data.eventData), time=self._wall())
-        log.error("GPU %d: XID %d", d.index, event.xid)
-        self._events.append(event)
-
-    def _drain_events(self) -> None:
-        while True:
-            try:
-                data = self._nvml.nvmlEventSetWait_v2(self._event_set, 0)
-            except CALL_ERRORS:
-                return
-            self._take_event(data)
-
     # --- every poll ----------------------------------------------------------------------
     def read(self) -> tuple[tuple[GpuReading, ...], tuple[XidEvent, ...]]:
         now = self._monotonic()
@@ -507,24 +418,18 @@ class GpuReader:
             # a GPU that does not answer: none of its families is read
             self._failed.update(family for family, _ in d.plan + d.slow_plan)
             self._failed.update(name for name in self._last_ok if name != XID)
-        if self._registered and self._event_thread is None:
-            started = time.perf_counter()
-            self._drain_events()
-            self._took[XID] = time.perf_counter() - started
-        elif self._registered:
-            self._took[XID] = 0.0  # the event thread waits on its own
-        if self._registered and self._event_failures:
-            self._failed.add(XID)
+        took = self._xid.drain()
+        if took is not None:
+            self._took[XID] = took
+            if self._xid.failures:
+                self._failed.add(XID)
         last_ok, failed = self._last_ok, self._failed
         for name in self._took:
             last_ok[name] = name not in failed
         for name in failed:
             last_ok[name] = False
         self._last = (self._took, failed, last_ok.copy())  # whole: what a scrape in between sees
-        events = []
-        while self._events:
-            events.append(self._events.popleft())
-        return tuple(readings), tuple(events)
+        return tuple(readings), self._xid.take()
 
     @property
     def statuses(self) -> tuple[ReaderStatus, ...]:
@@ -793,20 +698,11 @@ class GpuReader:
         """Stop reading. Returns at once: where the XID thread is inside NVML's wait, freeing
         the event set or shutting NVML down under it is not safe, so the thread does both
         when its wait ends (a daemon thread: a process that exits first does not wait)."""
-        self._event_stop.set()
-        with self._event_lock:
-            if self._event_thread is not None and not self._event_thread_done:
-                self._release_on_exit = True
-                return
-        self._release()
+        if self._xid.stop(then=self._release):
+            self._release()
 
     def _release(self) -> None:
-        if self._event_set is not None:
-            try:
-                self._nvml.nvmlEventSetFree(self._event_set)
-            except CALL_ERRORS:
-                pass
-            self._event_set = None
+        self._xid.free()
         if self._opened:
             try:
                 self._nvml.nvmlShutdown()

@@ -11,6 +11,11 @@ from typing import Any
 
 import pynvml
 
+# What a call can raise that is that call's failure, never the GPU's or the poll's: NVML's
+# errors, and the bindings' own (an unversioned call on a driver older than the bindings
+# raises NVMLLibraryMismatchError; a ctypes argument the library's symbol does not take).
+CALL_ERRORS = (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError, ctypes.ArgumentError)
+
 
 class UntrustedProcessRecords(pynvml.NVMLError):
     """The driver's process records do not read as processes in any layout rigmon knows."""

@@ -37,7 +37,11 @@ from bench_http import load, wait_port  # noqa: E402
 from browser import Chromium  # noqa: E402
 
 ENV = {**os.environ, "PYTHONSAFEPATH": "1"}
-CARDS_DRAWN = "document.querySelectorAll('#gpus .card svg').length >= 8 * 9"
+# all eight GPU cards with their charts (each card's drawn at once: however many a page draws)
+CARDS_DRAWN = (
+    "(() => { const c = document.querySelectorAll('#gpus .card .charts');"
+    " return c.length >= 8 && [...c].every((x) => x.querySelector('svg')); })()"
+)
 SETTLE_S = 3.0  # after the first render: Chromium finishes rasterising the page it has just drawn
 STEADY_S = 10.0  # two of the daemon's chart redraws (every 5 s) in each window
 

@@ -33,8 +33,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     from rigmon.burnin import report as reportmod
-    from rigmon.burnin.run import Run, build_report
-    from rigmon.burnin.timeline import Downsampled
+    from rigmon.burnin.results import build_report
+    from rigmon.burnin.timeline import Downsampled, Run
     from rigmon.burnin.verdict import judge
     from rigmon.config.schema import Config
     from rigmon.model.sample import GpuInfo, Sample, SystemInfo
