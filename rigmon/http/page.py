@@ -56,9 +56,10 @@ REPORT_CSP = (
 def _page() -> tuple[Static, str]:
     """The page, and its Content-Security-Policy: its own script alone runs (by its hash),
     nothing is loaded from elsewhere, no other site may frame it. Shipped without its
-    indentation and its comment lines (a quarter less to send)."""
+    indentation and its comments (a quarter less to send)."""
     text = resources.files("rigmon").joinpath("data/page.html").read_text(encoding="utf-8")
     text = "\n".join(line.strip() for line in text.splitlines() if not line.lstrip().startswith("// "))
+    text = re.sub(r"  // .*", "", text)  # and the script's comments after code (two spaces, as written)
     text = text.replace("/*CHART_CSS*/", CHART_CSS)
     # what a card shows besides its summary, from the table of readings: in the page, not in
     # every poll's state (it changes only with rigmon)
