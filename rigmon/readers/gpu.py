@@ -492,8 +492,9 @@ class GpuReader:
         handle = d.handle
         pruned = False
         took, clock = self._took, time.perf_counter
-        for family, entries in d.slow_plan if slow else d.plan:  # each family timed as a whole
-            failures, started = d.failures, clock()
+        started = clock()  # each family timed as a whole: from where the one before ended
+        for family, entries in d.slow_plan if slow else d.plan:
+            failures = d.failures
             for name, alternatives in entries:
                 skipped = None
                 while alternatives:
@@ -511,7 +512,9 @@ class GpuReader:
                         alternatives.pop(0)  # not supported: the older call, if any, from now on
                         pruned = True
                         skipped = (skipped or []) + [key]
-            took[family] = took.get(family, 0.0) + clock() - started
+            ended = clock()
+            took[family] = took.get(family, 0.0) + ended - started
+            started = ended
             if d.failures != failures:
                 self._failed.add(family)
         if pruned and slow:

@@ -36,6 +36,9 @@ from prometheus_client.exposition import choose_encoder  # noqa: E402
 from rigmon.config import schema as configmod  # noqa: E402
 from rigmon.sinks import lineprotocol  # noqa: E402
 
+if callable(configmod):  # an earlier rigmon (before its folders): rigmon.config was the module
+    import rigmon.config as configmod  # noqa: E402
+
 EPOCH = 1_780_000_000.0
 PROMETHEUS_ACCEPT = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
 
@@ -73,9 +76,8 @@ def build(recording, capture: bool, firing: bool = False, **gpu):
     source = sc.source(recording, loop=True)
     try:
         from rigmon.readers.replay import ReplayHost, replay_backend
-    except ImportError:  # before 0.2
-        from rigmon.readers.gpu import replay_backend
-        from rigmon.readers.replay import ReplayHost
+    except ImportError:  # before the folders: the replay at the top
+        from rigmon.replay import ReplayHost, replay_backend
 
     nvml, host = replay_backend(source), ReplayHost(source)
     if capture:
