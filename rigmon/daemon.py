@@ -109,7 +109,7 @@ class Daemon:
     def __init__(
         self, config: Config | Settings, pipeline: Pipeline, notifier: Notifier | None = None, speed: float = 1.0
     ):
-        self.config = config  # handed whole only to the page, which reads its own parts of it
+        self.jobs = config.jobs  # the page's price of a kWh
         self.interval = config.daemon.interval  # seconds between polls (at speed 1)
         self.prometheus = config.prometheus  # where and how /metrics and the page are served
         self.speed = speed  # a replay run faster: polls come this many times as often (the samples' clock too)
@@ -200,7 +200,7 @@ class Daemon:
             if history is not None:  # the page at / and its API read the history
                 from .http.page import Page
 
-                page = Page(self.pipeline, history, self.config)
+                page = Page(self.pipeline, history, self.jobs)
                 routes.update(page.routes)
                 slow.update(page.slow_routes)
             app = MetricsApp(

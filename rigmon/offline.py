@@ -33,7 +33,7 @@ def replay_rules(
         source=source,
         wall=lambda: t0 + clock(),
         event_thread=False,
-        engine=engine if engine is not None else build_engine(config),
+        engine=engine if engine is not None else build_engine(config.alerts),
     )
     pipeline = Pipeline.from_config(config, Outputs(), inputs=inputs)
     transitions: list[Transition] = []

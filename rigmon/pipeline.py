@@ -12,15 +12,14 @@ poll through all of it, ``close(deadline)`` delivers what the sinks hold until o
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .alerts.rules import compile_rules
+from .config.box import Box
 from .poller import Poller, build_poller, wants_rare_counters_every_poll
 from .sinks.alerts import AlertSink
 from .sinks.base import PollResult, Sink, close_side_by_side
@@ -91,8 +90,10 @@ class Pipeline:
         history: History | None = None,
         reports: BurninReports | None = None,
         sinks: Iterable[Sink] = (),
+        box: Box,
     ):
         self.poller = poller
+        self.box = box  # the box its outputs name
         self.source = source
         self.alerts = alerts
         self.collector = collector  # the sample as metric families
@@ -112,7 +113,7 @@ class Pipeline:
         """The config's pipeline: the poller on the hardware (or ``inputs``' replay or
         backends), the rules and the ``outputs`` the loop wants, then its own ``sinks``."""
         inputs = inputs if inputs is not None else Inputs()
-        host = config.daemon.hostname or socket.gethostname()
+        box = Box.of(config)  # the box every output names, read once
         engine = inputs.engine
         # compiled once, for the poller (a rule may want the rare counters every poll) and the engine;
         # an engine handed in has them compiled already
@@ -135,9 +136,9 @@ class Pipeline:
         alerts = None
         if outputs.rules and config.alerts.enabled:
             alerts = AlertSink(
-                config,
-                notifiers=None if outputs.announce else [],
-                host=host,
+                config.alerts,
+                box,
+                notify=config.notifiers if outputs.announce else (),
                 rules=compiled,
                 engine=engine,
                 announce=outputs.announce,
@@ -153,12 +154,12 @@ class Pipeline:
             if outputs.influxdb and config.influxdb.enabled:
                 from .sinks.influxdb import InfluxSink
 
-                built["influx"] = InfluxSink(config, host)
+                built["influx"] = InfluxSink(config.influxdb, box, config.jobs.price_per_kwh)
             if outputs.jobs and config.jobs.enabled and config.gpu.processes:
                 from .sinks.jobs import JobLedger
 
-                built["jobs"] = JobLedger(config, host)
-            state_dir = Path(config.daemon.state_dir)
+                built["jobs"] = JobLedger(config.jobs, box)
+            state_dir = box.state_dir
             if outputs.known:
                 from .sinks.known import Known
 
@@ -183,7 +184,7 @@ class Pipeline:
                 if hasattr(part, "close"):
                     part.close(time.monotonic())
             raise
-        return cls(poller, alerts, source=inputs.source, sinks=sinks, **built)
+        return cls(poller, alerts, source=inputs.source, sinks=sinks, box=box, **built)
 
     # --- what the loops use -------------------------------------------------------------------
     def open(self) -> None:

@@ -23,6 +23,8 @@ import readme
 import scenarios as sc
 from servers import free_port, http_get, wait_for
 
+from rigmon.config.box import Box
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # run by a test of their own, from the same block of the same file
@@ -101,7 +103,8 @@ def _a_job(state: Path):
     from rigmon.config import schema as configmod
     from rigmon.sinks.jobs import JobLedger
 
-    ledger = JobLedger(configmod.parse({"daemon": {"state_dir": str(state)}}), "box")
+    box_config = configmod.parse({"daemon": {"state_dir": str(state)}})
+    ledger = JobLedger(box_config.jobs, Box.of(box_config, "box"))
     ledger.book(_sample_with_a_process())
     ledger.close()
 

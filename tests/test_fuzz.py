@@ -203,7 +203,7 @@ def test_fuzz_rule_sets(tmp_path):
             refused += 1
             continue
         accepted += 1
-        engine = build_engine(config)
+        engine = build_engine(config.alerts)
         for t in (0.0, 10.0):
             for transition in engine.evaluate(sample, sample.time + t):
                 assert isinstance(transition.summary, str)

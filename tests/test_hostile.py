@@ -19,6 +19,7 @@ from receiver import Receiver
 from servers import Prometheus, Rigmon, free_port, http_get, wait_for
 
 from rigmon.config import schema as configmod
+from rigmon.config.box import Box
 from rigmon.readers import procs
 from rigmon.readers.host import SystemHost
 
@@ -214,7 +215,7 @@ def test_command_lines_are_kept_only_when_asked(hostile_processes, tmp_path):
             config, sc.source(sc.Recording.load(path), 10), event_thread=False, host_backend=SystemHost()
         )
         poller.open()
-        ledger = JobLedger(config, "box")
+        ledger = JobLedger(config.jobs, Box.of(config, "box"))
         ledger.book(poller.poll())
         ledger.close()
         poller.close()
@@ -415,7 +416,7 @@ def test_a_reused_pid_is_a_new_process_and_a_new_job(tmp_path):
     t0 = rec.ticks[0]["t"]
     poller = build_poller(config, source, event_thread=False, wall=lambda: t0 + source.clock())  # the recording's time
     poller.open()
-    ledger = JobLedger(config, "box")
+    ledger = JobLedger(config.jobs, Box.of(config, "box"))
     users = []
     for t in range(0, 125, 5):
         source.clock.set(t)
@@ -544,7 +545,7 @@ def test_a_lone_surrogate_does_not_stop_the_spooler(tmp_path):
         {"daemon": {"state_dir": str(tmp_path)}, "influxdb": {"enabled": True, "flush_interval": "0.1s"}}
     )
     sender = Sender()
-    sink = InfluxSink(config, sender=sender)
+    sink = InfluxSink(config.influxdb, Box.of(config), sender=sender)
     try:
         sink.consume(PollResult(None, lines=('gpu,host=box name="H200\ud800" 1',)))
         sink.consume(PollResult(None, lines=("gpu,host=box power_watts=1.0 2",)))

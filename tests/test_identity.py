@@ -10,6 +10,7 @@ import scenarios as sc
 
 from rigmon.alerts.engine import Transition
 from rigmon.config import schema as configmod
+from rigmon.config.box import Box
 from rigmon.config.schema import NotifierConfig
 from rigmon.config.settings import ConfigError
 from rigmon.sinks.influxdb import InfluxSink
@@ -44,7 +45,7 @@ def test_notifications_carry_the_name_and_labels(tmp_path):
     )
     from rigmon.sinks.alerts import AlertSink
 
-    sink = AlertSink(config)
+    sink = AlertSink(config.alerts, Box.of(config), config.notifiers)
     try:
         (notifier,) = sink.notifiers
         notifier.submit(_transition())
@@ -73,7 +74,7 @@ def test_every_influxdb_point_carries_the_labels_as_tags(tmp_path):
         },
         "test",
     )
-    sink = InfluxSink(config, sender=object())
+    sink = InfluxSink(config.influxdb, Box.of(config), sender=object())
     with sc.Replayed(sc.rich(sc.h200(), gpus=4), {"daemon": {"state_dir": str(tmp_path / "r")}}) as r:
         sample = r.poll(1)
     lines = sink._encode(("sample", sample)) + sink._encode(("transition", _transition()))
@@ -120,7 +121,7 @@ def test_status_and_the_page_show_them(tmp_path):
     config = configmod.parse({"daemon": {**IDENTITY, "state_dir": str(tmp_path / "r")}}, "test")
     with sc.Replayed(sc.h200(), config) as r:
         r.poll(1)
-        state = Page(r.pipeline, r.pipeline.history, config).state_dict()
+        state = Page(r.pipeline, r.pipeline.history, config.jobs).state_dict()
     assert state["host"] == "rig-04" and state["labels"] == {"site": "lab", "rack": "b2"}
 
 
@@ -141,14 +142,14 @@ def test_the_page_says_why_it_shows_no_gpu_and_that_it_replays_a_file(tmp_path):
 
     with sc.Replayed(sc.h200(), {"gpu": {"enabled": False}, "daemon": {"state_dir": str(tmp_path)}}) as r:
         r.poll()
-        state = Page(r.pipeline, r.pipeline.history, r.config).state_dict()
+        state = Page(r.pipeline, r.pipeline.history, r.config.jobs).state_dict()
     assert state["gpus"] == [] and state["gpus_note"] == "GPUs not read ([gpu] enabled = false)", state["gpus_note"]
     path = sc.write(sc.h200(), tmp_path / "rig-07.rec.jsonl")
     from rigmon.model.recording import Recording
 
     with sc.Replayed(Recording.load(path), {"daemon": {"state_dir": str(tmp_path / "s")}}) as r:
         r.poll()
-        state = Page(r.pipeline, r.pipeline.history, r.config).state_dict()
+        state = Page(r.pipeline, r.pipeline.history, r.config.jobs).state_dict()
     assert state["replay"]["file"] == "rig-07.rec.jsonl" and "H200" in state["replay"]["source"], state["replay"]
     assert state["gpus_note"] is None
 
@@ -167,7 +168,7 @@ def test_a_replay_at_speed_keeps_one_clock_on_the_page():
             sc.rich(sc.h200()), {"prometheus": {"enabled": False}}, at=sc.LOAD_AT, loop=True, wall=lambda: clock[0]
         ) as r:
             r.poll()
-            page = Page(r.pipeline, r.pipeline.history, r.config)  # as the daemon makes it: after the first poll
+            page = Page(r.pipeline, r.pipeline.history, r.config.jobs)  # as the daemon makes it: after the first poll
             for _ in range(10):
                 clock[0] += 60  # a second of real time at --speed 60
                 r.poll()

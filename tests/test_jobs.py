@@ -630,7 +630,7 @@ def test_a_user_cannot_book_her_gpu_time_to_anothers_job_by_naming_her_cgroups_a
     replay(rec, config, range(len(rec.ticks)))
     from rigmon.sinks.jobs import ledger_path, load
 
-    jobs = {j.key: j for j in load(ledger_path(config))}
+    jobs = {j.key: j for j in load(ledger_path(config.daemon.state_dir))}
     assert {k: (j.user, sorted(j.gpus)) for k, j in jobs.items()} == {
         "alice/pgid:4100": ("alice", [0]),
         "bob/pgid:4100": ("bob", [0]),

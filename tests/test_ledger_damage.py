@@ -15,6 +15,7 @@ import pytest
 import scenarios as sc
 
 from rigmon.config import schema as configmod
+from rigmon.config.box import Box
 from rigmon.sinks.jobs import _COLUMNS, Job, JobLedger, _row, connect
 
 
@@ -97,7 +98,7 @@ def test_a_damaged_ledger_never_stops_the_daemon_or_the_cli(kind, tmp_path, capl
             json.loads(done.stdout)
     # the daemon's ledger opens it, books a job on it, and closes
     config = configmod.parse({"daemon": {"state_dir": str(state)}, "prometheus": {"enabled": False}})
-    ledger = JobLedger(config, "box")
+    ledger = JobLedger(config.jobs, Box.of(config, "box"))
     sample = _sample_with_a_process()
     ledger.book(sample)
     ledger.close()
@@ -193,7 +194,7 @@ def test_finished_jobs_leave_the_ledger_after_jobs_keep_and_keep_their_energy(tm
         {"daemon": {"state_dir": str(state)}, "prometheus": {"enabled": False}, "jobs": {"keep": "7d"}}
     )
     assert config.jobs.keep == 7 * 86400
-    ledger = JobLedger(config, "box")
+    ledger = JobLedger(config.jobs, Box.of(config, "box"))
     before = {
         m.samples[0].labels["user"]: m.samples[0].value
         for m in ledger.collect()
@@ -206,7 +207,7 @@ def test_finished_jobs_leave_the_ledger_after_jobs_keep_and_keep_their_energy(tm
     users = [r[0] for r in db.execute("SELECT user FROM jobs")]
     db.close()
     assert users == ["bob"]  # alice's three old jobs are gone, bob's running one stays
-    ledger = JobLedger(config, "box")
+    ledger = JobLedger(config.jobs, Box.of(config, "box"))
     after = {
         s.labels["user"]: s.value for m in ledger.collect() if m.name == "rigmon_job_energy_joules" for s in m.samples
     }
@@ -256,7 +257,8 @@ def test_a_ledger_from_before_held_time_and_estimated_energy_gains_them(tmp_path
     db.close()
     (job,) = ledger.load(path)
     assert job.key == "pgid:7" and job.held_seconds == 0.0 and job.energy_estimated is False and job.busy_by_gpu == {}
-    JobLedger(configmod.parse({"daemon": {"state_dir": str(path.parent)}})).close()
+    config = configmod.parse({"daemon": {"state_dir": str(path.parent)}})
+    JobLedger(config.jobs, Box.of(config)).close()
     (job,) = ledger.load(path)
     assert job.energy_joules == 4200.0
     assert {"held_seconds", "energy_estimated", "busy_by_gpu"} <= {

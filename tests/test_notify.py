@@ -8,6 +8,7 @@ from receiver import Receiver
 from servers import wait_for
 
 from rigmon.alerts.engine import Transition
+from rigmon.config.box import Box
 from rigmon.config.schema import NotifierConfig
 from rigmon.sinks.notify import Message, Notifier, peers
 
@@ -276,7 +277,7 @@ def test_the_daemon_makes_one_notifier_per_alertmanager_peer():
             }
         )
     )
-    sink = AlertSink(config, host="box")
+    sink = AlertSink(config.alerts, Box.of(config, "box"), config.notifiers)
     try:
         assert [(n.name, n._url) for n in sink.notifiers] == [
             ("am-1", "http://127.0.0.1:9"),
@@ -299,7 +300,8 @@ def test_the_webhook_links_the_box_page_and_external_url_overrides_it():
         ({"external_url": "https://rig-04.lab.example/"}, "https://rig-04.lab.example/"),
         ({"page": False}, ""),
     ):
-        sink = AlertSink(settings(parse({**hook, "daemon": daemon})), host="rig-04")
+        config = settings(parse({**hook, "daemon": daemon}))
+        sink = AlertSink(config.alerts, Box.of(config, "rig-04"), config.notifiers)
         try:
             (n,) = sink.notifiers
             message = Message(transition(1), "rig-04", False, time.time())

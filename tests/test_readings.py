@@ -229,13 +229,13 @@ with sc.Replayed(Recording.load(demo_path()), {"prometheus": {"enabled": False}}
     sample = r.poll()
     entities = r.daemon.pipeline.alerts.engine.entities(sample)
     history = r.pipeline.history
-    state = Page(r.pipeline, history, r.config).state_dict()
+    state = Page(r.pipeline, history, r.config.jobs).state_dict()
     now = history.latest
     kept = history.query(["gpu0/memory_clock_max_hertz"], now - 60, now)["series"].get("gpu0/memory_clock_max_hertz")
     print(json.dumps({"metrics": r.metrics(), "points": lineprotocol.encode(sample, "box"),
                       "variable": entities[("gpu", 0)].get("memory_clock_max_hertz"),
                       "state": state["gpus"][0].get("memory_clock_max_hertz"),
-                      "card": Page(r.pipeline, history, r.config).index("")[1].decode(), "history": kept}))
+                      "card": Page(r.pipeline, history, r.config.jobs).index("")[1].decode(), "history": kept}))
 """
 
 

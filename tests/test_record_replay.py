@@ -140,7 +140,7 @@ def test_a_recording_names_its_box_and_a_page_replaying_it_shows_that_name(tmp_p
         config = parse({"daemon": {"state_dir": str(tmp_path / "state")}}, "test")
         with sc.Replayed(Recording.load(path), config) as r:
             r.poll(1)
-            assert Page(r.pipeline, r.pipeline.history, config).state_dict()["host"] == shown
+            assert Page(r.pipeline, r.pipeline.history, config.jobs).state_dict()["host"] == shown
 
 
 @pytest.mark.parametrize(

@@ -176,7 +176,7 @@ parsed = []
 real = ast.parse
 ast.parse = lambda *a, **k: parsed.append(a[0]) or real(*a, **k)
 from rigmon.sinks.alerts import build_engine
-engine = build_engine(config)
+engine = build_engine(config.alerts)
 print(json.dumps({"parsed": parsed, "rules": sorted((r.name, r.when.body, sorted(r.when.reads))
                                                     for r in engine.rules)}))
 """
@@ -186,7 +186,7 @@ print(json.dumps({"parsed": parsed, "rules": sorted((r.name, r.when.body, sorted
     assert found["parsed"] == []
     from rigmon.sinks.alerts import build_engine  # checked here, in this process, from scratch
 
-    fresh = build_engine(configmod.load(rich))
+    fresh = build_engine(configmod.load(rich).alerts)
     assert found["rules"] == [list(r) for r in sorted((r.name, r.when.body, sorted(r.when.reads)) for r in fresh.rules)]
     assert "HotBox" in {name for name, _, _ in found["rules"]}
 

@@ -33,7 +33,7 @@ def cmd_jobs(args) -> int:
     from ..sinks import jobs as ledger
 
     config = load_config(args)
-    path = ledger.ledger_path(config)
+    path = ledger.ledger_path(config.daemon.state_dir)
     price, currency = config.jobs.price_per_kwh, config.jobs.currency
     try:
         if getattr(args, "jobs_command", None) == "show":

@@ -134,7 +134,7 @@ def cmd_doctor(args) -> int:
             time.sleep(0.25)
         sample = pipeline.step().sample
     poller = pipeline.poller
-    engine = build_engine(config)  # every rule, the disabled ones too: each gets a line
+    engine = build_engine(config.alerts)  # every rule, the disabled ones too: each gets a line
     entities = engine.entities(sample)
     width = terminal_width()
 

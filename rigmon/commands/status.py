@@ -45,7 +45,7 @@ def cmd_status(args) -> int:
     # a watch keeps its own rules from the moment it started (shown where no daemon answers);
     # one look shows the daemon's alerts, or a recording's as of --at
     replayed = config.alerts.enabled and source is not None and not args.watch
-    engine = build_engine(config) if replayed else None  # the rules compiled once, for both pipelines
+    engine = build_engine(config.alerts) if replayed else None  # the rules compiled once, for both pipelines
     pipeline = Pipeline.from_config(
         config,
         Outputs(rules=bool(args.watch)),  # one read: no XID thread

@@ -18,7 +18,6 @@ import hashlib
 import json
 import math
 import re
-import socket
 import threading
 import time
 from importlib import resources
@@ -36,6 +35,8 @@ from .charts import CHART_CSS, COLORS, chart
 from .server import Static
 
 if TYPE_CHECKING:
+    from ..config.schema import JobsConfig
+    from ..config.settings import Settings
     from ..pipeline import Pipeline
 
 RANGES = {"1h": 3600.0, "6h": 6 * 3600.0, "24h": 86400.0, "7d": 7 * 86400.0}
@@ -78,20 +79,26 @@ class Page:
     """The routes: ``routes`` answered on the serving loop (small), ``slow_routes`` off it."""
 
     def __init__(
-        self, pipeline: Pipeline, history: History, config, started: float | None = None, host: str | None = None
+        self,
+        pipeline: Pipeline,
+        history: History,
+        jobs: JobsConfig | Settings,
+        started: float | None = None,
+        host: str | None = None,
     ):
+        """``jobs``: the config's [jobs] (the price of a kWh); the box is the pipeline's."""
         self.pipeline = pipeline
         self.history = history
         from ..sinks.jobs import ledger_path
 
-        # the parts of the config the page shows: read here, once
+        box = pipeline.box
         # the box the samples come from: the name configured, else a replay's recorded box (never
         # this machine's name for a recording of another), else this machine's
-        self.host = host or config.daemon.hostname or self._replay_host() or socket.gethostname()
-        self.labels = dict(config.daemon.labels)
+        self.host = host or (box.host if box.named else self._replay_host() or box.host)
+        self.labels = dict(box.labels)
         self.interval = history.interval  # the polls' spacing, as the history keeps them
-        self.price_per_kwh, self.currency = config.jobs.price_per_kwh, config.jobs.currency
-        self.ledger = ledger_path(config)
+        self.price_per_kwh, self.currency = jobs.price_per_kwh, jobs.currency
+        self.ledger = ledger_path(box.state_dir)
         # one clock: the samples' (a replay's, run at --speed, too), from the first poll on
         first = pipeline.latest
         self.started = started if started is not None else first.time if first is not None else time.time()

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..alerts.engine import Alert, AlertEngine, PsuGroup, Transition
@@ -25,7 +24,8 @@ from .base import AlertState, Budget, FiringAlert, close_side_by_side
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
-    from ..config.schema import Config, NotifierConfig
+    from ..config.box import Box
+    from ..config.schema import AlertsConfig, NotifierConfig
     from .notify import Notifier
 
 log = logging.getLogger("rigmon.alerts")
@@ -49,23 +49,13 @@ def alert_dict(alert: Alert) -> dict[str, Any]:
     return firing_alert(alert).as_dict()
 
 
-def _notifiers(config: NotifierConfig, host: str, box: Config) -> list[Notifier]:
+def _notifiers(config: NotifierConfig, box: Box) -> list[Notifier]:
     """One entry's notifiers (one per peer of an Alertmanager cluster), with the box's name,
     labels and page (its generatorURL for Alertmanager)."""
     from .notify import Notifier, peers  # urllib's client: only where a webhook is configured
 
-    port = box.prometheus.port
-    scheme = "https" if box.prometheus.tls_cert is not None else "http"
-    page = box.daemon.external_url or (f"{scheme}://{host}:{port}/" if box.daemon.page else "")
     return [
-        Notifier(
-            config,
-            host,
-            labels=dict(box.daemon.labels),
-            port=port,
-            peer=peer,
-            page_url=page,
-        )
+        Notifier(config, box.host, labels=dict(box.labels), port=box.port, peer=peer, page_url=box.page_url)
         for peer in peers(config)
     ]
 
@@ -85,8 +75,8 @@ def fingerprint(spec: _Dumps) -> str:
     return json.dumps(spec.model_dump(), sort_keys=True)  # a specs.RuleSpec or its settings view alike
 
 
-def build_engine(config: Config, rules: list[Rule] | None = None) -> AlertEngine:
-    budget = config.alerts.power_budget
+def build_engine(config: AlertsConfig, rules: list[Rule] | None = None) -> AlertEngine:
+    budget = config.power_budget
     groups = []
     if budget.watts is not None:
         groups.append(
@@ -96,8 +86,8 @@ def build_engine(config: Config, rules: list[Rule] | None = None) -> AlertEngine
         PsuGroup(g.name, g.watts, tuple(g.gpus) if g.gpus is not None else None, g.include_cpu, g.sensor)
         for g in budget.groups
     ]
-    rules = rules if rules is not None else compile_rules(config.alerts)
-    return AlertEngine(rules, groups, config.alerts.expected_sensors, config.alerts.unknown_timeout)
+    rules = rules if rules is not None else compile_rules(config)
+    return AlertEngine(rules, groups, config.expected_sensors, config.unknown_timeout)
 
 
 class AlertSink:
@@ -108,9 +98,10 @@ class AlertSink:
 
     def __init__(
         self,
-        config: Config,
+        config: AlertsConfig,
+        box: Box,
+        notify: Sequence[NotifierConfig] = (),
         notifiers: list[Notifier] | None = None,
-        host: str | None = None,
         rules: list[Rule] | None = None,
         engine: AlertEngine | None = None,
         announce: bool = True,
@@ -118,16 +109,9 @@ class AlertSink:
         self.engine = engine if engine is not None else build_engine(config, rules)
         self.announce = announce
         self.latest: Sample | None = None
-        self.notifiers = (
-            notifiers
-            if notifiers is not None
-            else [
-                one
-                for n in config.notifiers
-                for one in _notifiers(n, host or config.daemon.hostname or socket.gethostname(), config)
-            ]
-        )
-        self.repeat_interval = config.alerts.repeat_interval
+        # the notifiers handed in, else those of ``notify`` ([[notifiers]]) for this box
+        self.notifiers = notifiers if notifiers is not None else [one for n in notify for one in _notifiers(n, box)]
+        self.repeat_interval = config.repeat_interval
         self.transitions: Counter[tuple[str, str, str]] = Counter()
         self._last_sent: dict[str, float] = {}
         self.state = AlertState()  # replaced, never changed, once per poll

@@ -28,7 +28,6 @@ import http.client
 import itertools
 import logging
 import queue
-import socket
 import threading
 import time
 import urllib.parse
@@ -46,7 +45,8 @@ from .retry import Retry, backoff, retry_after
 from .spool import Spool
 
 if TYPE_CHECKING:
-    from ..config.schema import Config, InfluxConfig
+    from ..config.box import Box
+    from ..config.schema import InfluxConfig
 
 log = logging.getLogger(__name__)
 
@@ -178,16 +178,14 @@ class V2Sender:
 
 
 class InfluxSink:
-    def __init__(self, config: Config, host: str | None = None, sender: Sender | None = None):
-        self.config = config.influxdb
-        self.host = host or config.daemon.hostname or socket.gethostname()
+    def __init__(self, config: InfluxConfig, box: Box, price_per_kwh: float = 0.0, sender: Sender | None = None):
+        self.config = config
+        self.host = box.host
         # the box's own labels ([daemon] labels) as tags of every point, beside host
         self._host_tag = ",host=" + influx_tag(self.host)
-        self._box_tags = self._host_tag + "".join(
-            f",{influx_tag(k)}={influx_tag(v)}" for k, v in sorted(config.daemon.labels.items())
-        )
-        self.price_per_kwh = config.jobs.price_per_kwh  # on each job's point
-        spool_dir = self.config.spool_dir or (config.daemon.state_dir / "influxdb-spool")
+        self._box_tags = self._host_tag + "".join(f",{influx_tag(k)}={influx_tag(v)}" for k, v in box.labels)
+        self.price_per_kwh = price_per_kwh  # [jobs] price_per_kwh, on each job's point
+        spool_dir = self.config.spool_dir or (box.state_dir / "influxdb-spool")
         self.spool = Spool(spool_dir, self.config.spool_max_bytes)
         self.sender = sender or (V2Sender(self.config) if self.config.api == "v2" else V1Sender(self.config))
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=self.config.queue_size)

@@ -54,7 +54,8 @@ if TYPE_CHECKING:
     from prometheus_client.core import Metric
 
     from ..alerts.engine import Transition
-    from ..config.schema import Config, JobsConfig
+    from ..config.box import Box
+    from ..config.schema import JobsConfig
     from ..model.sample import ProcessInfo
 
 log = logging.getLogger(__name__)
@@ -329,8 +330,8 @@ def load(path: Path, job_id: int | None = None, limit: int = 0) -> Iterator[Job]
         db.close()
 
 
-def ledger_path(config: Config) -> Path:
-    return Path(config.daemon.state_dir) / "jobs.sqlite"
+def ledger_path(state_dir: Path) -> Path:
+    return Path(state_dir) / "jobs.sqlite"
 
 
 class _LastPoll(NamedTuple):
@@ -345,10 +346,10 @@ class _LastPoll(NamedTuple):
 class JobLedger:
     """A sink: each sample books GPU time and energy to the jobs on the GPUs."""
 
-    def __init__(self, config: Config, host: str = ""):
-        self.config: JobsConfig = config.jobs
-        self.host = host
-        self.path = ledger_path(config)
+    def __init__(self, config: JobsConfig, box: Box):
+        self.config = config
+        self.host = box.host
+        self.path = ledger_path(box.state_dir)
         self._ended: list[Job] = []  # finished in this poll: the pipeline hands them to the sinks
         self._db: sqlite3.Connection | None = None  # opened with the first job (a box without any writes nothing)
         self._unwritable = False

@@ -30,6 +30,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE.parents[1])]
 import scenarios as sc  # noqa: E402
 from servers import InfluxDB  # noqa: E402
 
+from rigmon.config.box import Box  # noqa: E402
 from rigmon.config.schema import parse  # noqa: E402
 from rigmon.poller import build_poller  # noqa: E402
 from rigmon.sinks import influxdb as influxmod  # noqa: E402
@@ -52,7 +53,7 @@ def samples(count: int) -> list:
 
 def spool(config, polls: list, one_segment_per_poll: bool) -> tuple[int, int, int]:
     """Spool the polls with InfluxDB away; (points, bytes, segments)."""
-    sink = InfluxSink(config, host="bench")
+    sink = InfluxSink(config.influxdb, Box.of(config, "bench"))
     expected = sum(len(encode(s, "bench", with_info=n == 0)) for n, s in enumerate(polls))
     for sample in polls:  # one append per poll, as the spooler makes them at 1 Hz
         if one_segment_per_poll:
@@ -70,7 +71,7 @@ def spool(config, polls: list, one_segment_per_poll: bool) -> tuple[int, int, in
 def drain_rigmon(config, points: int) -> tuple[float, int]:
     """(seconds to drain, points the sink counts as written: the spool's, once each)."""
     started = time.monotonic()
-    drainer = InfluxSink(config, host="bench")
+    drainer = InfluxSink(config.influxdb, Box.of(config, "bench"))
     while drainer.written < points:
         time.sleep(0.005)
     elapsed = time.monotonic() - started

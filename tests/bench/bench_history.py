@@ -106,7 +106,7 @@ def main(argv=None) -> int:
         from rigmon.http.page import Page
 
         pipeline.latest = sample._replace(time=t0 + polls - 1)
-        page = Page(pipeline, history, config)
+        page = Page(pipeline, history, config.jobs)
         draws = {}
         for key, span, cards in (("1h", "1h", None), ("7d", "7d", None), ("1h_3_cards", "1h", ["0", "1", "2"])):
             took = []

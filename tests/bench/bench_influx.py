@@ -20,6 +20,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE.parents[1])]
 import scenarios as sc  # noqa: E402
 from servers import InfluxDB  # noqa: E402
 
+from rigmon.config.box import Box  # noqa: E402
 from rigmon.config.schema import parse  # noqa: E402
 from rigmon.poller import build_poller  # noqa: E402
 from rigmon.sinks.influxdb import InfluxSink  # noqa: E402
@@ -60,7 +61,7 @@ def main(argv=None) -> int:
 
         # 1. drain: the server is away while the samples are spooled, then comes back
         influx.stop()
-        sink = InfluxSink(config, host="bench")
+        sink = InfluxSink(config.influxdb, Box.of(config, "bench"))
         cpu0 = thread_cpu(sink._thread)
         for sample in samples:
             sink.consume(sample)
@@ -72,7 +73,7 @@ def main(argv=None) -> int:
         influx.start()
         # a new sink finds the spool of the earlier one, as a restarted daemon does
         started = time.monotonic()
-        drainer = InfluxSink(config, host="bench")
+        drainer = InfluxSink(config.influxdb, Box.of(config, "bench"))
         while drainer.spool.points:
             time.sleep(0.01)
         drain_s, drain_cpu = time.monotonic() - started, thread_cpu(drainer._thread)
