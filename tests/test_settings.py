@@ -9,6 +9,7 @@ import pickle
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
@@ -119,6 +120,20 @@ def test_the_cache_keeps_no_secret_and_follows_the_file_and_its_environment(rich
     monkeypatch.setenv("UNRELATED", "x")  # one it does not name: still a hit
     cached(rich, counting)
     assert len(calls) == 2
+
+
+def test_a_new_setting_or_rule_of_rigmon_validates_afresh(monkeypatch):
+    """An upgrade that adds a config section or a built-in rule (in the same version, too) must
+    not answer from a cache made before it: the digest covers the installed models and rules."""
+    from rigmon.config import settings as mod
+
+    package = Path(mod.__file__).parents[1]
+    assert all((package / name).is_file() for name in mod.SCHEMA_FILES), mod.SCHEMA_FILES
+    before = mod._inputs(b"[daemon]\n", "/etc/rigmon/rigmon.toml")
+    real = Path.read_bytes
+    for changed in ("schema.py", "builtin.toml"):
+        monkeypatch.setattr(Path, "read_bytes", lambda self, c=changed: real(self) + (b"#" if self.name == c else b""))
+        assert mod._inputs(b"[daemon]\n", "/etc/rigmon/rigmon.toml") != before, changed
 
 
 def test_a_cache_file_others_could_write_or_a_damaged_one_is_not_trusted(rich, tmp_path):

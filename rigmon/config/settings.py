@@ -269,14 +269,18 @@ def _inputs(text: bytes | None, where: str) -> str | None:
 def _schema() -> bytes:
     """What a validation's result depends on in rigmon itself: the config's models and the
     built-in rules, as installed (a new setting in the same version validates afresh)."""
-    here = Path(__file__).parent
+    package = Path(__file__).parents[1]
     out = b""
-    for name in ("config.py", "alerts/builtin.toml", "alerts/specs.py"):
+    for name in SCHEMA_FILES:
         try:
-            out += sha256((here / name).read_bytes()).digest()
+            out += sha256((package / name).read_bytes()).digest()
         except OSError:
             out += b"?"
     return out
+
+
+# what _schema reads, under rigmon/ (tests/test_settings.py: each exists)
+SCHEMA_FILES = ("config/schema.py", "alerts/builtin.toml", "alerts/specs.py")
 
 
 def _cache_dir() -> Path | None:
