@@ -181,6 +181,22 @@ FLEET = [
         12,
         "Energy the GPUs of each box used per day, in kWh, from the GPUs' own energy counters.",
     ),
+    Panel(
+        "GPUs whose cooling drifted most",
+        "table",
+        "celsius",
+        [(f"topk(10, rigmon_gpu_cooling_drift_celsius{{{F_SEL}}})", "{{instance}} GPU {{gpu}}")],
+        [
+            (
+                'SELECT last("cooling_drift_celsius") AS "drift", last("cooling_drift_own_celsius") AS "its own" '
+                f'FROM "gpu" WHERE {I_HOST} AND $timeFilter GROUP BY "host", "gpu"',
+                "",
+            )
+        ],
+        12,
+        "The fleet's GPUs that run hottest against their own baselines at the same power: the ones to clean "
+        "or repaste first.",
+    ),
     row("rigmon itself", "Whether each box's rigmon keeps up: its polls, its readers, and what it could not deliver."),
     Panel(
         "Poll duration per box",
@@ -500,6 +516,46 @@ BOX = [
         axes={1: ("percentunit", "asked")},
     ),
     Panel(
+        "Cooling against its own past",
+        "timeseries",
+        "celsius",
+        [
+            (f"rigmon_gpu_cooling_drift_celsius{{{P_GPU}}}", "GPU {{gpu}}"),
+            (f"rigmon_gpu_cooling_drift_shared_celsius{{{P_SEL}}}", "every GPU (the room, the chassis)"),
+        ],
+        [
+            (
+                f'SELECT mean("cooling_drift_celsius") FROM "gpu" WHERE {I_GPU} AND $timeFilter '
+                f'GROUP BY time($__interval), "gpu" fill(null)',
+                "GPU $tag_gpu",
+            ),
+            (
+                f'SELECT mean("gpu_cooling_drift_shared_celsius") FROM "host" WHERE {I_HOST} AND $timeFilter '
+                "GROUP BY time($__interval) fill(null)",
+                "every GPU (the room, the chassis)",
+            ),
+        ],
+        12,
+        "How much hotter over the room each GPU runs than its own baseline (its first days of steady load) at "
+        "the same power, over its last hours of steady load: dust, dried paste, a slowing fan build up here "
+        "for weeks before it throttles. The rise every GPU shares is the room's or the chassis'.",
+    ),
+    Panel(
+        "Cooling baseline: learning",
+        "stat",
+        "s",
+        [(f"rigmon_gpu_cooling_learning_seconds{{{P_GPU}}}", "GPU {{gpu}}")],
+        [
+            (
+                f'SELECT last("cooling_learning_seconds") FROM "gpu" WHERE {I_GPU} AND $timeFilter GROUP BY "gpu"',
+                "GPU $tag_gpu",
+            )
+        ],
+        12,
+        "Steady load still to see before each GPU's cooling baseline is learned ([cooling] learn; 0: learned, "
+        "rigmon baseline show lists it).",
+    ),
+    Panel(
         "Power against each PSU budget",
         "timeseries",
         "watt",
@@ -710,6 +766,8 @@ NO_DATA = {
     "CPU temperature": "no CPU temperature sensor (a VM, a container, or no hwmon driver loaded)",
     "Fans": "no fan sensors (no hwmon fan driver loaded)",
     "GPU fans: asked and turning": "no GPU fans reported (a passive board)",
+    "Cooling against its own past": "learning each GPU's baseline (its first days of steady load)",
+    "GPUs whose cooling drifted most": "no GPU has a learned cooling baseline yet",
     "Power against each PSU budget": "no power budget configured ([alerts.power_budget])",
     "Last burn-in: how long ago, how long": "never run",
     "Last burn-in throughput": "never run",

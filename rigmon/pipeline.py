@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .alerts.rules import compile_rules
 from .config.box import Box
 from .poller import Poller, build_poller, wants_rare_counters_every_poll
+from .readers.cooling import Detector
 from .sinks.alerts import AlertSink
 from .sinks.base import PollResult, Sink, close_side_by_side
 
@@ -54,12 +55,15 @@ class Outputs:
     history: bool = False  # the page's week, where daemon.page enables it
     rules: bool = True  # the config's alert rules evaluated each step, where [alerts] enables them
     announce: bool = False  # each transition logged and sent to the config's notifiers
+    baselines: bool = False  # the cooling baselines learned and kept in state_dir (else read, never written)
 
     DAEMON: ClassVar[Outputs]
     NOTHING: ClassVar[Outputs]
 
 
-Outputs.DAEMON = Outputs(prometheus=True, influxdb=True, jobs=True, known=True, history=True, announce=True)
+Outputs.DAEMON = Outputs(
+    prometheus=True, influxdb=True, jobs=True, known=True, history=True, announce=True, baselines=True
+)
 Outputs.NOTHING = Outputs(rules=False)
 
 
@@ -91,8 +95,11 @@ class Pipeline:
         reports: BurninReports | None = None,
         sinks: Iterable[Sink] = (),
         box: Box,
+        cooling: Detector | None = None,
     ):
         self.poller = poller
+        self.cooling = cooling  # each sample's cooling against its own past, before the rules see it
+        self._cooling_failed = False  # said once
         self.box = box  # the box its outputs name
         self.source = source
         self.alerts = alerts
@@ -133,6 +140,11 @@ class Pipeline:
             event_thread=inputs.event_thread,
             rare_every_poll=wants_rare_counters_every_poll(compiled),
         )
+        cooling = None
+        if config.cooling.enabled:  # a replay's baselines are its own, in memory: never the box's
+            c = config.cooling
+            kept = box.state_dir / "cooling.json" if inputs.source is None else None
+            cooling = Detector(kept, c.learn, c.window, c.band_watts, keep=outputs.baselines)
         alerts = None
         if outputs.rules and config.alerts.enabled:
             alerts = AlertSink(
@@ -184,7 +196,7 @@ class Pipeline:
                 if hasattr(part, "close"):
                     part.close(time.monotonic())
             raise
-        return cls(poller, alerts, source=inputs.source, sinks=sinks, box=box, **built)
+        return cls(poller, alerts, source=inputs.source, sinks=sinks, box=box, cooling=cooling, **built)
 
     # --- what the loops use -------------------------------------------------------------------
     def open(self) -> None:
@@ -198,6 +210,13 @@ class Pipeline:
             self.source.clock.set(at)
         with self._one_tick():
             sample = self.poller.poll()
+        if self.cooling is not None:
+            try:
+                sample = self.cooling.annotate(sample)
+            except Exception:  # its bug must not stop polling: the sample goes on without its cooling
+                if not self._cooling_failed:
+                    log.exception("the cooling baselines failed: the samples go on without them")
+                self._cooling_failed = True
         transitions = tuple(self.alerts.evaluate(sample)) if self.alerts is not None else ()
         ended = self.jobs.book(sample, transitions) if self.jobs is not None else ()
         result = PollResult(
@@ -269,6 +288,8 @@ class Pipeline:
             return close_side_by_side(closing, deadline)
         finally:
             self.poller.close()
+            if self.cooling is not None:
+                self.cooling.close()  # its baselines kept for the next start
 
 
 @contextmanager

@@ -84,6 +84,10 @@ def render(
         lines.append("")
     lines += [_cut(printable(line), width) for line in _host(sample)]
     lines.append("")
+    cooling = _cooling(sample)
+    if cooling:
+        lines += [_cut(printable(line), width) for line in cooling]
+        lines.append("")
     lines += _alerts(alerts, alerts_note, show_info, sample.time if now is None else now, width, color)
     lines.append("")
     if daemon and daemon.get("influxdb"):
@@ -327,6 +331,54 @@ def _host(sample: Sample) -> list[str]:
         lines.append(f"  CPU energy {e.zone}  {e.joules / 3.6e6:.4f} kWh (RAPL)")
     for note in host.notes:
         lines.append(f"  note: {note}")
+    return lines
+
+
+ROOM = {
+    "inlet": "the room from an inlet sensor",
+    "idle": "the room from the GPUs idle",
+    "none": "no room reference (absolute)",
+    "pending": "the room not read yet",
+}
+
+
+def _cooling(sample: Sample) -> list[str]:
+    """Each GPU, CPU and fan against its own baseline (rigmon baseline show has the baselines)."""
+    from .model.durations import format_duration
+
+    cooling = sample.cooling
+    if cooling is None:
+        return []
+    lines = [f"COOLING  against each one's own baseline; {ROOM.get(cooling.reference, cooling.reference)}"]
+    for g in sample.gpus:
+        state = g.cooling_state
+        if state is None:
+            continue
+        if state == "learning":
+            text = f"learning its baseline, {format_duration(g.cooling_learning_seconds or 0)} of steady load to go"
+        elif state == "comparing" and g.cooling_drift_celsius is not None:
+            text = f"{g.cooling_drift_celsius:+.1f} °C at {g.cooling_at_watts or 0:.0f} W"
+            if g.cooling_fan_drift_ratio is not None:
+                text += f", fans {g.cooling_fan_drift_ratio * 100:+.0f} points"
+            if cooling.shared is not None and g.cooling_drift_own_celsius is not None:
+                text += f" ({g.cooling_drift_own_celsius:+.1f} °C its own)"
+        else:
+            text = state
+        lines.append(f"  GPU {g.index}  {text}")
+    if cooling.shared is not None:
+        lines.append(f"  every GPU  {cooling.shared:+.1f} °C: the room or the chassis")
+    host = sample.host
+    if host is not None:
+        for c in host.cpu_temperatures:
+            d = cooling.cpus.get(c.socket)
+            if d is not None:
+                shown = f"{d.drift:+.1f} °C at {(d.load or 0) * 100:.0f} % busy" if d.drift is not None else d.state
+                lines.append(f"  CPU {c.socket}  {shown}")
+        for f in host.fans:
+            d = cooling.fans.get(f"{f.chip}/{f.device or ''}/{f.label}")
+            if d is not None:
+                shown = f"{d.drift:+.0%} rpm at {(d.load or 0) * 100:.0f} % duty" if d.drift is not None else d.state
+                lines.append(f"  fan {f.chip}/{f.label}  {shown}")
     return lines
 
 

@@ -401,3 +401,33 @@ class CallLog:
             return target(*args)
 
         return call
+
+
+DAY = 86400.0
+
+
+def cooling_days(
+    days: float,
+    gpus: int = 2,
+    step: float = 600.0,
+    resistance=lambda gpu, t: 0.1,
+    power=lambda gpu, t: 300.0,
+    room=lambda t: 22.0,
+    training=lambda t: 6 <= (t % DAY) / 3600 < 22,
+    idle_watts: float = 40.0,
+    limit_watts: float = 350.0,
+) -> Recording:
+    """``days`` of a box's GPUs training and idle (by default from 06:00 to 22:00 each day), a tick
+    each ``step`` s: each GPU at ``power(gpu, t)`` W while training (idle_watts otherwise), and at
+    the whole degrees NVML reports of ``room(t)`` + ``resistance(gpu, t)`` (°C/W) × its power."""
+
+    def modify(t, tick):
+        busy = training(t)
+        for k, g in enumerate(tick["gpus"]):
+            watts = power(k, t) if busy else idle_watts
+            g["nvmlDeviceGetPowerUsage"] = int(watts * 1000)
+            g["nvmlDeviceGetEnforcedPowerLimit"] = int(limit_watts * 1000)
+            g["nvmlDeviceGetUtilizationRates"] = {"gpu": 100 if busy else 0, "memory": 30 if busy else 0}
+            g["nvmlDeviceGetTemperature:0"] = int(round(room(t) + resistance(k, t) * watts))
+
+    return timeline(days * DAY, step=step, gpus=gpus, modify=modify)

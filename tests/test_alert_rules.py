@@ -110,6 +110,24 @@ def two_gpus_at(mw):
 
 
 # rule: (positive recording, negative recording, config)
+COOLING = {"cooling": {"learn": "1h", "window": "10m"}}  # a baseline in an hour, the drift over 10 minutes
+
+
+def cooling(hotter: float, gpus: int = 1, which=(0,)):
+    """15 minutes idle (the room), then 300 W: the baseline learns for an hour of steady load,
+    then the GPUs in ``which`` run ``hotter`` °C hotter at the same power; 3 h, a tick a minute."""
+
+    def modify(t, tick):
+        for k, g in enumerate(tick["gpus"]):
+            watts = 300.0 if t >= 900 else 40.0
+            r = 0.1 + (hotter / 300.0 if k in which and t >= 5400 else 0.0)
+            g["nvmlDeviceGetPowerUsage"] = int(watts * 1000)
+            g["nvmlDeviceGetUtilizationRates"] = {"gpu": 100 if t >= 900 else 0, "memory": 30}
+            g["nvmlDeviceGetTemperature:0"] = int(round(22 + r * watts))
+
+    return timeline(3 * 3600, 60, gpus=gpus, modify=modify)
+
+
 SCENARIOS = {
     "FanStalled": (lambda: timeline(120, 5, modify=fan_stops), lambda: timeline(120, 5, modify=fan_blips), {}),
     "CoolingDegraded": (lambda: timeline(900, 15, host=cpu(75, 5)), lambda: timeline(900, 15, host=cpu(75, 90)), {}),
@@ -199,6 +217,9 @@ SCENARIOS = {
         {"alerts": {"power_budget": {"groups": [{"name": "psu-a", "gpus": [0, 1], "watts": 1300}]}}},
     ),
     "SensorMissing": (lambda: timeline(120, 5, modify=fan_vanishes), lambda: timeline(120, 5, host=fans(900)), {}),
+    # one GPU of two runs 9 °C hotter at the same power / both do (the room or the chassis: the box's alert)
+    "GpuCoolingDrift": (lambda: cooling(9, gpus=2), lambda: cooling(9, gpus=2, which=(0, 1)), COOLING),
+    "GpuCoolingDriftShared": (lambda: cooling(9, gpus=2, which=(0, 1)), lambda: cooling(9, gpus=2), COOLING),
 }
 
 
@@ -245,6 +266,9 @@ RECOVERIES = {
     "GpuLost": lambda: sc.h200().widened(2),
     "GpuCountDropped": lambda: sc.h200().widened(2),
     "SensorMissing": lambda: timeline(60, 5, host=fans(900)),  # the sensor is back
+    # cleaned: back to its baseline's temperatures
+    "GpuCoolingDrift": lambda: cooling(0, gpus=2),
+    "GpuCoolingDriftShared": lambda: cooling(0, gpus=2),
 }
 
 

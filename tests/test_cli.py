@@ -136,8 +136,8 @@ def test_doctor_on_a_box_where_nothing_evaluates_says_what_to_do_and_exits_1():
     done = rigmon("doctor")  # this machine: no NVML, no hwmon, no power budget
     assert done.returncode == 1, done.stdout
     out = done.stdout
-    assert out.count("NVML unavailable (LibraryNotFound") == 2  # the facts, then once for 15 rules, not 15 times
-    assert "NVML unavailable (15 rule(s)): install the NVIDIA driver" in out
+    assert out.count("NVML unavailable (LibraryNotFound") == 2  # the facts, then once for 17 rules, not 17 times
+    assert "NVML unavailable (17 rule(s)): install the NVIDIA driver" in out
     assert "no power budget configured (2 rule(s)): set [alerts.power_budget] watts" in out
     assert "No rule can evaluate here" in out
 

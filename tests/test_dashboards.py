@@ -42,10 +42,23 @@ type = "webhook"
 url = "http://127.0.0.1:9/hook"
 """
     rigmon = Rigmon(tmp, sc.write(sc.rich(sc.h200()), tmp / "rich.rec.jsonl"), config)
+    # a second box whose GPU 0 runs 9 °C hotter than its baseline: 3 h replayed 1000 times as fast
+    # (a baseline learned in an hour of steady load, the drift over 10 minutes of it)
+    (tmp / "cooling").mkdir()
+    cooling = Rigmon(
+        tmp / "cooling",
+        sc.write(cooling_box(), tmp / "cooling" / "drift.rec.jsonl"),
+        f'[daemon]\ninterval = 60\nhostname = "{COOLING_HOST}"\n[cooling]\nlearn = "1h"\nwindow = "10m"\n'
+        f'[influxdb]\nenabled = true\napi = "v1"\nurl = "{influx.url}"\nflush_interval = 0.2\n',
+        extra_args=["--speed", "1000"],
+    )
+    rigmon.neighbour = cooling
     prom = None
     try:
         rigmon.wait_ready()
-        prom = Prometheus(tmp, [f"127.0.0.1:{rigmon.port}"], labels={"site": "lab"})  # as deploy's targets give
+        cooling.wait_ready()
+        targets = [f"127.0.0.1:{rigmon.port}", f"127.0.0.1:{cooling.port}"]
+        prom = Prometheus(tmp, targets, labels={"site": "lab"})  # as deploy's targets give
         if "torch" in sys.modules or subprocess.run([sys.executable, "-c", "import torch"]).returncode == 0:
             burnin_config = tmp / "burnin.toml"
             burnin_config.write_text(
@@ -76,16 +89,44 @@ url = "http://127.0.0.1:9/hook"
                 and prom.query("rigmon_gpu_xid_errors_total")
                 and prom.query("rigmon_burnin_last_passed")
                 and prom.query("increase(rigmon_gpu_energy_joules_total[1d])")
+                and prom.query("rigmon_gpu_cooling_drift_shared_celsius")
+                and influx.query('SELECT last("cooling_drift_celsius") FROM "gpu"')
             ),
             60,
-            what="alerts and XIDs",
+            what="alerts, XIDs and a cooling drift",
         )
         yield prom, influx, rigmon
     finally:
         if prom is not None:
             prom.stop()
         rigmon.stop()
+        cooling.stop()
         influx.stop()
+
+
+COOLING_HOST = "cooling-box"
+
+
+def cooling_box():
+    """Two GPUs: 15 minutes idle, then at 300 W; after 90 minutes GPU 0 runs 9 °C hotter."""
+
+    def modify(t, tick):
+        for k, g in enumerate(tick["gpus"]):
+            watts = 300.0 if t >= 900 else 40.0
+            g["nvmlDeviceGetPowerUsage"] = int(watts * 1000)
+            g["nvmlDeviceGetUtilizationRates"] = {"gpu": 100 if t >= 900 else 0, "memory": 30}
+            g["nvmlDeviceGetTemperature:0"] = int(round(22 + 0.1 * watts + (9 if k == 0 and t >= 5400 else 0)))
+
+    return sc.timeline(3 * 3600, 60, gpus=2, modify=modify)
+
+
+def _instances(rigmon) -> str:
+    """Both boxes of ``fed``, as a dashboard's $instance with both chosen."""
+    return f"127.0.0.1:{rigmon.port}|127.0.0.1:{rigmon.neighbour.port}"
+
+
+def _hosts() -> str:
+    return f"(?:{re.escape(socket.gethostname())}|{COOLING_HOST})"
 
 
 def test_committed_dashboards_are_the_generated_ones():
@@ -105,8 +146,7 @@ def _panels(kind):
 
 def test_every_prometheus_panel_returns_data(fed):
     prom, _, rigmon = fed
-    instance = f"127.0.0.1:{rigmon.port}"
-    values = {"$instance": instance, "$gpu": ".*", "$job": "rigmon", "$site": "lab"}
+    values = {"$instance": _instances(rigmon), "$gpu": ".*", "$job": "rigmon", "$site": "lab"}
     checked = 0
     for where, target in _panels("prometheus"):
         expr = target["expr"]
@@ -146,14 +186,17 @@ def test_the_dashboards_read_the_same_through_federation_and_remote_write(fed, t
     fleet = Prometheus(tmp_path / "fleet", [], scrape_configs=federate)
     store = Prometheus(tmp_path / "store", [], scrape_configs=[], args=("--web.enable-remote-write-receiver",))
     remote["remote_write"][0]["url"] = f"http://127.0.0.1:{store.port}/api/v1/write"
-    site = Prometheus(tmp_path / "site", [f"127.0.0.1:{rigmon.port}"], labels={"site": "lab"}, extra=remote)
+    boxes = [f"127.0.0.1:{rigmon.port}", f"127.0.0.1:{rigmon.neighbour.port}"]
+    site = Prometheus(tmp_path / "site", boxes, labels={"site": "lab"}, extra=remote)
     try:
         instance = f"127.0.0.1:{rigmon.port}"
         for p in (fleet, store):  # two samples of everything: rates and increases have data
             p.wait_query(f'count_over_time(rigmon_gpu_power_watts{{instance="{instance}"}}[5m]) >= 3', 60)
-        want = _panel_answers(prom, instance)
+        for p in (fleet, store):  # and the second box's drift, which needs its baseline learned first
+            p.wait_query("rigmon_gpu_cooling_drift_shared_celsius", 60)
+        want = _panel_answers(prom, _instances(rigmon))
         for name, p in (("federated", fleet), ("remote-written", store)):
-            got = _panel_answers(p, instance)
+            got = _panel_answers(p, _instances(rigmon))
             print(
                 f"{name}: {sum(a for _, a in got)} of {len(got)} queries with data, "
                 f"the site Prometheus {sum(a for _, a in want)}"
@@ -204,12 +247,13 @@ def test_on_a_normal_box_every_panel_shows_data_or_says_why_not(tmp_path):
 
 def test_every_influxdb_panel_returns_data(fed):
     _, influx, _ = fed
-    host = re.escape(socket.gethostname())
+    host = _hosts()
     checked = 0
     for where, target in _panels("influxdb"):
         q = (
             target["query"]
-            .replace("$timeFilter", "time > now() - 1h")
+            # both bounds, as Grafana's: the sped-up replay of the second box writes its hours ahead of now
+            .replace("$timeFilter", "time > now() - 1h AND time < now() + 1d")
             .replace("$__interval", "10s")
             .replace("$host", host)
             .replace("$gpu", ".*")

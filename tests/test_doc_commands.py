@@ -92,6 +92,7 @@ def scratch(tmp_path_factory):
     varlib = base / "varlib"
     (varlib / "rigmon").mkdir(parents=True, mode=0o700)
     _a_job(varlib / "rigmon")
+    _a_baseline(varlib / "rigmon")
     sc.write(sc.timeline(3600, step=60), work / "day.rec.jsonl")  # an hour, a tick a minute
     (work / "bad.toml").write_text("[daemon]\nintervall = 1\n[prometheus]\nport = 70000\n")
     return work, varlib
@@ -107,6 +108,18 @@ def _a_job(state: Path):
     ledger = JobLedger(box_config.jobs, Box.of(box_config, "box"))
     ledger.book(_sample_with_a_process())
     ledger.close()
+
+
+def _a_baseline(state: Path):
+    """Cooling baselines, as the daemon keeps them after four days of a GPU training by day."""
+    from test_cooling import samples
+
+    from rigmon.readers.cooling import Detector
+
+    detector = Detector(state / "cooling.json")
+    for sample in samples(sc.cooling_days(4, gpus=1)):
+        detector.annotate(sample)
+    detector.close()
 
 
 def shell(scratch, command: str, **popen) -> subprocess.Popen:
@@ -152,8 +165,8 @@ def run(scratch, command: str, timeout=300) -> tuple[int, str]:
 
 ONCE = sorted(
     {normal(c) for _, c in readme.commands() if _runner(normal(c)) == "once"},
-    key=lambda c: ("record" not in c, "baseline" in c, c),
-)  # the recording first, the baseline last
+    key=lambda c: ("record" not in c, "baseline" in c, "reset" in c, c.endswith("reset"), c),
+)  # the recording first, the burn-in's baseline and the cooling ones last (all of them reset at the end)
 
 
 @pytest.mark.parametrize("command", ONCE)

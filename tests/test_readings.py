@@ -29,9 +29,48 @@ def rigmon_cli(*args, timeout=60):
     return subprocess.run([sys.executable, "-m", "rigmon", *args], capture_output=True, text=True, timeout=timeout)
 
 
-def one_poll(recording, at=sc.LOAD_AT, start=None):
+def learned(sample):
+    """A cooling detector that has learned every subject of ``sample`` at its load, and whose last
+    window ran 2 °C hotter (a GPU), 3 °C hotter (a CPU) or 3 rpm faster (a fan): every cooling reading has
+    a value at the next poll."""
+    from rigmon.readers.cooling import Detector
+
+    def track(load, width, value, now, fan=None):
+        band = int(load // width)
+        day = 86400.0
+        fans = (fan * day, day) if fan is not None else (0.0, 0.0)
+        return {
+            "first": now - 4 * day,
+            "learned": True,
+            "bands": [[band, day, value * day, *fans]],
+            "recent": [[now, band, day, (value + (2 if width > 1 else 3)) * day, *fans, load * day]],
+        }
+
+    now = sample.time
+    host = sample.host
+    pwm = {(f.chip, f.device, f.fan): f.pwm_ratio for f in host.fan_controls}
+    data = {
+        "format": 1,
+        "reference": "inlet",
+        "gpus": {
+            g.uuid: track(g.power_watts, 25.0, 30.0, now, fan=0.5) for g in sample.gpus if g.power_watts is not None
+        },
+        "cpus": {f"cpu{c.socket}": track(host.cpu_utilization_ratio, 0.1, 20.0, now) for c in host.cpu_temperatures},
+        "fans": {
+            f"{f.chip}/{f.device}/{f.label}": track(pwm[(f.chip, f.device, f.label)], 0.05, 1000.0, now)
+            for f in host.fans
+            if pwm.get((f.chip, f.device, f.label)) is not None
+        },
+    }
+    detector = Detector(None)
+    detector._take(data)
+    return detector
+
+
+def one_poll(recording, at=sc.LOAD_AT, start=None, cooling=False):
     """One sample of a replay through the daemon's sinks: (sample, exposition, points, entities);
-    with ``start``, the readers open there and the replay moves on to ``at``."""
+    with ``start``, the readers open there and the replay moves on to ``at``; with ``cooling``,
+    a poll before it has taught the cooling baselines every subject (``learned``)."""
     config = configmod.parse(
         {
             "influxdb": {"enabled": False},
@@ -48,6 +87,9 @@ def one_poll(recording, at=sc.LOAD_AT, start=None):
     )
     with sc.Replayed(recording, config, at=at if start is None else start) as replayed:
         sample = replayed.poll()
+        if cooling:
+            replayed.pipeline.cooling = learned(sample)
+            sample = replayed.poll(at)
         if start is not None:
             sample = replayed.poll(at)
         exposition = replayed.metrics()
@@ -63,7 +105,7 @@ def test_every_reading_reaches_the_outputs_it_names():
     rich = sc.on_every_gpu(sc.gpu_fans(sc.rich(sc.h200(), gpus=8)), **ecc)
     series, fields, entities = set(), {}, {}
     for recording in (rich, sc.pre_ampere(rich)):
-        _, exposition, points, seen = one_poll(recording)
+        _, exposition, points, seen = one_poll(recording, cooling=True)
         series |= {
             (s.name, tuple(sorted(s.labels.items())))
             for f in text_string_to_metric_families(exposition)

@@ -13,7 +13,7 @@ from .. import __version__
 from ..model.recording import RecordingError
 from ..model.text import fit, printable, printable_lines, terminal_width
 from ..system import logs
-from . import burnin, jobs, record, rules, run, status
+from . import baseline, burnin, jobs, record, rules, run, status
 from . import config as config_command
 from .common import UsageError
 
@@ -30,7 +30,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"rigmon {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (status, record, config_command, run, rules, jobs, burnin):
+    for module in (status, record, config_command, run, rules, jobs, baseline, burnin):
         module.add_parser(sub)
     return p
 

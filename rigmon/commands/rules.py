@@ -295,6 +295,26 @@ def hidden_from_the_service(paths: tuple[str, ...] | None = None) -> tuple[str, 
     return None
 
 
+def _why_no_drift(sample, config) -> str:
+    """Why the GPUs have no cooling drift yet: the baselines off, learning, or not comparing."""
+    from ..model.durations import format_duration
+
+    if not config.cooling.enabled:
+        return "the cooling baselines are off ([cooling] enabled = false)"
+    gpus = [g for g in sample.gpus if g.cooling_state is not None]
+    learning = [g.cooling_learning_seconds for g in gpus if g.cooling_state == "learning"]
+    if learning:
+        return (
+            f"learning each GPU's cooling baseline from its steady load: {format_duration(max(learning))} "
+            "to go ([cooling] learn; rigmon baseline show)"
+        )
+    if any(g.cooling_state == "measuring" for g in gpus):
+        return "the first window of steady load after the baselines ([cooling] window)"
+    if gpus:
+        return "the GPUs ran at powers their baselines never saw (rigmon baseline show)"
+    return "no GPU's cooling seen yet"
+
+
 def _why_not(rule: Rule, entities: dict, sample, poller, config) -> str | None:
     mine = [v for k, v in entities.items() if k[0] == rule.kind]
     if not mine:
@@ -322,10 +342,15 @@ def _why_not(rule: Rule, entities: dict, sample, poller, config) -> str | None:
             for c in calls
         ):
             why_processes = "NVML gives no process list on this board"
+    why_cooling = _why_no_drift(sample, config)
     detail = {
         "processes": why_processes,
         "processes_memory_bytes": why_processes,
         "cpu_utilization_ratio": "CPU utilisation not read",
+        "cooling_drift_own_celsius": why_cooling,
+        "gpu_cooling_drift_shared_celsius": (
+            "a box with one GPU: its drift is its own" if len(sample.gpus) == 1 else why_cooling
+        ),
     }
 
     from ..model.readings import KINDS

@@ -484,6 +484,36 @@ class BurninConfig(_Section):
     ] = Path("/var/lib/rigmon-burnin")
 
 
+class CoolingConfig(_Section):
+    enabled: Annotated[
+        bool,
+        Field(
+            description="Hold each GPU, CPU and fan header against its own past: a baseline learned "
+            "from its first days of steady load, and how far it drifts from it (GpuCoolingDrift)."
+        ),
+    ] = True
+    learn: Annotated[
+        Duration,
+        Field(
+            ge=3600,
+            le=60 * 86400,
+            description="How long a baseline learns, from the first steady load after install or a reset.",
+        ),
+    ] = 3 * 86400.0
+    window: Annotated[
+        Duration,
+        Field(ge=600, le=7 * 86400, description="The steady load (summed) the drift is the mean over."),
+    ] = 6 * 3600.0
+    band_watts: Annotated[
+        float,
+        Field(
+            ge=5,
+            le=500,
+            description="A GPU's power in bands this wide: its baseline compares like with like.",
+        ),
+    ] = 25.0
+
+
 class JobsConfig(_Section):
     enabled: Annotated[
         bool,
@@ -545,6 +575,7 @@ class Config(_Section):
     jobs: Annotated[JobsConfig, Field(description="The ledger of jobs: who used the GPUs, and what it cost.")] = (
         JobsConfig()
     )
+    cooling: Annotated[CoolingConfig, Field(description="Cooling held against its own past.")] = CoolingConfig()
 
 
 ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

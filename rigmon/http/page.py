@@ -196,6 +196,15 @@ class Page:
                         "slowdown_celsius": i.temperature_thresholds.slowdown if i else None,
                         "fan_speed_ratio": mean_of(g.fan_speed_ratios or ()),
                         "fan_target_ratio": mean_of(g.fan_target_ratios or ()),
+                        "cooling": {  # against its own baseline (rigmon.readers.cooling), where one is kept
+                            "state": g.cooling_state,
+                            "learning_seconds": g.cooling_learning_seconds,
+                            "drift": g.cooling_drift_celsius,
+                            "own": g.cooling_drift_own_celsius,
+                            "at_watts": g.cooling_at_watts,
+                        }
+                        if g.cooling_state is not None
+                        else None,
                         "max_pcie_generation": i.max_pcie_generation if i else None,
                         "max_pcie_width": i.max_pcie_width if i else None,
                         "clock_events": list(g.clock_events.active()) if g.clock_events is not None else [],

@@ -65,6 +65,17 @@ def non_negative(text: str) -> float:
     return value
 
 
+def gpu_index(text: str) -> int:
+    """A GPU's index, as nvidia-smi numbers them."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 <= value < MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"must be 0 to {MAX_GPUS - 1}, not {value}")
+    return value
+
+
 def gpu_count(text: str) -> int:
     try:
         value = int(text)

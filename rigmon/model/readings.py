@@ -253,6 +253,10 @@ def _nvml_ok(s: Sample, h: HostReading | None) -> float | None:
     return status.ok if status else None
 
 
+def _shared_drift(s: Sample, h: HostReading | None) -> float | None:
+    return s.cooling.shared if s.cooling is not None else None
+
+
 def _host(s: Sample, h: HostReading | None, name: str) -> Any:
     return getattr(h, name) if h is not None else None
 
@@ -367,6 +371,26 @@ READINGS: tuple[Reading, ...] = (
       rule=False, burnin=True),
     R("xid_total", "gpu", None, "count", "XID errors seen since start", influx=False, always=True),
     R("last_xid", "gpu", None, "count", "the latest XID code (0: none)", influx=False, always=True),
+    R("cooling_state", "gpu", "g.cooling_state", "text",
+      "its cooling baseline: learning, measuring (the first window after it), comparing, or no comparison (the "
+      "last window ran at powers the baseline never saw)", influx=False, rule=False),
+    R("cooling_learning_seconds", "gpu", "g.cooling_learning_seconds", "seconds",
+      "time until its cooling baseline is learned (0 once it is)",
+      Family("rigmon_gpu_cooling_learning_seconds", "gauge", "Time until the GPU's cooling baseline is learned; "
+                                                             "0 once it is.")),
+    R("cooling_drift_celsius", "gpu", "g.cooling_drift_celsius", "celsius",
+      "how much hotter than its baseline at the same power, over the last window of steady load (above the room)",
+      Family("rigmon_gpu_cooling_drift_celsius", "gauge", "How much hotter the GPU runs than its baseline at the "
+                                                          "same power, over its last hours of steady load."),
+      page=True),
+    R("cooling_drift_own_celsius", "gpu", "g.cooling_drift_own_celsius", "celsius",
+      "cooling_drift_celsius beyond what every GPU of the box shares (the room, the chassis)"),
+    R("cooling_fan_drift_ratio", "gpu", "g.cooling_fan_drift_ratio", "ratio",
+      "its fans' duty over its baseline's at the same power (0.1: ten points more)",
+      Family("rigmon_gpu_cooling_fan_drift_ratio", "gauge", "The GPU's fan duty over its baseline's at the same "
+                                                            "power.")),
+    R("cooling_at_watts", "gpu", "g.cooling_at_watts", "watts", "the power its drift was compared at",
+      influx=False),
     # --- each GPU, read once at start (thresholds, limits, link maxima) ---
     R("power_limit_min_watts", "gpu", "i.power_limit_min_watts", "watts", "lowest settable power limit",
       "rigmon_gpu_power_limit_range_watts", ("min",), influx=False, rule=False, static=True),
@@ -439,10 +463,18 @@ READINGS: tuple[Reading, ...] = (
       "rigmon_cpu_temperature_threshold_celsius", ("critical",)),
     R("cpu_utilization_ratio", "cpu", "h.cpu_utilization_ratio", "ratio", "CPU busy share across all cores (0-1)",
       influx=False, old="cpu_utilization"),
+    R("drift_celsius", "cpu", "r.drift_celsius", "celsius",
+      "how much hotter than its baseline at the same utilisation, over the last window of steady load",
+      Family("rigmon_cpu_cooling_drift_celsius", "gauge", "How much hotter the CPU runs than its baseline at the "
+                                                          "same utilisation.", group="host")),
     R("celsius", "temperature", "r.celsius", "celsius", "an hwmon temperature", "rigmon_sensor_temperature_celsius",
       rule=False),
     R("rpm", "fan", "r.rpm", "rpm", "fan speed", "rigmon_fan_speed_rpm"),
     R("turned", "fan", "r.turned", "bool", "has read above 0 rpm (kept across restarts)", "rigmon_fan_turned"),
+    R("rpm_drift_ratio", "fan", "r.rpm_drift", "ratio",
+      "its rpm over its baseline's at the same PWM duty, less 1 (-0.1: a tenth slower, a wearing bearing)",
+      Family("rigmon_fan_rpm_drift_ratio", "gauge", "The fan's rpm over its baseline's at the same PWM duty, "
+                                                    "less 1.", group="host")),
     R("pwm_ratio", "fan_control", "r.pwm_ratio", "ratio", "PWM duty (0-1)", "rigmon_fan_pwm_ratio", rule=False),
     R("pwm_mode", "fan_control", "r.pwm_mode", "count", "pwmN_enable: 0 full/off, 1 manual, 2+ automatic",
       "rigmon_fan_control_mode", rule=False),
@@ -477,6 +509,10 @@ READINGS: tuple[Reading, ...] = (
     R("gpus_at_start", "host", lambda s, h: len(s.gpu_info), "count", "GPUs found at start", "rigmon_gpus",
       ("at_start",)),
     R("gpu_power_watts", "host", _gpu_power, "watts", "total GPU power"),
+    R("gpu_cooling_drift_shared_celsius", "host", _shared_drift, "celsius",
+      "the cooling drift every GPU of the box shares (the least of theirs, two GPUs or more): the room or the "
+      "chassis", Family("rigmon_gpu_cooling_drift_shared_celsius", "gauge", "The cooling drift every GPU of the "
+                                                                            "box shares.", group="host")),
     R("nvml_ok", "host", _nvml_ok, "bool", "the GPU reader worked this poll", influx=False),
     # --- given by the alert engine ---
     R("draw_watts", "psu", None, "watts", "power of the group's GPUs (plus the CPU package where counted)",

@@ -173,6 +173,29 @@ class GpuInfo(NamedTuple):
     fan_count: int | None = None
 
 
+# what the cooling baselines make of a GPU's polls (rigmon.readers.cooling): its Drift as fields
+COOLING_FIELDS = (
+    "cooling_state",
+    "cooling_learning_seconds",
+    "cooling_drift_celsius",
+    "cooling_drift_own_celsius",
+    "cooling_fan_drift_ratio",
+    "cooling_at_watts",
+)
+
+
+def cooling_fields(d: Drift) -> dict[str, Any]:
+    """A GPU's ``Drift`` as its ``COOLING_FIELDS``."""
+    return {
+        "cooling_state": d.state,
+        "cooling_learning_seconds": d.learning_seconds,
+        "cooling_drift_celsius": d.drift,
+        "cooling_drift_own_celsius": d.own,
+        "cooling_fan_drift_ratio": d.fan_drift,
+        "cooling_at_watts": d.load,
+    }
+
+
 # GpuReading's fields: who it is, the per-poll readings of the table (rigmon.model.polled), then what
 # the reader makes of several answers or reads every slow_interval.
 _GPU_READING_FIELDS = (
@@ -193,6 +216,7 @@ _GPU_READING_FIELDS = (
     "remapped_rows",
     "retired_pages",
     "processes",
+    *COOLING_FIELDS,
 )
 
 
@@ -246,6 +270,7 @@ class CpuTemperature(NamedTuple):
     celsius: float
     high_celsius: float | None = None
     critical_celsius: float | None = None
+    drift_celsius: float | None = None  # how much hotter than its baseline at the same load (readers.cooling)
 
 
 class FanReading(NamedTuple):
@@ -254,6 +279,7 @@ class FanReading(NamedTuple):
     rpm: float
     turned: bool = False  # has read above 0 rpm (kept across restarts): a header with a fan on it
     device: str | None = None  # which chip of that name, where known
+    rpm_drift: float | None = None  # its rpm over its baseline's at the same PWM duty, less 1 (readers.cooling)
 
 
 class FanControl(NamedTuple):
@@ -318,6 +344,30 @@ class ReaderStatus(NamedTuple):
     error: str | None = None
 
 
+class Drift(NamedTuple):
+    """One subject's cooling against its own baseline at one poll (``rigmon.readers.cooling``)."""
+
+    subject: str  # "0" (a GPU's index), "cpu0" (a socket), "chip/device/fan" (a fan header)
+    state: str  # learning | measuring | comparing | no comparison
+    learning_seconds: float | None  # learning: how long until its baseline is learned; else 0
+    drift: float | None  # °C hotter than its baseline at the same loads (a fan: its rpm over the baseline's - 1)
+    fan_drift: float | None = None  # a GPU: its fans' duty over its baseline's at the same loads (ratio points)
+    own: float | None = None  # a GPU: its drift beyond what every GPU of the box shares
+    load: float | None = None  # the load it compared at (W for a GPU, a ratio for a CPU or a fan's duty)
+    baseline: float | None = None  # the baseline at that load: °C over the room, or rpm
+
+
+class Cooling(NamedTuple):
+    """The box's cooling at one poll, against its own past: each GPU's (by index), CPU socket's
+    (by socket) and fan header's ("chip/device/fan") drift, and the rise every GPU shares."""
+
+    gpus: dict[int, Drift]
+    cpus: dict[int, Drift]
+    fans: dict[str, Drift]
+    shared: float | None  # °C that every GPU with a drift (two or more) runs hotter, else None
+    reference: str  # inlet | idle | none | pending: what the room's temperature is taken from
+
+
 class Sample(NamedTuple):
     time: float
     host: HostReading | None
@@ -327,6 +377,7 @@ class Sample(NamedTuple):
     events: tuple[XidEvent, ...] = ()
     readers: tuple[ReaderStatus, ...] = ()
     processes: tuple[ProcessInfo, ...] = ()  # who the GPU processes are (where /proc tells)
+    cooling: Cooling | None = None  # against each subject's own past, where the pipeline keeps a baseline
 
     def gpu(self, index: int) -> GpuReading | None:
         return next((g for g in self.gpus if g.index == index), None)

@@ -15,7 +15,7 @@ import pynvml
 
 from ..model.polled import MEMORY_V2, POLLED, Polled
 from ..model.recording import call_key
-from ..model.sample import GpuProcess, GpuReading
+from ..model.sample import COOLING_FIELDS, GpuProcess, GpuReading
 from ..model.text import printable
 
 log = logging.getLogger("rigmon.readers.gpu")
@@ -56,6 +56,7 @@ def _builder() -> Callable:
         "retired_pages": "d.retired_pages",
         "processes": "procs",
         "pcie_full_in_other_pstate": "stepped",
+        **dict.fromkeys(COOLING_FIELDS, "None"),  # the cooling baselines' (readers.cooling), after the poll
     }
     for p in POLLED:
         answer = f"fields.get({p.field_id})" if p.field_id is not None else f"get({_plan_name(p)!r})"

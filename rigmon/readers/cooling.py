@@ -1,0 +1,562 @@
+"""How each GPU, CPU and chassis fan cools, held against its own past.
+
+A cooler fails slowly: dust in a heatsink, paste drying on a second-hand card, a fan bearing
+that turns a little slower each week. No threshold sees it until the card throttles. So each
+subject learns a **baseline** in its first days of steady load (``learn``, 3 days by default):
+for each band of load (25 W of a GPU's power, a tenth of the CPU's utilisation, 5 % of a fan's
+PWM duty), how far above the room it settles (a GPU or CPU; and the fan duty a GPU needs
+there), or how fast a fan turns. After that, the **drift** is how far the last ``window`` of
+steady load (6 h by default) runs from that baseline at the same loads:
+
+- steady: the load within 10 % of its 5-minute mean, above a floor (a GPU at 20 % of its
+  limit and busy, a CPU at 20 %), for 10 minutes, so the temperature has settled;
+- the room: an inlet or ambient sensor where hwmon has one, else the GPUs' temperature after
+  10 minutes idle (the lower median of the box's GPUs, the last seen), else none (absolute); chosen
+  once, with the baseline, and kept;
+- "no comparison" where the last window ran at loads the baseline never saw (a GPU moved from
+  250 W to 340 W with its cooling unchanged compares nothing, and raises nothing);
+- a rise that every GPU shares (the room, the chassis) is the box's: ``shared`` is the least
+  drift of the box's GPUs, and each GPU's ``own`` drift is what it has beyond it.
+
+All of it is a few additions a poll; each 10-minute bin closed is a few more, and the drift is
+worked out then. The baselines and the last bins are kept in ``<state_dir>/cooling.json``
+(written every 10 minutes and at close, read at start), so a restart or a reload keeps them;
+``rigmon baseline reset`` removes a subject's from the file, and the daemon takes the file's
+word when it finds it changed by another hand. A replay keeps its own in memory: it never
+reads or writes the box's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+from collections import deque
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..model.sample import Cooling, Drift, Sample, cooling_fields
+from ..model.text import printable
+
+log = logging.getLogger(__name__)
+
+SETTLE_SECONDS = 600.0  # steady this long before its temperature counts: a heatsink's time constant is minutes
+EWMA_SECONDS = 300.0  # the load's mean that steadiness is judged against
+STEADY_SHARE = 0.10  # within this share of that mean
+MAX_GAP = 600.0  # a tick further from the last than this counts as this much (a replay's sparse ticks, a pause)
+BIN_SECONDS = 600.0  # the recent steady load in bins of this long (or until the band changes)
+MIN_BAND_SECONDS = 1800.0  # a band the baseline saw for less than this is not compared against
+MAX_BINS = 1200  # each subject's recent bins: the longest window's worth (7 days of 10-minute bins)
+MAX_AGE = 14 * 86400.0  # a recent bin older than this is dropped, however little load came since
+MAX_BANDS = 64
+MAX_SUBJECTS = 256  # what a damaged file, or a box with very many sensors, can make us hold
+FORMAT = 1
+GPU_MIN_POWER_SHARE = 0.2  # of the enforced limit: below it a GPU is not under load
+GPU_MIN_BUSY = 0.3
+GPU_IDLE_BUSY = 0.05  # idle: at most this busy, and under a quarter of its limit...
+GPU_IDLE_POWER_SHARE = 0.25
+CPU_MIN_BUSY = 0.2
+ROOM_SENSOR = re.compile(r"inlet|ambient|intake|room|outside|inflow", re.I)
+CELSIUS = (-40.0, 150.0)
+
+
+class _Bin:
+    __slots__ = ("band", "end", "fan", "fan_seconds", "load", "seconds", "start", "value")
+
+    def __init__(self, start: float, band: int):
+        self.start = self.end = start
+        self.band = band
+        self.seconds = self.value = self.fan = self.fan_seconds = self.load = 0.0
+
+    def row(self) -> list[float]:
+        return [self.end, float(self.band), self.seconds, self.value, self.fan, self.fan_seconds, self.load]
+
+
+class Track:
+    """One subject: how steady its load is, its baseline by band of load, its recent bins.
+
+    A bin (and a baseline's band) holds seconds of settled steady load and the integrals over
+    them of the value (°C over the room, or rpm), the fan duty and the load: [end, band, seconds,
+    value×s, fan×s, fan seconds, load×s] (a baseline's band: from seconds to fan seconds)."""
+
+    __slots__ = (
+        "_bin",
+        "_ewma",
+        "_last",
+        "_steady_since",
+        "bands",
+        "first",
+        "index",
+        "learn",
+        "learned",
+        "recent",
+        "width",
+        "window",
+    )
+
+    def __init__(self, width: float, learn: float, window: float):
+        self.width = width  # a band of load
+        self.learn = learn  # seconds from the first steady load counted to a learned baseline
+        self.window = window  # the steady load the drift is judged over
+        self.first: float | None = None  # when the first steady load counted: learning started
+        self.index: int | None = None  # a GPU's index when last seen (the file's subjects are UUIDs)
+        self.learned = False
+        self.bands: dict[int, list[float]] = {}  # band -> [seconds, value×s, fan×s, fan seconds]
+        self.recent: deque[tuple[float, ...]] = deque(maxlen=MAX_BINS)  # the last window's closed bins, oldest first
+        self._ewma: float | None = None
+        self._last: float | None = None
+        self._steady_since: float | None = None
+        self._bin: _Bin | None = None
+
+    def add(self, t: float, load: float | None, floor: float, value: float | None, fan: float | None) -> bool:
+        """One poll: ``load`` (None, or under ``floor``: not under load), the ``value`` it
+        settles at and its fan duty. True when a bin closed (the drift may have moved)."""
+        last, self._last = self._last, t
+        dt = min(t - last, MAX_GAP) if last is not None and t > last else 0.0
+        if load is None or load < floor:
+            self._ewma = self._steady_since = None
+            return self._close(t)
+        ewma = load if self._ewma is None else self._ewma + (load - self._ewma) * (1.0 - math.exp(-dt / EWMA_SECONDS))
+        self._ewma = ewma
+        if abs(load - ewma) > STEADY_SHARE * ewma:
+            self._steady_since = None
+            return self._close(t)
+        if self._steady_since is None:
+            self._steady_since = t
+        if t - self._steady_since < SETTLE_SECONDS or value is None or dt <= 0:
+            return False
+        band = int(ewma // self.width)
+        closed = False
+        b = self._bin
+        if b is not None and (b.band != band or t - b.start >= BIN_SECONDS):
+            closed = self._close(t)
+            b = None
+        if b is None:
+            b = self._bin = _Bin(t - dt, band)
+        b.end = t
+        b.seconds += dt
+        b.value += value * dt
+        b.load += load * dt
+        if fan is not None:
+            b.fan += fan * dt
+            b.fan_seconds += dt
+        return closed
+
+    def _close(self, t: float) -> bool:
+        b, self._bin = self._bin, None
+        if b is None or b.seconds <= 0:
+            return False
+        self._take(b.row())
+        return True
+
+    def _take(self, row: list[float]) -> None:
+        """A closed bin: into the baseline while learning, else into the recent window."""
+        end, band, seconds, value, fan, fan_seconds, _ = row
+        if self.first is None:
+            self.first = end - seconds
+        self.freeze_if_due(end)
+        if not self.learned:
+            cell = self.bands.get(int(band))
+            if cell is None:
+                if len(self.bands) >= MAX_BANDS:
+                    return
+                cell = self.bands[int(band)] = [0.0, 0.0, 0.0, 0.0]
+            cell[0] += seconds
+            cell[1] += value
+            cell[2] += fan
+            cell[3] += fan_seconds
+            return
+        recent = self.recent
+        recent.append(tuple(row))
+        # what the next judgement reads: the last window of steady load, and no older than MAX_AGE
+        kept = sum(r[2] for r in recent) - recent[0][2]
+        while len(recent) > 1 and (kept >= self.window or end - recent[0][0] > MAX_AGE):
+            recent.popleft()
+            kept -= recent[0][2]
+
+    def freeze_if_due(self, t: float) -> None:
+        """Learning ends ``learn`` after it started: the bands seen long enough are the baseline."""
+        if not self.learned and self.first is not None and t - self.first >= self.learn:
+            self.learned = True
+            self.bands = {k: c for k, c in self.bands.items() if c[0] >= MIN_BAND_SECONDS}
+
+    def judge(self, t: float, subject: str) -> Drift:
+        """The drift over the last ``window`` seconds of steady load, against the baseline."""
+        window = self.window
+        self.freeze_if_due(t)
+        if not self.learned:
+            left = self.learn - (t - self.first) if self.first is not None else self.learn
+            return Drift(subject, "learning", max(0.0, left), None)
+        steady = compared = over = base = load = fan_over = fan_seconds = 0.0
+        for _, band, seconds, value, fan, fs, at in reversed(self.recent):
+            if steady >= window:
+                break
+            steady += seconds
+            cell = self.bands.get(int(band))
+            if cell is None:
+                continue
+            compared += seconds
+            rise = cell[1] / cell[0]
+            over += value - rise * seconds
+            base += rise * seconds
+            load += at
+            if fs > 0 and cell[3] > 0:
+                fan_over += fan - cell[2] / cell[3] * fs
+                fan_seconds += fs
+        if steady < window:
+            return Drift(subject, "measuring", 0.0, None)
+        if compared < window / 2:
+            return Drift(subject, "no comparison", 0.0, None)
+        return Drift(
+            subject,
+            "comparing",
+            0.0,
+            over / compared,
+            fan_over / fan_seconds if fan_seconds else None,
+            None,
+            load / compared,
+            base / compared,
+        )
+
+    # --- the file ----------------------------------------------------------------------------
+    def plain(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "last": self._last,
+            "first": self.first,
+            "learned": self.learned,
+            "bands": [[k, *c] for k, c in sorted(self.bands.items())],
+            "recent": list(self.recent),
+        }
+
+    @classmethod
+    def from_plain(cls, width: float, learn: float, window: float, data: object) -> Track | None:
+        """A kept track, checked as any input: None where anything in it is not what we write."""
+        if not isinstance(data, dict):
+            return None
+        first, learned, bands, recent = (data.get(k) for k in ("first", "learned", "bands", "recent"))
+        if (first is not None and not _finite(first)) or not isinstance(learned, bool):
+            return None
+        if not isinstance(bands, list) or not isinstance(recent, list) or len(bands) > MAX_BANDS:
+            return None
+        track = cls(width, learn, window)
+        for row in bands:
+            if not (isinstance(row, list) and len(row) == 5 and all(_finite(x) for x in row)):
+                return None
+            band, seconds, value, fan, fan_seconds = row
+            if not (0 <= band < 1e6 and 0 < seconds < 1e9 and 0 <= fan_seconds <= seconds):
+                return None
+            track.bands[int(band)] = [float(seconds), float(value), float(fan), float(fan_seconds)]
+        for row in recent[-MAX_BINS:]:
+            if not (isinstance(row, list) and len(row) == 7 and all(_finite(x) for x in row)):
+                return None
+            if not (0 <= row[1] < 1e6 and 0 < row[2] <= 86400 and 0 <= row[5] <= row[2]):
+                return None
+            track.recent.append(tuple(float(x) for x in row))
+        index = data.get("index")
+        track.index = index if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < 1024 else None
+        last = data.get("last")
+        track._last = float(last) if _finite(last) else None
+        track.first = float(first) if first is not None else None
+        track.learned = learned
+        return track
+
+    @property
+    def last(self) -> float | None:
+        """When it was last polled (a kept file's "now")."""
+        return self._last
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and abs(x) < 1e12
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _celsius(v: float | None) -> float | None:
+    return v if v is not None and CELSIUS[0] <= v <= CELSIUS[1] else None
+
+
+PARTS = {"gpus": "GPU", "cpus": "CPU", "fans": "fan"}
+
+
+class Detector:
+    """The stage a pipeline runs after each poll: ``annotate(sample)`` gives the sample with its
+    cooling (``sample.cooling``), from every poll so far and what ``path`` kept."""
+
+    def __init__(
+        self,
+        path: Path | None,
+        learn: float = 3 * 86400.0,
+        window: float = 6 * 3600.0,
+        band_watts: float = 25.0,
+        keep: bool = True,
+    ):
+        self.path = path  # None: a replay's, held in memory only
+        self.keep = keep  # learned into the file (the daemon); else the file is read at start, never written
+        self.learn, self.window = learn, window
+        self.widths = {"gpus": band_watts, "cpus": 0.1, "fans": 0.05}
+        self.reference: str | None = None  # inlet | idle | none: chosen once, with the first baseline
+        self.tracks: dict[str, dict[str, Track]] = {"gpus": {}, "cpus": {}, "fans": {}}  # GPUs by UUID
+        self._idle: dict[str, tuple[float | None, float | None]] = {}  # uuid -> (idle since, its last idle °C)
+        self._room: float | None = None
+        self._first_poll: float | None = None
+        self._cooling: Cooling | None = None
+        self._fields: dict[int, dict[str, Any]] = {}  # each GPU's cooling as its fields
+        self._saved_at: float | None = None
+        self._stamp: tuple[int, int, int] | None = None  # the file as we last wrote or read it
+        self._dirty = False
+        if path is not None:
+            self.load()
+
+    # --- a poll ------------------------------------------------------------------------------
+    def annotate(self, sample: Sample) -> Sample:
+        t = sample.time
+        if self._first_poll is None:
+            self._first_poll = t
+        # every BIN_SECONDS (or when the clock went back): the file, if another hand changed it, then a save
+        due = (
+            self.keep
+            and self.path is not None
+            and (self._saved_at is None or not 0 <= t - self._saved_at < BIN_SECONDS)
+        )
+        if due:
+            self._saved_at = t
+            self._take_outside_edits()
+        room = self._room_of(sample, t)
+        closed = False
+        for g in sample.gpus:
+            if g.lost:
+                continue
+            track = self._track("gpus", g.uuid)
+            if track is None:
+                continue
+            track.index = g.index
+            busy, limit = g.utilization_gpu_ratio, g.power_limit_watts
+            load = g.power_watts if busy is not None and busy >= GPU_MIN_BUSY else None
+            temp = _celsius(g.temperature_celsius)
+            rise = temp - room if temp is not None and room is not None else None
+            fan = _mean(g.fan_speed_ratios or ())
+            closed |= track.add(t, load, GPU_MIN_POWER_SHARE * limit if limit else 1.0, rise, fan)
+        host = sample.host
+        if host is not None:
+            busy = host.cpu_utilization_ratio
+            for c in host.cpu_temperatures:
+                track = self._track("cpus", f"cpu{c.socket}")
+                if track is not None:
+                    temp = _celsius(c.celsius)
+                    rise = temp - room if temp is not None and room is not None else None
+                    closed |= track.add(t, busy, CPU_MIN_BUSY, rise, None)
+            if host.fan_controls:
+                duty = {(f.chip, f.device, f.fan): f.pwm_ratio for f in host.fan_controls}
+                for f in host.fans:
+                    pwm = duty.get((f.chip, f.device or "", f.label))
+                    track = self._track("fans", f"{f.chip}/{f.device or ''}/{f.label}") if pwm is not None else None
+                    if track is not None:
+                        closed |= track.add(t, pwm, 0.05, f.rpm if f.rpm > 0 else None, None)
+        if closed:
+            self._dirty = True
+        if due and self._dirty:
+            self.save()
+        if closed or self._cooling is None:  # the drift moves only as a bin closes (or the file changed)
+            self._cooling = self._judge(sample, t)
+        return self._shown(sample, self._cooling)
+
+    def _shown(self, sample: Sample, cooling: Cooling) -> Sample:
+        """The sample with its cooling: each GPU's as its fields, each CPU's and fan's on its record."""
+        fields = self._fields
+        gpus = tuple(g._replace(**fields[g.index]) if g.index in fields else g for g in sample.gpus)
+        host = sample.host
+        if host is not None and (cooling.cpus or cooling.fans):
+            cpus = cooling.cpus
+            fans = cooling.fans
+            host = host._replace(
+                cpu_temperatures=tuple(
+                    c._replace(drift_celsius=cpus[c.socket].drift) if c.socket in cpus else c
+                    for c in host.cpu_temperatures
+                ),
+                fans=tuple(
+                    f._replace(rpm_drift=d.drift) if (d := fans.get(f"{f.chip}/{f.device or ''}/{f.label}")) else f
+                    for f in host.fans
+                ),
+            )
+        return sample._replace(gpus=gpus, host=host, cooling=cooling)
+
+    def _track(self, part: str, key: str) -> Track | None:
+        tracks = self.tracks[part]
+        track = tracks.get(key)
+        if track is None:
+            if sum(len(t) for t in self.tracks.values()) >= MAX_SUBJECTS:
+                return None
+            track = tracks[key] = Track(self.widths[part], self.learn, self.window)
+        return track
+
+    def _room_of(self, sample: Sample, t: float) -> float | None:
+        """The room's temperature now, as ``reference`` takes it: chosen at the first poll that
+        offers an inlet sensor or a GPU settled idle, or after a day without either (none)."""
+        host = sample.host
+        inlet = None
+        if host is not None and host.temperatures:
+            inlet = _mean(_celsius(s.celsius) for s in host.temperatures if ROOM_SENSOR.search(s.label))
+        for g in sample.gpus:  # each GPU's temperature once settled idle: the room, near enough
+            if g.lost:
+                continue
+            since, temp = self._idle.get(g.uuid, (None, None))
+            busy, power, limit = g.utilization_gpu_ratio, g.power_watts, g.power_limit_watts
+            if (
+                busy is None
+                or busy > GPU_IDLE_BUSY
+                or power is None
+                or (limit and power > GPU_IDLE_POWER_SHARE * limit)
+            ):
+                self._idle[g.uuid] = (None, temp)  # under load: its last idle temperature stands
+                continue
+            since = t if since is None else since
+            now = _celsius(g.temperature_celsius)
+            self._idle[g.uuid] = (since, now if now is not None and t - since >= SETTLE_SECONDS else temp)
+        idle = sorted(temp for _, temp in self._idle.values() if temp is not None)
+        if self.reference is None:
+            if inlet is not None:
+                self.reference = "inlet"
+            elif idle:
+                self.reference = "idle"
+            elif self._first_poll is not None and t - self._first_poll >= 86400:
+                self.reference = "none"
+        if self.reference == "inlet":
+            self._room = inlet if inlet is not None else self._room
+        elif self.reference == "idle":
+            self._room = idle[(len(idle) - 1) // 2] if idle else self._room  # the lower median: nearest the room
+        elif self.reference == "none":
+            self._room = 0.0
+        return self._room
+
+    def _judge(self, sample: Sample, t: float) -> Cooling:
+        index = {g.uuid: g.index for g in sample.gpus}
+        gpus = {
+            index[uuid]: track.judge(t, str(index[uuid]))
+            for uuid, track in self.tracks["gpus"].items()
+            if uuid in index
+        }
+        drifts = [d.drift for d in gpus.values() if d.drift is not None]
+        shared = min(drifts) if len(drifts) >= 2 else None
+        for k, d in gpus.items():
+            if d.drift is not None:
+                gpus[k] = d._replace(own=d.drift - max(shared or 0.0, 0.0))  # a shared fall is no GPU's own rise
+        cpus = {int(key[3:]): track.judge(t, key) for key, track in self.tracks["cpus"].items()}
+        fans = {}
+        for key, track in self.tracks["fans"].items():
+            d = track.judge(t, key)
+            if d.drift is not None and d.baseline:
+                d = d._replace(drift=d.drift / d.baseline)  # rpm under or over the baseline's, as a ratio
+            fans[key] = d
+        self._fields = {k: cooling_fields(d) for k, d in gpus.items()}
+        return Cooling(gpus, cpus, fans, shared, self.reference or "pending")
+
+    # --- the file ----------------------------------------------------------------------------
+    def plain(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "reference": self.reference,
+            **{part: {k: v.plain() for k, v in tracks.items()} for part, tracks in self.tracks.items()},
+        }
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        try:
+            write_file(self.path, self.plain())
+            self._stamp = _stamp(self.path)
+            self._dirty = False
+        except OSError as e:
+            log.warning("cannot keep the cooling baselines in %s: %s", self.path, e.strerror or e)
+
+    def load(self) -> None:
+        """What an earlier daemon learned; a file that cannot be read is said once and left for
+        the next save to replace (its subjects learn afresh)."""
+        if self.path is None:
+            return
+        data = read_file(self.path)
+        self._stamp = _stamp(self.path)
+        if data is not None:
+            self._take(data)
+
+    def _take(self, data: dict[str, Any]) -> None:
+        self.reference = data.get("reference") if data.get("reference") in ("inlet", "idle", "none") else None
+        for part, kept in data.items():
+            if part not in self.tracks:
+                continue
+            tracks: dict[str, Track] = {}
+            for key, plain in list(kept.items())[:MAX_SUBJECTS]:
+                track = Track.from_plain(self.widths[part], self.learn, self.window, plain)
+                if track is None:
+                    log.warning("%s: the baseline of %s is damaged: it learns afresh", self.path, printable(key)[:80])
+                else:
+                    tracks[key] = track
+            self.tracks[part] = tracks
+        self._cooling = None
+
+    def _take_outside_edits(self) -> None:
+        """``rigmon baseline reset`` (or an operator) changed the file: its word stands."""
+        if self.path is None:
+            return
+        stamp = _stamp(self.path)
+        if stamp is not None and stamp != self._stamp:
+            self._stamp = stamp
+            data = read_file(self.path)
+            if data is not None:
+                log.info("%s changed: the cooling baselines are taken from it", self.path)
+                self._take(data)
+                self._dirty = True
+
+    def close(self) -> None:
+        if self.keep and self.path is not None:
+            self._take_outside_edits()
+            self.save()
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+MAX_FILE_BYTES = 8 << 20
+
+
+def write_file(path: Path, data: dict[str, Any]) -> None:
+    """Atomically, the owner's alone."""
+    tmp = path.with_name(path.name + ".tmp")
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(data, f, separators=(",", ":"))
+    os.replace(tmp, path)
+
+
+def read_file(path: Path) -> dict[str, Any] | None:
+    """The kept baselines as plain data, checked for shape (each track is checked as it is
+    taken); None, said once, where the file is missing or not ours."""
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read(MAX_FILE_BYTES + 1))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        log.warning("%s cannot be read (%s): the cooling baselines learn afresh", path, printable(str(e))[:200])
+        return None
+    if not (
+        isinstance(data, dict) and data.get("format") == FORMAT and all(isinstance(data.get(p), dict) for p in PARTS)
+    ):
+        log.warning("%s is not a rigmon cooling file: the cooling baselines learn afresh", path)
+        return None
+    for part in PARTS:
+        data[part] = {k: v for k, v in data[part].items() if isinstance(k, str) and len(k) <= 256}
+    return data

@@ -1,0 +1,272 @@
+"""Cooling held against its own past, on multi-day recordings (a tick every 10 minutes, days of
+training and nights idle): a GPU whose heatsink clogs fires GpuCoolingDrift on that GPU alone,
+once its drift has passed the threshold and not before; a GPU moved to a higher power, a room
+that warms and the H200 recording stay quiet; a restart keeps the baselines and a reset starts
+them again; ``rigmon baseline`` and ``rigmon rules test --replay`` as a user runs them."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import scenarios as sc
+
+from rigmon.alerts.engine import AlertEngine
+from rigmon.config import schema as configmod
+from rigmon.model.sample import FanControl, FanReading, HostReading, Sample
+from rigmon.pipeline import Inputs, Outputs, Pipeline, opened
+from rigmon.readers.cooling import Detector
+from rigmon.readers.replay import ReplayClock, ReplaySource
+from rigmon.sinks.alerts import build_engine
+
+DAY = sc.DAY
+WEEKS = 14
+THRESHOLD = 6.0  # GpuCoolingDrift's min_celsius
+BASE_R = 0.1  # °C a watt over the room: 30 °C at 300 W
+
+
+def clogging(gpu, t):
+    """GPU 0's heatsink clogs: its thermal resistance rises 30 % over the week from day 4."""
+    if gpu != 0:
+        return BASE_R
+    return BASE_R * (1 + 0.3 * min(1.0, max(0.0, (t / DAY - 4) / 7)))
+
+
+def true_drift(t, watts=300.0):
+    return (clogging(0, t) - BASE_R) * watts
+
+
+def rigmon_cli(*args, timeout=120, columns=None):
+    env = {**os.environ, "COLUMNS": str(columns)} if columns else None
+    return subprocess.run(
+        [sys.executable, "-m", "rigmon", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def samples(recording, config=None):
+    """Every tick of ``recording`` as the daemon's poller reads it, at the recording's times,
+    without the cooling stage (the tests run their own detectors on them)."""
+    config = config or configmod.parse({"cooling": {"enabled": False}, "alerts": {"enabled": False}}, "test")
+    source = ReplaySource(recording, ReplayClock(realtime=False), loop=False)
+    t0 = recording.ticks[0]["t"]
+    inputs = Inputs(source=source, wall=lambda: t0 + source.clock(), event_thread=False)
+    out = []
+    with opened(Pipeline.from_config(config, Outputs(rules=False), inputs=inputs)) as p:
+        for offset in recording.offsets():
+            out.append(p.step(at=offset).sample)
+    return out
+
+
+def cooling_alerts(polled, detector, engine=None):
+    """The cooling alerts' transitions, with the detector and the rules as the daemon runs them."""
+    engine = engine or build_engine(configmod.parse({}, "test").alerts)
+    found = []
+    for s in polled:
+        s = detector.annotate(s)
+        found += [(tr.time, tr.status, tr.alertname, tr.labels.get("gpu")) for tr in engine.evaluate(s, s.time)]
+    return [f for f in found if f[2].startswith("GpuCoolingDrift")], s
+
+
+@pytest.fixture(scope="module")
+def clogged():
+    recording = sc.cooling_days(WEEKS, gpus=4, resistance=clogging)
+    return recording, samples(recording)
+
+
+def test_a_clogging_heatsink_fires_on_its_gpu_alone_once_its_drift_passes_the_threshold(clogged, tmp_path):
+    recording, polled = clogged
+    t0 = recording.ticks[0]["t"]
+    found, last = cooling_alerts(polled, Detector(None))
+    assert [(status, name, gpu) for _, status, name, gpu in found] == [("firing", "GpuCoolingDrift", "0")], found
+    fired = found[0][0] - t0
+    # NVML reports whole degrees: the drift seen may lead the true one by half a degree
+    assert true_drift(fired) >= THRESHOLD - 0.5, (fired / DAY, true_drift(fired))
+    crossed = next(t for t in range(0, WEEKS * 86400, 600) if true_drift(t) >= THRESHOLD)
+    assert fired - crossed <= DAY, (fired / DAY, crossed / DAY)  # within the day its window of steady load spans
+    g0, g1 = last.gpus[0], last.gpus[1]
+    assert g0.cooling_state == "comparing" and 8 <= g0.cooling_drift_celsius <= 10, g0.cooling_drift_celsius
+    assert abs(g1.cooling_drift_celsius) <= 1 and last.cooling.shared is not None and last.cooling.shared <= 1
+    assert 290 <= g0.cooling_at_watts <= 310
+
+    # rigmon rules test --replay: the same, offline, at the speed of the file
+    path = sc.write(recording, tmp_path / "clogged.rec.jsonl")
+    started = time.monotonic()
+    done = rigmon_cli("rules", "test", "--replay", str(path), timeout=300)
+    took = time.monotonic() - started
+    assert done.returncode in (0, 1), done.stderr
+    drift = [line.split() for line in done.stdout.splitlines() if "GpuCoolingDrift" in line]
+    assert len(drift) == 1 and "FIRING" in drift[0] and "GPU 0" in " ".join(drift[0]), done.stdout
+    print(f"rules test --replay over {WEEKS} days of 4 GPUs ({len(recording.ticks)} ticks): {took:.1f} s")
+
+
+def test_a_gpu_moved_to_a_higher_power_with_its_cooling_unchanged_raises_nothing():
+    moved = sc.cooling_days(WEEKS, power=lambda gpu, t: 250.0 if t < 5 * DAY else 340.0)
+    found, last = cooling_alerts(samples(moved), Detector(None))
+    assert found == []
+    assert {g.cooling_state for g in last.gpus} == {"no comparison"}
+    assert last.gpus[0].cooling_drift_celsius is None
+
+
+def test_a_room_that_warms_gets_no_alert_per_gpu():
+    warming = lambda t: 22.0 + 8.0 * min(1.0, max(0.0, (t / DAY - 5) / 2))  # noqa: E731
+    # the room read from the GPUs idle each night: the rise is the room's, nothing to say
+    found, last = cooling_alerts(samples(sc.cooling_days(WEEKS, gpus=4, room=warming)), Detector(None))
+    assert found == [] and last.cooling.reference == "idle"
+    assert all(abs(g.cooling_drift_celsius) <= 1 for g in last.gpus)
+    # GPUs that never idle, in a box with no inlet sensor: every GPU drifts alike, one alert for the box
+    always = sc.cooling_days(WEEKS, gpus=4, room=warming, training=lambda t: True)
+    found, last = cooling_alerts(samples(always), Detector(None))
+    assert last.cooling.reference == "none"
+    assert [(status, name, gpu) for _, status, name, gpu in found] == [("firing", "GpuCoolingDriftShared", None)]
+    assert all(abs(g.cooling_drift_own_celsius) <= 1 for g in last.gpus) and last.cooling.shared >= 7
+
+
+def test_the_h200_recording_stays_quiet():
+    found, last = cooling_alerts(samples(sc.h200()), Detector(None))
+    assert found == [] and last.gpus[0].cooling_state == "learning" and last.gpus[0].cooling_learning_seconds > 0
+
+
+def test_a_restart_keeps_the_baselines_and_a_reset_starts_learning(clogged, tmp_path):
+    recording, polled = clogged
+    state = tmp_path / "state"
+    conf = tmp_path / "rigmon.toml"
+    conf.write_text(f'[daemon]\nstate_dir = "{state}"\n')
+    path = state / "cooling.json"
+    engine = build_engine(configmod.parse({}, "test").alerts)
+    half = len(polled) // 2  # day 7: the baselines learned, the drift not yet past the threshold
+    before, _ = cooling_alerts(polled[:half], Detector(path), engine)
+    first = Detector(path)
+    assert first.tracks["gpus"] and all(t.learned for t in first.tracks["gpus"].values())
+    first.close()
+    # a second daemon goes on from the file (the rules' state too, as Alertmanager would)
+    after, last = cooling_alerts(polled[half:], Detector(path), engine)
+    uninterrupted, _ = cooling_alerts(polled, Detector(None))
+    assert before == [] and after == uninterrupted, (after, uninterrupted)
+
+    # rigmon baseline show: each GPU's baseline and its drift
+    shown = rigmon_cli("baseline", "show", "-c", str(conf))
+    assert shown.returncode == 0, shown.stderr
+    assert "GPU 0" in shown.stdout and "comparing" in shown.stdout and "°C over the room" in shown.stdout
+    rows = json.loads(rigmon_cli("baseline", "show", "--json", "-c", str(conf)).stdout)["subjects"]
+    by_gpu = {r["gpu"]: r for r in rows if r["kind"] == "GPU"}
+    assert sorted(by_gpu) == [0, 1, 2, 3] and by_gpu[0]["drift"] > THRESHOLD and abs(by_gpu[1]["drift"]) < 1
+
+    # a repaste: rigmon baseline reset --gpu 0, and the daemon takes the file's word at its next save
+    running = Detector(path)
+    done = rigmon_cli("baseline", "reset", "--gpu", "0", "-c", str(conf))
+    assert done.returncode == 0 and "GPU 0's baseline forgotten" in done.stdout, done.stderr
+    s = polled[-1]
+    s = running.annotate(s._replace(time=s.time + 700))
+    assert s.gpus[0].cooling_state == "learning" and s.gpus[1].cooling_state == "comparing"
+    running.close()
+    assert json.loads(path.read_text())["gpus"].get(s.gpus[1].uuid) is not None
+
+    # bad input: one line (as wide as the terminal lets it be), exit 2
+    for args, says in (
+        (("reset", "--gpu", "7"), "no baseline for GPU 7"),
+        (("reset", "--gpu", "x"), "not a whole number"),
+        (("show", "-c", str(tmp_path / "none.toml")), "none.toml"),
+    ):
+        done = rigmon_cli("baseline", *args, *(() if "-c" in args else ("-c", str(conf))), columns=400)
+        assert done.returncode == 2 and says in done.stderr and len(done.stderr.strip().splitlines()) == 1, done
+    empty = tmp_path / "empty.toml"
+    empty.write_text(f'[daemon]\nstate_dir = "{tmp_path / "nothing"}"\n')
+    done = rigmon_cli("baseline", "show", "-c", str(empty), columns=400)
+    assert done.returncode == 2 and "no cooling baseline" in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "not json",
+        '{"format": 2, "gpus": {}, "cpus": {}, "fans": {}}',
+        '{"format": 1, "gpus": {"GPU-x": {"first": NaN, "learned": true, "bands": [], "recent": []}}, '
+        '"cpus": {}, "fans": {}}',
+        '{"format": 1, "gpus": {"GPU-x": {"first": 0, "learned": true, "bands": [[12, -5, 1, 0, 0]], '
+        '"recent": []}}, "cpus": {}, "fans": {}}',
+        '{"format": 1, "gpus": {"GPU-x": {"first": 0, "learned": "yes", "bands": [], "recent": []}}, '
+        '"cpus": {}, "fans": {}}',
+        '{"format": 1, "gpus": {"GPU-x": {"first": 0, "learned": true, "bands": [[12, 3600, 1e300, 0, 0]], '
+        '"recent": []}}, "cpus": {}, "fans": {}}',
+    ],
+)
+def test_a_damaged_file_holds_nothing_bad(tmp_path, damage):
+    path = tmp_path / "cooling.json"
+    path.write_text(damage)
+    detector = Detector(path)
+    assert detector.tracks["gpus"] == {}
+    s = detector.annotate(samples(sc.h200())[0])
+    assert s.gpus[0].cooling_state == "learning"
+
+
+def test_a_fan_that_turns_slower_at_the_same_duty_drifts():
+    """A chassis fan whose bearing wears: the same PWM duty, fewer rpm each week."""
+    detector = Detector(None, learn=DAY, window=6 * 3600)
+    s = None
+    for k in range(int(4 * DAY / 600)):
+        t = 1.8e9 + k * 600
+        rpm = 1200.0 * (1 - 0.1 * max(0.0, (k * 600 / DAY - 1.5) / 2.5))  # 10 % slower by day 4
+        host = HostReading(
+            fans=(FanReading("nct6798", "fan2", rpm, True, "nct6775.656"),),
+            fan_controls=(FanControl("nct6798", "nct6775.656", "fan2", 0.6, 2, None, None),),
+            cpu_utilization_ratio=0.0,
+        )
+        s = detector.annotate(Sample(t, host, (), (), None))
+    (fan,) = s.host.fans
+    assert -0.11 <= fan.rpm_drift <= -0.06, fan.rpm_drift
+    assert s.cooling.fans["nct6798/nct6775.656/fan2"].state == "comparing"
+
+
+def test_without_a_baseline_the_rule_neither_fires_nor_resolves_and_each_input_may_be_missing():
+    """GpuCoolingDrift over its one input: unknown (learning, no comparison) says nothing; it fires
+    at the threshold held for 10 minutes and resolves 2 °C under it."""
+    engine = AlertEngine(
+        [r for r in build_engine(configmod.parse({}, "test").alerts).rules if r.spec.name == "GpuCoolingDrift"], []
+    )
+    base = samples(sc.h200())[0]
+    seen = []
+    for minute, own in enumerate([None] * 3 + [7.0] * 12 + [None] * 3 + [5.0] * 3 + [3.0] * 3):
+        g = base.gpus[0]._replace(cooling_drift_own_celsius=own, cooling_drift_celsius=own, cooling_at_watts=300.0)
+        t = base.time + minute * 60
+        seen += [(minute, tr.status) for tr in engine.evaluate(base._replace(time=t, gpus=(g,)), t)]
+    assert seen == [(13, "firing"), (21, "resolved")], seen
+
+
+def test_the_daemon_keeps_its_baselines_a_one_shot_only_reads_them_and_a_replay_never_touches_them(clogged, tmp_path):
+    """The box's own pipeline (the hardware's calls, here answered by stand-ins) learns into
+    <state_dir>/cooling.json and saves it at close; ``rigmon status`` and ``doctor`` (Outputs
+    without ``baselines``) read it and write nothing; a replay neither reads nor writes it."""
+    from rigmon.readers.replay import ReplayHost, replay_backend
+
+    recording, _ = clogged
+    state = tmp_path / "state"
+    config = configmod.parse({"daemon": {"state_dir": str(state)}, "alerts": {"enabled": False}}, "test")
+    path = state / "cooling.json"
+
+    def box(outputs, until):
+        source = ReplaySource(recording, ReplayClock(realtime=False), loop=False)
+        t0 = recording.ticks[0]["t"]
+        inputs = Inputs(
+            nvml=replay_backend(source),
+            host_backend=ReplayHost(source),
+            wall=lambda: t0 + source.clock(),
+            event_thread=False,
+        )
+        with opened(Pipeline.from_config(config, outputs, inputs=inputs)) as p:
+            for offset in recording.offsets():
+                if offset > until:
+                    break
+                source.clock.set(offset)
+                last = p.step()
+        return last.sample
+
+    box(Outputs(jobs=False, influxdb=False, prometheus=False, baselines=True), 4 * DAY)
+    kept = path.read_bytes()
+    assert {len(t["bands"]) for t in json.loads(kept)["gpus"].values()} == {1}  # its 300 W band, learned
+    shown = box(Outputs(rules=False), 600)  # a one-shot look: the file's baselines, not learning afresh
+    assert shown.gpus[0].cooling_state in ("measuring", "comparing") and path.read_bytes() == kept
+    with sc.Replayed(sc.h200(), {"daemon": {"state_dir": str(state)}}) as replayed:
+        assert replayed.poll().gpus[0].cooling_state == "learning"  # the box's file is not the replay's
+    assert path.read_bytes() == kept
