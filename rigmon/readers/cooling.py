@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..model.sample import Cooling, Drift, Sample, cooling_fields
+from ..model.sample import COOLING_FIELDS, Cooling, Drift, GpuReading, Sample, cooling_fields
 from ..model.text import printable
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,11 @@ GPU_IDLE_POWER_SHARE = 0.25
 CPU_MIN_BUSY = 0.2
 ROOM_SENSOR = re.compile(r"inlet|ambient|intake|room|outside|inflow", re.I)
 CELSIUS = (-40.0, 150.0)
+
+
+# GpuReading's fields before COOLING_FIELDS, which end it
+_KEPT = len(GpuReading._fields) - len(COOLING_FIELDS)
+assert GpuReading._fields[_KEPT:] == COOLING_FIELDS
 
 
 class _Bin:
@@ -306,9 +311,10 @@ class Detector:
         self.tracks: dict[str, dict[str, Track]] = {"gpus": {}, "cpus": {}, "fans": {}}  # GPUs by UUID
         self._idle: dict[str, tuple[float | None, float | None]] = {}  # uuid -> (idle since, its last idle °C)
         self._room: float | None = None
+        self._room_labels: dict[str, bool] = {}  # hwmon labels, and whether each is the room's
         self._first_poll: float | None = None
         self._cooling: Cooling | None = None
-        self._fields: dict[int, dict[str, Any]] = {}  # each GPU's cooling as its fields
+        self._fields: dict[int, tuple[Any, ...]] = {}  # each GPU's cooling as its COOLING_FIELDS
         self._saved_at: float | None = None
         self._stamp: tuple[int, int, int] | None = None  # the file as we last wrote or read it
         self._dirty = False
@@ -342,7 +348,8 @@ class Detector:
             load = g.power_watts if busy is not None and busy >= GPU_MIN_BUSY else None
             temp = _celsius(g.temperature_celsius)
             rise = temp - room if temp is not None and room is not None else None
-            fan = _mean(g.fan_speed_ratios or ())
+            fans = g.fan_speed_ratios
+            fan = _mean(fans) if fans else None
             closed |= track.add(t, load, GPU_MIN_POWER_SHARE * limit if limit else 1.0, rise, fan)
         host = sample.host
         if host is not None:
@@ -369,20 +376,25 @@ class Detector:
         return self._shown(sample, self._cooling)
 
     def _shown(self, sample: Sample, cooling: Cooling) -> Sample:
-        """The sample with its cooling: each GPU's as its fields, each CPU's and fan's on its record."""
+        """The sample with its cooling: each GPU's as its last fields (COOLING_FIELDS, made as a
+        bin closes: a tuple joined each poll, not a _replace), each CPU's and fan's drift on its
+        record where it has one."""
         fields = self._fields
-        gpus = tuple(g._replace(**fields[g.index]) if g.index in fields else g for g in sample.gpus)
+        gpus = tuple(
+            tuple.__new__(type(g), g[:_KEPT] + fields[g.index]) if g.index in fields else g for g in sample.gpus
+        )
         host = sample.host
-        if host is not None and (cooling.cpus or cooling.fans):
-            cpus = cooling.cpus
-            fans = cooling.fans
+        cpus = {k: d.drift for k, d in cooling.cpus.items() if d.drift is not None}
+        fans = {k: d.drift for k, d in cooling.fans.items() if d.drift is not None}
+        if host is not None and (cpus or fans):
             host = host._replace(
                 cpu_temperatures=tuple(
-                    c._replace(drift_celsius=cpus[c.socket].drift) if c.socket in cpus else c
-                    for c in host.cpu_temperatures
+                    c._replace(drift_celsius=cpus[c.socket]) if c.socket in cpus else c for c in host.cpu_temperatures
                 ),
                 fans=tuple(
-                    f._replace(rpm_drift=d.drift) if (d := fans.get(f"{f.chip}/{f.device or ''}/{f.label}")) else f
+                    f._replace(rpm_drift=drift)
+                    if (drift := fans.get(f"{f.chip}/{f.device or ''}/{f.label}")) is not None
+                    else f
                     for f in host.fans
                 ),
             )
@@ -397,13 +409,22 @@ class Detector:
             track = tracks[key] = Track(self.widths[part], self.learn, self.window)
         return track
 
+    def _is_room(self, label: str) -> bool:
+        """An inlet or ambient sensor's label (each label matched once)."""
+        known = self._room_labels.get(label)
+        if known is None:
+            if len(self._room_labels) >= MAX_SUBJECTS:
+                self._room_labels.clear()
+            known = self._room_labels[label] = ROOM_SENSOR.search(label) is not None
+        return known
+
     def _room_of(self, sample: Sample, t: float) -> float | None:
         """The room's temperature now, as ``reference`` takes it: chosen at the first poll that
         offers an inlet sensor or a GPU settled idle, or after a day without either (none)."""
         host = sample.host
         inlet = None
         if host is not None and host.temperatures:
-            inlet = _mean(_celsius(s.celsius) for s in host.temperatures if ROOM_SENSOR.search(s.label))
+            inlet = _mean(_celsius(s.celsius) for s in host.temperatures if self._is_room(s.label))
         for g in sample.gpus:  # each GPU's temperature once settled idle: the room, near enough
             if g.lost:
                 continue
@@ -455,7 +476,7 @@ class Detector:
             if d.drift is not None and d.baseline:
                 d = d._replace(drift=d.drift / d.baseline)  # rpm under or over the baseline's, as a ratio
             fans[key] = d
-        self._fields = {k: cooling_fields(d) for k, d in gpus.items()}
+        self._fields = {k: tuple(cooling_fields(d)[f] for f in COOLING_FIELDS) for k, d in gpus.items()}
         return Cooling(gpus, cpus, fans, shared, self.reference or "pending")
 
     # --- the file ----------------------------------------------------------------------------

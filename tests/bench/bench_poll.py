@@ -62,6 +62,10 @@ STATE = tempfile.mkdtemp(prefix="rigmon-bench-")  # the jobs ledger, where there
 FIRING = {"builtin": {"GpuPowerCapped": {"for": 0}}}
 
 
+# --no-cooling: the poll without the cooling baselines (as a rigmon from before them polls)
+COOLING: dict = {}
+
+
 def build(recording, capture: bool, firing: bool = False, **gpu):
     config = configmod.parse(
         {
@@ -70,6 +74,7 @@ def build(recording, capture: bool, firing: bool = False, **gpu):
             "daemon": {"state_dir": STATE},
             "gpu": {"xid_events": False, **gpu},
             "alerts": FIRING if firing else {},
+            **COOLING,
         },
         "bench",
     )
@@ -238,8 +243,16 @@ def main(argv=None) -> int:
         action="store_true",
         help="GpuPowerCapped fires at once: an alert firing on every GPU, described every poll",
     )
+    p.add_argument(
+        "--no-cooling",
+        action="store_true",
+        help="[cooling] enabled = false: the poll as it was before the cooling baselines (an earlier "
+        "rigmon, which has no [cooling], polls without them whatever this says)",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if args.no_cooling:
+        COOLING["cooling"] = {"enabled": False}
     result = measure(8, args.polls, args.repeats, args.scenario, args.firing)
     if args.json:
         print(json.dumps(result, indent=2))
