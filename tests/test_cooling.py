@@ -139,7 +139,8 @@ def test_a_restart_keeps_the_baselines_and_a_reset_starts_learning(clogged, tmp_
     before, _ = cooling_alerts(polled[:half], Detector(path), engine)
     first = Detector(path)
     assert first.tracks["gpus"] and all(t.learned for t in first.tracks["gpus"].values())
-    first.close()
+    look = Detector(path, keep=False)  # under load from its first poll: the room is the idle temperature kept
+    assert look.annotate(polled[half + 50]) and look._room == 22 + round(BASE_R * 40), look._room
     # a second daemon goes on from the file (the rules' state too, as Alertmanager would)
     after, last = cooling_alerts(polled[half:], Detector(path), engine)
     uninterrupted, _ = cooling_alerts(polled, Detector(None))
@@ -270,3 +271,41 @@ def test_the_daemon_keeps_its_baselines_a_one_shot_only_reads_them_and_a_replay_
     with sc.Replayed(sc.h200(), {"daemon": {"state_dir": str(state)}}) as replayed:
         assert replayed.poll().gpus[0].cooling_state == "learning"  # the box's file is not the replay's
     assert path.read_bytes() == kept
+
+
+def burnin_hour(hotter_gpu1=0.0):
+    """What a burn-in watches: 15 minutes idle (the room), then an hour at 300 W, a tick a minute."""
+
+    def modify(t, tick):
+        for k, g in enumerate(tick["gpus"]):
+            watts = 300.0 if t >= 900 else 40.0
+            g["nvmlDeviceGetPowerUsage"] = int(watts * 1000)
+            g["nvmlDeviceGetUtilizationRates"] = {"gpu": 100 if t >= 900 else 0, "memory": 30}
+            g["nvmlDeviceGetTemperature:0"] = int(round(22 + 0.1 * watts + (hotter_gpu1 if k == 1 else 0)))
+
+    return sc.timeline(75 * 60, 60, gpus=2, modify=modify)
+
+
+def test_a_passing_burn_in_gives_its_baseline_to_the_gpus_that_have_none(tmp_path):
+    """rigmon burnin's read-only detector, after a pass (burnin/run.py's _seed_cooling): each
+    GPU without a learned baseline takes the steady hour it saw; one with its own keeps it."""
+    path = tmp_path / "cooling.json"
+    watched = Detector(path, keep=False)
+    for s in samples(burnin_hour()):
+        watched.annotate(s)
+    assert not path.exists()  # read-only while it watches
+    assert watched.seed() == [0, 1]
+    kept = json.loads(path.read_text())
+    assert kept["reference"] == "idle" and all(t["learned"] for t in kept["gpus"].values())
+    assert {tuple(b[0] for b in t["bands"]) for t in kept["gpus"].values()} == {(12,)}  # 300 W
+    daemon = Detector(path)
+    s = daemon.annotate(samples(burnin_hour())[-1])
+    assert [g.cooling_state for g in s.gpus] == ["measuring", "measuring"]  # compares from its next window
+    daemon.close()
+    before = json.loads(path.read_text())["gpus"]
+    # a second burn-in, GPU 1 running hotter: both GPUs have a baseline now, neither is replaced
+    again = Detector(path, keep=False)
+    for s in samples(burnin_hour(hotter_gpu1=5)):
+        again.annotate(s)
+    assert again.seed() == [] and json.loads(path.read_text())["gpus"] == before
+    assert Detector(None).seed() == []  # a replay's: never the box's

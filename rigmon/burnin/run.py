@@ -348,9 +348,14 @@ def cmd_burnin(args) -> int:
         lines=progress_points(workers, host, plan.stamp, started)
         + (encode_burnin_verdict(host, plan.stamp, overall, data["duration_seconds"], time.time_ns()),)
     )
+    seeded = _seed_cooling(pipeline, overall, source is not None)
     pipeline.close(time.monotonic() + 5)
     try:
         print(summary(data, json_path, html_path))
+        if seeded:
+            print(
+                f"cooling baseline taken from this burn-in for GPU {', '.join(map(str, seeded))} (rigmon baseline show)"
+            )
     except OSError:  # no terminal left to print on (a hangup): the report is written
         pass
     if interrupted:
@@ -459,6 +464,19 @@ def _stop_workers(workers: list[Worker]) -> None:
             w.proc.kill()
             w.proc.wait()
         w.thread.join(5)
+
+
+def _seed_cooling(pipeline, overall: str, replayed: bool) -> list[int]:
+    """A passing burn-in on the box's own GPUs: those without a learned cooling baseline take
+    the steady load it saw as theirs (rigmon.readers.cooling.Detector.seed); a replay's is never
+    the box's, and a failed or unfinished run teaches nothing."""
+    if overall != "pass" or replayed or pipeline.cooling is None:
+        return []
+    try:
+        return pipeline.cooling.seed()
+    except OSError as e:
+        log.warning("cannot keep the cooling baseline this burn-in saw: %s", e.strerror or e)
+        return []
 
 
 def _judge(units_data: list[dict], run: Run, transitions: list[dict], interrupted: int, notes: list[str]):

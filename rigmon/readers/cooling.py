@@ -484,6 +484,8 @@ class Detector:
         return {
             "format": FORMAT,
             "reference": self.reference,
+            # each GPU's last temperature settled idle: the room after a restart under load, too
+            "idle": {uuid: temp for uuid, (_, temp) in self._idle.items() if temp is not None},
             **{part: {k: v.plain() for k, v in tracks.items()} for part, tracks in self.tracks.items()},
         }
 
@@ -509,6 +511,13 @@ class Detector:
 
     def _take(self, data: dict[str, Any]) -> None:
         self.reference = data.get("reference") if data.get("reference") in ("inlet", "idle", "none") else None
+        idle = data.get("idle")
+        if isinstance(idle, dict):
+            self._idle = {
+                uuid: (None, float(temp))
+                for uuid, temp in list(idle.items())[:MAX_SUBJECTS]
+                if isinstance(uuid, str) and len(uuid) <= 256 and _finite(temp) and _celsius(temp) is not None
+            }
         for part, kept in data.items():
             if part not in self.tracks:
                 continue
@@ -521,6 +530,38 @@ class Detector:
                     tracks[key] = track
             self.tracks[part] = tracks
         self._cooling = None
+
+    def seed(self) -> list[int]:
+        """After a passing burn-in: each GPU whose steady load this (read-only) detector saw for
+        long enough, and that has no learned baseline in the box's file, takes what it saw as
+        its baseline, learned now (a running daemon takes the file's word within 10 minutes).
+        Only where the room was read the same way as the file's baselines. Returns the GPUs'
+        indices seeded."""
+        if self.path is None or self.reference is None:
+            return []
+        data = read_file(self.path) or {"format": FORMAT, "reference": None, "gpus": {}, "cpus": {}, "fans": {}}
+        if data.get("reference") not in (None, self.reference):
+            return []
+        seeded = []
+        for uuid, track in self.tracks["gpus"].items():
+            kept = data["gpus"].get(uuid)
+            if isinstance(kept, dict) and kept.get("learned") is True:
+                continue  # its own first days stand
+            if track.last is not None:
+                track._close(track.last)  # the bin still open
+            bands = {k: c for k, c in track.bands.items() if c[0] >= MIN_BAND_SECONDS}
+            if track.learned or not bands:
+                continue
+            taken = Track(track.width, track.learn, track.window)
+            taken.index, taken.first, taken.learned, taken.bands = track.index, track.first, True, bands
+            taken._last = track.last
+            data["gpus"][uuid] = taken.plain()
+            seeded.append(track.index)
+        if seeded:
+            data["reference"] = self.reference
+            data["idle"] = {**(data.get("idle") or {}), **self.plain()["idle"]}
+            write_file(self.path, data)
+        return sorted(i for i in seeded if i is not None)
 
     def _take_outside_edits(self) -> None:
         """``rigmon baseline reset`` (or an operator) changed the file: its word stands."""

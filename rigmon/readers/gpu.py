@@ -496,22 +496,32 @@ class GpuReader:
         for family, entries in d.slow_plan if slow else d.plan:
             failures = d.failures
             for name, alternatives in entries:
-                skipped = None
-                while alternatives:
+                if not alternatives:  # every call of it unsupported here (the plan drops it after this poll)
+                    continue
+                key, fn, args = alternatives[0]
+                try:  # the usual case: the first call answers
+                    raw[name] = fn(handle, *args)
+                    continue
+                except CALL_ERRORS as e:
+                    error = e
+                skipped: list[str] = []
+                while d.failed(key, error):  # not supported: the older call, if any, from now on
+                    alternatives.pop(0)
+                    pruned = True
+                    skipped.append(key)
+                    if not alternatives:
+                        break
                     key, fn, args = alternatives[0]
                     try:
                         raw[name] = fn(handle, *args)
-                        if skipped:  # an older call answered: the newer one's absence (from a
-                            # recording, or the driver) hides nothing
-                            d.not_recorded.difference_update(skipped)
-                            d.stood_in.update(skipped)
-                        break
                     except CALL_ERRORS as e:
-                        if not d.failed(key, e):
-                            break
-                        alternatives.pop(0)  # not supported: the older call, if any, from now on
-                        pruned = True
-                        skipped = (skipped or []) + [key]
+                        error = e
+                        continue
+                    # an older call answered: the newer one's absence (from a recording, or the
+                    # driver) hides nothing
+                    d.not_recorded.difference_update(skipped)
+                    d.stood_in.update(skipped)
+                    break
             ended = clock()
             took[family] = took.get(family, 0.0) + ended - started
             started = ended
