@@ -11,7 +11,6 @@ from ..model.durations import format_duration
 from ..model.text import PIPE_WIDTH, fit, printable, terminal_width
 from .common import UsageError, add_config, load_config
 
-PART_NAMES = {"gpus": "GPU", "cpus": "CPU", "fans": "fan"}
 UNITS = {"gpus": ("W", 1.0, "°C"), "cpus": ("% busy", 100.0, "°C"), "fans": ("% duty", 100.0, "rpm")}
 
 
@@ -67,25 +66,25 @@ def cmd_baseline(args) -> int:
 
 def _rows(config, data) -> list[dict]:
     """Each kept subject, its baseline and its drift at its last poll, as plain data."""
-    from ..readers.cooling import Track
+    from ..readers.cooling import PARTS, WIDTHS, Track
 
     c = config.cooling
-    widths = {"gpus": c.band_watts, "cpus": 0.1, "fans": 0.05}
+    widths = {"gpus": c.band_watts, **WIDTHS}
     rows = []
     for part, kept in data.items():
-        if part not in PART_NAMES:
+        if part not in PARTS:
             continue
         for key, plain in kept.items():
             track = Track.from_plain(widths[part], c.learn, c.window, plain)
             if track is None:
-                rows.append({"kind": PART_NAMES[part], "subject": printable(key)[:80], "state": "damaged"})
+                rows.append({"kind": PARTS[part], "subject": printable(key)[:80], "state": "damaged"})
                 continue
             unit, scale, _ = UNITS[part]
             bands = sorted(track.bands.items())
             drift = track.judge(track.last, key) if track.last is not None else None
             rows.append(
                 {
-                    "kind": PART_NAMES[part],
+                    "kind": PARTS[part],
                     "subject": printable(key)[:80],
                     "gpu": track.index if part == "gpus" else None,
                     "state": drift.state if drift is not None else "learning",
@@ -126,10 +125,10 @@ def _line(row: dict) -> str:
 
 
 def _reset(path, data, gpu: int | None) -> int:
-    from ..readers.cooling import write_file
+    from ..readers.cooling import PARTS, write_file
 
     if gpu is None:
-        for part in PART_NAMES:
+        for part in PARTS:
             data[part] = {}
         gone = "every baseline"
     else:

@@ -184,16 +184,9 @@ COOLING_FIELDS = (
 )
 
 
-def cooling_fields(d: Drift) -> dict[str, Any]:
-    """A GPU's ``Drift`` as its ``COOLING_FIELDS``."""
-    return {
-        "cooling_state": d.state,
-        "cooling_learning_seconds": d.learning_seconds,
-        "cooling_drift_celsius": d.drift,
-        "cooling_drift_own_celsius": d.own,
-        "cooling_fan_drift_ratio": d.fan_drift,
-        "cooling_at_watts": d.load,
-    }
+def cooling_values(d: Drift) -> tuple[Any, ...]:
+    """A GPU's ``Drift`` as the values of its ``COOLING_FIELDS``, in their order."""
+    return (d.state, d.learning_seconds, d.drift, d.own, d.fan_drift, d.load)
 
 
 # GpuReading's fields: who it is, the per-poll readings of the table (rigmon.model.polled), then what

@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..model.sample import COOLING_FIELDS, Cooling, Drift, GpuReading, Sample, cooling_fields
+from ..model.sample import COOLING_FIELDS, Cooling, Drift, GpuReading, Sample, cooling_values
 from ..model.text import printable
 
 log = logging.getLogger(__name__)
@@ -288,7 +288,8 @@ def _celsius(v: float | None) -> float | None:
     return v if v is not None and CELSIUS[0] <= v <= CELSIUS[1] else None
 
 
-PARTS = {"gpus": "GPU", "cpus": "CPU", "fans": "fan"}
+PARTS = {"gpus": "GPU", "cpus": "CPU", "fans": "fan"}  # the file's parts, and what each holds
+WIDTHS = {"cpus": 0.1, "fans": 0.05}  # a band of a CPU's utilisation, of a fan's duty (a GPU's: band_watts)
 
 
 class Detector:
@@ -306,7 +307,7 @@ class Detector:
         self.path = path  # None: a replay's, held in memory only
         self.keep = keep  # learned into the file (the daemon); else the file is read at start, never written
         self.learn, self.window = learn, window
-        self.widths = {"gpus": band_watts, "cpus": 0.1, "fans": 0.05}
+        self.widths = {"gpus": band_watts, **WIDTHS}
         self.reference: str | None = None  # inlet | idle | none: chosen once, with the first baseline
         self.tracks: dict[str, dict[str, Track]] = {"gpus": {}, "cpus": {}, "fans": {}}  # GPUs by UUID
         self._idle: dict[str, tuple[float | None, float | None]] = {}  # uuid -> (idle since, its last idle °C)
@@ -476,7 +477,7 @@ class Detector:
             if d.drift is not None and d.baseline:
                 d = d._replace(drift=d.drift / d.baseline)  # rpm under or over the baseline's, as a ratio
             fans[key] = d
-        self._fields = {k: tuple(cooling_fields(d)[f] for f in COOLING_FIELDS) for k, d in gpus.items()}
+        self._fields = {k: cooling_values(d) for k, d in gpus.items()}
         return Cooling(gpus, cpus, fans, shared, self.reference or "pending")
 
     # --- the file ----------------------------------------------------------------------------
