@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 import time
 
-from .model.sample import CLOCK_EVENT_REASONS, SLOWDOWNS, GpuInfo, GpuReading, Sample, to_jsonable
+from .model.sample import CLOCK_EVENT_REASONS, SLOWDOWNS, GpuInfo, GpuReading, Sample, fan_key, to_jsonable
 from .model.text import printable
 
 NS = "n/s"  # not supported by this hardware (or not readable here)
@@ -375,7 +375,7 @@ def _cooling(sample: Sample) -> list[str]:
                 shown = f"{d.drift:+.1f} °C at {(d.load or 0) * 100:.0f} % busy" if d.drift is not None else d.state
                 lines.append(f"  CPU {c.socket}  {shown}")
         for f in host.fans:
-            d = cooling.fans.get(f"{f.chip}/{f.device or ''}/{f.label}")
+            d = cooling.fans.get(fan_key(f))
             if d is not None:
                 shown = f"{d.drift:+.0%} rpm at {(d.load or 0) * 100:.0f} % duty" if d.drift is not None else d.state
                 lines.append(f"  fan {f.chip}/{f.label}  {shown}")

@@ -28,9 +28,9 @@ from urllib.parse import parse_qs
 from .. import __version__
 from ..alerts.engine import subject_of
 from ..model.readings import PAGE
-from ..model.sample import to_jsonable
+from ..model.sample import mean_of, to_jsonable
 from ..model.text import printable
-from ..sinks.history import History, mean_of
+from ..sinks.history import History
 from .charts import CHART_CSS, COLORS, chart
 from .server import Static
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import namedtuple
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Self
 
 from .polled import POLLED
@@ -374,6 +375,17 @@ class Sample(NamedTuple):
 
     def gpu(self, index: int) -> GpuReading | None:
         return next((g for g in self.gpus if g.index == index), None)
+
+
+def mean_of(values: Iterable[float | None]) -> float | None:
+    """The mean of the readings there are (None: none)."""
+    got = [v for v in values if v is not None]
+    return sum(got) / len(got) if got else None
+
+
+def fan_key(f: FanReading) -> str:
+    """A fan header as the cooling baselines name it: "chip/device/fan"."""
+    return f"{f.chip}/{f.device or ''}/{f.label}"
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -34,11 +34,10 @@ import math
 import os
 import re
 from collections import deque
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..model.sample import COOLING_FIELDS, Cooling, Drift, GpuReading, Sample, cooling_values
+from ..model.sample import COOLING_FIELDS, Cooling, Drift, GpuReading, Sample, cooling_values, fan_key, mean_of
 from ..model.text import printable
 
 log = logging.getLogger(__name__)
@@ -279,11 +278,6 @@ def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and abs(x) < 1e12
 
 
-def _mean(values: Iterable[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) / len(known) if known else None
-
-
 def _celsius(v: float | None) -> float | None:
     return v if v is not None and CELSIUS[0] <= v <= CELSIUS[1] else None
 
@@ -350,7 +344,7 @@ class Detector:
             temp = _celsius(g.temperature_celsius)
             rise = temp - room if temp is not None and room is not None else None
             fans = g.fan_speed_ratios
-            fan = _mean(fans) if fans else None
+            fan = mean_of(fans) if fans else None
             closed |= track.add(t, load, GPU_MIN_POWER_SHARE * limit if limit else 1.0, rise, fan)
         host = sample.host
         if host is not None:
@@ -365,7 +359,7 @@ class Detector:
                 duty = {(f.chip, f.device, f.fan): f.pwm_ratio for f in host.fan_controls}
                 for f in host.fans:
                     pwm = duty.get((f.chip, f.device or "", f.label))
-                    track = self._track("fans", f"{f.chip}/{f.device or ''}/{f.label}") if pwm is not None else None
+                    track = self._track("fans", fan_key(f)) if pwm is not None else None
                     if track is not None:
                         closed |= track.add(t, pwm, 0.05, f.rpm if f.rpm > 0 else None, None)
         if closed:
@@ -393,10 +387,7 @@ class Detector:
                     c._replace(drift_celsius=cpus[c.socket]) if c.socket in cpus else c for c in host.cpu_temperatures
                 ),
                 fans=tuple(
-                    f._replace(rpm_drift=drift)
-                    if (drift := fans.get(f"{f.chip}/{f.device or ''}/{f.label}")) is not None
-                    else f
-                    for f in host.fans
+                    f._replace(rpm_drift=drift) if (drift := fans.get(fan_key(f))) is not None else f for f in host.fans
                 ),
             )
         return sample._replace(gpus=gpus, host=host, cooling=cooling)
@@ -425,7 +416,7 @@ class Detector:
         host = sample.host
         inlet = None
         if host is not None and host.temperatures:
-            inlet = _mean(_celsius(s.celsius) for s in host.temperatures if self._is_room(s.label))
+            inlet = mean_of(_celsius(s.celsius) for s in host.temperatures if self._is_room(s.label))
         for g in sample.gpus:  # each GPU's temperature once settled idle: the room, near enough
             if g.lost:
                 continue

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..model.readings import PAGE
+from ..model.sample import mean_of
 from ..model.text import printable
 from ..model.validity import UNIT_RANGES, reading_range
 from ..system import heap
@@ -95,12 +96,6 @@ def series_range(name: str) -> tuple[str, float, float]:
 
 def _name(*parts: str) -> str:
     return "/".join(printable(str(p)).replace("/", "_")[:MAX_NAME] for p in parts)[: 3 * MAX_NAME]
-
-
-def mean_of(values: Iterable[float | None]) -> float | None:
-    """The mean of the readings there are (None: none)."""
-    got = [v for v in values if v is not None]
-    return sum(got) / len(got) if got else None
 
 
 def readings(result: PollResult, energy: dict[str, tuple[float, float]]) -> dict[str, float]:
