@@ -202,9 +202,10 @@ def test_a_damaged_file_holds_nothing_bad(tmp_path, damage):
     assert s.gpus[0].cooling_state == "learning"
 
 
-def test_a_fan_that_turns_slower_at_the_same_duty_drifts():
-    """A chassis fan whose bearing wears: the same PWM duty, fewer rpm each week."""
-    detector = Detector(None, learn=DAY, window=6 * 3600)
+def test_a_fan_that_turns_slower_at_the_same_duty_drifts(tmp_path):
+    """A chassis fan whose bearing wears: the same PWM duty, fewer rpm each week; rigmon baseline
+    show says it as the daemon does, a share of its baseline's rpm."""
+    detector = Detector(tmp_path / "state" / "cooling.json", learn=DAY, window=6 * 3600)
     s = None
     for k in range(int(4 * DAY / 600)):
         t = 1.8e9 + k * 600
@@ -218,6 +219,12 @@ def test_a_fan_that_turns_slower_at_the_same_duty_drifts():
     (fan,) = s.host.fans
     assert -0.11 <= fan.rpm_drift <= -0.06, fan.rpm_drift
     assert s.cooling.fans["nct6798/nct6775.656/fan2"].state == "comparing"
+    detector.close()
+    conf = tmp_path / "rigmon.toml"
+    conf.write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n[cooling]\nlearn = "1d"\n')
+    shown = json.loads(rigmon_cli("baseline", "show", "--json", "-c", str(conf)).stdout)["subjects"]
+    (row,) = [r for r in shown if r["kind"] == "fan"]
+    assert row["drift"] == round(fan.rpm_drift, 3) and row["bands"][0]["value"] == 1200.0, row
 
 
 def test_without_a_baseline_the_rule_neither_fires_nor_resolves_and_each_input_may_be_missing():

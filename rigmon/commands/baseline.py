@@ -66,7 +66,7 @@ def cmd_baseline(args) -> int:
 
 def _rows(config, data) -> list[dict]:
     """Each kept subject, its baseline and its drift at its last poll, as plain data."""
-    from ..readers.cooling import PARTS, WIDTHS, Track
+    from ..readers.cooling import PARTS, WIDTHS, Track, judged
 
     c = config.cooling
     widths = {"gpus": c.band_watts, **WIDTHS}
@@ -81,7 +81,7 @@ def _rows(config, data) -> list[dict]:
                 continue
             unit, scale, _ = UNITS[part]
             bands = sorted(track.bands.items())
-            drift = track.judge(track.last, key) if track.last is not None else None
+            drift = judged(part, track, track.last, key) if track.last is not None else None
             rows.append(
                 {
                     "kind": PARTS[part],

@@ -286,6 +286,15 @@ PARTS = {"gpus": "GPU", "cpus": "CPU", "fans": "fan"}  # the file's parts, and w
 WIDTHS = {"cpus": 0.1, "fans": 0.05}  # a band of a CPU's utilisation, of a fan's duty (a GPU's: band_watts)
 
 
+def judged(part: str, track: Track, t: float, subject: str) -> Drift:
+    """A track's drift as every output shows it: a fan's rpm over its baseline's as a ratio (-0.1:
+    a tenth slower), a GPU's or CPU's in °C."""
+    d = track.judge(t, subject)
+    if part == "fans" and d.drift is not None and d.baseline:
+        d = d._replace(drift=d.drift / d.baseline)
+    return d
+
+
 class Detector:
     """The stage a pipeline runs after each poll: ``annotate(sample)`` gives the sample with its
     cooling (``sample.cooling``), from every poll so far and what ``path`` kept."""
@@ -462,12 +471,7 @@ class Detector:
             if d.drift is not None:
                 gpus[k] = d._replace(own=d.drift - max(shared or 0.0, 0.0))  # a shared fall is no GPU's own rise
         cpus = {int(key[3:]): track.judge(t, key) for key, track in self.tracks["cpus"].items()}
-        fans = {}
-        for key, track in self.tracks["fans"].items():
-            d = track.judge(t, key)
-            if d.drift is not None and d.baseline:
-                d = d._replace(drift=d.drift / d.baseline)  # rpm under or over the baseline's, as a ratio
-            fans[key] = d
+        fans = {key: judged("fans", track, t, key) for key, track in self.tracks["fans"].items()}
         self._fields = {k: cooling_values(d) for k, d in gpus.items()}
         return Cooling(gpus, cpus, fans, shared, self.reference or "pending")
 
