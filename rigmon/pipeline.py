@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .alerts.rules import compile_rules
 from .config.box import Box
 from .poller import Poller, build_poller, wants_rare_counters_every_poll
-from .readers.cooling import Detector
+from .readers.cooling import Detector, baselines_path
 from .sinks.alerts import AlertSink
 from .sinks.base import PollResult, Sink, close_side_by_side
 
@@ -143,7 +143,7 @@ class Pipeline:
         cooling = None
         if config.cooling.enabled:  # a replay's baselines are its own, in memory: never the box's
             c = config.cooling
-            kept = box.state_dir / "cooling.json" if inputs.source is None else None
+            kept = baselines_path(box.state_dir) if inputs.source is None else None
             cooling = Detector(kept, c.learn, c.window, c.band_watts, keep=outputs.baselines)
         alerts = None
         if outputs.rules and config.alerts.enabled:

@@ -35,7 +35,9 @@ def _path(args):
     config = load_config(args)
     if not config.cooling.enabled:
         raise UsageError("the cooling baselines are off in this config ([cooling] enabled = false)")
-    return config, config.daemon.state_dir / "cooling.json"
+    from ..readers.cooling import baselines_path
+
+    return config, baselines_path(config.daemon.state_dir)
 
 
 def _read(path):

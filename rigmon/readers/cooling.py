@@ -578,6 +578,11 @@ class Detector:
             self.save()
 
 
+def baselines_path(state_dir: Path) -> Path:
+    """Where a box's daemon keeps its cooling baselines."""
+    return Path(state_dir) / "cooling.json"
+
+
 def _stamp(path: Path) -> tuple[int, int, int] | None:
     try:
         st = path.stat()
