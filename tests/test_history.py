@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 
 import pytest
@@ -149,3 +150,38 @@ def test_a_grouped_query_answers_the_same_from_its_kept_groups_as_made_afresh():
             assert kept["step"] == plain["step"] and kept["series"] == fresh, (since, step)
             assert len(fresh["gpu0/power_watts"]) >= 10 and "no/such_series" not in fresh
     assert history._encoded_count > 0  # the kept groups answered
+
+
+def test_the_page_keeps_the_weeks_ask_ready_in_the_background_and_a_failing_ask_is_told(tmp_path, caplog):
+    """A daemon's history makes the page's kept-ready ask (the week of every series, as a script
+    asks /api/history) soon after start and after each save: a script's first ask then finds the
+    closed groups made, and answers what a history that never made it ready answers. An ask that
+    fails is logged; the saves and the other asks go on."""
+    from rigmon.http.page import Page
+
+    now = [1_800_000_000.0]
+    history = History(tmp_path / "history.bin", interval=60.0, save_every=0.05)
+    cold = History(None, interval=60.0)
+    pipeline = pipeline_with(history, now)
+    config = configmod.parse({}, "test")
+    made = threading.Event()
+    history.keep_ready(lambda: 1 / 0)
+    page = Page(pipeline, history, config.jobs)
+    history.keep_ready(made.set)
+    with caplog.at_level(logging.WARNING, logger="rigmon.sinks.history"):
+        first = pipeline.step()
+        for _ in range(3 * 1440):  # three days of minute polls, given to both
+            now[0] += 60
+            sample = first.sample._replace(time=now[0])
+            history.consume(first._replace(sample=sample))
+            cold.consume(first._replace(sample=sample))
+        made.clear()
+        assert made.wait(10)  # a round of the asks, in their order, after the last poll
+        history.close(time.monotonic() + 5)
+    pipeline.close(time.monotonic() + 5)
+    assert "an ask kept ready failed: division by zero" in caplog.text
+    assert (tmp_path / "history.bin").stat().st_size > 0  # the saves went on
+    assert history._encoded_count > 0  # the week's closed groups are made
+    ready = page.history_json(f"since=-{WEEK:.0f}")
+    assert ready == Page(pipeline, cold, config.jobs).history_json(f"since=-{WEEK:.0f}")
+    assert b'"gpu0/power_watts":[[' in ready[1]

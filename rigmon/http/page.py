@@ -105,6 +105,9 @@ class Page:
         self._html, self._csp = _page()
         self._charts: dict[tuple[str, str], tuple[float | None, float, list[str]]] = {}  # (range, card): drawn
         self._lock = threading.Lock()
+        # the week of every series, as a script asks /api/history for it: its closed groups'
+        # text made ahead, in the history's background
+        history.keep_ready(lambda: self.history_json(f"since=-{RANGES['7d']:.0f}"))
 
     @property
     def routes(self) -> dict:

@@ -68,6 +68,8 @@ MAX_ENCODED = 50_000  # closed groups' texts kept for the next query (~5 MB): a 
 ENCODED_KEYS = 8  # ...for this many kinds of query (tier and step) at once
 MAX_MARKS = 512  # alert transitions kept for the charts (the last day's)
 SAVE_SECONDS = 300.0
+READY_AFTER = 10.0  # the asks kept ready are first made this long after start, then after each save
+MAX_READY = 4
 FORMAT = b"rigmon-history 1\n"
 MAX_FILE_BYTES = 256 << 20  # decompressed: far above what MAX_SERIES can fill
 NAN = float("nan")
@@ -287,6 +289,7 @@ class History:
         self._dirty = False
         self._unsaved = False  # the last save failed (told once)
         self._save_every = save_every
+        self._ready: list[Callable[[], object]] = []
         self._stop = threading.Event()
         self._saver: threading.Thread | None = None
         if path is not None:
@@ -581,10 +584,29 @@ class History:
         f.write(deflate.flush())
         self._dirty = False
 
+    def keep_ready(self, ask: Callable[[], object]) -> None:
+        """``ask`` (a query with ``encode``, as an API answers it) made in the background soon
+        after start and again after each save, so its closed groups' text is kept: the first ask
+        a page or script makes over the week finds them made and makes only what is new. Runs
+        where the history saves (a daemon's); at most MAX_READY asks."""
+        if len(self._ready) < MAX_READY:
+            self._ready.append(ask)
+
+    def make_ready(self) -> None:
+        """Each ``keep_ready`` ask, made now: one that fails is logged and the others still run."""
+        for ask in list(self._ready):
+            try:
+                ask()
+            except Exception as e:  # a query of ours: a bug is told, never kills the saves
+                log.warning("history: an ask kept ready failed: %s", e)
+
     def _save_loop(self) -> None:
-        while not self._stop.wait(self._save_every):
+        wait = min(READY_AFTER, self._save_every)
+        while not self._stop.wait(wait):
+            wait = self._save_every
             if self._dirty:
                 self.save()
+            self.make_ready()
 
     def _load(self) -> None:
         if self.path is None:

@@ -7,7 +7,9 @@ CPU per poll (and as a share of one core at 1 s polls), the save's time and file
 share of a core at one save per 5 minutes), the load at start, and the page's chart drawing
 (the median of 5 draws: the hour's charts are drawn again every 5 s while a page is open, the
 week's every 14 minutes; all cards, and the 3 that a 1400x900 screen shows, which is what an open
-page asks for). Budget (issue 34): at most +20 MB RSS and +0.5 % of a core.
+page asks for), and /api/history over the week against a scrape of /metrics: the ask the
+daemon keeps ready, a script's first ask after it, and asks again. Budget (issue 34): at most
++20 MB RSS and +0.5 % of a core; (issue 52) the week's ask at most 10x a scrape.
 
     python tests/bench/bench_history.py [--days 7] [--json]
 """
@@ -116,14 +118,24 @@ def main(argv=None) -> int:
                 took.append(time.perf_counter() - t)
             draws[key] = {"ms": round(statistics.median(took) * 1000, 1), "bytes": len(body)}
         # /api/history over the whole week (every series) against one scrape of /metrics as
-        # Prometheus asks for it (OpenMetrics, gzip), rendered for the same poll: medians of 5
-        # (the first ask makes every group; later ones, a poll apart as a page or script asks
-        # again, make only the first and last group of each series and reuse the closed ones)
+        # Prometheus asks for it (OpenMetrics, gzip), rendered for the same poll. The daemon
+        # makes the page's kept-ready ask in the history's background soon after start and after
+        # each save (every SAVE_SECONDS): that one makes every group (what an ask on a cold
+        # history costs). A script's first ask comes up to a save later, worst case: it makes
+        # the first and last group of each series and any closed since. Then medians of 5 asks a
+        # poll apart (a page or script asking again).
+        t = time.perf_counter()
+        history.make_ready()
+        ready_ms = round((time.perf_counter() - t) * 1000, 2)
+        asked = polls + int(SAVE_SECONDS) - 1
+        for k in range(polls, asked):
+            r = results[k % 3600]
+            history.consume(r._replace(sample=r.sample._replace(time=t0 + k)))
         t = time.perf_counter()
         page.history_json(f"since=-{polls}")
         first_ms = round((time.perf_counter() - t) * 1000, 2)
         took, week_bytes = [], 0
-        for k in range(polls, polls + 5):
+        for k in range(asked, asked + 5):
             r = results[k % 3600]
             history.consume(r._replace(sample=r.sample._replace(time=t0 + k)))
             t = time.perf_counter()
@@ -138,6 +150,9 @@ def main(argv=None) -> int:
             "history_week_over_scrape": round(week_ms / scrape_ms, 1),
             "history_week_first_ms": first_ms,
             "history_week_first_over_scrape": round(first_ms / scrape_ms, 1),
+            "history_week_ready_ms": ready_ms,
+            "history_week_ready_over_scrape": round(ready_ms / scrape_ms, 1),
+            "history_ready_core_pct": round(ready_ms / 1000 / SAVE_SECONDS * 100, 4),
         }
     pipeline.close(time.monotonic() + 2)
     per_poll_us = cpu / polls * 1e6
@@ -159,7 +174,7 @@ def main(argv=None) -> int:
     }
     out["within_budget"] = (
         out["rss_growth_mib"] <= 20 * 1e6 / 2**20
-        and out["core_share_at_1s_percent"] + out["save_core_share_percent"] <= 0.5
+        and out["core_share_at_1s_percent"] + out["save_core_share_percent"] + out["history_ready_core_pct"] <= 0.5
     )
     if args.json:
         print(json.dumps(out, indent=2))
@@ -183,8 +198,13 @@ def main(argv=None) -> int:
     print(
         f"  /api/history over the week, every series, asked again a poll later: {out['history_week_ms']} ms "
         f"({out['history_week_bytes']} bytes), {out['history_week_over_scrape']}x one Prometheus scrape of "
-        f"/metrics ({out['scrape_ms']} ms); the first ask {out['history_week_first_ms']} ms "
-        f"({out['history_week_first_over_scrape']}x)"
+        f"/metrics ({out['scrape_ms']} ms); a script's first ask, a save after the daemon made it ready, "
+        f"{out['history_week_first_ms']} ms ({out['history_week_first_over_scrape']}x)"
+    )
+    print(
+        f"  the ask kept ready, made in the background after each save: {out['history_week_ready_ms']} ms "
+        f"({out['history_week_ready_over_scrape']}x a scrape, what an ask on a cold history costs; "
+        f"{out['history_ready_core_pct']} % of a core)"
     )
     print(f"  within budget (+20 MB, +0.5 % of a core): {out['within_budget']}")
     return 0
