@@ -147,6 +147,8 @@ class _Device:
         "plan",
         "slow_plan",
         "slow_raw",
+        "ecc",
+        "remapped",
         "poll_fields",
         "probe_at",
         "not_recorded",
@@ -189,6 +191,8 @@ class _Device:
         self.plan: list[tuple[str, list[tuple[str, list[tuple[Any, ...]]]]]] = []
         self.slow_plan: list[tuple[str, list[tuple[str, list[tuple[Any, ...]]]]]] = []  # the rare counters
         self.slow_raw: dict[str, Any] = {}  # their latest answers
+        self.ecc: EccCounts | None = None  # ...the ECC counters and the remapped rows of them, made once
+        self.remapped: RemappedRows | None = None
         self.poll_fields = True  # False once every per-poll field value said NotSupported
         self.retired_pages: RetiredPages | None = None
         self.read_retired_pages = False  # an ECC board without row remapping (pre-Ampere)
@@ -492,9 +496,9 @@ class GpuReader:
         handle = d.handle
         pruned = False
         took, clock = self._took, time.perf_counter
+        took_get = took.get
         started = clock()  # each family timed as a whole: from where the one before ended
         for family, entries in d.slow_plan if slow else d.plan:
-            failures = d.failures
             for name, alternatives in entries:
                 if not alternatives:  # every call of it unsupported here (the plan drops it after this poll)
                     continue
@@ -504,6 +508,7 @@ class GpuReader:
                     continue
                 except CALL_ERRORS as e:
                     error = e
+                failures = d.failures  # a failure counted (not "unsupported here") fails the family
                 skipped: list[str] = []
                 while d.failed(key, error):  # not supported: the older call, if any, from now on
                     alternatives.pop(0)
@@ -522,11 +527,11 @@ class GpuReader:
                     d.not_recorded.difference_update(skipped)
                     d.stood_in.update(skipped)
                     break
+                if d.failures != failures:
+                    self._failed.add(family)
             ended = clock()
-            took[family] = took.get(family, 0.0) + ended - started
+            took[family] = took_get(family, 0.0) + ended - started
             started = ended
-            if d.failures != failures:
-                self._failed.add(family)
         if pruned and slow:
             d.slow_plan = _by_family([(n, f, a) for f, entries in d.slow_plan for n, a in entries if a])
         elif pruned:
@@ -543,14 +548,12 @@ class GpuReader:
         enforced = raw.get(_ENFORCED_LIMIT)
         if enforced != d.enforced:
             if d.enforced is not None and not slow and d.slow_plan:
-                d.slow_raw = self._run_plan(d, slow=True)
+                self._read_rare(d)
             d.enforced = enforced
         if d.slow_raw:
             raw.update(d.slow_raw)
         get = raw.get
         reasons = get("reasons")
-        ecc = [_num(get(key)) for key in _ECC_KEYS]
-        rows = get(_REMAPPED_ROWS)
         procs = get("processes")
         if isinstance(procs, list):
             # the energy counter at every change of the GPU's processes and the poll after, so a
@@ -582,8 +585,8 @@ class GpuReader:
             speeds,
             targets,
             rpms,
-            EccCounts(*ecc) if any(c is not None for c in ecc) else None,
-            RemappedRows(rows[0], rows[1], bool(rows[2]), bool(rows[3])) if _numbers(rows, 4) else None,
+            d.ecc,
+            d.remapped,
             _processes(procs, get("process_util")),
             _stepped(d, get(_PCIE_GENERATION), get(_PSTATE)),
         )
@@ -598,9 +601,18 @@ class GpuReader:
             if d.failures != failures:
                 self._failed.add(family)
 
+    def _read_rare(self, d: _Device) -> None:
+        """The rare counters' calls, and the ECC counts and remapped rows made of them once: a
+        poll between takes them as they are."""
+        raw = d.slow_raw = self._run_plan(d, slow=True)
+        ecc = [_num(raw.get(key)) for key in _ECC_KEYS]
+        d.ecc = EccCounts(*ecc) if any(c is not None for c in ecc) else None
+        rows = raw.get(_REMAPPED_ROWS)
+        d.remapped = RemappedRows(rows[0], rows[1], bool(rows[2]), bool(rows[3])) if _numbers(rows, 4) else None
+
     def _read_slow(self, d: _Device) -> None:
         if d.slow_plan:
-            d.slow_raw = self._run_plan(d, slow=True)
+            self._read_rare(d)
         self._timed(d, POWER, self._read_energy, d)
         self._timed(d, CLOCKS, self._read_throttle, d)
         if d.read_retired_pages:
