@@ -65,25 +65,24 @@ def non_negative(text: str) -> float:
     return value
 
 
-def gpu_index(text: str) -> int:
-    """A GPU's index, as nvidia-smi numbers them."""
+def _whole(text: str, lo: int, hi: int) -> int:
+    """A whole number from ``lo`` to ``hi``."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 0 <= value < MAX_GPUS:
-        raise argparse.ArgumentTypeError(f"must be 0 to {MAX_GPUS - 1}, not {value}")
+    if not lo <= value <= hi:
+        raise argparse.ArgumentTypeError(f"must be {lo} to {hi}, not {value}")
     return value
+
+
+def gpu_index(text: str) -> int:
+    """A GPU's index, as nvidia-smi numbers them."""
+    return _whole(text, 0, MAX_GPUS - 1)
 
 
 def gpu_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 1 <= value <= MAX_GPUS:
-        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_GPUS}, not {value}")
-    return value
+    return _whole(text, 1, MAX_GPUS)
 
 
 def port(text: str) -> int:
