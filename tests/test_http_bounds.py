@@ -270,3 +270,43 @@ def test_wrong_passwords_are_slowed_per_address_and_a_verified_scraper_is_answer
     # 16 connections in flight, each guess after the first waits a second: about a guess a second
     assert 1 <= answered <= took + 2, (answered, took)
     assert slowest < 0.5, slowest
+
+
+def test_a_request_that_never_arrives_whole_is_closed_and_an_idle_scraper_is_kept(tmp_path, eight_gpus):
+    """The deadlines are swept once a second: a client that sent half a request is closed
+    after its 10 seconds (CONNECTION_TIMEOUT), while a scraper answered at the same moment and
+    silent since keeps its connection (IDLE_TIMEOUT is 60 seconds) and is answered on it."""
+    rigmon = Rigmon(tmp_path, eight_gpus, "[daemon]\ninterval = 1\n")
+    try:
+        rigmon.wait_ready()
+        with (
+            socket.create_connection(("127.0.0.1", rigmon.port)) as half,
+            socket.create_connection(("127.0.0.1", rigmon.port)) as scraper,
+        ):
+            scraper.sendall(GET)
+            assert _one_answer(scraper).startswith(b"HTTP/1.1 200")
+            half.sendall(b"GET /metrics HTTP/1.1\r\nHost: rig")
+            started = time.monotonic()
+            half.settimeout(20)
+            assert half.recv(65536) == b""  # closed by the server, nothing written
+            waited = time.monotonic() - started
+            assert 9.5 <= waited <= 12.5, waited
+            scraper.sendall(GET)
+            assert _one_answer(scraper).startswith(b"HTTP/1.1 200")
+    finally:
+        assert rigmon.stop() == 0
+
+
+def _one_answer(s: socket.socket) -> bytes:
+    """One whole answer on a kept-alive connection (its head and Content-Length bytes)."""
+    s.settimeout(10)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += s.recv(65536)
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += s.recv(65536)
+    return head

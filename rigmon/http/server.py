@@ -244,7 +244,7 @@ class MetricsServer:
     """HTTP/1.1 with keep-alive on one event loop thread: a scrape costs finding the end of its
     request, a look-up of its head (parsed the first time it is seen), and one write of cached
     bytes with prebuilt headers; no thread and no task per connection or request (asyncio
-    protocols, deadlines swept once a second).
+    protocols, deadlines swept once a second from a thread of their own).
 
     Bounded before any credential is checked: a connection holds at most one request's bytes
     beyond what it is answered, and none while its client does not read its answers
@@ -306,10 +306,12 @@ class MetricsServer:
             ready.set_exception(OSError(e.errno, f"cannot listen on {listen}:{port}: {e.strerror}"))
             return
         ready.set_result(server)
-        self._loop.call_later(1.0, self._sweep)
+        ticking = threading.Event()
+        threading.Thread(target=self._tick, args=(ticking,), name="rigmon-http-sweep", daemon=True).start()
         try:
             self._loop.run_forever()
         finally:
+            ticking.set()
             server.close()
             for connection in list(self.connections):
                 connection.abort()
@@ -319,13 +321,24 @@ class MetricsServer:
             if self._page_pool is not None:
                 self._page_pool.shutdown(wait=False, cancel_futures=True)
 
+    def _tick(self, stop: threading.Event) -> None:
+        """The sweep once a second, called onto the loop from this thread. A timer kept on the
+        loop instead (call_later) would make every wait for the next request a timed one,
+        which costs the kernel a timer armed and cancelled at each scrape: 5 % of a lone
+        kept-alive scraper's CPU on a 2-core VM (bench_http, CPU per scrape over the floor,
+        1.05x with the timer on the loop, 1.00x without)."""
+        while not stop.wait(1.0):
+            try:
+                self._loop.call_soon_threadsafe(self._sweep)
+            except RuntimeError:  # the loop closed meanwhile
+                return
+
     def _sweep(self) -> None:
         """Close what is past its deadline: no request (or no whole one) in time, or a client
         that stopped reading its answer."""
         now = self._loop.time()
         for connection in [c for c in self.connections if c.deadline < now]:
             connection.abort()
-        self._loop.call_later(1.0, self._sweep)
 
     def admit(self, connection: _Connection) -> bool:
         """Room for a new connection: at the bound, the one waiting longest on its client goes."""

@@ -16,10 +16,12 @@ The servers answer the same 8-GPU exposition, each in its own process:
 The load comes from another process: N scrapers (1, 10, 50), each a connection that sends
 Prometheus's own headers (OpenMetrics, gzip) and reads whole responses; ``keepalive``
 reuses the connection like Prometheus, ``close`` opens one per scrape. For each: scrapes/s,
-p50, p99 and p99.9 latency (request written to body read), failures. Rounds are interleaved,
-every server measured at each level before the next; figures are medians over the rounds,
-and a p99 "over the floor" is the median of each round's ratio (the server's p99 over the
-floor's in the same round, seconds apart).
+p50, p99 and p99.9 latency (request written to body read), failures, and the server's CPU
+per scrape (its threads' run time while it served them, from /proc). Rounds are interleaved,
+every server measured at each level before the next, in the opposite order every other
+round; figures are medians over the rounds, and a p99 or a CPU per scrape "over the floor" is
+the median of each round's ratio (the server's over the floor's in the same round, seconds
+apart).
 
 Where there are two CPUs or more the load runs on the first and every server on the rest
 (``--no-pin``: anywhere), as Prometheus runs on another core or machine than the exporter;
@@ -73,9 +75,16 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
-    """A process's CPU time so far (user and system), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    """A process's CPU time so far: its threads' run time in nanoseconds from schedstat where
+    the kernel keeps it (utime and stime come in 10 ms ticks: 0.5 % of a 2-second run at half
+    a core), else utime and stime from /proc/PID/stat."""
+    try:
+        return (
+            sum(int((task / "schedstat").read_text().split()[0]) for task in Path(f"/proc/{pid}/task").iterdir()) / 1e9
+        )
+    except (OSError, ValueError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
 
 
 FLOOR = r"""
@@ -291,17 +300,18 @@ def _median(runs: list[dict]) -> dict:
     }
 
 
-def _over(server: list[dict], floor: list[dict]) -> dict:
-    """A server's p99 over the floor's, round by round: the median and the range."""
+def _over(server: list[dict], floor: list[dict], key: str = "p99_ms", places: int = 2) -> dict:
+    """A server's figure (``key``) over the floor's, round by round (the two measured seconds
+    apart, so a drift of the machine's speed cancels): the median and the range."""
     pairs = zip(server, floor, strict=True)
-    ratios = sorted(s["p99_ms"] / f["p99_ms"] for s, f in pairs if s["p99_ms"] and f["p99_ms"])
+    ratios = sorted(s[key] / f[key] for s, f in pairs if s[key] and f[key])
     if not ratios:
         return {"median": None, "low": None, "high": None}
-    return {"median": round(statistics.median(ratios), 2), "low": round(ratios[0], 2), "high": round(ratios[-1], 2)}
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 2) if a and b else None
+    return {
+        "median": round(statistics.median(ratios), places),
+        "low": round(ratios[0], places),
+        "high": round(ratios[-1], places),
+    }
 
 
 def fetch(port: int) -> bytes:
@@ -410,16 +420,19 @@ def main(argv=None) -> int:
                     os.sched_setaffinity(pid, pin[1])
             time.sleep(1.0)
             rounds: dict[tuple, list[dict]] = {}
-            for _ in range(args.rounds):  # rounds interleaved: a disturbance hits every server alike
+            for round_ in range(args.rounds):  # rounds interleaved: a disturbance hits every server alike
+                # the servers side by side at each level, in the opposite order every other round:
+                # a steady drift of the machine's speed favours none of them
+                order = list(servers.items())[:: -1 if round_ % 2 else 1]
                 for mode in modes:
                     for n in levels:
-                        for name, port in servers.items():  # the servers side by side at each level
+                        for name, port in order:
                             with only(pids, name):
                                 cpu = cpu_seconds(pids[name])
                                 got = load(port, mode, n, args.seconds, wrk_script, pin)
                                 cpu = cpu_seconds(pids[name]) - cpu  # the server's CPU while it served them
                                 got["cpu_per_scrape_us"] = (
-                                    round(cpu / got["scrapes"] * 1e6, 1) if got["scrapes"] else None
+                                    round(cpu / got["scrapes"] * 1e6, 2) if got["scrapes"] else None
                                 )
                                 rounds.setdefault((name, mode, n), []).append(got)
             for (name, mode, n), runs in rounds.items():
@@ -439,6 +452,10 @@ def main(argv=None) -> int:
                 name: _over(rounds[(name, mode, n)], rounds[("floor", mode, n)])
                 for name in ("rigmon", "quiet", "control")
             }
+            cpu = {
+                name: _over(rounds[(name, mode, n)], rounds[("floor", mode, n)], "cpu_per_scrape_us", 3)
+                for name in ("rigmon", "quiet", "control")
+            }
             row = {
                 "rigmon_per_s": r["per_second"],
                 "floor_per_s": f["per_second"],
@@ -454,11 +471,12 @@ def main(argv=None) -> int:
                 "control_p99_over_floor": over["control"]["median"],
                 "control_p99_over_floor_range": over["control"],
                 "failed": r["failed"] + q["failed"] + f["failed"] + c["failed"],
-                # the server's CPU per scrape over the floor's (medians over the rounds): quiet is
-                # rigmon's HTTP stack alone, rigmon the same with its polls
-                "quiet_cpu_per_scrape_over_floor": _ratio(q["cpu_per_scrape_us"], f["cpu_per_scrape_us"]),
-                "rigmon_cpu_per_scrape_over_floor": _ratio(r["cpu_per_scrape_us"], f["cpu_per_scrape_us"]),
-                "control_cpu_per_scrape_over_floor": _ratio(c["cpu_per_scrape_us"], f["cpu_per_scrape_us"]),
+                # the server's CPU per scrape over the floor's (the median of each round's ratio):
+                # quiet is rigmon's HTTP stack alone, rigmon the same with its polls
+                "quiet_cpu_per_scrape_us": q["cpu_per_scrape_us"],
+                "floor_cpu_per_scrape_us": f["cpu_per_scrape_us"],
+                **{f"{name}_cpu_per_scrape_over_floor": cpu[name]["median"] for name in ("quiet", "rigmon", "control")},
+                **{f"{name}_cpu_over_floor_range": cpu[name] for name in ("quiet", "rigmon", "control")},
             }
             if "today" in results:
                 t = results["today"][mode][n]
@@ -466,7 +484,9 @@ def main(argv=None) -> int:
                     today_per_s=t["per_second"],
                     today_p99_ms=t["p99_ms"],
                     throughput_over_today=round(r["per_second"] / t["per_second"], 2) if t["per_second"] else None,
-                    cpu_per_scrape_over_today=_ratio(r["cpu_per_scrape_us"], t["cpu_per_scrape_us"]),
+                    cpu_per_scrape_over_today=_over(
+                        rounds[("rigmon", mode, n)], rounds[("today", mode, n)], "cpu_per_scrape_us", 3
+                    )["median"],
                     failed=row["failed"] + t["failed"],
                 )
             summary[f"{mode} x{n}"] = row
