@@ -299,11 +299,17 @@ def test_a_rule_with_a_short_window_on_a_rare_counter_reads_it_every_poll():
         poller = build_poller(config, source, nvml=backend, event_thread=False)
         poller.open()
         backend.calls.clear()
+        samples = []
         for n in range(10):
             source.clock.set(sc.LOAD_AT + n * 0.2)  # 2 s: inside one slow interval
-            poller.poll()
+            samples.append(poller.poll())
         poller.close()
         assert _calls(backend, "nvmlDeviceGetPcieReplayCounter") == (10 if every_poll else 1), rules
+        # read every poll or every slow_interval, the counters reach every poll's reading
+        gpus = [gpu for sample in samples for gpu in sample.gpus]
+        assert len(gpus) == 10 and all(g.pcie_replays == 1 for g in gpus), rules
+        assert all(g.ecc_errors is not None and g.ecc_errors.uncorrected_volatile == 0 for g in gpus), rules
+        assert all(g.remapped_rows is not None and g.remapped_rows.pending is False for g in gpus), rules
 
 
 def test_the_power_limit_set_is_read_on_the_slow_interval_and_when_the_enforced_limit_moves():

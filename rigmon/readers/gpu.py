@@ -545,6 +545,8 @@ class GpuReader:
             d.last_slow = now
             d.poll_fields = any(f not in d.fields_unsupported for f in _POLL_FIELDS)
         raw = self._run_plan(d)
+        if self._rare_every_poll:  # a rule asked for them every poll: they are in this poll's plan
+            self._counts(d, raw)
         enforced = raw.get(_ENFORCED_LIMIT)
         if enforced != d.enforced:
             if d.enforced is not None and not slow and d.slow_plan:
@@ -605,6 +607,11 @@ class GpuReader:
         """The rare counters' calls, and the ECC counts and remapped rows made of them once: a
         poll between takes them as they are."""
         raw = d.slow_raw = self._run_plan(d, slow=True)
+        self._counts(d, raw)
+
+    @staticmethod
+    def _counts(d: _Device, raw: dict[str, Any]) -> None:
+        """The ECC counts and remapped rows of the rare counters' answers ``raw``."""
         ecc = [_num(raw.get(key)) for key in _ECC_KEYS]
         d.ecc = EccCounts(*ecc) if any(c is not None for c in ecc) else None
         rows = raw.get(_REMAPPED_ROWS)
