@@ -179,6 +179,8 @@ class Pipeline:
                 known.load()
                 if poller.host is not None:
                     poller.host.remember_turned(known.fans)
+                if poller.gpu is not None:
+                    poller.gpu.remember(known.gpus.values())
                 if alerts is not None:
                     alerts.engine.remember_sensors(known.sensors)
                     alerts.engine.remember_fan_best(known.fan_best)

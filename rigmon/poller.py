@@ -99,6 +99,13 @@ def build_poller(
     (the recorder hands in its recording proxies). ``rare_every_poll``: the rules' wish for the
     rare counters (``wants_rare_counters_every_poll``), worked out from the config if not given."""
     gpu = host = None
+    if host_backend is None and (config.host.enabled or config.gpu.enabled):
+        if replay is not None:
+            from .readers.replay import ReplayHost
+
+            host_backend = ReplayHost(replay)
+        else:
+            host_backend = SystemHost(Path(config.host.sysfs), launchers=tuple(config.jobs.launchers))
     if config.gpu.enabled:
         if nvml is None and replay is not None:
             nvml = replay_backend(replay)
@@ -119,15 +126,14 @@ def build_poller(
             # a replay's own clock paces the slow counters and lost-GPU probes, in a replay run
             # faster than real time too
             monotonic=replay.clock if replay is not None else time.monotonic,
+            retry_interval=config.gpu.nvml_retry,
+            # a GPU's runtime power state is sysfs's (the host backend's), never NVML's: asking
+            # NVML would wake it
+            runtime_status=getattr(host_backend, "gpu_runtime_status", None),
         )
+        if replay is not None:  # the GPUs the recorded box had: those it did not list are missing
+            gpu.remember(replay.recording.known_gpus)
     if config.host.enabled:
-        if host_backend is None:
-            if replay is not None:
-                from .readers.replay import ReplayHost
-
-                host_backend = ReplayHost(replay)
-            else:
-                host_backend = SystemHost(Path(config.host.sysfs), launchers=tuple(config.jobs.launchers))
         host = HostReader(
             host_backend,
             rapl=config.host.rapl,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 import time
 
+from .model import nvml_state
 from .model.sample import CLOCK_EVENT_REASONS, SLOWDOWNS, GpuInfo, GpuReading, Sample, fan_key, to_jsonable
 from .model.text import printable
 
@@ -71,9 +72,12 @@ def render(
     info = {i.index: i for i in sample.gpu_info}
     if sample.gpus:
         lines += _gpu_table(sample.gpus, info, width, color)
+    nvml = _nvml(sample)
+    lines += [_paint(_cut(printable(line), width), _RED, color and n == 0) for n, line in enumerate(nvml)]
     for status in sample.readers:
-        if status.error:
+        if status.error and not (status.name == "gpu" and nvml):
             lines.append(_cut(printable(f"{status.name}: {status.error}"), width))
+    lines += [_cut(printable(line), width) for line in _mig(sample)]
     for event in sample.events:
         when = time.strftime("%H:%M:%S", time.localtime(event.time))
         lines.append(f"XID {event.xid} on GPU {event.gpu_index} at {when}")
@@ -93,7 +97,10 @@ def render(
     if daemon and daemon.get("influxdb"):
         lines += [_cut(line, width) for line in _influx(daemon["influxdb"])]
         lines.append("")
-    lines.append(f"{NS} = not supported by this hardware or not readable here")
+    lines.append(
+        f"{NS} = not supported by this hardware or not readable here"
+        + ("; MIG = not given in MIG mode" if any(i.mig_enabled for i in sample.gpu_info) else "")
+    )
     if not_recorded:  # a replay: what the recording never asked is unknown, not unsupported
         lines += textwrap.wrap(
             f"not recorded (the recording holds no answer, so {NS} here says nothing of the "
@@ -102,6 +109,51 @@ def render(
             subsequent_indent="  ",
         )
     return "\n".join(lines)
+
+
+def _nvml(sample: Sample) -> list[str]:
+    """NVML that cannot start, what it means and what mends it; the GPUs the box had that NVML
+    no longer lists."""
+    system = sample.system
+    if system is None:
+        return []
+    lines = []
+    error = system.nvml_error
+    if error and (error != nvml_state.NO_DRIVER or system.missing_gpus):
+        lines += [
+            f"NVML CANNOT START ({error}): {nvml_state.cause(error)}; no GPU is watched",
+            f"  to mend it: {nvml_state.fix(error)}",
+        ]
+    elif error:
+        lines.append(f"GPUs: none ({nvml_state.cause(error)})")
+    for g in system.missing_gpus:
+        lines.append(
+            f"GPU {g.index}  MISSING: this box had it ({short_name(g.name)}, {g.uuid}); NVML no longer lists it"
+        )
+    return lines
+
+
+def _mig(sample: Sample) -> list[str]:
+    """Each GPU in MIG mode and its instances: what NVML gives of them (no utilisation)."""
+    info = {i.index: i for i in sample.gpu_info}
+    lines = []
+    for g in sample.gpus:
+        i = info.get(g.index)
+        if i is None or not (i.mig_enabled or i.mig_pending):
+            continue
+        if not i.mig_enabled:
+            lines.append(f"GPU {g.index}  MIG mode pending: on at the next GPU reset")
+            continue
+        instances = g.mig_instances or ()
+        lines.append(f"GPU {g.index}  MIG mode on, {len(instances)} instance(s); NVML gives no utilisation in MIG mode")
+        for m in instances:
+            ci = f" CI {m.compute_instance}" if m.compute_instance is not None else ""
+            held = "n/s" if m.processes is None else f"{m.processes} process(es)"
+            lines.append(
+                f"  GI {m.gpu_instance}{ci}  {m.profile or '?'}  {_gib(m.memory_used_bytes)}/"
+                f"{_gib(m.memory_total_bytes)} GiB  {held}"
+            )
+    return lines
 
 
 def exit_code(sample: Sample, alerts: list[dict] | None) -> int:
@@ -127,7 +179,7 @@ def _processes(sample: Sample, width: int = WIDTH) -> list[str]:
             info = who.get(p.pid)
             rows.append(
                 [
-                    str(g.index),
+                    str(g.index) + (f"/{p.gpu_instance}" if p.gpu_instance is not None else ""),
                     str(p.pid),
                     printable((info.user if info else None) or "?"),
                     _gib(p.used_memory_bytes),
@@ -226,6 +278,9 @@ def _gpu_table(
         if g.lost:
             rows.append({"lost": f"{g.index:<3}  {name}  LOST: fell off the bus or stopped answering"})
             continue
+        if g.asleep:
+            rows.append({"asleep": f"{g.index:<3}  {name}  asleep (runtime-suspended): read again once it wakes"})
+            continue
         events = g.clock_events.active() if g.clock_events else None
         slowdown = i.temperature_thresholds.slowdown if i else None
         link = _link(g.pcie_generation, g.pcie_width)
@@ -239,7 +294,9 @@ def _gpu_table(
                 "°C/SLOW": _pair(temp, slowdown),
                 "MEM°C": _fmt(g.memory_temperature_celsius),
                 "W/LIMIT": _pair(g.power_watts, g.power_limit_watts),
-                "UTIL": _fmt(g.utilization_gpu_ratio * 100 if g.utilization_gpu_ratio is not None else None, unit="%"),
+                "UTIL": "MIG"
+                if i and i.mig_enabled and g.utilization_gpu_ratio is None
+                else _fmt(g.utilization_gpu_ratio * 100 if g.utilization_gpu_ratio is not None else None, unit="%"),
                 "SM MHz": _fmt(g.sm_clock_hertz / 1e6 if g.sm_clock_hertz is not None else None),
                 "MEM GiB": f"{_gib(g.memory_used_bytes)}/{_fmt(g.memory_total_bytes and g.memory_total_bytes / GIB)}",
                 "PCIe": link,
@@ -266,6 +323,9 @@ def _gpu_table(
     for r in rows:
         if "lost" in r:
             out.append(_paint(_cut(r["lost"], width), _RED, color))
+            continue
+        if "asleep" in r:
+            out.append(_cut(r["asleep"], width))
             continue
         events = r["events"]
         text = NS if events is None else (_events(events, room) if events else "none")

@@ -9,11 +9,11 @@ import subprocess
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("stub_nvml") / "nvml_stub.c"
-DRIVERS = {"470": "470.256.02", "535": "535.54.03", "580": "580.95.05"}
+DRIVERS = {"470": "470.256.02", "535": "535.54.03", "550": "550.127.08", "580": "580.95.05"}
 
 
 def build(branch: str, where: Path) -> Path:
-    """The directory holding the stand-in library of driver ``branch`` (470, 535 or 580)."""
+    """The directory holding the stand-in library of driver ``branch`` (470, 535, 550 or 580)."""
     gcc = shutil.which("gcc") or shutil.which("cc")
     assert gcc, "gcc builds the stand-in NVML library"
     out = where / f"nvml-{branch}"

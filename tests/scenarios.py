@@ -86,6 +86,27 @@ def no_nvml(recording: Recording, why: str = "LibraryNotFound") -> Recording:
     return rec
 
 
+def nvml_mended(recording: Recording) -> Recording:
+    """The recording with NVML answering at every tick (each tick's own ``nvml`` answers): after
+    ``then`` a part where it could not start, the driver mended mid-run."""
+    rec = copy.deepcopy(recording)
+    for tick in rec.ticks:
+        tick["nvml"] = {"nvmlInit": None}
+    return rec
+
+
+def knowing(recording: Recording, *extra: tuple[str, int, str]) -> Recording:
+    """The recorded box had its GPUs and these ones besides ((uuid, index, name)), as rigmon record
+    writes what the box's state_dir remembers (the header's ``known_gpus``)."""
+    rec = copy.deepcopy(recording)
+    listed = [
+        [g["nvmlDeviceGetUUID"], n, g["nvmlDeviceGetName"], g["nvmlDeviceGetPciInfo"]["busId"]]
+        for n, g in enumerate(rec.header["gpus"])
+    ]
+    rec.header["known_gpus"] = listed + [[uuid, index, name, None] for uuid, index, name in extra]
+    return rec
+
+
 def with_xid(recording: Recording, at_second: float, xid: int, gpu: int = 0) -> Recording:
     rec = copy.deepcopy(recording)
     t0 = rec.ticks[0]["t"]
@@ -236,6 +257,7 @@ def rich(recording: Recording, gpus: int = 8) -> Recording:
     )
     rec = copy.deepcopy(rec)
     for g in rec.header["gpus"]:
+        g["nvmlDeviceGetSupportedClocksEventReasons"] = 0x7FF  # R570's eleven reasons
         g["nvmlDeviceGetFieldValues:82"] = {"nvmlReturn": 0, "valueType": 1, "value": 43}
         g["nvmlDeviceGetFieldValues:74"] = {"nvmlReturn": 0, "valueType": 3, "value": 86826926400}
         g["nvmlDeviceGetFieldValues:269"] = {"nvmlReturn": 0, "valueType": 3, "value": 0}
@@ -250,6 +272,50 @@ def rich(recording: Recording, gpus: int = 8) -> Recording:
             {"pid": 4242, "timeStamp": 1796170761000000, "smUtil": 97, "memUtil": 40, "encUtil": 0, "decUtil": 0}
         ]
     return with_xid(rec, at_second=1.0, xid=79, gpu=3)
+
+
+H100_MIG_INSTANCES = [  # two 3g.40gb instances of an H100 80GB, as nvmlDeviceGetMigInstances answers
+    {
+        "gpuInstanceId": gi,
+        "computeInstanceId": 0,
+        "uuid": f"MIG-5e1f{gi:04x}-0000-4000-8000-00000000000{gi}",
+        "name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+        "memoryUsed": used,
+        "memoryTotal": 42949672960,
+    }
+    for gi, used in ((1, 20 << 30), (2, 0))
+]
+
+
+def mig(recording: Recording, gpu: int = 0) -> Recording:
+    """GPU ``gpu`` in MIG mode with two instances, a 20 GiB process in the first: NVML gives no
+    utilisation on it (NotSupported), as on a real MIG GPU."""
+    rec = copy.deepcopy(recording)
+    entries = [rec.header["gpus"][gpu]] + [t["gpus"][gpu] for t in rec.ticks if gpu < len(t["gpus"])]
+    for entry in entries:
+        entry["nvmlDeviceGetUtilizationRates"] = error("NotSupported")
+    header = rec.header["gpus"][gpu]
+    header["nvmlDeviceGetMigMode"] = [1, 1]
+    header["nvmlDeviceGetMigInstances"] = H100_MIG_INSTANCES
+    header["nvmlDeviceGetComputeRunningProcesses"] = [
+        {"pid": 4242, "usedGpuMemory": 20 << 30, "gpuInstanceId": 1, "computeInstanceId": 0}
+    ]
+    for tick in rec.ticks:
+        if gpu < len(tick["gpus"]):
+            tick["gpus"][gpu].pop("nvmlDeviceGetComputeRunningProcesses", None)
+    return rec
+
+
+def bus_of(recording: Recording, gpu: int) -> str:
+    """GPU ``gpu``'s PCI address as sysfs names it (0000:10:00.0)."""
+    bus_id = recording.header["gpus"][gpu]["nvmlDeviceGetPciInfo"]["busId"]
+    return bus_id[4:].lower()
+
+
+def asleep(recording: Recording, gpu: int = 1) -> Recording:
+    """GPU ``gpu``'s PCI device runtime-suspended all along, as sysfs says it (host key
+    ``gpu_runtime_status``)."""
+    return with_host(recording, gpu_runtime_status={bus_of(recording, gpu): "suspended"})
 
 
 def on_every_gpu(recording: Recording, **answers) -> Recording:

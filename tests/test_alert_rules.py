@@ -12,6 +12,7 @@ from rigmon.model.recording import Recording
 from rigmon.offline import replay_rules
 
 MASK = "nvmlDeviceGetCurrentClocksEventReasons"
+H200_UUID = "GPU-051bc521-f352-6ece-a775-fbe39f974666"
 
 
 def fans(rpm2):
@@ -179,6 +180,18 @@ SCENARIOS = {
         lambda: sc.h200().widened(2),
         {"alerts": {"builtin": {"GpuLost": {"enabled": False}}}},
     ),
+    # NVML that cannot start: a module not loaded pages; a box without the driver that never had GPUs does not
+    "NvmlUnavailable": (
+        lambda: sc.no_nvml(sc.h200(), "DriverNotLoaded"),
+        lambda: sc.no_nvml(sc.h200(), "LibraryNotFound"),
+        {},
+    ),
+    # the box had the GPU and NVML cannot start / NVML lists every GPU the box had
+    "GpuMissing": (
+        lambda: sc.knowing(sc.no_nvml(sc.h200(), "LibRmVersionMismatch"), (H200_UUID, 0, "NVIDIA H200")),
+        lambda: sc.knowing(sc.h200()),
+        {},
+    ),
     "GpuXid": (lambda: sc.with_xid(sc.h200(), at_second=20, xid=79), lambda: sc.h200(), {}),
     "GpuEccUncorrectable": (lambda: timeline(120, 5, modify=ecc(0, 2)), lambda: timeline(120, 5, modify=ecc(3, 3)), {}),
     "GpuRowRemap": (
@@ -266,6 +279,9 @@ RECOVERIES = {
     "GpuLost": lambda: sc.h200().widened(2),
     "GpuCountDropped": lambda: sc.h200().widened(2),
     "SensorMissing": lambda: timeline(60, 5, host=fans(900)),  # the sensor is back
+    # the driver mended: NVML answers at the next try and lists the GPU again
+    "NvmlUnavailable": lambda: sc.nvml_mended(sc.h200()),
+    "GpuMissing": lambda: sc.nvml_mended(sc.h200()),
     # cleaned: back to its baseline's temperatures
     "GpuCoolingDrift": lambda: cooling(0, gpus=2),
     "GpuCoolingDriftShared": lambda: cooling(0, gpus=2),
@@ -287,6 +303,24 @@ def test_rule_fires_then_resolves_when_the_fault_is_gone(rule, tmp_path):
     transitions = [t for t in run(sc.then(positive(), recovery(rule)), tmp_path, config) if t.alertname == rule]
     assert [t.status for t in transitions][:1] == ["firing"], [t.line() for t in transitions]
     assert transitions[-1].status == "resolved" and not transitions[-1].reason, [t.line() for t in transitions]
+
+
+def test_a_gpu_gone_before_a_restart_is_missing_and_only_it(tmp_path):
+    """The box had three GPUs; NVML lists two (the third fell off the bus before the restart, and
+    NVML numbers the rest afresh): one GpuMissing, for the third, by its UUID and old index."""
+    gone = "GPU-051bc521-f352-6ece-a775-fbe39f970002"
+    transitions = run(sc.knowing(sc.h200().widened(2), (gone, 2, "NVIDIA H200")), tmp_path, {})
+    told = [t for t in transitions if t.severity != "info"]
+    assert [(t.alertname, t.status, t.labels["gpu"], t.labels["uuid"]) for t in told] == [
+        ("GpuMissing", "firing", "2", gone)
+    ], [t.line() for t in transitions]
+    assert told[0].summary == f"GPU 2 (NVIDIA H200, {gone}) is gone: NVML no longer lists it"
+
+
+def test_nvml_that_cannot_start_says_why_and_how_to_mend_it(tmp_path):
+    (told,) = [t for t in run(SCENARIOS["NvmlUnavailable"][0](), tmp_path, {}) if t.alertname == "NvmlUnavailable"]
+    assert told.summary == "NVML cannot start (DriverNotLoaded): no GPU is watched"
+    assert "the NVIDIA kernel module is not loaded" in told.description and "sudo modprobe nvidia" in told.description
 
 
 def test_h200_recording_raises_nothing_above_info(tmp_path):

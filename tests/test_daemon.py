@@ -225,7 +225,8 @@ def test_no_gpu_no_sensors_still_serves(tmp_path):
         assert 'rigmon_reader_success{reader="host"} 1.0' in text
         assert "rigmon_host_sensors_visible 0.0" in text
         assert "rigmon_gpu_power_watts{" not in text
-        assert "NVML unavailable (LibraryNotFound" in rigmon.output()
+        assert "NVML cannot start: LibraryNotFound, no NVIDIA driver is installed" in rigmon.output()
+        assert "rigmon_nvml_up 0.0" in text and 'rigmon_nvml_error_info{error="LibraryNotFound"} 1.0' in text
     finally:
         assert rigmon.stop() == 0
 

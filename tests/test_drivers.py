@@ -42,6 +42,7 @@ def test_the_bindings_alone_fail_where_rigmon_reads(driver):
     expected = {
         "470": "NVMLLibraryMismatchError",
         "535": "[(4242, 2147483648), (0, 4343)]",
+        "550": "[(4242, 2147483648), (1073741824, 0)]",  # 16-byte records read as 24
         "580": "[(4242, 2147483648), (4343, 1073741824)]",
     }[branch]
     assert out.strip() == expected
@@ -108,16 +109,39 @@ def test_the_record_layout_follows_the_driver():
     assert reader.process_layout(v1, "470.256.02") is reader._ProcessV1
 
 
+def test_the_records_are_read_in_the_layout_the_driver_wrote():
+    """Each size a driver has written, measured from how far it wrote into the buffer, whatever
+    its call's version says; where the extent is no record size, the version's layout."""
+    import ctypes
+
+    from rigmon.readers import nvml as reader
+
+    v3 = "nvmlDeviceGetComputeRunningProcesses_v3"
+    for layout in (reader._ProcessV1, reader._ProcessV2, reader._ProcessV3CC):
+        buffer = (ctypes.c_ubyte * (7 * reader.WIDEST))()
+        ctypes.memset(buffer, reader.UNWRITTEN, ctypes.sizeof(buffer))
+        records = (layout * 2).from_buffer(buffer)
+        for n, record in enumerate(records):
+            ctypes.memset(ctypes.addressof(record), 0, ctypes.sizeof(layout))
+            record.pid, record.usedGpuMemory = 4242 + n, 1 << 30
+            if layout is not reader._ProcessV1:
+                record.gpuInstanceId = record.computeInstanceId = 0xFFFFFFFF
+        assert reader.record_layout(buffer, 2, v3, "580.95.05") is layout
+    untouched = (ctypes.c_ubyte * 64)()
+    ctypes.memset(untouched, reader.UNWRITTEN, 64)
+    assert reader.record_layout(untouched, 2, v3, "535.54.03") is reader._ProcessV3CC
+
+
 def test_records_that_read_as_no_process_are_said_once_and_left_out(tmp_path):
-    """A driver whose records do not fit the layout its version says (here: 535.54's 32-byte
-    records read as 24, as if the version lied): the list is left out and said once, never a
-    process with PID 0 passed on."""
+    """Records that do not read as processes in the layout taken for them (here: 535.54's 32-byte
+    records read as 24, as if the driver had written past them): the list is left out and said
+    once, never a process with PID 0 passed on."""
     where = nvml_stub.build("535", tmp_path)
     probe = """
 import logging, sys
 logging.basicConfig(stream=sys.stdout, level=logging.WARNING, format="%(message)s")
 from rigmon.readers import nvml as reader
-reader.process_layout = lambda symbol, driver: reader._ProcessV2
+reader.record_layout = lambda buffer, count, symbol, driver: reader._ProcessV2
 from rigmon.config import schema as config
 from rigmon.poller import build_poller
 poller = build_poller(config.parse({"gpu": {"xid_events": False}}), event_thread=False)

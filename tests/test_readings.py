@@ -104,7 +104,7 @@ def test_every_reading_reaches_the_outputs_it_names():
     ecc = {f"nvmlDeviceGetTotalEccErrors__{t},{c}": 3 for t in (0, 1) for c in (0, 1)}
     rich = sc.on_every_gpu(sc.gpu_fans(sc.rich(sc.h200(), gpus=8)), **ecc)
     series, fields, entities = set(), {}, {}
-    for recording in (rich, sc.pre_ampere(rich)):
+    for recording in (rich, sc.pre_ampere(rich), sc.asleep(sc.mig(rich, gpu=0), gpu=1)):
         _, exposition, points, seen = one_poll(recording, cooling=True)
         series |= {
             (s.name, tuple(sorted(s.labels.items())))

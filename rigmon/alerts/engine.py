@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..model.project import entities_for
-from ..model.sample import Sample
+from ..model.sample import Sample, SystemInfo
 from .entities import (
     BOX,
     DEPRECATED,
@@ -35,6 +35,8 @@ from .entities import (
     ITS_GPU,
     KINDS,
     LABELS,
+    MISSING,
+    NVML_SENSOR,
     gpu_entities,
     host_entities,
     inhibit_scope,
@@ -450,11 +452,30 @@ class AlertEngine:
                 "measured": measured is not None,
             }
         present = sensor_keys(sample)
+        system = sample.system
+        # NVML that cannot start is NvmlUnavailable's to say, not a missing sensor's
+        quiet = NVML_SENSOR if system is not None and system.nvml_error else None
         for kind, name in self._seen_sensors | present:
-            entities[("sensor", kind, name)] = {"sensor_kind": kind, "sensor": name, "present": (kind, name) in present}
+            if (kind, name) != quiet:
+                entities[("sensor", kind, name)] = {
+                    "sensor_kind": kind,
+                    "sensor": name,
+                    "present": (kind, name) in present,
+                }
+        self._missing_gpus(system, entities)
         if complete:
             self._complete = (sample, entities)
         return entities
+
+    def _missing_gpus(self, system: SystemInfo | None, entities: dict[tuple, dict]) -> None:
+        """Each GPU the box has had that NVML no longer lists, as a GPU of its own (keyed by its
+        UUID: NVML numbers the GPUs it lists afresh, so its old index may be another's now),
+        ``missing`` and nothing else known; one whose alert still stands, no longer missing."""
+        for g in system.missing_gpus if system is not None else ():
+            entities[("gpu", MISSING, g.uuid)] = {"gpu": str(g.index), "uuid": g.uuid, "name": g.name, "missing": True}
+        for (_, key), alert in self.alerts.items():
+            if key[:2] == ("gpu", MISSING) and key not in entities:
+                entities[key] = {**alert.labels, "missing": False}
 
     def entity(self, sample: Sample, key: tuple) -> dict | None:
         """One entity of ``sample`` with every variable (what an alert's texts read), without
@@ -750,7 +771,7 @@ class AlertEngine:
 
 def _expected_key(name: str) -> tuple[str, str]:
     if name.upper() == "NVML":
-        return ("nvml", "NVML")
+        return NVML_SENSOR
     kind, _, rest = name.partition(":")
     if rest and kind in ("fan", "temperature"):
         return (kind, rest)

@@ -18,6 +18,8 @@ __all__ = [
     "ITS_GPU",
     "KINDS",
     "LABELS",
+    "MISSING",
+    "NVML_SENSOR",
     "gpu_entities",
     "host_entities",
     "inhibit_scope",
@@ -53,6 +55,10 @@ def inhibit_scope(kind: str, target_kind: str) -> str | None:
     return {("gpu_fan", "gpu"): ITS_GPU, ("fan", "cpu"): EVERY}.get((kind, target_kind))
 
 
+MISSING = "missing"  # a GPU the box has had that NVML no longer lists: its entity is ("gpu", MISSING, uuid)
+NVML_SENSOR = ("nvml", "NVML")  # NVML itself, as SensorMissing names it
+
+
 def sensor_keys(sample: Sample) -> set[tuple[str, str]]:
     """Every sensor this sample shows, as (kind, name): fans, hwmon temperatures, NVML."""
     keys = set()
@@ -60,5 +66,5 @@ def sensor_keys(sample: Sample) -> set[tuple[str, str]]:
         keys |= {("fan", f"{f.chip}/{f.label}") for f in sample.host.fans}
         keys |= {("temperature", f"{t.chip}/{t.label}") for t in sample.host.temperatures}
     if any(r.name == "gpu" and r.ok for r in sample.readers):
-        keys.add(("nvml", "NVML"))
+        keys.add(NVML_SENSOR)
     return keys

@@ -62,6 +62,11 @@ def cmd_record(args) -> int:
         Outputs.NOTHING,
         inputs=Inputs(source=source, nvml=recorder.nvml(nvml), host_backend=recorder.host(host)),
     )
+    known = _known_gpus(config, source)
+    if known:  # the GPUs the box has had: a replay misses those NVML does not list, as the box did
+        recorder.header["known_gpus"] = [g.entry() for g in known]
+        if pipeline.poller.gpu is not None:
+            pipeline.poller.gpu.remember(known)
     pipeline.open()
     ticks = 0
     gpus = len(pipeline.poller.gpu.devices) if pipeline.poller.gpu else 0
@@ -99,3 +104,16 @@ def cmd_record(args) -> int:
         pipeline.close()
     print(f"recorded {ticks} ticks of {gpus} GPU(s) to {args.out}", file=sys.stderr)
     return 0
+
+
+def _known_gpus(config, source) -> tuple:
+    """The GPUs the box has had: a replayed recording's, else those the daemon keeps in its
+    state_dir (read only; nothing where it is not readable)."""
+    if source is not None:
+        return source.recording.known_gpus
+    from ..config.box import Box
+    from ..sinks.known import Known
+
+    known = Known(Box.of(config).state_dir / "known.json")
+    known.load()
+    return tuple(known.gpus.values())

@@ -7,6 +7,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from ..model import nvml_state
 from ..model.recording import Recording, RecordingError
 from ..model.text import fit, terminal_width
 from .common import UsageError, add_config, add_source, demo_path, load_config, replay_source
@@ -120,6 +121,8 @@ def cmd_rules_test(args) -> int:
 
 
 RULE_HANG = 29  # a rule's line continues under its verdict
+# what NvmlUnavailable reads: whether rigmon can read the GPUs at all, known without NVML
+WATCHER_VARIABLES = frozenset({"nvml_up", "nvml_error", "nvml_cause", "nvml_fix", "gpus_known"})
 
 
 def cmd_doctor(args) -> int:
@@ -161,11 +164,13 @@ def cmd_doctor(args) -> int:
             problems += 1
             say(f"  {rule.name:<26} cannot evaluate: {why if why not in said else why.split(' (')[0]}", RULE_HANG)
             said.setdefault(why, []).append(rule.name)
+        elif rule.variables <= WATCHER_VARIABLES:  # it watches rigmon's own reading, not the hardware
+            say(f"  {rule.name:<26} ok", RULE_HANG)
         else:
             evaluable += 1
             say(f"  {rule.name:<26} ok", RULE_HANG)
     say(f"\n{problems} rule(s) cannot evaluate here")
-    fixes = [(why, names, _remedy(why)) for why, names in said.items()]
+    fixes = [(why, names, _remedy(why, sample)) for why, names in said.items()]
     if any(fix for _, _, fix in fixes):
         say("\nWhat to do:")
         for why, names, fix in fixes:
@@ -178,11 +183,6 @@ def cmd_doctor(args) -> int:
 
 
 _REMEDIES = (
-    (
-        "NVML unavailable",
-        "install the NVIDIA driver (nvidia-smi must work); in a container, start it with the GPUs "
-        "(--gpus all, the NVIDIA container toolkit)",
-    ),
     (
         "no fan sensors",
         "load the board's Super-I/O driver: sensors-detect (lm-sensors) names it, then modprobe it "
@@ -200,24 +200,40 @@ _REMEDIES = (
 )
 
 
-def _remedy(why: str) -> str:
+def _remedy(why: str, sample) -> str:
+    error = sample.system.nvml_error if sample.system is not None else None
+    if error and why.startswith("NVML cannot start"):  # the fix for this error, not a guess
+        return nvml_state.fix(error) or ""
     return next((fix for start, fix in _REMEDIES if why.startswith(start)), "")
 
 
 def _facts(sample, poller, config) -> list[str]:
+    from ..readers.nvml import bindings_version
+
     out = []
     gpu = poller.gpu
+    system = sample.system
+    if gpu is not None and system is not None:
+        out += [
+            f"GPU {g.index} ({g.name}, {g.uuid}): this box had it and NVML no longer lists it (GpuMissing)"
+            for g in system.missing_gpus
+        ]
     if gpu is None:
         out.append("GPUs: disabled in the config")
     elif gpu.unavailable:
         out.append(f"GPUs: {gpu.unavailable}")
+        if system is not None and system.nvml_error:
+            out.append(
+                f"GPUs: to mend it: {nvml_state.fix(system.nvml_error)}; rigmon tries NVML again every "
+                f"{config.gpu.nvml_retry:.0f} s and reads the GPUs once it answers"
+            )
     else:
         out.append(
             f"GPUs: {len(sample.gpus)} ({', '.join(sorted({i.name for i in sample.gpu_info}))}), driver "
             f"{sample.system.driver_version}"
         )
         driver = sample.system.driver_version or "?"
-        lacking = gpu.not_in_driver()
+        lacking, unbound = gpu.not_in_driver(), gpu.not_in_bindings()
         for calls_of, said in (
             (
                 lacking,
@@ -225,7 +241,15 @@ def _facts(sample, poller, config) -> list[str]:
                 f"out; where an older call answers, it is used and not listed)",
             ),
             (
-                {i: tuple(set(c) - set(lacking.get(i, ()))) for i, c in gpu.missing().items()},
+                unbound,
+                f"NVML calls nvidia-ml-py {bindings_version()} has no function for (an older call is used where "
+                "there is one; pip install -U nvidia-ml-py reads them)",
+            ),
+            (
+                {
+                    i: tuple(set(c) - set(lacking.get(i, ())) - set(unbound.get(i, ())))
+                    for i, c in gpu.missing().items()
+                },
                 "NVML calls not supported here (each asked once, then left out)",
             ),
         ):
@@ -249,7 +273,22 @@ def _facts(sample, poller, config) -> list[str]:
                 f"recording: no answer for {', '.join(missing)}: what they read is unknown in this replay "
                 f"(not recorded, not known to be unsupported)"
             )
+        for g in sample.gpus:
+            if g.asleep:
+                out.append(
+                    f"GPU {g.index}: asleep (its PCI device is runtime-suspended): asked nothing until it wakes, "
+                    "so as not to wake it; no rule reads its silence as a fault"
+                )
         for info in sample.gpu_info:
+            if info.mig_enabled:
+                mine = next((g for g in sample.gpus if g.index == info.index), None)
+                count = len(mine.mig_instances or ()) if mine is not None else 0
+                out.append(
+                    f"GPU {info.index}: MIG mode is on ({count} instance(s)): NVML gives no GPU utilisation, so "
+                    "the rules on it cannot evaluate there; each instance's memory and processes are read"
+                )
+            elif info.mig_pending:
+                out.append(f"GPU {info.index}: MIG mode is set to go on at the next GPU reset")
             if info.fan_count == 0:
                 out.append(
                     f"GPU {info.index}: no fans (passively cooled, fan speed NotSupported): a failing "
@@ -316,7 +355,12 @@ def _why_no_drift(sample, config) -> str:
 
 
 def _why_not(rule: Rule, entities: dict, sample, poller, config) -> str | None:
-    mine = [v for k, v in entities.items() if k[0] == rule.kind]
+    from ..alerts.entities import MISSING
+
+    # a GPU the box had and NVML no longer lists has nothing but ``missing`` to read
+    mine = [
+        v for k, v in entities.items() if k[0] == rule.kind and (k[1:2] != (MISSING,) or "missing" in rule.when.reads)
+    ]
     if not mine:
         return {
             "gpu": (poller.gpu.unavailable if poller.gpu and poller.gpu.unavailable else "no GPUs"),
@@ -328,7 +372,7 @@ def _why_not(rule: Rule, entities: dict, sample, poller, config) -> str | None:
             "sensor": "no sensors seen",
             "host": "no host reading",
         }[rule.kind]
-    gpu_vars = {v for v in rule.variables if v.startswith("gpu")}
+    gpu_vars = {v for v in rule.variables if v.startswith("gpu") and v not in WATCHER_VARIABLES}
     if rule.kind == "host" and gpu_vars and (poller.gpu is None or poller.gpu.unavailable):
         return poller.gpu.unavailable if poller.gpu else "GPUs are disabled in the config"
     why_processes = "process list not readable (containers hide other PIDs)"
@@ -343,6 +387,8 @@ def _why_not(rule: Rule, entities: dict, sample, poller, config) -> str | None:
         ):
             why_processes = "NVML gives no process list on this board"
     why_cooling = _why_no_drift(sample, config)
+    mig = [i.index for i in sample.gpu_info if i.mig_enabled]
+    why_utilization = f"MIG mode is on (GPU {', '.join(map(str, mig))}): NVML gives no GPU utilisation" if mig else None
     detail = {
         "processes": why_processes,
         "processes_memory_bytes": why_processes,
@@ -352,6 +398,8 @@ def _why_not(rule: Rule, entities: dict, sample, poller, config) -> str | None:
             "a box with one GPU: its drift is its own" if len(sample.gpus) == 1 else why_cooling
         ),
     }
+    if why_utilization:
+        detail.update(utilization_gpu_ratio=why_utilization, utilization_memory_ratio=why_utilization)
 
     from ..model.readings import KINDS
 

@@ -172,6 +172,16 @@ class GpuConfig(_Section):
         ),
     ] = 0
     xid_events: Annotated[bool, Field(description="Listen for XID critical errors.")] = True
+    nvml_retry: Annotated[
+        Duration,
+        Field(
+            ge=1,
+            le=86400,
+            description="While NVML cannot start (a driver upgraded under its loaded module, a module not "
+            "loaded, no access to the devices), how often it is tried again; the first tries come sooner. A "
+            "mended driver is read without a restart.",
+        ),
+    ] = 60.0
     pcie_expected_generation: Annotated[
         dict[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1, le=6)]] | None,
         Field(
@@ -194,7 +204,9 @@ class GpuConfig(_Section):
 
 class HostConfig(_Section):
     enabled: Annotated[bool, Field(description="Read CPU temperatures, fans and load through psutil.")] = True
-    sysfs: Annotated[Path, Field(description="Root of sysfs, for RAPL energy.")] = Path("/sys")
+    sysfs: Annotated[
+        Path, Field(description="Root of sysfs: hwmon, RAPL energy, and the GPUs' runtime power states.")
+    ] = Path("/sys")
     rapl: Annotated[bool, Field(description="Read CPU package energy from RAPL (root-only on recent kernels).")] = True
     sysfs_sensors: Annotated[
         bool,

@@ -98,6 +98,11 @@ def _families(sample: Sample, xids: dict, process_series: int = 0):
             ),
             1,
         )
+    if system is not None:
+        for g in system.missing_gpus:
+            families["rigmon_gpu_missing"].add_metric((str(g.index), g.uuid, g.name), 1)
+        if system.nvml_error:
+            families["rigmon_nvml_error_info"].add_metric((system.nvml_error,), 1)
     fill_prometheus(sample, families, process_series)
     xid = families["rigmon_gpu_xid_errors"]
     for labels, count in sorted(xids.items()):

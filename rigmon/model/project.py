@@ -156,6 +156,10 @@ _HOST_LOOPS = {
 }
 
 
+# A MIG instance's labels after its GPU's (gpu_mig's, in Entity order)
+_MIG_LABELS = "[gi, gu, str(r.gpu_instance), '' if r.compute_instance is None else str(r.compute_instance), r.profile]"
+
+
 class ProcessSeries:
     """One of the top GPU processes, as the gpu_process readings see it."""
 
@@ -245,6 +249,11 @@ def _prometheus() -> Generated:
     w.emit(3, "fn = str(n)")
     for r in fan:
         add(3, r, "gi, gu, fn")
+    mig = [r for r in READINGS if r.entity == "gpu_mig" and r.family]
+    w.emit(2, "for r in g.mig_instances or ():")
+    w.emit(3, f"labels = {_MIG_LABELS}")
+    for r in mig:
+        add(3, r, "*labels")
     w.emit(2, "if i is not None:")
     for r in static:
         if r.family:
@@ -379,10 +388,11 @@ def _emit_head(w: _Writer, depth: int, key: str, measurement: str, tags: str) ->
     w.emit(depth, "fields = []; a = fields.append")
 
 
-def _influx() -> tuple[Generated, Generated, Generated]:
+def _influx() -> tuple[Generated, Generated, Generated, Generated]:
     """gpu_line(g, i, s, host, ns) → the GPU's point or None; gpu_info_fields(i, s) → dict;
-    host_lines(s, h, host, ns, out) appends each host-side point. Generated for every poll
-    (gpu_info_fields is a closure: it runs once a GPU a day)."""
+    host_lines(s, h, host, ns, out) appends each host-side point; mig_lines(g, host, ns, out) a
+    GPU's MIG instances' points. Generated for every poll (gpu_info_fields is a closure: it runs
+    once a GPU a day)."""
     w = _Writer()
     w.names.update(_LINE_NAMES)
     always, polled, static = _gpu_parts("gpu", influx=True)
@@ -411,6 +421,26 @@ def _influx() -> tuple[Generated, Generated, Generated]:
             _fields(w, 3, f"f'fan{{n}}_{r.name}='", r)
     w.emit(1, "return f\"{head} {','.join(fields)} {ns}\" if fields else None")
     gpu_line = w.compile("gpu_line")
+
+    w = _Writer()
+    w.names.update(_LINE_NAMES)
+    w.emit(0, "def mig_lines(g, host, ns, out):")
+    w.emit(1, "gi, gu = str(g.index), g.uuid")
+    w.emit(1, "for r in g.mig_instances or ():")
+    w.emit(2, f"labels = {_MIG_LABELS}")
+    names = ENTITIES["gpu_mig"].influx_tags
+    _emit_head(
+        w,
+        2,
+        "('gpu_mig', host, *labels)",
+        "gpu_mig",
+        f"{{'host': host, **{{k: x for k, x in zip({names!r}, labels) if x != ''}}}}",
+    )
+    for r in READINGS:
+        if r.entity == "gpu_mig" and r.influx:
+            _fields(w, 2, repr(influx_tag(r.name) + "="), r)
+    w.emit(2, "if fields: out.append(f\"{head} {','.join(fields)} {ns}\")")
+    mig_lines = w.compile("mig_lines")
 
     info = [(r.name, getter(r)) for r in static if r.measurement == "gpu_info"]
 
@@ -443,7 +473,7 @@ def _influx() -> tuple[Generated, Generated, Generated]:
         if r.entity == "host" and r.influx:
             _fields(w, 1, repr(influx_tag(r.name) + "="), r)
     w.emit(1, "if fields: out.append(f\"{head} {','.join(fields)} {ns}\")")
-    return gpu_line, info_fields, w.compile("host_lines")
+    return gpu_line, info_fields, w.compile("host_lines"), mig_lines
 
 
 # --- alert entities -------------------------------------------------------------------------------
@@ -554,7 +584,7 @@ def _burnin() -> Generated:
 # status, which only evaluates rules, writes no Prometheus, InfluxDB or burn-in code.
 _GENERATED: dict[str, Callable[[], tuple[Generated, ...]]] = {
     "fill_prometheus": lambda: (_prometheus(),),
-    "influx_gpu_line influx_gpu_info_fields influx_host_lines": _influx,
+    "influx_gpu_line influx_gpu_info_fields influx_host_lines influx_mig_lines": _influx,
     "gpu_entities host_entities": _entities,
     "burnin_gpu": lambda: (_burnin(),),
 }
@@ -571,7 +601,14 @@ def __getattr__(name: str) -> Generated:
 
 def main() -> None:
     """Print the generated code."""
-    for name in ("fill_prometheus", "influx_gpu_line", "influx_host_lines", "gpu_entities", "host_entities"):
+    for name in (
+        "fill_prometheus",
+        "influx_gpu_line",
+        "influx_host_lines",
+        "influx_mig_lines",
+        "gpu_entities",
+        "host_entities",
+    ):
         __getattr__(name)
     for source in SOURCES.values():
         print(source, end="\n\n")

@@ -25,6 +25,7 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from . import nvml_state
 from .sample import CLOCK_EVENT_BITS, TIMED_REASONS
 
 if TYPE_CHECKING:
@@ -87,6 +88,13 @@ ENTITIES = {
         "current_input", ("chip", "sensor", "device"), ("chip", "sensor", "device"), "current_input", None
     ),
     "gpu_process": Entity("gpu_process", ("gpu", "uuid", "pid", "user", "job"), (), None, None),
+    "gpu_mig": Entity(
+        "gpu_mig",
+        ("gpu", "uuid", "gpu_instance", "compute_instance", "profile"),
+        ("gpu", "uuid", "gpu_instance", "compute_instance", "profile"),
+        "gpu_mig",
+        None,
+    ),
     "cpu_energy": Entity("cpu_energy", ("zone",), ("zone",), "cpu_energy", None),
     "host": Entity("host", (), (), "host", "host"),
     "psu": Entity("psu", ("psu",), ("psu",), None, "psu"),
@@ -95,12 +103,15 @@ ENTITIES = {
 
 LAST = " (from the last poll)"
 
-# Prometheus families in exposition order. ``gpu_info``, ``gpu_xid_errors`` are filled by the
-# exporter itself (identity labels; XID counts since start), not by readings.
+# Prometheus families in exposition order. ``gpu_info``, ``gpu_missing``, ``gpu_xid_errors`` and
+# ``nvml_error_info`` are filled by the exporter itself (identity labels; XID counts since start;
+# NVML's error), not by readings: their labels are EXPORTER_LABELS'.
 # a table, one line per entry: the formatter leaves it as written
 # fmt: off
 FAMILIES = {f.name: f for f in (
     Family("rigmon_gpu_info", "gauge", "GPU identity; always 1."),
+    Family("rigmon_gpu_missing", "gauge", "1 for each GPU the box has had (kept across restarts) that NVML no "
+                                          "longer lists."),
     Family("rigmon_gpu_up", "gauge", "1 if the GPU answers, 0 if it is lost (fell off the bus)."),
     Family("rigmon_gpu_power_watts", "gauge", "Power draw (NVML's 1 s average on Ampere and newer)."),
     Family("rigmon_gpu_power_limit_watts", "gauge", "Enforced power limit."),
@@ -144,8 +155,13 @@ FAMILIES = {f.name: f for f in (
                                                        "processes.", group="processes"),
     Family("rigmon_gpu_process_sm_utilization_ratio", "gauge", "That process's share of the SMs' time, where the "
                                                                "GPU gives it.", group="processes"),
-    Family("rigmon_gpus", "gauge", "GPUs answering now (state=answering) and found at start (state=at_start).",
-           ("state",)),
+    Family("rigmon_gpus", "gauge", "GPUs answering now (state=answering), found at start (state=at_start), and "
+                                   "that the box has had, kept across restarts (state=known).", ("state",)),
+    Family("rigmon_nvml_up", "gauge", "1 while NVML answers, 0 while it cannot start (rigmon_nvml_error_info says "
+                                      "why; rigmon tries it again)."),
+    Family("rigmon_nvml_error_info", "gauge", "Why NVML cannot start: NVML's error (DriverNotLoaded, "
+                                              "LibRmVersionMismatch, NoPermission, LibraryNotFound…); always 1, absent "
+                                              "while NVML answers."),
     Family("rigmon_cpu_temperature_celsius", "gauge", "One temperature per CPU socket; sensor says which was used "
                                                       "(Tdie/Tccd over Tctl, Package over Core).", group="host"),
     Family("rigmon_cpu_temperature_threshold_celsius", "gauge", "CPU temperature limits from the sensor.",
@@ -248,6 +264,25 @@ def _sensors_visible(s: Sample, h: HostReading | None) -> float | None:
     return 1 if h is not None and (h.temperatures or h.fans) else 0
 
 
+def _nvml_up(s: Sample, h: HostReading | None) -> float | None:
+    system = s.system
+    if system is None or system.gpus_known is None:  # no GPU reader (disabled in the config)
+        return None
+    return 0 if system.nvml_error else 1
+
+
+def _nvml_error(s: Sample) -> str | None:
+    return s.system.nvml_error if s.system is not None else None
+
+
+def _nvml_cause(s: Sample, h: HostReading | None) -> str | None:
+    return nvml_state.cause(_nvml_error(s))
+
+
+def _nvml_fix(s: Sample, h: HostReading | None) -> str | None:
+    return nvml_state.fix(_nvml_error(s))
+
+
 def _nvml_ok(s: Sample, h: HostReading | None) -> float | None:
     status = next((r for r in s.readers if r.name == "gpu"), None)
     return status.ok if status else None
@@ -280,6 +315,8 @@ _EVENT_DOCS = {
     "sw_thermal_slowdown": "SW thermal slowdown active",
     "hw_thermal_slowdown": "HW thermal slowdown active",
     "hw_power_brake_slowdown": "HW power brake active",
+    "board_limit": "the board's own limit holds the clocks (NVML's board limit reason)",
+    "reliability": "the reliability voltage limit holds the clocks (normal for a card boosting at its top voltage)",
 }
 
 # a table, one line per entry: the formatter leaves it as written
@@ -289,6 +326,14 @@ READINGS: tuple[Reading, ...] = (
     R("lost", "gpu", "g.lost", "bool", "the GPU fell off the bus or stopped answering", always=True),
     R("up", "gpu", lambda g, i, s: 0 if g.lost else 1, "bool", "1 answering, 0 lost", "rigmon_gpu_up",
       influx=False, rule=False, always=True),
+    R("asleep", "gpu", "g.asleep", "bool",
+      "its PCI device is runtime-suspended (a laptop's or an RTD3 desktop's idle GPU): asked nothing until it wakes",
+      Family("rigmon_gpu_asleep", "gauge", "1 while the GPU's PCI device is runtime-suspended: rigmon asks it "
+                                           "nothing until it wakes, so as not to wake it."), influx=False,
+      always=True),
+    R("missing", "gpu", lambda g, i, s: False, "bool",
+      "a GPU the box has had (kept across restarts) that NVML no longer lists: true only for such a GPU, whose "
+      "other variables are unknown", influx=False, always=True),
     R("power_watts", "gpu", "g.power_watts", "watts", "power draw", "rigmon_gpu_power_watts", burnin=True, page=True),
     R("power_limit_watts", "gpu", "g.power_limit_watts", "watts", "enforced power limit",
       "rigmon_gpu_power_limit_watts", burnin=True, page=True),
@@ -441,6 +486,13 @@ READINGS: tuple[Reading, ...] = (
     R("vbios", "gpu", "i.vbios_version", "text", "VBIOS version", measurement="gpu_info", rule=False, static=True),
     R("compute_capability", "gpu", "i.compute_capability", "text", "CUDA compute capability",
       measurement="gpu_info", rule=False, static=True),
+    R("mig_enabled", "gpu", "i.mig_enabled", "bool",
+      "MIG mode is on: the GPU is split into instances, and NVML gives no GPU utilisation",
+      Family("rigmon_gpu_mig_mode", "gauge", "1 while MIG mode is on (mode=current), or will be at the next GPU "
+                                             "reset (mode=pending).", ("mode",)), ("current",),
+      measurement="gpu_info", static=True),
+    R("mig_pending", "gpu", "i.mig_pending", "bool", "MIG mode as it will be after the next GPU reset",
+      "rigmon_gpu_mig_mode", ("pending",), measurement="gpu_info", rule=False, static=True),
     R("driver", "gpu", "s.system.driver_version", "text", "driver version", measurement="gpu_info", rule=False,
       static=True),
     # --- each GPU fan ---
@@ -455,6 +507,14 @@ READINGS: tuple[Reading, ...] = (
     R("speed_rpm_per_asked", "gpu_fan", _rpm_per_asked, "rpm",
       "speed_rpm / asked_speed_ratio: how fast the fan turns for what it is asked", influx=False,
       old="rpm_per_target"),
+    # --- each MIG instance of a GPU in MIG mode ---
+    R("memory_used_bytes", "gpu_mig", "r.memory_used_bytes", "bytes", "device memory in use in the MIG instance",
+      Family("rigmon_gpu_mig_memory_used_bytes", "gauge", "Device memory in use in each MIG instance."),
+      rule=False),
+    R("memory_total_bytes", "gpu_mig", "r.memory_total_bytes", "bytes", "the MIG instance's device memory",
+      Family("rigmon_gpu_mig_memory_total_bytes", "gauge", "Each MIG instance's device memory."), rule=False),
+    R("processes", "gpu_mig", "r.processes", "count", "compute processes in the MIG instance",
+      Family("rigmon_gpu_mig_processes", "gauge", "Compute processes in each MIG instance."), rule=False),
     # --- the host ---
     R("celsius", "cpu", "r.celsius", "celsius", "the socket's chosen temperature", "rigmon_cpu_temperature_celsius"),
     R("high_celsius", "cpu", "r.high_celsius", "celsius", "the sensor's high limit",
@@ -508,6 +568,15 @@ READINGS: tuple[Reading, ...] = (
     R("gpus_answering", "host", _answering, "count", "GPUs answering now", "rigmon_gpus", ("answering",)),
     R("gpus_at_start", "host", lambda s, h: len(s.gpu_info), "count", "GPUs found at start", "rigmon_gpus",
       ("at_start",)),
+    R("gpus_known", "host", "s.system.gpus_known", "count",
+      "GPUs the box has had, here now or before (kept across restarts in state_dir)", "rigmon_gpus", ("known",)),
+    R("nvml_up", "host", _nvml_up, "bool", "NVML answers (false: it cannot start; nvml_error says why)",
+      "rigmon_nvml_up"),
+    R("nvml_error", "host", "s.system.nvml_error", "text",
+      "why NVML cannot start (NVML's error: DriverNotLoaded, LibRmVersionMismatch, NoPermission, LibraryNotFound "
+      "for no driver…), '' while it answers", influx=False),
+    R("nvml_cause", "host", _nvml_cause, "text", "what nvml_error means, in words", influx=False),
+    R("nvml_fix", "host", _nvml_fix, "text", "what mends it", influx=False),
     R("gpu_power_watts", "host", _gpu_power, "watts", "total GPU power"),
     R("gpu_cooling_drift_shared_celsius", "host", _shared_drift, "celsius",
       "the cooling drift every GPU of the box shares (the least of theirs, two GPUs or more): the room or the "
@@ -576,13 +645,19 @@ del _r, _kind
 
 
 GPU_INFO_LABELS = ("gpu", "uuid", "name", "pci_bus_id", "serial", "vbios", "driver", "cuda", "compute_capability")
+# the labels of the families the exporter fills itself, where they are not a GPU's (gpu, uuid, own)
+EXPORTER_LABELS = {
+    "rigmon_gpu_info": GPU_INFO_LABELS,
+    "rigmon_gpu_missing": ("gpu", "uuid", "name"),
+    "rigmon_nvml_error_info": ("error",),
+}
 
 
 @functools.cache
 def family_labels(name: str) -> tuple[str, ...]:
     """Every label of a family: its entity's, then its own."""
-    if name == "rigmon_gpu_info":
-        return GPU_INFO_LABELS
+    if name in EXPORTER_LABELS:
+        return EXPORTER_LABELS[name]
     family = FAMILIES[name]
     entity = next((ENTITIES[r.entity] for r in READINGS if r.family == name), ENTITIES["gpu"])
     return entity.prometheus_labels + family.labels

@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, overload
 
+from .sample import GpuIdentity
 from .text import printable
 
 MAX_GPUS = 64  # NVML's own limit per box (rigmon.model.args)
@@ -147,6 +148,14 @@ class Recording:
         if not isinstance(said, str) or not said.strip():
             return None
         return printable(said.strip())[:253]
+
+    @property
+    def known_gpus(self) -> tuple[GpuIdentity, ...]:
+        """The GPUs the box had when it was recorded (``"known_gpus"``, written by ``rigmon
+        record`` from its state_dir): a replay misses those NVML does not list, as the box did."""
+        said = self.header.get("known_gpus")
+        entries = [GpuIdentity.parse(e) for e in said[:64]] if isinstance(said, list) else []
+        return tuple(g for g in entries if g is not None)
 
     def _times(self) -> list[float]:
         return self.ticks.times if isinstance(self.ticks, LazyTicks) else [tick["t"] for tick in self.ticks]

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Self
 
 from .polled import POLLED
+from .text import printable
 
 
 class ClockEventReason(NamedTuple):
@@ -32,15 +33,20 @@ class ClockEventReason(NamedTuple):
 
 
 CLOCK_EVENT_REASONS: tuple[ClockEventReason, ...] = (  # in NVML's bit order
-    ClockEventReason("gpu_idle", 0x1, "idle", 8),
-    ClockEventReason("applications_clocks_setting", 0x2, "app-clocks", 5),
+    ClockEventReason("gpu_idle", 0x1, "idle", 10),
+    ClockEventReason("applications_clocks_setting", 0x2, "app-clocks", 7),
     ClockEventReason("sw_power_cap", 0x4, "pwr-cap", 4, seconds_field=74),
     ClockEventReason("hw_slowdown", 0x8, "HW-SLOW", 2, slowdown=True),
-    ClockEventReason("sync_boost", 0x10, "sync-boost", 6),
+    ClockEventReason("sync_boost", 0x10, "sync-boost", 8),
     ClockEventReason("sw_thermal_slowdown", 0x20, "sw-thermal", 3, slowdown=True, seconds_field=269),
     ClockEventReason("hw_thermal_slowdown", 0x40, "HW-THERMAL", 0, slowdown=True, seconds_field=270),
     ClockEventReason("hw_power_brake_slowdown", 0x80, "PWR-BRAKE", 1, slowdown=True, seconds_field=271),
-    ClockEventReason("display_clock_setting", 0x100, "display", 7),
+    ClockEventReason("display_clock_setting", 0x100, "display", 9),
+    # NVML's docs (R570 on) say no more than "Board limit" and "Reliability": a limit of the board
+    # (its own power or thermal envelope, not the limit set) and the chip's reliability voltage
+    # limit, which a card boosting at its top voltage meets in normal use. Shown, not alerted on.
+    ClockEventReason("board_limit", 0x200, "board-limit", 5),
+    ClockEventReason("reliability", 0x400, "reliability", 6),
 )
 CLOCK_EVENT_BITS: tuple[tuple[str, int], ...] = tuple((r.name, r.bit) for r in CLOCK_EVENT_REASONS)
 SLOWDOWNS: tuple[str, ...] = tuple(r.name for r in CLOCK_EVENT_REASONS if r.slowdown)
@@ -128,6 +134,20 @@ class GpuProcess(NamedTuple):
     pid: int
     used_memory_bytes: int | None
     sm_ratio: float | None = None  # its share of the SMs' time (nvmlDeviceGetProcessUtilization), where given
+    gpu_instance: int | None = None  # the MIG GPU instance it runs in (None: the GPU is not in MIG mode)
+    compute_instance: int | None = None  # …and the compute instance within it
+
+
+class MigInstance(NamedTuple):
+    """One MIG instance of a GPU in MIG mode: what NVML gives of it (no utilisation: NVML has none)."""
+
+    gpu_instance: int  # the GPU instance id (nvidia-smi's GI ID)
+    compute_instance: int | None  # the compute instance id within it (CI ID)
+    uuid: str  # MIG-…
+    profile: str  # 3g.40gb, from the device's name ("" where it gives none)
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    processes: int | None = None  # the GPU's compute processes that run in it
 
 
 class ProcessInfo(NamedTuple):
@@ -172,6 +192,7 @@ class GpuInfo(NamedTuple):
     persistence_mode: bool | None = None
     mig_enabled: bool | None = None
     fan_count: int | None = None
+    mig_pending: bool | None = None  # MIG mode as it will be after the next GPU reset
 
 
 # what the cooling baselines make of a GPU's polls (rigmon.readers.cooling): its Drift as fields
@@ -196,6 +217,7 @@ _GPU_READING_FIELDS = (
     "index",
     "uuid",
     "lost",
+    "asleep",
     *(p.field for p in POLLED),
     "pcie_full_in_other_pstate",
     "energy_joules",
@@ -210,6 +232,7 @@ _GPU_READING_FIELDS = (
     "remapped_rows",
     "retired_pages",
     "processes",
+    "mig_instances",
     *COOLING_FIELDS,
 )
 
@@ -222,19 +245,25 @@ if TYPE_CHECKING:
         index: int  # type: ignore[assignment]  # a field, where a tuple has a method
         uuid: str
         lost: bool
+        asleep: bool
 
 else:
 
     class GpuReading(
-        namedtuple("GpuReading", _GPU_READING_FIELDS, defaults=(False,) + (None,) * (len(_GPU_READING_FIELDS) - 3))
+        namedtuple(
+            "GpuReading", _GPU_READING_FIELDS, defaults=(False, False) + (None,) * (len(_GPU_READING_FIELDS) - 4)
+        )
     ):
-        """One GPU at one poll. ``lost`` means the GPU fell off the bus (all readings None).
+        """One GPU at one poll. ``lost`` means the GPU fell off the bus (all readings None);
+        ``asleep`` that its PCI device is runtime-suspended (a laptop's or an RTD3 desktop's idle
+        GPU): it was asked nothing, so as not to wake it (all readings None).
 
         Besides the table's readings: ``energy_joules`` (since the driver loaded), ``clock_events``
         (ClockEvents), ``throttle_seconds`` (ThrottleSeconds), per fan ``fan_speed_ratios`` (as NVML
         reports them: the intended speed), ``fan_target_ratios`` (what the driver asks for) and
         ``fan_speed_rpm`` (measured), ``pcie_rx/tx_bytes_per_second``, ``ecc_errors`` (EccCounts),
-        ``remapped_rows`` (RemappedRows), ``retired_pages`` (RetiredPages), ``processes``."""
+        ``remapped_rows`` (RemappedRows), ``retired_pages`` (RetiredPages), ``processes``, and in
+        MIG mode ``mig_instances`` (MigInstance: what NVML gives of each instance)."""
 
         __slots__ = ()
 
@@ -323,10 +352,40 @@ class HostReading(NamedTuple):
     notes: tuple[str, ...] = ()
 
 
+class GpuIdentity(NamedTuple):
+    """A GPU the box has had: who it was, kept across restarts (``rigmon.sinks.known``)."""
+
+    uuid: str
+    index: int  # type: ignore[assignment]  # a field, where a tuple has a method
+    name: str
+    pci_bus_id: str | None = None
+
+    @staticmethod
+    def parse(entry: object) -> GpuIdentity | None:
+        """One as a file keeps it ([uuid, index, name, bus id or null]: known.json, a recording's
+        header), else None: the texts short and made printable, the index one NVML can give."""
+        if not isinstance(entry, list) or len(entry) != 4:
+            return None
+        uuid, index, name, bus = entry
+        texts = (uuid, name) + ((bus,) if bus is not None else ())
+        if not all(isinstance(t, str) and 0 < len(t) <= 256 for t in texts):
+            return None
+        if index.__class__ is not int or not 0 <= index < 64:  # NVML's limit per box
+            return None
+        return GpuIdentity(printable(uuid), index, printable(name), printable(bus) if isinstance(bus, str) else None)
+
+    def entry(self) -> list[object]:
+        """As a file keeps it (``parse`` reads it back)."""
+        return [self.uuid, self.index, self.name, self.pci_bus_id]
+
+
 class SystemInfo(NamedTuple):
     driver_version: str | None = None
     nvml_version: str | None = None
     cuda_driver_version: str | None = None
+    nvml_error: str | None = None  # why NVML cannot start (pynvml's NVMLError_<name>), None while it answers
+    gpus_known: int | None = None  # GPUs the box has had, here now or before (kept across restarts)
+    missing_gpus: tuple[GpuIdentity, ...] = ()  # of those, the ones NVML no longer lists
 
 
 class ReaderStatus(NamedTuple):

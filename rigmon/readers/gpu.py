@@ -26,18 +26,18 @@ from __future__ import annotations
 import ctypes
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-import pynvml
-
-from ..model.polled import CLOCKS, ECC, FANS, FIELD_VALUES, PCIE, POLLED, POWER, PROCESSES, XID
+from ..model import nvml_state
+from ..model.polled import CLOCKS, ECC, FANS, FIELD_VALUES, MEMORY, PCIE, POLLED, POWER, PROCESSES, XID
 from ..model.recording import VALUE_FIELDS, call_key, error_value
 from ..model.sample import (
     CLOCK_EVENT_BITS,
     CLOCK_EVENT_REASONS,
     ClockEvents,
     EccCounts,
+    GpuIdentity,
     GpuInfo,
     GpuReading,
     ReaderStatus,
@@ -56,6 +56,7 @@ from .gpu_values import (
     _celsius,
     _cuda_version,
     _hertz,
+    _mig,
     _num,
     _numbers,
     _per_fan,
@@ -65,8 +66,9 @@ from .gpu_values import (
     _stepped,
     _text,
     _watts,
+    sysfs_bus,
 )
-from .nvml import CALL_ERRORS, NVML, make_error, real_backend
+from .nvml import CALL_ERRORS, LIBRARY_MISMATCH, NVML, NotInBindings, make_error, pynvml, real_backend
 from .xid import XidWatcher
 
 __all__ = ["NVML", "GpuReader", "make_error", "real_backend"]  # the bindings, as the reader has them
@@ -111,7 +113,7 @@ def _by_family(
 _NOT_HERE = (
     pynvml.NVMLError_NotSupported,
     pynvml.NVMLError_FunctionNotFound,
-    pynvml.NVMLLibraryMismatchError,
+    LIBRARY_MISMATCH,
     ctypes.ArgumentError,
 )
 
@@ -160,9 +162,13 @@ class _Device:
         "fans",
         "enforced",
         "not_in_driver",
+        "not_in_bindings",
         "link_by_pstate",
         "stood_in",
         "failures",
+        "bus",
+        "asleep",
+        "prepared",
     )
 
     def __init__(self, index: int, handle: Any):
@@ -171,6 +177,7 @@ class _Device:
         self.info: GpuInfo | None = None
         self.unsupported: set[str] = set()
         self.not_in_driver: set[str] = set()  # of those, the calls the driver has no symbol for (older than it)
+        self.not_in_bindings: set[str] = set()  # …and those the installed nvidia-ml-py has no function for
         self.link_by_pstate: dict[int, int] = {}  # P-state -> the highest PCIe generation seen in it
         self.stood_in: set[str] = set()  # unsupported calls an older call answered for: nothing is missing
         self.not_recorded: set[str] = set()  # of those, the calls a replayed recording holds no answer for
@@ -199,6 +206,9 @@ class _Device:
         self.fans: tuple[tuple[str, str, str], ...] = ()  # per fan: its (speed, target, rpm) plan names
         self.enforced: Any = None  # the enforced power limit at the last poll
         self.failures = 0  # calls that failed (an error, not an answer such as NotSupported) since start
+        self.bus: str | None = None  # its PCI address as sysfs names it (0000:01:00.0)
+        self.asleep = False  # runtime-suspended at the last look: asked nothing until it wakes
+        self.prepared = False  # its facts read and its plan made (a GPU asleep at start: once it wakes)
 
     def get(self, key: str, fn: Callable, *args: Any) -> Any:
         """Call ``fn(handle, *args)`` under the error policy; None where there is no answer."""
@@ -214,7 +224,9 @@ class _Device:
         """Apply the error policy to a failed call; True when the call is not supported here."""
         if isinstance(exc, _NOT_HERE):
             self.unsupported.add(key)
-            if not isinstance(exc, pynvml.NVMLError_NotSupported) and not getattr(exc, "not_recorded", False):
+            if isinstance(exc, NotInBindings):
+                self.not_in_bindings.add(key)  # the bindings lack it: neither the driver nor the board
+            elif not isinstance(exc, pynvml.NVMLError_NotSupported) and not getattr(exc, "not_recorded", False):
                 self.not_in_driver.add(key)  # the driver lacks the call, not the board the reading
             if getattr(exc, "not_recorded", False):
                 self.not_recorded.add(key)
@@ -258,6 +270,8 @@ class GpuReader:
         rare_counters_every_poll: bool = False,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        retry_interval: float = 60.0,
+        runtime_status: Callable[[list[str]], dict[str, str]] | None = None,
     ):
         self._nvml = nvml if nvml is not None else NVML
         self._slow_interval = slow_interval
@@ -275,6 +289,15 @@ class GpuReader:
         self.unavailable: str | None = None  # why there are no GPUs, when there are none
         self._xid = XidWatcher(self._nvml, wall, thread=event_thread)
         self._opened = False
+        # NVML that cannot start is tried again, soon at first and then every retry_interval: a
+        # mended driver is read without a restart
+        self._retry_interval = max(retry_interval, 1.0)
+        self._init_error: str | None = None  # why nvmlInit failed, while it fails
+        self._tries = 0
+        self._retry_at: float | None = None
+        self._known: dict[str, GpuIdentity] = {}  # the GPUs the box has had, by UUID (kept across restarts)
+        # a GPU whose PCI device is runtime-suspended is not asked anything until it wakes
+        self._runtime_status = runtime_status
         # this poll's families: seconds spent in each, and those where a call failed
         self._took: dict[str, float] = {}
         self._failed: set[str] = set()
@@ -283,14 +306,37 @@ class GpuReader:
         self._last: tuple[dict[str, float], set[str], dict[str, bool]] = ({}, set(), {})
 
     # --- start-up ------------------------------------------------------------------------
+    def remember(self, gpus: Iterable[GpuIdentity]) -> None:
+        """The GPUs an earlier daemon saw (``rigmon.sinks.known``): one NVML no longer lists is
+        missing (SystemInfo.missing_gpus), whether NVML starts or not."""
+        self._known.update((g.uuid, g) for g in gpus if g.uuid)
+
     def open(self) -> None:
+        self._start()
+
+    def _start(self) -> bool:
+        """nvmlInit and the GPUs it lists. Where NVML cannot start, why is kept (the sample's
+        SystemInfo.nvml_error) and it is tried again: after 2, 4, 8… seconds, then every
+        ``retry_interval``."""
         nv = self._nvml
         try:
             nv.nvmlInit()
         except CALL_ERRORS as e:
-            self.unavailable = f"NVML unavailable ({_error_name(e)}: {e}); running without GPUs"
-            log.warning("%s", self.unavailable)
-            return
+            error = _error_name(e)
+            if error != self._init_error:
+                self.unavailable = f"NVML cannot start: {error}, {nvml_state.cause(error)}"
+                level = logging.WARNING if error == nvml_state.NO_DRIVER and not self._known else logging.ERROR
+                log.log(
+                    level, "%s; running without GPUs, trying again every %.0f s", self.unavailable, self._retry_interval
+                )
+            self._init_error = error
+            self._tries += 1
+            self._retry_at = self._monotonic() + min(self._retry_interval, 2.0**self._tries)
+            self._publish()
+            return False
+        if self._init_error is not None:
+            log.warning("NVML answers again (it failed with %s): reading the GPUs", self._init_error)
+        self._init_error, self._retry_at, self.unavailable = None, None, None
         self._opened = True
         self.system = SystemInfo(
             driver_version=self._system(nv.nvmlSystemGetDriverVersion),
@@ -298,6 +344,7 @@ class GpuReader:
             cuda_driver_version=_cuda_version(self._system(nv.nvmlSystemGetCudaDriverVersion_v2)),
         )
         count = _bounded(self._system(nv.nvmlDeviceGetCount), MAX_DEVICES, "nvmlDeviceGetCount") or 0
+        sleeping: set[str] = set()
         for index in range(count):
             if self._indices is not None and index not in self._indices:
                 continue
@@ -310,28 +357,95 @@ class GpuReader:
                 device.info = GpuInfo(index=index, uuid="", name="unknown")
                 self.devices.append(device)
                 continue
+            # NVML answers the bus id from the table nvmlInit made: it does not wake the GPU
             try:
-                device.info = self._static(device)
-                plan = self._plan(device)
-                rare = [] if self._rare_every_poll else [entry for entry in plan if entry[0] in _RARE]
-                device.plan = _by_family([entry for entry in plan if entry not in rare])
-                device.slow_plan = _by_family(rare)
+                pci = device.get("nvmlDeviceGetPciInfo", nv.nvmlDeviceGetPciInfo)
             except GpuLost:
-                device.lost = True
-                device.info = GpuInfo(index=index, uuid="", name="unknown")
-                log.error("GPU %d is lost (fell off the bus?)", index)
-            except (TypeError, ValueError, AttributeError, IndexError, KeyError) as e:
-                # answers of a kind NVML never gives (a damaged recording): that GPU only
-                device.lost = True
-                device.handle = None
-                device.info = GpuInfo(index=index, uuid="", name="unknown")
-                log.error("GPU %d: unexpected answers at start (%s: %s); it is left out", index, type(e).__name__, e)
+                pci = None  # the facts' reads find it lost
+            bus_id = _text(getattr(pci, "busId", None))
+            device.bus = sysfs_bus(bus_id)
+            if device.bus is not None and self._runtime_status is not None:
+                sleeping = self._asleep([device.bus])
+            if device.bus in sleeping:  # asleep: who it was the box remembers; read once it wakes
+                device.asleep = True
+                known = next((g for g in self._known.values() if g.pci_bus_id == bus_id), None)
+                device.info = GpuInfo(
+                    index=index,
+                    uuid=known.uuid if known else "",
+                    name=known.name if known else "asleep",
+                    pci_bus_id=bus_id,
+                )
+                log.info("GPU %d (%s) is runtime-suspended: it is read once it wakes", index, device.bus)
+            else:
+                self._prepare(device, pci)
             self.devices.append(device)
         if count == 0:
             self.unavailable = "NVML found no GPUs"
             log.warning("%s", self.unavailable)
         if self._xid_events:
-            self._xid.start([d for d in self.devices if not d.lost])
+            self._xid.start([d for d in self.devices if not d.lost and not d.asleep])
+        self._publish()
+        return True
+
+    def _prepare(self, device: _Device, pci: Any) -> None:
+        """A GPU's facts read once and its plan of calls: at start, or when it first wakes."""
+        index = device.index
+        device.prepared = True
+        try:
+            device.info = self._static(device, pci)
+            plan = self._plan(device)
+            rare = [] if self._rare_every_poll else [entry for entry in plan if entry[0] in _RARE]
+            device.plan = _by_family([entry for entry in plan if entry not in rare])
+            device.slow_plan = _by_family(rare)
+        except GpuLost:
+            device.lost = True
+            device.info = GpuInfo(index=index, uuid="", name="unknown")
+            log.error("GPU %d is lost (fell off the bus?)", index)
+        except (TypeError, ValueError, AttributeError, IndexError, KeyError) as e:
+            # answers of a kind NVML never gives (a damaged recording): that GPU only
+            device.lost = True
+            device.handle = None
+            device.info = GpuInfo(index=index, uuid="", name="unknown")
+            log.error("GPU %d: unexpected answers at start (%s: %s); it is left out", index, type(e).__name__, e)
+
+    def _publish(self) -> None:
+        """The box's GPUs as the sample says them: NVML's state, how many the box has had, and
+        which of those NVML no longer lists (a GPU lost at start is listed, as lost)."""
+        listed = {d.info.uuid for d in self.devices if d.info is not None and d.info.uuid}
+        unnamed = {d.index for d in self.devices if d.info is None or not d.info.uuid}
+        for d in self.devices:
+            if d.info is not None and d.info.uuid and not d.asleep:
+                self._known[d.info.uuid] = GpuIdentity(d.info.uuid, d.index, d.info.name, d.info.pci_bus_id)
+        missing = tuple(
+            sorted(
+                (
+                    g
+                    for g in self._known.values()
+                    if g.uuid not in listed
+                    and g.index not in unnamed
+                    and (self._indices is None or g.index in self._indices)
+                ),
+                key=lambda g: (g.index, g.uuid),
+            )
+        )
+        self.system = self.system._replace(
+            nvml_error=self._init_error, gpus_known=len(self._known), missing_gpus=missing
+        )
+
+    def _asleep(self, buses: list[str]) -> set[str]:
+        """Of the watched PCI buses (``buses``, else every GPU's), those runtime-suspended now."""
+        if self._runtime_status is None:
+            return set()
+        asking = buses or [d.bus for d in self.devices if d.bus is not None]
+        if not asking:
+            return set()
+        try:
+            states = self._runtime_status(asking)
+        except Exception as e:  # sysfs unreadable: every GPU is read as awake, as before
+            log.warning("GPU runtime power states unreadable (%s): every GPU is read", e)
+            self._runtime_status = None
+            return set()
+        return {bus for bus, state in states.items() if state in ("suspended", "suspending")}
 
     def _system(self, fn: Callable) -> Any:
         try:
@@ -341,10 +455,9 @@ class GpuReader:
             return None
         return value.decode() if isinstance(value, bytes) else value
 
-    def _static(self, d: _Device) -> GpuInfo:
+    def _static(self, d: _Device, pci: Any) -> GpuInfo:
         nv = self._nvml
         g = d.get
-        pci = g("nvmlDeviceGetPciInfo", nv.nvmlDeviceGetPciInfo)
         cc = g("nvmlDeviceGetCudaComputeCapability", nv.nvmlDeviceGetCudaComputeCapability)
         constraints = g("nvmlDeviceGetPowerManagementLimitConstraints", nv.nvmlDeviceGetPowerManagementLimitConstraints)
         ecc = g("nvmlDeviceGetEccMode", nv.nvmlDeviceGetEccMode)
@@ -395,6 +508,7 @@ class GpuReader:
             ecc_enabled=bool(ecc[0]) if _numbers(ecc, 2) else None,
             persistence_mode=bool(persistence) if _num(persistence) is not None else None,
             mig_enabled=bool(mig[0]) if _numbers(mig, 2) else None,
+            mig_pending=bool(mig[1]) if _numbers(mig, 2) else None,
             fan_count=fans,
         )
         return info
@@ -403,9 +517,26 @@ class GpuReader:
     # --- every poll ----------------------------------------------------------------------
     def read(self) -> tuple[tuple[GpuReading, ...], tuple[XidEvent, ...]]:
         now = self._monotonic()
+        if self._retry_at is not None and now >= self._retry_at:
+            self._start()
         readings = []
         self._took, self._failed = {}, set()
+        sleeping = self._asleep([]) if self._runtime_status is not None else set()
         for d in self.devices:
+            if d.bus in sleeping or d.asleep:
+                if d.bus in sleeping:  # asked nothing: a query would wake it
+                    d.asleep = True
+                    readings.append(GpuReading(index=d.index, uuid=d.info.uuid, asleep=True))
+                    continue
+                d.asleep = False
+                log.info("GPU %d (%s) woke: it is read again", d.index, d.bus)
+                if not d.prepared:  # asleep since start: its facts now
+                    try:
+                        pci = d.get("nvmlDeviceGetPciInfo", self._nvml.nvmlDeviceGetPciInfo)
+                    except GpuLost:
+                        pci = None
+                    self._prepare(d, pci)
+                    self._publish()
             probe = d.lost and d.handle is not None and d.info is not None and now >= d.probe_at
             if not d.lost or probe:
                 try:
@@ -471,6 +602,8 @@ class GpuReader:
                 (key, ECC, [call("nvmlDeviceGetTotalEccErrors", *args)])
                 for key, args in zip(_ECC_KEYS, _ECC_ARGS, strict=True)
             ]
+        if d.info.mig_enabled:  # each instance's memory (NVML gives no utilisation in MIG mode)
+            plan.append(("mig", MEMORY, [call("nvmlDeviceGetMigInstances")]))
         if self._processes:
             plan.append(("processes", PROCESSES, [call("nvmlDeviceGetComputeRunningProcesses")]))
             # each process's SM share over the driver's recent samples (0: all it keeps)
@@ -579,6 +712,7 @@ class GpuReader:
             self._took[FIELD_VALUES] = self._took.get(FIELD_VALUES, 0.0) + time.perf_counter() - started
             if d.failures != failures:
                 self._failed.add(FIELD_VALUES)
+        processes = _processes(procs, get("process_util"))
         return _build(
             d,
             get,
@@ -589,8 +723,9 @@ class GpuReader:
             rpms,
             d.ecc,
             d.remapped,
-            _processes(procs, get("process_util")),
+            processes,
             _stepped(d, get(_PCIE_GENERATION), get(_PSTATE)),
+            _mig(get("mig"), processes) if d.info.mig_enabled else None,
         )
 
     def _timed(self, d: _Device, family: str, fn: Callable, *args: Any) -> Any:
@@ -702,6 +837,10 @@ class GpuReader:
         """Of those, the calls the driver itself lacks (FunctionNotFound, or the bindings' version
         mismatch): the driver's age, not the board, is why."""
         return {d.index: tuple(sorted(d.not_in_driver - d.unrecorded - d.stood_in)) for d in self.devices}
+
+    def not_in_bindings(self) -> dict[int, tuple[str, ...]]:
+        """The calls the installed nvidia-ml-py has no function for and no older call stood in for."""
+        return {d.index: tuple(sorted(d.not_in_bindings - d.stood_in)) for d in self.devices}
 
     def missing(self) -> dict[int, tuple[str, ...]]:
         """The calls each GPU does not support that no older call stood in for: what is not read."""

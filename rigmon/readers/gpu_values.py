@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
-import pynvml
-
 from ..model.polled import MEMORY_V2, POLLED, Polled
 from ..model.recording import call_key
-from ..model.sample import COOLING_FIELDS, GpuProcess, GpuReading
+from ..model.sample import COOLING_FIELDS, GpuProcess, GpuReading, MigInstance
 from ..model.text import printable
+from .nvml import pynvml
 
 log = logging.getLogger("rigmon.readers.gpu")
 
@@ -54,7 +54,9 @@ def _builder() -> Callable:
         "ecc_errors": "ecc",
         "remapped_rows": "rows",
         "retired_pages": "d.retired_pages",
+        "asleep": "False",
         "processes": "procs",
+        "mig_instances": "mig",
         "pcie_full_in_other_pstate": "stepped",
         **dict.fromkeys(COOLING_FIELDS, "None"),  # the cooling baselines' (readers.cooling), after the poll
     }
@@ -67,7 +69,7 @@ def _builder() -> Callable:
     if missing:
         raise ImportError(f"GpuReading fields without a source: {missing}")
     source = (
-        "def build(d, get, fields, events, speeds, targets, rpms, ecc, rows, procs, stepped):\n"
+        "def build(d, get, fields, events, speeds, targets, rpms, ecc, rows, procs, stepped, mig):\n"
         "    return _new(_GpuReading, (" + ", ".join(exprs[f] for f in GpuReading._fields) + ",))\n"
     )
     namespace = {
@@ -101,9 +103,58 @@ def _processes(procs: Any, samples: Any) -> tuple[GpuProcess, ...] | None:
             _attr(p, "pid"),
             _attr(p, "usedGpuMemory"),
             _ratio(latest[_attr(p, "pid")][1]) if _attr(p, "pid") in latest else None,
+            _instance(_attr(p, "gpuInstanceId")),
+            _instance(_attr(p, "computeInstanceId")),
         )
         for p in procs
     )
+
+
+MAX_INSTANCES = 64  # MIG instances on one GPU: 7 on an H100; an id past this is not one
+MAX_MEMORY = 1 << 50  # bytes: no GPU holds a PiB
+
+
+def _mig(answer: Any, processes: tuple[GpuProcess, ...] | None) -> tuple[MigInstance, ...] | None:
+    """The MIG instances rigmon's composite call answered (``nvml.mig_instances``), each checked
+    as any answer is, with the GPU's processes that run in it counted."""
+    if not isinstance(answer, list):
+        return None
+    out = []
+    for m in answer[:MAX_INSTANCES]:
+        gpu_instance = _instance(_attr(m, "gpuInstanceId"))
+        if gpu_instance is None:
+            continue  # an instance without its id is no instance rigmon can name
+        compute = _instance(_attr(m, "computeInstanceId"))
+        used, total = _attr(m, "memoryUsed"), _attr(m, "memoryTotal")
+        out.append(
+            MigInstance(
+                gpu_instance,
+                compute,
+                _text(getattr(m, "uuid", None)) or "",
+                _profile(_text(getattr(m, "name", None))),
+                used if used.__class__ is int and 0 <= used <= MAX_MEMORY else None,
+                total if total.__class__ is int and 0 <= total <= MAX_MEMORY else None,
+                None
+                if processes is None
+                else sum(
+                    1
+                    for p in processes
+                    if p.gpu_instance == gpu_instance and (compute is None or p.compute_instance in (None, compute))
+                ),
+            )
+        )
+    return tuple(sorted(out, key=lambda m: (m.gpu_instance, m.compute_instance or 0)))
+
+
+def _profile(name: str | None) -> str:
+    """ "NVIDIA H100 80GB HBM3 MIG 3g.40gb" → "3g.40gb" (a MIG device's name ends in its profile)."""
+    words = (name or "").split()
+    return words[-1][:32] if len(words) >= 2 and words[-2] == "MIG" else ""
+
+
+def _instance(value: Any) -> int | None:
+    """A MIG instance id, None where the GPU is not in MIG mode (NVML's 0xFFFFFFFF) or it is no id."""
+    return value if value.__class__ is int and 0 <= value < MAX_INSTANCES else None
 
 
 def _per_fan(
@@ -201,3 +252,13 @@ def _cuda_version(value: int | None) -> str | None:
 
 
 _build = _builder()
+
+
+_BUS_ID = re.compile(r"(?:[0-9a-fA-F]{4})?([0-9a-fA-F]{4}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
+
+
+def sysfs_bus(bus_id: str | None) -> str | None:
+    """NVML's PCI bus id (``00000000:01:00.0``: an 8-digit domain) as sysfs names the device
+    (``0000:01:00.0``); None where it is no bus id (a damaged answer names no path)."""
+    match = _BUS_ID.fullmatch(bus_id or "")
+    return "{}:{}:{}.{}".format(*match.groups()).lower() if match else None

@@ -34,6 +34,7 @@ class SystemHost:
         self._powercap = self._sysfs / "class" / "powercap"
         self._proc = Path(proc)
         self._launchers = tuple(launchers)
+        self._always_on: set[str] = set()  # GPUs whose runtime power management is off: never suspended
 
     def hwmon(self) -> dict:
         return hwmon.raw(self._sysfs)
@@ -62,6 +63,25 @@ class SystemHost:
     def virtual_memory(self) -> Any:
         return psutil.virtual_memory()
 
+    def gpu_runtime_status(self, buses: list[str]) -> dict[str, str]:
+        """Each GPU's PCI runtime power state by its bus (``0000:01:00.0``): ``active``,
+        ``suspended``… where runtime power management is on for it (``power/control`` is
+        ``auto``); a device where it is off (``on``, every server) is never suspended and is read
+        no more (its state is asked once)."""
+        out = {}
+        for bus in buses:
+            if bus in self._always_on:
+                continue
+            power = self._sysfs / "bus" / "pci" / "devices" / bus / "power"
+            control = _sysfs_word(power / "control")
+            if control != "auto":
+                self._always_on.add(bus)
+                continue
+            state = _sysfs_word(power / "runtime_status")
+            if state is not None:
+                out[bus] = state
+        return out
+
     def powercap(self) -> dict[str, list[int]]:
         """``{zone name: [energy_uj, max_energy_range_uj]}`` for the top-level RAPL zones."""
         zones = {}
@@ -74,6 +94,16 @@ class SystemHost:
                 int((zone / "max_energy_range_uj").read_text()),
             ]
         return zones
+
+
+def _sysfs_word(path: Path) -> str | None:
+    """A sysfs attribute that holds one short word (``auto``, ``suspended``), else None."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(64).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if text.isascii() and text.replace("-", "").isalpha() else None
 
 
 def _moved(known: float | None, now: Any) -> bool:

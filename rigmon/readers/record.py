@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from ..model.recording import FORMAT, VALUE_FIELDS, VERSION, call_key, encode, error_value, handle_key
 
-_PASS_THROUGH = {"nvmlInit", "nvmlInitWithFlags", "nvmlShutdown", "nvmlEventSetCreate", "nvmlEventSetFree"}
+_PASS_THROUGH = {"nvmlInitWithFlags", "nvmlShutdown", "nvmlEventSetCreate", "nvmlEventSetFree"}
 
 
 class Recorder:
@@ -119,6 +119,15 @@ class RecordingNVML:
 
         return system_call
 
+    def _record_nvmlInit(self, *args: Any) -> None:
+        """NVML that cannot start is recorded (a replay starts no better); one that starts is not."""
+        try:
+            self._real.nvmlInit(*args)
+        except Exception as e:
+            self._rec.store_system("nvmlInit", error_value(e))
+            raise
+        self._rec.header["nvml"].pop("nvmlInit", None)
+
     def _record_nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
         try:
             handle = self._real.nvmlDeviceGetHandleByIndex(index)
@@ -209,6 +218,13 @@ class RecordingHost:
         """Asked every poll while GPU processes run: a PID reused between two polls replays so."""
         value = self._real.start_times(pids)
         self._rec.store_host("start_times", value)
+        return value
+
+    def gpu_runtime_status(self, buses: list[str]) -> dict:
+        """Asked every poll where a GPU's runtime power management is on: its sleep replays so."""
+        value = self._real.gpu_runtime_status(buses)
+        if value:
+            self._rec.store_host("gpu_runtime_status", value)
         return value
 
 

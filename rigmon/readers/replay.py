@@ -270,7 +270,12 @@ class ReplayNVML:
 
     # --- system --------------------------------------------------------------------------
     def nvmlInit(self) -> None:
-        if "nvmlInit" in self._source.header_nvml:  # recorded only when it failed
+        """Recorded only where it failed: in the header (at start), or in a tick's own ``nvml``
+        answers (``{"nvmlInit": null}`` where it answers again: a driver mended mid-recording)."""
+        tick = self._source.recording.ticks[self._source.tick_index()].get("nvml")
+        if isinstance(tick, dict) and "nvmlInit" in tick:
+            self._answer(_decode(tick["nvmlInit"]))
+        elif "nvmlInit" in self._source.header_nvml:
             self._system("nvmlInit")
 
     def nvmlInitWithFlags(self, flags: int) -> None:
@@ -497,6 +502,14 @@ class ReplayHost:
 
     def hwmon(self) -> dict:
         return self._get("hwmon", {})
+
+    def gpu_runtime_status(self, buses: list[str]) -> dict[str, str]:
+        """As recorded (the host key ``gpu_runtime_status``, {bus: state}): a recording made on a
+        laptop replays its GPU's sleep; none recorded, every GPU is awake."""
+        states = self._get("gpu_runtime_status", {})
+        if not isinstance(states, dict):
+            return {}
+        return {bus: states[bus] for bus in buses if isinstance(states.get(bus), str) and len(states[bus]) <= 32}
 
     def processes(self, pids: list[int]) -> dict:
         """As recorded: these PIDs' /proc answers and their recorded ancestors'."""

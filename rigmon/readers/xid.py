@@ -11,11 +11,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pynvml
-
 from ..model.recording import handle_key
 from ..model.sample import XidEvent
-from .nvml import CALL_ERRORS
+from .nvml import CALL_ERRORS, pynvml
 
 log = logging.getLogger(__name__)
 

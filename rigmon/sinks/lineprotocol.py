@@ -17,6 +17,7 @@ from ..model.project import (
     influx_gpu_line,
     influx_head,
     influx_host_lines,
+    influx_mig_lines,
     influx_tag,
     influx_value,
 )
@@ -49,6 +50,8 @@ def encode(sample: Sample, host: str, with_info: bool = False) -> list[str]:
         point = influx_gpu_line(g, info.get(g.index), sample, host, ns)
         if point is not None:
             out.append(point)
+        if g.mig_instances:
+            influx_mig_lines(g, host, ns, out)
     if with_info:
         for i in sample.gpu_info:
             point = line(
