@@ -27,6 +27,7 @@ from urllib.parse import parse_qs
 
 from .. import __version__
 from ..alerts.engine import subject_of
+from ..model import nvml_state
 from ..model.readings import PAGE
 from ..model.sample import mean_of, to_jsonable
 from ..model.text import printable
@@ -165,6 +166,8 @@ class Page:
             "cuda": None,
             "replay": self._replay(),  # what is shown is a recording, not this box: said at the top
             "gpus_note": None,
+            "nvml": None,  # NVML that cannot start: its error, what it means, what mends it
+            "missing_gpus": [],  # GPUs the box has had that NVML no longer lists
             "gpus": [],
             "sensors": None,
             "budgets": [],
@@ -176,6 +179,10 @@ class Page:
             system = sample.system  # None where the GPUs are not read
             if system is not None:
                 out["driver"], out["cuda"] = system.driver_version, system.cuda_driver_version
+                error = system.nvml_error
+                if error and (error != nvml_state.NO_DRIVER or system.missing_gpus):
+                    out["nvml"] = {"error": error, "cause": nvml_state.cause(error), "fix": nvml_state.fix(error)}
+                out["missing_gpus"] = [{"index": g.index, "uuid": g.uuid, "name": g.name} for g in system.missing_gpus]
             if not sample.gpus:  # an empty GPUs section says why
                 gpu = next((r for r in sample.readers if r.name == "gpu"), None)
                 out["gpus_note"] = (
@@ -194,6 +201,14 @@ class Page:
                         "uuid": g.uuid,
                         "name": i.name if i else None,
                         "lost": g.lost,
+                        "asleep": g.asleep,
+                        "mig": {
+                            "enabled": i.mig_enabled,
+                            "pending": i.mig_pending,
+                            "instances": [m._asdict() for m in g.mig_instances or ()],
+                        }
+                        if i is not None and (i.mig_enabled or i.mig_pending)
+                        else None,
                         # the table of readings' page=True, each under its name
                         **{reading.name: getattr(g, field) for reading, field in PAGE},
                         "slowdown_celsius": i.temperature_thresholds.slowdown if i else None,
