@@ -317,6 +317,16 @@ def test_a_gpu_gone_before_a_restart_is_missing_and_only_it(tmp_path):
     assert told[0].summary == f"GPU 2 (NVIDIA H200, {gone}) is gone: NVML no longer lists it"
 
 
+def test_nothing_pages_for_what_mig_hides(tmp_path):
+    """A GPU in MIG mode gives no utilisation: half an hour of it idle at 100 W with a 20 GiB
+    process (what would be a stalled job, a starved GPU) raises nothing: the rules on
+    utilisation cannot tell, and say so in doctor instead."""
+    rec = timeline(1800, 30, board=sc.mig, modify=power(100000))
+    for tick in rec.ticks:
+        tick["gpus"][0]["nvmlDeviceGetUtilizationRates"] = sc.error("NotSupported")
+    assert [t.line() for t in run(rec, tmp_path, {}) if t.severity != "info"] == []
+
+
 def test_nvml_that_cannot_start_says_why_and_how_to_mend_it(tmp_path):
     (told,) = [t for t in run(SCENARIOS["NvmlUnavailable"][0](), tmp_path, {}) if t.alertname == "NvmlUnavailable"]
     assert told.summary == "NVML cannot start (DriverNotLoaded): no GPU is watched"

@@ -299,15 +299,19 @@ def test_the_oldest_bindings_rigmon_accepts_read_both_gpus(library, tmp_path):
     assert state["gpus"][0]["clock_events_active"] == ["sw_power_cap"]
 
 
-def test_bindings_without_the_deprecated_wrappers_read_every_gpu(library, tmp_path):
+DEPRECATED = (
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetCurrentClocksThrottleReasons",
+    "nvmlDeviceGetSupportedClocksThrottleReasons",
+)
+
+
+@pytest.mark.parametrize("gone", [(name,) for name in DEPRECATED] + [DEPRECATED], ids=[*DEPRECATED, "all"])
+def test_bindings_without_the_deprecated_wrappers_read_every_gpu(gone, library, tmp_path):
     """nvidia-ml-py marks nvmlDeviceGetTemperature and the …ClocksThrottleReasons wrappers for
-    removal in CUDA 14.0: with them gone, the newer calls read both GPUs, and no GPU is lost."""
+    removal in CUDA 14.0: with each gone, and all, the newer calls read both GPUs, and no GPU
+    is lost."""
     env = environment(library, control(tmp_path / "nvml.ctl", reasons=4))
-    gone = (
-        "nvmlDeviceGetTemperature",
-        "nvmlDeviceGetCurrentClocksThrottleReasons",
-        "nvmlDeviceGetSupportedClocksThrottleReasons",
-    )
     script = (
         "import sys, pynvml\n"
         f"for name in {gone!r}: delattr(pynvml, name)\n"
