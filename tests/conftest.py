@@ -82,6 +82,16 @@ def influx(tmp_path):
 
 
 @pytest.fixture
+def chromium(tmp_path):
+    """A real headless Chromium (tests/browser.py), closed after the test."""
+    from browser import Chromium
+
+    browser = Chromium(tmp_path / "chromium")
+    yield browser
+    browser.close()
+
+
+@pytest.fixture
 def eight_gpus(tmp_path):
     """A recording of 8 H200s under load (the real tick, widened)."""
     import scenarios as sc

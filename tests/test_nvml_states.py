@@ -370,15 +370,6 @@ def test_the_old_pynvml_package_over_the_bindings_is_a_one_line_error(library, t
         assert "package 11.5.3" in said and "pip uninstall -y pynvml" in said
 
 
-@pytest.fixture
-def chromium(tmp_path):
-    from browser import Chromium
-
-    browser = Chromium(tmp_path / "chromium")
-    yield browser
-    browser.close()
-
-
 def test_the_page_says_what_nvml_and_the_gpus_are_in(library, tmp_path, chromium):
     """In a real Chromium: a MIG GPU's card says MIG is on and lists its instances, a sleeping
     GPU's card says it sleeps; on a box whose NVML cannot start the page says why and how to

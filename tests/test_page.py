@@ -13,7 +13,7 @@ import time
 
 import pytest
 import scenarios as sc
-from browser import Chromium, broken_words
+from browser import broken_words
 from servers import Rigmon, http_get, wait_for
 
 HOT_GPU = 2
@@ -53,13 +53,6 @@ def daemon(tmp_path):
     rigmon.wait_ready()
     yield rigmon
     rigmon.stop()
-
-
-@pytest.fixture
-def chromium(tmp_path):
-    browser = Chromium(tmp_path / "chromium")
-    yield browser
-    browser.close()
 
 
 def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, chromium, tmp_path):

@@ -327,9 +327,11 @@ READINGS: tuple[Reading, ...] = (
     R("up", "gpu", lambda g, i, s: 0 if g.lost else 1, "bool", "1 answering, 0 lost", "rigmon_gpu_up",
       influx=False, rule=False, always=True),
     R("asleep", "gpu", "g.asleep", "bool",
-      "its PCI device is runtime-suspended (a laptop's or an RTD3 desktop's idle GPU): asked nothing until it wakes",
+      "its PCI device is runtime-suspended (a laptop's or an RTD3 desktop's idle GPU): asked nothing until it wakes; "
+      "unknown where its runtime power management is off (a server's GPU: never asleep)",
       Family("rigmon_gpu_asleep", "gauge", "1 while the GPU's PCI device is runtime-suspended: rigmon asks it "
-                                           "nothing until it wakes, so as not to wake it."), influx=False,
+                                           "nothing until it wakes, so as not to wake it (only where its runtime "
+                                           "power management is on)."), influx=False,
       always=True),
     R("missing", "gpu", lambda g, i, s: False, "bool",
       "a GPU the box has had (kept across restarts) that NVML no longer lists: true only for such a GPU, whose "

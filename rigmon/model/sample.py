@@ -245,18 +245,17 @@ if TYPE_CHECKING:
         index: int  # type: ignore[assignment]  # a field, where a tuple has a method
         uuid: str
         lost: bool
-        asleep: bool
+        asleep: bool | None
 
 else:
 
     class GpuReading(
-        namedtuple(
-            "GpuReading", _GPU_READING_FIELDS, defaults=(False, False) + (None,) * (len(_GPU_READING_FIELDS) - 4)
-        )
+        namedtuple("GpuReading", _GPU_READING_FIELDS, defaults=(False,) + (None,) * (len(_GPU_READING_FIELDS) - 3))
     ):
         """One GPU at one poll. ``lost`` means the GPU fell off the bus (all readings None);
         ``asleep`` that its PCI device is runtime-suspended (a laptop's or an RTD3 desktop's idle
-        GPU): it was asked nothing, so as not to wake it (all readings None).
+        GPU): it was asked nothing, so as not to wake it (all readings None); None where its
+        runtime power management is off (every server's GPU), which never sleeps.
 
         Besides the table's readings: ``energy_joules`` (since the driver loaded), ``clock_events``
         (ClockEvents), ``throttle_seconds`` (ThrottleSeconds), per fan ``fan_speed_ratios`` (as NVML

@@ -122,6 +122,7 @@ def _error_name(exc: BaseException) -> str:
     return error_value(exc)["nvml_error"]  # as a recording names it
 
 
+SLEEPING = ("suspended", "suspending")  # a PCI device's runtime_status while it sleeps
 LOST_PROBE_SECONDS = 30.0  # how often a lost GPU is asked whether it answers again
 
 
@@ -168,6 +169,7 @@ class _Device:
         "failures",
         "bus",
         "asleep",
+        "power_watched",
         "prepared",
     )
 
@@ -208,6 +210,7 @@ class _Device:
         self.failures = 0  # calls that failed (an error, not an answer such as NotSupported) since start
         self.bus: str | None = None  # its PCI address as sysfs names it (0000:01:00.0)
         self.asleep = False  # runtime-suspended at the last look: asked nothing until it wakes
+        self.power_watched = False  # its runtime power management is on (a laptop's, an RTD3 desktop's)
         self.prepared = False  # its facts read and its plan made (a GPU asleep at start: once it wakes)
 
     def get(self, key: str, fn: Callable, *args: Any) -> Any:
@@ -344,7 +347,6 @@ class GpuReader:
             cuda_driver_version=_cuda_version(self._system(nv.nvmlSystemGetCudaDriverVersion_v2)),
         )
         count = _bounded(self._system(nv.nvmlDeviceGetCount), MAX_DEVICES, "nvmlDeviceGetCount") or 0
-        sleeping: set[str] = set()
         for index in range(count):
             if self._indices is not None and index not in self._indices:
                 continue
@@ -364,9 +366,9 @@ class GpuReader:
                 pci = None  # the facts' reads find it lost
             bus_id = _text(getattr(pci, "busId", None))
             device.bus = sysfs_bus(bus_id)
-            if device.bus is not None and self._runtime_status is not None:
-                sleeping = self._asleep([device.bus])
-            if device.bus in sleeping:  # asleep: who it was the box remembers; read once it wakes
+            state = self._power_states([device.bus]).get(device.bus) if device.bus is not None else None
+            device.power_watched = state is not None
+            if state in SLEEPING:  # asleep: who it was the box remembers; read once it wakes
                 device.asleep = True
                 known = next((g for g in self._known.values() if g.pci_bus_id == bus_id), None)
                 device.info = GpuInfo(
@@ -432,20 +434,21 @@ class GpuReader:
             nvml_error=self._init_error, gpus_known=len(self._known), missing_gpus=missing
         )
 
-    def _asleep(self, buses: list[str]) -> set[str]:
-        """Of the watched PCI buses (``buses``, else every GPU's), those runtime-suspended now."""
+    def _power_states(self, buses: list[str]) -> dict[str, str]:
+        """The runtime power state (sysfs's ``active``, ``suspended``…) of the PCI buses
+        ``buses`` (else every GPU's) whose runtime power management is on; the others, every
+        server's GPU, are not in it."""
         if self._runtime_status is None:
-            return set()
+            return {}
         asking = buses or [d.bus for d in self.devices if d.bus is not None]
         if not asking:
-            return set()
+            return {}
         try:
-            states = self._runtime_status(asking)
+            return self._runtime_status(asking)
         except Exception as e:  # sysfs unreadable: every GPU is read as awake, as before
             log.warning("GPU runtime power states unreadable (%s): every GPU is read", e)
             self._runtime_status = None
-            return set()
-        return {bus for bus, state in states.items() if state in ("suspended", "suspending")}
+            return {}
 
     def _system(self, fn: Callable) -> Any:
         try:
@@ -521,10 +524,16 @@ class GpuReader:
             self._start()
         readings = []
         self._took, self._failed = {}, set()
-        sleeping = self._asleep([]) if self._runtime_status is not None else set()
+        states = self._power_states([]) if self._runtime_status is not None else {}
         for d in self.devices:
-            if d.bus in sleeping or d.asleep:
-                if d.bus in sleeping:  # asked nothing: a query would wake it
+            if states:
+                state = states.get(d.bus) if d.bus is not None else None
+                d.power_watched = state is not None
+                sleeping = state in SLEEPING
+            else:
+                d.power_watched = sleeping = False
+            if sleeping or d.asleep:
+                if sleeping:  # asked nothing: a query would wake it
                     d.asleep = True
                     readings.append(GpuReading(index=d.index, uuid=d.info.uuid, asleep=True))
                     continue

@@ -54,7 +54,7 @@ def _builder() -> Callable:
         "ecc_errors": "ecc",
         "remapped_rows": "rows",
         "retired_pages": "d.retired_pages",
-        "asleep": "False",
+        "asleep": "False if d.power_watched else None",  # where runtime power management is off: never asleep
         "processes": "procs",
         "mig_instances": "mig",
         "pcie_full_in_other_pstate": "stepped",
