@@ -381,6 +381,8 @@ class GpuReader:
             else:
                 self._prepare(device, pci)
             self.devices.append(device)
+        if self.devices and not any(d.power_watched for d in self.devices):
+            self._runtime_status = None  # no GPU's runtime power management is on (a server): never asked again
         if count == 0:
             self.unavailable = "NVML found no GPUs"
             log.warning("%s", self.unavailable)
@@ -433,6 +435,25 @@ class GpuReader:
         self.system = self.system._replace(
             nvml_error=self._init_error, gpus_known=len(self._known), missing_gpus=missing
         )
+
+    def _sleeps(self, d: _Device, state: str | None) -> bool:
+        """Whether GPU ``d`` sleeps now (its PCI device's runtime ``state``, None where its runtime
+        power management is off): asked nothing while it does; its facts read once it first wakes."""
+        d.power_watched = state is not None
+        if state in SLEEPING:
+            d.asleep = True
+            return True
+        if d.asleep:
+            d.asleep = False
+            log.info("GPU %d (%s) woke: it is read again", d.index, d.bus)
+            if not d.prepared:  # asleep since start
+                try:
+                    pci = d.get("nvmlDeviceGetPciInfo", self._nvml.nvmlDeviceGetPciInfo)
+                except GpuLost:
+                    pci = None
+                self._prepare(d, pci)
+                self._publish()
+        return False
 
     def _power_states(self, buses: list[str]) -> dict[str, str]:
         """The runtime power state (sysfs's ``active``, ``suspended``…) of the PCI buses
@@ -524,28 +545,11 @@ class GpuReader:
             self._start()
         readings = []
         self._took, self._failed = {}, set()
-        states = self._power_states([]) if self._runtime_status is not None else {}
+        states = self._power_states([]) if self._runtime_status is not None else None
         for d in self.devices:
-            if states:
-                state = states.get(d.bus) if d.bus is not None else None
-                d.power_watched = state is not None
-                sleeping = state in SLEEPING
-            else:
-                d.power_watched = sleeping = False
-            if sleeping or d.asleep:
-                if sleeping:  # asked nothing: a query would wake it
-                    d.asleep = True
-                    readings.append(GpuReading(index=d.index, uuid=d.info.uuid, asleep=True))
-                    continue
-                d.asleep = False
-                log.info("GPU %d (%s) woke: it is read again", d.index, d.bus)
-                if not d.prepared:  # asleep since start: its facts now
-                    try:
-                        pci = d.get("nvmlDeviceGetPciInfo", self._nvml.nvmlDeviceGetPciInfo)
-                    except GpuLost:
-                        pci = None
-                    self._prepare(d, pci)
-                    self._publish()
+            if states is not None and self._sleeps(d, states.get(d.bus) if d.bus is not None else None):
+                readings.append(GpuReading(index=d.index, uuid=d.info.uuid, asleep=True))
+                continue
             probe = d.lost and d.handle is not None and d.info is not None and now >= d.probe_at
             if not d.lost or probe:
                 try:
@@ -734,7 +738,7 @@ class GpuReader:
             d.remapped,
             processes,
             _stepped(d, get(_PCIE_GENERATION), get(_PSTATE)),
-            _mig(get("mig"), processes) if d.info.mig_enabled else None,
+            _mig(get("mig"), processes) if "mig" in raw else None,
         )
 
     def _timed(self, d: _Device, family: str, fn: Callable, *args: Any) -> Any:

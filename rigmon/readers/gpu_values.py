@@ -103,8 +103,8 @@ def _processes(procs: Any, samples: Any) -> tuple[GpuProcess, ...] | None:
             _attr(p, "pid"),
             _attr(p, "usedGpuMemory"),
             _ratio(latest[_attr(p, "pid")][1]) if _attr(p, "pid") in latest else None,
-            _instance(_attr(p, "gpuInstanceId")),
-            _instance(_attr(p, "computeInstanceId")),
+            _instance(getattr(p, "gpuInstanceId", None)),
+            _instance(getattr(p, "computeInstanceId", None)),
         )
         for p in procs
     )
