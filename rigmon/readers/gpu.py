@@ -33,7 +33,6 @@ from ..model import nvml_state
 from ..model.polled import CLOCKS, ECC, FANS, FIELD_VALUES, MEMORY, PCIE, POLLED, POWER, PROCESSES, XID
 from ..model.recording import VALUE_FIELDS, call_key, error_value
 from ..model.sample import (
-    CLOCK_EVENT_BITS,
     CLOCK_EVENT_REASONS,
     ClockEvents,
     EccCounts,
@@ -44,18 +43,15 @@ from ..model.sample import (
     RemappedRows,
     RetiredPages,
     SystemInfo,
-    TemperatureThresholds,
     ThrottleSeconds,
     XidEvent,
 )
+from .gpu_facts import ALL_CLOCK_EVENTS, facts, missing_gpus
 from .gpu_values import (
     MAX_DEVICES,
-    MAX_FANS,
     _bounded,
     _build,
-    _celsius,
     _cuda_version,
-    _hertz,
     _mig,
     _num,
     _numbers,
@@ -65,7 +61,6 @@ from .gpu_values import (
     _resolved,
     _stepped,
     _text,
-    _watts,
     sysfs_bus,
 )
 from .nvml import CALL_ERRORS, LIBRARY_MISMATCH, NVML, NotInBindings, make_error, pynvml, real_backend
@@ -75,7 +70,6 @@ __all__ = ["NVML", "GpuReader", "make_error", "real_backend"]  # the bindings, a
 
 log = logging.getLogger(__name__)
 
-ALL_CLOCK_EVENTS = sum(bit for _, bit in CLOCK_EVENT_BITS)
 
 _NO_FIELDS: dict[int, float] = {}
 # The field values every poll asks for in one call (the table's field_id entries).
@@ -396,7 +390,7 @@ class GpuReader:
         index = device.index
         device.prepared = True
         try:
-            device.info = self._static(device, pci)
+            device.info = facts(device, self._nvml, pci, self._expected_pcie, self._expected_width)
             plan = self._plan(device)
             rare = [] if self._rare_every_poll else [entry for entry in plan if entry[0] in _RARE]
             device.plan = _by_family([entry for entry in plan if entry not in rare])
@@ -420,18 +414,7 @@ class GpuReader:
         for d in self.devices:
             if d.info is not None and d.info.uuid and not d.asleep:
                 self._known[d.info.uuid] = GpuIdentity(d.info.uuid, d.index, d.info.name, d.info.pci_bus_id)
-        missing = tuple(
-            sorted(
-                (
-                    g
-                    for g in self._known.values()
-                    if g.uuid not in listed
-                    and g.index not in unnamed
-                    and (self._indices is None or g.index in self._indices)
-                ),
-                key=lambda g: (g.index, g.uuid),
-            )
-        )
+        missing = missing_gpus(self._known.values(), listed, unnamed, self._indices)
         self.system = self.system._replace(
             nvml_error=self._init_error, gpus_known=len(self._known), missing_gpus=missing
         )
@@ -478,64 +461,6 @@ class GpuReader:
             log.info("%s: %s", fn.__name__, e)
             return None
         return value.decode() if isinstance(value, bytes) else value
-
-    def _static(self, d: _Device, pci: Any) -> GpuInfo:
-        nv = self._nvml
-        g = d.get
-        cc = g("nvmlDeviceGetCudaComputeCapability", nv.nvmlDeviceGetCudaComputeCapability)
-        constraints = g("nvmlDeviceGetPowerManagementLimitConstraints", nv.nvmlDeviceGetPowerManagementLimitConstraints)
-        ecc = g("nvmlDeviceGetEccMode", nv.nvmlDeviceGetEccMode)
-        mig = g("nvmlDeviceGetMigMode", nv.nvmlDeviceGetMigMode)
-        persistence = g("nvmlDeviceGetPersistenceMode", nv.nvmlDeviceGetPersistenceMode)
-        supported = d.first(
-            ("nvmlDeviceGetSupportedClocksEventReasons", nv.nvmlDeviceGetSupportedClocksEventReasons),
-            ("nvmlDeviceGetSupportedClocksThrottleReasons", nv.nvmlDeviceGetSupportedClocksThrottleReasons),
-        )
-        if supported.__class__ is int:  # a bitmask
-            d.supported_events = supported
-        thresholds = [
-            g(f"nvmlDeviceGetTemperatureThreshold:{i}", nv.nvmlDeviceGetTemperatureThreshold, i) for i in range(4)
-        ]
-        fans = _bounded(g("nvmlDeviceGetNumFans", nv.nvmlDeviceGetNumFans), MAX_FANS, f"GPU {d.index}: fan count")
-        gpu_max_generation = _num(g("nvmlDeviceGetGpuMaxPcieLinkGeneration", nv.nvmlDeviceGetGpuMaxPcieLinkGeneration))
-        if _numbers(ecc, 2) and ecc[0]:
-            # Ampere and newer remap rows; older ECC boards retire pages instead (read slowly).
-            rows = g("nvmlDeviceGetRemappedRows", nv.nvmlDeviceGetRemappedRows)
-            d.read_retired_pages = rows is None and "nvmlDeviceGetRemappedRows" in d.unsupported
-        info = GpuInfo(
-            index=d.index,
-            uuid=_text(g("nvmlDeviceGetUUID", nv.nvmlDeviceGetUUID)) or "",
-            name=_text(g("nvmlDeviceGetName", nv.nvmlDeviceGetName)) or "unknown",
-            serial=_text(g("nvmlDeviceGetSerial", nv.nvmlDeviceGetSerial)),
-            pci_bus_id=_text(getattr(pci, "busId", None)),
-            vbios_version=_text(g("nvmlDeviceGetVbiosVersion", nv.nvmlDeviceGetVbiosVersion)),
-            compute_capability=f"{cc[0]}.{cc[1]}" if _numbers(cc, 2) else None,
-            power_limit_default_watts=_watts(
-                g("nvmlDeviceGetPowerManagementDefaultLimit", nv.nvmlDeviceGetPowerManagementDefaultLimit)
-            ),
-            power_limit_min_watts=_watts(constraints[0]) if _numbers(constraints, 2) else None,
-            power_limit_max_watts=_watts(constraints[1]) if _numbers(constraints, 2) else None,
-            temperature_thresholds=TemperatureThresholds(*(_celsius(t) for t in thresholds)),
-            max_sm_clock_hertz=_hertz(g("nvmlDeviceGetMaxClockInfo:1", nv.nvmlDeviceGetMaxClockInfo, 1)),
-            max_memory_clock_hertz=_hertz(g("nvmlDeviceGetMaxClockInfo:2", nv.nvmlDeviceGetMaxClockInfo, 2)),
-            # the link's maximum is the lower of the GPU's and the system's (slot, riser, bridge)
-            max_pcie_generation=_num(g("nvmlDeviceGetMaxPcieLinkGeneration", nv.nvmlDeviceGetMaxPcieLinkGeneration))
-            or gpu_max_generation,
-            max_pcie_width=_num(g("nvmlDeviceGetMaxPcieLinkWidth", nv.nvmlDeviceGetMaxPcieLinkWidth)),
-            gpu_max_pcie_generation=gpu_max_generation,
-            expected_pcie_generation=self._expected_pcie.get(d.index),
-            expected_pcie_width=self._expected_width.get(d.index),
-            applications_sm_clock_hertz=_hertz(
-                g("nvmlDeviceGetApplicationsClock:1", nv.nvmlDeviceGetApplicationsClock, 1)
-            ),
-            supported_clock_events=ClockEvents.decode(d.supported_events, ALL_CLOCK_EVENTS).active(),
-            ecc_enabled=bool(ecc[0]) if _numbers(ecc, 2) else None,
-            persistence_mode=bool(persistence) if _num(persistence) is not None else None,
-            mig_enabled=bool(mig[0]) if _numbers(mig, 2) else None,
-            mig_pending=bool(mig[1]) if _numbers(mig, 2) else None,
-            fan_count=fans,
-        )
-        return info
 
     # --- XID events ----------------------------------------------------------------------
     # --- every poll ----------------------------------------------------------------------
