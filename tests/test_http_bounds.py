@@ -144,13 +144,17 @@ def test_idle_reconnecting_clients_never_keep_a_scraper_out(tmp_path, eight_gpus
             except OSError:
                 pass
             time.sleep(0.1)
+        if crowd_size > 512:
+            # the bound holds by closing the longest waiting, once the server has taken more than
+            # it from its backlog: a client whose handshake the kernel left half done (the accept
+            # queue full) thinks itself connected before the server has it, so on a loaded machine
+            # that can come after the scrapes above
+            wait_for(lambda: crowd.reconnects > 0, 30, what="the server to close the longest waiting")
     finally:
         if crowd is not None:
             crowd.stop()
         assert rigmon.stop() == 0
     print(f"{answered} of 30 scrapes answered beside {crowd_size} idle clients ({crowd.reconnects} reconnects)")
-    if crowd_size > 512:
-        assert crowd.reconnects > 0  # the bound held, by closing the longest waiting
     assert answered >= 29
 
 
