@@ -115,7 +115,7 @@ MAX_MEMORY = 1 << 50  # bytes: no GPU holds a PiB
 
 
 def _mig(answer: Any, processes: tuple[GpuProcess, ...] | None) -> tuple[MigInstance, ...] | None:
-    """The MIG instances rigmon's composite call answered (``nvml.mig_instances``), each checked
+    """The MIG instances rigmon's own call answered (``nvmlDeviceGetMigInstances``), each checked
     as any answer is, with the GPU's processes that run in it counted."""
     if not isinstance(answer, list):
         return None
