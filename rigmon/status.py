@@ -364,6 +364,7 @@ def _host(sample: Sample) -> list[str]:
             "  fans  "
             + ", ".join(
                 f"{_chip(f.chip, f.device, twins)}/{f.label} {f.rpm:.0f} rpm"
+                + ("" if f.rpm > 0 or f.duty != 0 else ", stopped by its curve")
                 + _fan_control(control.get((f.chip, f.device, f.label)))
                 for f in host.fans
             )

@@ -30,6 +30,27 @@ def fan_stops(t, tick):
     tick["host"] = fans(1150 if t < 60 else 0)
 
 
+def fan_at_duty(duty: float):
+    """nct6798's fan2 turning at 1150 rpm for 60 s, then 0 rpm, its header (pwm2) at ``duty``
+    after that, as hwmon says it beside psutil's speeds."""
+
+    def modify(t, tick):
+        rpm = 1150 if t < 60 else 0
+        pwm = 128 if t < 60 else round(duty * 255)
+        tick["host"] = {
+            "sensors_fans": {"nct6798": [["", 1150], ["", rpm]]},
+            "hwmon": {
+                "hwmon3": {
+                    "name": "nct6798",
+                    "device": "nct6775.656",
+                    "files": {"fan1_input": "1150", "fan2_input": str(rpm), "pwm1": "128", "pwm2": str(pwm)},
+                }
+            },
+        }
+
+    return modify
+
+
 def fan_blips(t, tick):
     tick["host"] = fans(0 if 60 <= t < 70 else 1150)
 
@@ -303,6 +324,15 @@ def test_rule_fires_then_resolves_when_the_fault_is_gone(rule, tmp_path):
     transitions = [t for t in run(sc.then(positive(), recovery(rule)), tmp_path, config) if t.alertname == rule]
     assert [t.status for t in transitions][:1] == ["firing"], [t.line() for t in transitions]
     assert transitions[-1].status == "resolved" and not transitions[-1].reason, [t.line() for t in transitions]
+
+
+def test_a_fan_its_curve_stops_is_no_stalled_fan(tmp_path):
+    """A fan that turned and stops while its header's duty is 0 (a fan-stop curve, as many boards
+    do when cool) raises nothing; the same stop while the header asks 60 % is FanStalled."""
+    stopped = [t for t in run(timeline(180, 5, modify=fan_at_duty(0.0)), tmp_path, {}) if t.severity != "info"]
+    assert stopped == [], [t.line() for t in stopped]
+    stalled = [t for t in run(timeline(180, 5, modify=fan_at_duty(0.6)), tmp_path, {}) if t.alertname == "FanStalled"]
+    assert [(t.status, t.labels["fan"]) for t in stalled] == [("firing", "fan2")], [t.line() for t in stalled]
 
 
 def test_a_gpu_gone_before_a_restart_is_missing_and_only_it(tmp_path):

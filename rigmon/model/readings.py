@@ -533,6 +533,9 @@ READINGS: tuple[Reading, ...] = (
       rule=False),
     R("rpm", "fan", "r.rpm", "rpm", "fan speed", "rigmon_fan_speed_rpm"),
     R("turned", "fan", "r.turned", "bool", "has read above 0 rpm (kept across restarts)", "rigmon_fan_turned"),
+    R("duty_ratio", "fan", "r.duty", "ratio",
+      "the PWM duty its header drives it at (0-1), where hwmon gives one: 0 is a fan stopped by its curve",
+      influx=False),
     R("rpm_drift_ratio", "fan", "r.rpm_drift", "ratio",
       "its rpm over its baseline's at the same PWM duty, less 1 (-0.1: a tenth slower, a wearing bearing)",
       Family("rigmon_fan_rpm_drift_ratio", "gauge", "The fan's rpm over its baseline's at the same PWM duty, "

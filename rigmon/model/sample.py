@@ -302,6 +302,7 @@ class FanReading(NamedTuple):
     turned: bool = False  # has read above 0 rpm (kept across restarts): a header with a fan on it
     device: str | None = None  # which chip of that name, where known
     rpm_drift: float | None = None  # its rpm over its baseline's at the same PWM duty, less 1 (readers.cooling)
+    duty: float | None = None  # the PWM duty its header drives it at (0..1), where hwmon gives one
 
 
 class FanControl(NamedTuple):

@@ -161,6 +161,9 @@ class HostReader:
             for i, entry in enumerate(entries)
         )
         self._turned |= {(f.chip, f.device or "", f.label) for f in fan_readings if f.rpm > 0}
+        if extra.fans:  # each fan's header's duty: what it is asked to turn at
+            duty = {(c.chip, c.device, c.fan): c.pwm_ratio for c in extra.fans}
+            fan_readings = tuple(f._replace(duty=duty.get((f.chip, f.device, f.label))) for f in fan_readings)
         cpu_temps = cpu_temperatures(temps)
         if temps and not cpu_temps:
             notes.append(f"no CPU temperature sensor among {', '.join(sorted(temps))}")
