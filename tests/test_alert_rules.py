@@ -326,6 +326,40 @@ def test_rule_fires_then_resolves_when_the_fault_is_gone(rule, tmp_path):
     assert transitions[-1].status == "resolved" and not transitions[-1].reason, [t.line() for t in transitions]
 
 
+def held_on_an_idle_gpu(pid: int, memory: int, command: str):
+    """An idle GPU (0 % busy) on which process ``pid``, running ``command``, holds ``memory``."""
+
+    def modify(t, tick):
+        set_gpu(
+            tick,
+            nvmlDeviceGetUtilizationRates={"gpu": 0, "memory": 0},
+            nvmlDeviceGetComputeRunningProcesses=[{"pid": pid, "usedGpuMemory": memory}],
+        )
+        tick["host"] = {
+            "processes": {
+                str(pid): {"user": "erin", "uid": 1004, "cmdline": command, "cgroup": "", "ppid": 1, "pgid": pid}
+            }
+        }
+
+    return modify
+
+
+@pytest.mark.parametrize("command", ["/usr/lib/xorg/Xorg vt1 -displayfd 3", "/usr/bin/gnome-shell", "my-own-wm"])
+def test_a_desktops_compositor_on_an_idle_gpu_is_no_stalled_job(command, tmp_path):
+    """An hour of an idle GPU that also drives the screen, its display server or compositor
+    holding 25 MiB (a known one, or one rigmon does not know, under the job floor): no page."""
+    rec = timeline(3600, 60, modify=held_on_an_idle_gpu(2345, 25 << 20, command))
+    assert [t.line() for t in run(rec, tmp_path, {}) if t.alertname == "GpuJobStalled"] == []
+
+
+def test_a_training_process_holding_gib_on_an_idle_gpu_is_a_stalled_job(tmp_path):
+    """The same hour with a training process holding 20 GiB: GpuJobStalled, its memory in GiB."""
+    rec = timeline(3600, 60, modify=held_on_an_idle_gpu(4242, 20 << 30, "python train.py --ddp"))
+    told = [t for t in run(rec, tmp_path, {}) if t.alertname == "GpuJobStalled"]
+    assert [t.status for t in told] == ["firing"], [t.line() for t in told]
+    assert told[0].summary == "GPU 0 (NVIDIA H200): 1 process(es) hold 20.0 GiB but the GPU is idle"
+
+
 def test_a_fan_its_curve_stops_is_no_stalled_fan(tmp_path):
     """A fan that turned and stops while its header's duty is 0 (a fan-stop curve, as many boards
     do when cool) raises nothing; the same stop while the header asks 60 % is FanStalled."""

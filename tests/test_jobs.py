@@ -637,16 +637,24 @@ def test_a_user_cannot_book_her_gpu_time_to_anothers_job_by_naming_her_cgroups_a
         "alice/systemd:train-alice.service": ("alice", [1]),
         "alice/docker:4f3c2a1b0e9d": ("alice", [2]),
         "bob/pgid:5100": ("bob", [3]),
-        "bob/pgid:5200": ("bob", [3]),
+        # a container in bob's own subtree is his (a rootless one), whatever id he gives it: under
+        # his name, never alice's container
+        "bob/docker:4f3c2a1b0e9d": ("bob", [3]),
         "bob/pgid:5300": ("bob", [3]),
     }, jobs
     # 300 W: each job's energy is its own GPU's for the time it ran, none of it booked to another
     assert jobs["alice/systemd:train-alice.service"].energy_joules == pytest.approx(300 * 590, rel=0.03)
     assert jobs["alice/pgid:4100"].energy_joules == pytest.approx(300 * 300, rel=0.05)
     assert jobs["bob/pgid:4100"].energy_joules == pytest.approx(300 * 290, rel=0.05)
-    bob_on_3 = sum(jobs[f"bob/pgid:{p}"].energy_joules for p in (5100, 5200, 5300))
+    bob_on_3 = sum(jobs[k].energy_joules for k in ("bob/pgid:5100", "bob/docker:4f3c2a1b0e9d", "bob/pgid:5300"))
     assert bob_on_3 == pytest.approx(300 * 590, rel=0.03)
-    assert all(j.unit is None for k, j in jobs.items() if k.startswith("bob/"))
+    assert jobs["alice/docker:4f3c2a1b0e9d"].energy_joules == pytest.approx(300 * 590, rel=0.03)  # none of bob's
+    assert {k: j.unit for k, j in jobs.items() if k.startswith("bob/")} == {
+        "bob/pgid:4100": None,
+        "bob/pgid:5100": None,
+        "bob/docker:4f3c2a1b0e9d": "docker:4f3c2a1b0e9d",
+        "bob/pgid:5300": None,
+    }
     (tmp_path / "rigmon.toml").write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
     shown = jobs_cli(tmp_path, "show", str(jobs["bob/pgid:4100"].id)).stdout
     assert "a login session" in shown and "started by" not in shown, shown
@@ -698,3 +706,35 @@ def test_jobs_show_labels_busy_time_per_gpu_and_keeps_only_its_gpus_alerts(tmp_p
     busy = next(line for line in shown.stdout.splitlines() if line.split()[:1] == ["busy"])
     assert busy.split(None, 1)[1] == "GPU 0 15m00s, GPU 1 7m30s (22m30s of GPU time in all)", shown.stdout
     assert "FanStalled" not in shown.stdout and "GpuStarved" in shown.stdout
+
+
+def test_a_rootless_container_with_two_process_groups_is_one_job_of_its_owner(tmp_path):
+    """Erin's rootless podman container (under her user@1004.service) runs two process groups
+    on GPUs 0 and 1: one job, ``erin/podman:<id>``, on both GPUs, not one per process group."""
+    cgroup = "0::/user.slice/user-1004.slice/user@1004.service/user.slice/libpod-" + "e7" * 32 + ".scope/container\n"
+
+    def modify(t, tick):
+        processes = {}
+        for n, pid in enumerate((6100, 6200)):
+            processes[str(pid)] = {
+                "user": "erin",
+                "uid": 1004,
+                "cmdline": "python train.py",
+                "cgroup": cgroup,
+                "ppid": 1,
+                "pgid": pid,
+                "sid": pid,
+                "start": tick["t"] - t - 5,
+            }
+            tick["gpus"][n]["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": pid, "usedGpuMemory": 4 << 30}]
+            tick["gpus"][n]["nvmlDeviceGetProcessUtilization:0"] = {"nvml_error": "NotSupported"}
+        tick["host"] = {"processes": processes}
+
+    rec = sc.timeline(120, step=10, gpus=2, modify=modify)
+    config = configmod.parse({"daemon": {"state_dir": str(tmp_path / "state")}, "prometheus": {"enabled": False}})
+    running = replay(rec, config, range(len(rec.ticks)))
+    assert list(running) == ["erin/podman:e7e7e7e7e7e7"], running
+    from rigmon.sinks.jobs import ledger_path, load
+
+    (job,) = [j for j in load(ledger_path(config.daemon.state_dir)) if j.key == "erin/podman:e7e7e7e7e7e7"]
+    assert sorted(job.gpus) == [0, 1] and job.user == "erin" and job.unit == "podman:e7e7e7e7e7e7"

@@ -96,9 +96,17 @@ def test_a_real_cgroup_names_the_job(training_run):
         ),
         ("0::/system.slice/slurmstepd.scope/job_4711/step_0/user/task_0\n", "slurm:4711"),
         ("0::/system.slice/ollama.service\n", "systemd:ollama.service"),
-        # in a user's delegated subtree the names are the user's own: no unit
+        # in a user's delegated subtree the names are the user's own: no service, no Slurm job; a
+        # rootless container is hers (her own key, owner/podman:<id>), one job for its process groups
         ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/train.service\n", None),
-        ("0::/user.slice/user-1002.slice/user@1002.service/app.slice/docker-" + "ab" * 32 + ".scope\n", None),
+        (
+            "0::/user.slice/user-1002.slice/user@1002.service/app.slice/docker-" + "ab" * 32 + ".scope\n",
+            "docker:abababababab",
+        ),
+        (
+            "0::/user.slice/user-1003.slice/user@1003.service/user.slice/libpod-" + "c0" * 32 + ".scope/container\n",
+            "podman:c0c0c0c0c0c0",
+        ),
         ("0::/user.slice/user-1002.slice/user@1002.service/job_4711/step_0\n", None),
         ("0::/user.slice/user-1000.slice/session-3.scope\n", None),
         ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/app-tmux.scope\n", None),

@@ -165,7 +165,9 @@ class ProcessSeries:
 
     __slots__ = ("gpu", "uuid", "pid", "user", "job", "memory_bytes", "sm_ratio")
 
-    def __init__(self, gpu: str, uuid: str, pid: str, user: str, job: str, memory_bytes: int, sm_ratio: float | None):
+    def __init__(
+        self, gpu: str, uuid: str, pid: str, user: str, job: str, memory_bytes: int | None, sm_ratio: float | None
+    ):
         self.gpu, self.uuid, self.pid, self.user, self.job = gpu, uuid, pid, user, job
         self.memory_bytes, self.sm_ratio = memory_bytes, sm_ratio
 
@@ -176,8 +178,8 @@ def process_series(s: Sample, count: int) -> list[ProcessSeries]:
     if count <= 0:
         return []
     who = {p.pid: p for p in s.processes}
-    held = [(p.used_memory_bytes or 0, g, p) for g in s.gpus for p in g.processes or ()]
-    held.sort(key=lambda x: -x[0])
+    held = [(p.used_memory_bytes, g, p) for g in s.gpus for p in g.processes or ()]
+    held.sort(key=lambda x: -(x[0] or 0))  # where NVML gives no memory (WSL), it is unknown: not 0
     out: list[ProcessSeries] = []
     for memory, g, p in held[:count]:
         info = who.get(p.pid)

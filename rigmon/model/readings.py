@@ -218,7 +218,65 @@ def _process_count(g: GpuReading, i: GpuInfo | None, s: Sample) -> float | None:
 
 
 def _process_memory(g: GpuReading, i: GpuInfo | None, s: Sample) -> float | None:
-    return sum(p.used_memory_bytes or 0 for p in g.processes) if g.processes is not None else None
+    """What the processes hold where NVML gives it (not under WDDM or WSL: then unknown, never 0)."""
+    held = [p.used_memory_bytes for p in g.processes or () if p.used_memory_bytes is not None]
+    return sum(held) if held or g.processes == () else None
+
+
+# Display servers and compositors: a desktop's GPU holds them whether or not a job runs. Below
+# DISPLAY_FLOOR each, their memory is no job's (a compositor holds tens of MiB; a training
+# process that happens to be called so holds GiB).
+DISPLAY_PROGRAMS = frozenset(
+    {
+        "Xorg",
+        "X",
+        "Xwayland",
+        "gnome-shell",
+        "mutter",
+        "kwin_x11",
+        "kwin_wayland",
+        "kwin",
+        "plasmashell",
+        "sway",
+        "weston",
+        "Hyprland",
+        "cinnamon",
+        "muffin",
+        "xfwm4",
+        "picom",
+        "compton",
+        "compiz",
+        "gamescope",
+        "gdm-x-session",
+        "sddm-greeter",
+        "mate-session",
+        "marco",
+        "budgie-wm",
+        "labwc",
+        "wayfire",
+        "river",
+    }
+)
+DISPLAY_FLOOR = 1 << 30
+
+
+def _job_memory(g: GpuReading, i: GpuInfo | None, s: Sample) -> float | None:
+    """What the compute processes hold, less the display servers' and compositors' (each under
+    DISPLAY_FLOOR): a job's memory, not a desktop's."""
+    if g.processes is None:
+        return None
+    commands = {p.pid: p.command for p in s.processes} if s.processes else {}
+    held = known = 0
+    for p in g.processes:
+        used = p.used_memory_bytes
+        if used is None:
+            continue
+        known += 1
+        program = (commands.get(p.pid) or "").split(" ", 1)[0].rsplit("/", 1)[-1]
+        if used < DISPLAY_FLOOR and program in DISPLAY_PROGRAMS:
+            continue
+        held += used
+    return held if known or not g.processes else None
 
 
 def _fastest_fan(g: GpuReading, i: GpuInfo | None, s: Sample) -> float | None:
@@ -414,6 +472,11 @@ READINGS: tuple[Reading, ...] = (
     R("processes", "gpu", _process_count, "count", "compute processes on the GPU", "rigmon_gpu_processes"),
     R("processes_memory_bytes", "gpu", _process_memory, "bytes", "device memory held by compute processes",
       "rigmon_gpu_processes_memory_bytes", old="process_memory_bytes"),
+    R("job_memory_bytes", "gpu", _job_memory, "bytes",
+      "device memory held by compute processes other than display servers and compositors (each under 1 GiB): "
+      "a job's, not a desktop's",
+      Family("rigmon_gpu_job_memory_bytes", "gauge", "Device memory held by compute processes other than display "
+                                                     "servers and compositors (each under 1 GiB).")),
     R("fan_speed_rpm_max", "gpu", _fastest_fan, "rpm", "the fastest GPU fan's measured speed", influx=False,
       rule=False, burnin=True),
     R("xid_total", "gpu", None, "count", "XID errors seen since start", influx=False, always=True),

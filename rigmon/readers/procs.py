@@ -15,9 +15,10 @@ a systemd service or a Slurm job. A job is what its owner launched, found in thi
    shell's ``a & b`` pair), ``pgid:<pgid>``.
 
 A job's key begins with its owner (``alice/pgid:4242``, ``root/docker:4f3c2a1b0e9d``): two
-users never share one. A unit counts only outside a user's delegated cgroup subtree
-(``user@UID.service/…``), where the names are the user's own. A process group is told apart
-from an earlier one with the same PGID by its leader's start time.
+users never share one. In a user's delegated cgroup subtree (``user@UID.service/…``), where
+the names are the user's own, only a container counts (a rootless podman or docker one:
+``erin/podman:<id>``, one job for all its process groups), never a service or Slurm job name.
+A process group is told apart from an earlier one with the same PGID by its leader's start time.
 
 The ancestors are read with the process, at most ``MAX_ANCESTORS`` up, stopping at a launcher
 or at the session's leader (the login shell); they are kept in the same answer, so a
@@ -300,22 +301,25 @@ _UNITS = (
 )
 
 
+_CONTAINERS = _UNITS[:2]  # docker and podman: what a user runs rootless in her own subtree
 _DELEGATED = re.compile(r"/user@\d+\.service(?:/|$)")
 
 
 def unit_of(cgroup: str) -> str | None:
     """The container, Slurm job or systemd service a process runs in, from /proc/PID/cgroup
-    (v2's single line or v1's controllers); None for a login session's scope, and for anything
-    in a user's own delegated subtree (``user@UID.service/…``): its names are the user's to
-    choose (a ``train-alice.service``, a ``docker-<alice's id>.scope``, a ``job_<n>`` of her own
-    making), so there it is the user's process group or launcher, never a unit."""
+    (v2's single line or v1's controllers); None for a login session's scope. In a user's own
+    delegated subtree (``user@UID.service/…``) the names are the user's to choose (a
+    ``train-alice.service``, a ``job_<n>`` of her own making): there only a container counts (a
+    rootless podman or docker one, ``podman:<id>``), and the job's key begins with its owner,
+    so a name she made up joins none but her own jobs; no service or Slurm job is taken from it."""
     paths = [line.split(":", 2)[2] for line in cgroup.splitlines() if line.count(":") >= 2]
-    paths = [path for path in paths if not _DELEGATED.search(path)]
-    for pattern, kind in _UNITS:
-        for path in paths:
-            candidates = [m.group(1) for m in pattern.finditer(path)]
-            if candidates:
-                return f"{kind}:{candidates[-1]}"
+    system = [path for path in paths if not _DELEGATED.search(path)]
+    for units, where in ((_UNITS, system), (_CONTAINERS, [path for path in paths if path not in system])):
+        for pattern, kind in units:
+            for path in where:
+                candidates = [m.group(1) for m in pattern.finditer(path)]
+                if candidates:
+                    return f"{kind}:{candidates[-1]}"
     return None
 
 
