@@ -357,3 +357,17 @@ def test_the_influxdb_table_lists_every_measurement_rigmon_writes(tmp_path):
     written = {line.split(",", 1)[0] for line in lines if line}
     assert {"gpu", "gpu_info", "host", "xid", "alert", "burnin", "burnin_verdict"} <= written
     assert written - documented == set(), f"written but not in docs/influxdb.md: {written - documented}"
+
+
+def test_a_process_memory_nvml_does_not_give_is_left_out_never_zero():
+    """Under WSL (or WDDM) NVML gives no process's memory: the processes are counted, their
+    memory is unknown, so no series says 0 bytes for it (nor the process series)."""
+    rec = sc.on_every_gpu(
+        sc.rich(sc.h200(), gpus=4), nvmlDeviceGetComputeRunningProcesses=[{"pid": 4242, "usedGpuMemory": None}]
+    )
+    sample, exposition, points, _ = one_poll(rec)
+    assert sample.gpus[0].processes[0].used_memory_bytes is None
+    assert 'rigmon_gpu_processes{gpu="0"' in exposition
+    assert "rigmon_gpu_processes_memory_bytes{" not in exposition and "rigmon_gpu_job_memory_bytes{" not in exposition
+    assert "rigmon_gpu_process_memory_bytes{" not in exposition
+    assert not any("processes_memory_bytes=" in p for p in points)
