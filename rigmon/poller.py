@@ -139,6 +139,7 @@ def build_poller(
             rapl=config.host.rapl,
             sysfs_sensors=config.host.sysfs_sensors,
             launchers=tuple(config.jobs.launchers),
+            cpu_limit=config.host.cpu_limit_celsius,
         )
     return Poller(gpu, host, wall)
 

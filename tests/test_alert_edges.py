@@ -263,7 +263,10 @@ def test_pcie_link_rule_without_a_width_reading_still_judges_the_generation(tmp_
 
 
 def test_doctor_names_the_terms_that_cannot_evaluate(tmp_path):
-    path = sc.write(timeline(30, 5, host=tctl(50)), tmp_path / "tctl.rec.jsonl")
+    """A box whose CPU utilisation is not read: CpuTemperatureCritical's "past its limit" still
+    evaluates, its "at its limit while idle" cannot, and doctor says which."""
+    host = {"sensors_temperatures": {"k10temp": [["Tctl", 50.0, None, None]]}}
+    path = sc.write(timeline(30, 5, host=host), tmp_path / "tctl.rec.jsonl")
     done = subprocess.run(
         [sys.executable, "-m", "rigmon", "doctor", "--replay", str(path)],
         capture_output=True,
@@ -272,8 +275,9 @@ def test_doctor_names_the_terms_that_cannot_evaluate(tmp_path):
         env={**os.environ, "COLUMNS": "1000"},  # each rule's verdict on one line
     )
     line = next(x for x in done.stdout.splitlines() if "CpuTemperatureCritical" in x)
-    assert line.split()[1] == "ok," and "celsius >= critical_celsius - margin_celsius" in line
-    assert "critical_celsius not available" in line and "other terms still evaluate" in line
+    assert line.split()[1] == "ok," and "avg_over(cpu_utilization_ratio, '1m') < idle_utilization" in line
+    assert "cpu_utilization_ratio not available (CPU utilisation not read)" in line
+    assert "other terms still evaluate" in line and "limit_celsius not available" not in line
 
 
 # --- PCIe: the link the slot allows, a riser declared in the config, replays as a rate ----------

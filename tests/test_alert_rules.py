@@ -26,6 +26,25 @@ def cpu(celsius, busy, critical=100.0):
     }
 
 
+ZEN4 = {"vendor": "AuthenticAMD", "family": 25, "model": 97}  # a Ryzen 7000 (Raphael), as /proc/cpuinfo says it
+
+
+def zen4(celsius, busy):
+    """A Ryzen 7000 desktop: k10temp's Tctl alone (no critical value), ``busy`` % of the CPUs busy."""
+    return {"sensors_temperatures": {"k10temp": [["Tctl", celsius, None, None]]}, "cpu_percent": busy, "cpuinfo": ZEN4}
+
+
+def intel(celsius, busy, critical=100.0):
+    """An Intel CPU (an i9-14900K): coretemp's package at ``celsius``, its TjMax ``critical``."""
+    return {
+        "sensors_temperatures": {
+            "coretemp": [["Package id 0", celsius, 80.0, critical], ["Core 0", celsius - 2, 80.0, critical]]
+        },
+        "cpu_percent": busy,
+        "cpuinfo": {"vendor": "GenuineIntel", "family": 6, "model": 183},
+    }
+
+
 def fan_stops(t, tick):
     tick["host"] = fans(1150 if t < 60 else 0)
 
@@ -153,9 +172,16 @@ def cooling(hotter: float, gpus: int = 1, which=(0,)):
 SCENARIOS = {
     "FanStalled": (lambda: timeline(120, 5, modify=fan_stops), lambda: timeline(120, 5, modify=fan_blips), {}),
     "CoolingDegraded": (lambda: timeline(900, 15, host=cpu(75, 5)), lambda: timeline(900, 15, host=cpu(75, 90)), {}),
+    # a dead cooler: past the 100 °C TjMax throttling holds / an i9 at its TjMax under an all-core load
     "CpuTemperatureCritical": (
-        lambda: timeline(60, 5, host=cpu(97, 100, critical=105)),
-        lambda: timeline(60, 5, host=cpu(80, 100)),
+        lambda: timeline(60, 5, host=intel(115, 100)),
+        lambda: timeline(60, 5, host=intel(100, 100)),
+        {},
+    ),
+    # a Ryzen 7000 at its designed 95 °C under load throttles / the same at 85 °C
+    "CpuAtLimit": (
+        lambda: timeline(420, 15, host=zen4(95, 100)),
+        lambda: timeline(420, 15, host=zen4(85, 100)),
         {},
     ),
     # the software flag counts where it holds the clock below the applications (base) clock
@@ -295,7 +321,7 @@ def test_rule_stays_quiet_on_its_negative_scenario(rule, tmp_path):
 RECOVERY_REPEAT = {"GpuXid": 12, "GpuEccUncorrectable": 32, "PcieReplaysRising": 4, "GpuJobStalled": 2}
 RECOVERIES = {
     "CoolingDegraded": lambda: timeline(900, 15, host=cpu(60, 5)),
-    "CpuTemperatureCritical": lambda: timeline(60, 5, host=cpu(70, 100, critical=105)),
+    "CpuTemperatureCritical": lambda: timeline(60, 5, host=intel(70, 100)),
     # the lost GPU answers again (a reset): rigmon asks a lost GPU again every 30 s
     "GpuLost": lambda: sc.h200().widened(2),
     "GpuCountDropped": lambda: sc.h200().widened(2),
@@ -358,6 +384,33 @@ def test_a_training_process_holding_gib_on_an_idle_gpu_is_a_stalled_job(tmp_path
     told = [t for t in run(rec, tmp_path, {}) if t.alertname == "GpuJobStalled"]
     assert [t.status for t in told] == ["firing"], [t.line() for t in told]
     assert told[0].summary == "GPU 0 (NVIDIA H200): 1 process(es) hold 20.0 GiB but the GPU is idle"
+
+
+@pytest.mark.parametrize("host", [zen4(95, 100), intel(100, 100)], ids=["ryzen-7000-at-95", "i9-at-its-100-tjmax"])
+def test_a_cpu_at_its_designed_limit_under_load_pages_nothing_critical(host, tmp_path):
+    """AMD's Ryzen 7000 desktops run at 95 °C under an all-core load by design, Intel's 13th/14th
+    gen i9 at their 100 °C TjMax: a warning that they throttle, nothing critical."""
+    told = run(timeline(900, 15, host=host), tmp_path, {})
+    assert [t.alertname for t in told if t.severity == "critical"] == [], [t.line() for t in told]
+    assert [(t.alertname, t.status) for t in told if t.severity == "warning"] == [("CpuAtLimit", "firing")]
+    (at_limit,) = [t for t in told if t.alertname == "CpuAtLimit"]
+    assert "throttles" in at_limit.summary
+
+
+def test_a_cpu_past_its_limit_with_its_fan_stopped_is_critical(tmp_path):
+    """The seed's box: its CPU fan stopped, the CPU at 115 °C over a 100 °C TjMax: critical, and
+    the dead fan is its own page (one each, nothing for the heat that follows from them)."""
+
+    def modify(t, tick):
+        tick["host"] = {**intel(115 if t >= 60 else 70, 100), **fans(0 if t >= 60 else 1150)}
+
+    told = [t for t in run(timeline(180, 5, modify=modify), tmp_path, {}) if t.severity == "critical"]
+    assert sorted((t.alertname, t.status) for t in told) == [
+        ("CpuTemperatureCritical", "firing"),
+        ("FanStalled", "firing"),
+    ], [t.line() for t in told]
+    (hot,) = [t for t in told if t.alertname == "CpuTemperatureCritical"]
+    assert "115 °C" in hot.summary and "the sensor's critical value (TjMax)" in hot.description
 
 
 def test_a_fan_its_curve_stops_is_no_stalled_fan(tmp_path):

@@ -331,7 +331,7 @@ params = { min_power_ratio = 5 }
 params = { margin_celsius = -50 }
 
 [alerts.builtin.CpuTemperatureCritical]
-params = { max_celsius = 900, margn_celsius = 5 }
+params = { max_celsius = 900, ovr_celsius = 5 }
 
 [[notifiers]]
 type = "webhook"
@@ -364,7 +364,7 @@ def test_every_wrong_value_is_told_in_one_run_within_80_columns(tmp_path):
         "builtin.GpuStarved: params.min_power_ratio: 5 is no share",
         "builtin.GpuNearSlowdown: params.margin_celsius: -50 is no margin",
         "builtin.CpuTemperatureCritical: params.max_celsius: 900 is outside",
-        "params.margn_celsius: no condition, value or text of the rule reads it (did you mean margin_celsius?)",
+        "params.ovr_celsius: no condition, value or text of the rule reads it (did you mean over_celsius?)",
         "notifiers[0].url: environment variable RIGMON_NOT_SET_ANYWHERE is not set",
     ):
         assert field in told, (field, done.stderr)

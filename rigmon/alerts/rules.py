@@ -208,7 +208,7 @@ class Expression:
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "known":
                 return
             else:
-                names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} & self.variables
+                names = _required(node) & self.variables
                 names |= {
                     n.args[0].id
                     for n in ast.walk(node)
@@ -235,12 +235,29 @@ class Expression:
             if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
                 true, false = visit(node.operand)
                 return false, true
-            names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            names = _required(node)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "known":
                 return (False, True) if names & missing else (True, True)
             return (False, False) if names & missing else (True, True)
 
         return visit(ast.parse(self.text.strip(), mode="eval").body)[0]
+
+
+def _required(node: ast.AST) -> set[str]:
+    """The names ``node`` needs to evaluate: all it reads, but for one an ``x if known(x) else
+    y`` stands in for where it is missing (a threshold the hardware may not give)."""
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    optional = {
+        test.args[0].id
+        for n in ast.walk(node)
+        if isinstance(n, ast.IfExp)
+        and isinstance(test := n.test, ast.Call)
+        and isinstance(test.func, ast.Name)
+        and test.func.id == "known"
+        and test.args
+        and isinstance(test.args[0], ast.Name)
+    }
+    return names - optional - {"known"}
 
 
 def batch(expressions: list[Expression]) -> Callable[[dict, Any], tuple]:

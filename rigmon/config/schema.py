@@ -208,6 +208,16 @@ class HostConfig(_Section):
         Path, Field(description="Root of sysfs: hwmon, RAPL energy, and the GPUs' runtime power states.")
     ] = Path("/sys")
     rapl: Annotated[bool, Field(description="Read CPU package energy from RAPL (root-only on recent kernels).")] = True
+    cpu_limit_celsius: Annotated[
+        float | None,
+        Field(
+            ge=40,
+            le=150,
+            description="The temperature the CPUs run at by design at most (their TjMax), where neither the "
+            "sensor nor rigmon's table of CPU families gives one.",
+            examples=[95],
+        ),
+    ] = None
     sysfs_sensors: Annotated[
         bool,
         Field(

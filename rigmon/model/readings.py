@@ -586,6 +586,11 @@ READINGS: tuple[Reading, ...] = (
       "rigmon_cpu_temperature_threshold_celsius", ("high",)),
     R("critical_celsius", "cpu", "r.critical_celsius", "celsius", "the sensor's critical limit",
       "rigmon_cpu_temperature_threshold_celsius", ("critical",)),
+    R("limit_celsius", "cpu", "r.limit_celsius", "celsius",
+      "the temperature the CPU runs at by design at most, and throttles to hold: the sensor's critical value "
+      "(Intel's TjMax), else its family's figure (AMD Zen 4 and 5 desktops: 95 °C), else host.cpu_limit_celsius",
+      "rigmon_cpu_temperature_threshold_celsius", ("limit",)),
+    R("limit_from", "cpu", "r.limit_from", "text", "where limit_celsius comes from", influx=False),
     R("cpu_utilization_ratio", "cpu", "h.cpu_utilization_ratio", "ratio", "CPU busy share across all cores (0-1)",
       influx=False, old="cpu_utilization"),
     R("drift_celsius", "cpu", "r.drift_celsius", "celsius",

@@ -293,6 +293,8 @@ class CpuTemperature(NamedTuple):
     high_celsius: float | None = None
     critical_celsius: float | None = None
     drift_celsius: float | None = None  # how much hotter than its baseline at the same load (readers.cooling)
+    limit_celsius: float | None = None  # what it runs at by design at most: the chip's TjMax, or its family's
+    limit_from: str | None = None  # where that limit comes from (the sensor, AMD's figure for the family, the config)
 
 
 class FanReading(NamedTuple):

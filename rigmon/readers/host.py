@@ -57,6 +57,22 @@ class SystemHost:
     def cpu_count(self) -> int | None:
         return psutil.cpu_count()
 
+    def cpuinfo(self) -> dict[str, Any]:
+        """The first CPU's vendor, family and model, from /proc/cpuinfo (what its designed limit
+        depends on where its sensor gives none)."""
+        out: dict[str, Any] = {}
+        with open(self._proc / "cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key == "vendor_id":
+                    out["vendor"] = value[:32]
+                elif key in ("cpu family", "model") and value.isdigit():
+                    out["family" if key == "cpu family" else "model"] = int(value)
+        return out
+
     def getloadavg(self) -> tuple[float, float, float]:
         return psutil.getloadavg()
 
@@ -114,9 +130,17 @@ class HostReader:
     name = "host"
 
     def __init__(
-        self, backend: Any = None, *, rapl: bool = True, sysfs_sensors: bool = True, launchers: tuple[str, ...] = ()
+        self,
+        backend: Any = None,
+        *,
+        rapl: bool = True,
+        sysfs_sensors: bool = True,
+        launchers: tuple[str, ...] = (),
+        cpu_limit: float | None = None,
     ):
         self._backend = backend if backend is not None else SystemHost()
+        self._cpu_limit = cpu_limit  # host.cpu_limit_celsius: the CPUs' designed limit, where nothing else says it
+        self._family_limit: tuple[float, str] | None = None  # the CPU family's documented limit, read at open
         self._rapl = rapl
         self._sysfs_sensors = sysfs_sensors
         self._processes: dict[int, ProcessInfo] = {}  # the GPU processes, read once each
@@ -132,6 +156,8 @@ class HostReader:
 
     def open(self) -> None:
         self._cpu_count = self._section("cpu_count", self._backend.cpu_count)  # a static fact: read once
+        cpu = self._section("cpuinfo", getattr(self._backend, "cpuinfo", dict))
+        self._family_limit = family_limit(cpu if isinstance(cpu, dict) else None)
         self._section("cpu", self._backend.cpu_percent)  # psutil's first call only sets a baseline
 
     def read(self) -> HostReading:
@@ -164,7 +190,7 @@ class HostReader:
         if extra.fans:  # each fan's header's duty: what it is asked to turn at
             duty = {(c.chip, c.device, c.fan): c.pwm_ratio for c in extra.fans}
             fan_readings = tuple(f._replace(duty=duty.get((f.chip, f.device, f.label))) for f in fan_readings)
-        cpu_temps = cpu_temperatures(temps)
+        cpu_temps = tuple(self._with_limit(c) for c in cpu_temperatures(temps))
         if temps and not cpu_temps:
             notes.append(f"no CPU temperature sensor among {', '.join(sorted(temps))}")
         return HostReading(
@@ -197,6 +223,17 @@ class HostReader:
             cpu_energy=self._energy(notes) if self._rapl else (),
             notes=tuple(notes),
         )
+
+    def _with_limit(self, c: CpuTemperature) -> CpuTemperature:
+        """The CPU's designed limit: its sensor's critical value where it gives one (coretemp's is
+        TjMax), else its family's (AMD's k10temp gives none), else the config's."""
+        if c.critical_celsius is not None and c.chip in _INTEL_CHIPS:
+            return c._replace(limit_celsius=c.critical_celsius, limit_from="the sensor's critical value (TjMax)")
+        if self._family_limit is not None and c.chip in _AMD_CHIPS:
+            return c._replace(limit_celsius=self._family_limit[0], limit_from=self._family_limit[1])
+        if self._cpu_limit is not None:
+            return c._replace(limit_celsius=self._cpu_limit, limit_from="host.cpu_limit_celsius")
+        return c
 
     def process_info(self, pids: list[int]) -> tuple[ProcessInfo, ...]:
         """Who these GPU processes are. /proc is read when the set of PIDs changes (for all of
@@ -248,6 +285,27 @@ class HostReader:
 
     def close(self) -> None:
         pass
+
+
+def family_limit(cpu: dict[str, Any] | None) -> tuple[float, str] | None:
+    """The temperature AMD says a CPU family runs at, at most, by design (its Tjmax on the
+    product pages; docs/alerts.md gives the sources): where the sensor (k10temp) gives none."""
+    if not cpu or cpu.get("vendor") != "AuthenticAMD":
+        return None
+    family, model = cpu.get("family"), cpu.get("model")
+    if not isinstance(family, int) or not isinstance(model, int):
+        return None
+    if family == 0x1A:
+        return 95.0, "AMD's 95 °C for Zen 5 (Ryzen 9000)"
+    if family == 0x19 and model >= 0x60:
+        return 95.0, "AMD's 95 °C for Zen 4 (Ryzen 7000)"
+    if family == 0x19:
+        return 90.0, "AMD's 90 °C for Zen 3 (Ryzen 5000)"
+    if family == 0x17 and model == 0x08:
+        return 85.0, "AMD's 85 °C for Zen+ (Ryzen 2000)"
+    if family == 0x17:
+        return 95.0, "AMD's 95 °C for Zen and Zen 2 (Ryzen 1000, 3000)"
+    return None
 
 
 def cpu_temperatures(temps: dict) -> tuple[CpuTemperature, ...]:

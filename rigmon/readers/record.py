@@ -190,6 +190,7 @@ class RecordingHost:
         "virtual_memory",
         "powercap",
         "hwmon",
+        "cpuinfo",
     )
 
     def __init__(self, real: Any, recorder: Recorder):

@@ -503,6 +503,19 @@ class ReplayHost:
     def hwmon(self) -> dict:
         return self._get("hwmon", {})
 
+    def cpuinfo(self) -> dict:
+        """As recorded (the first CPU's vendor, family and model), each checked."""
+        info = self._get("cpuinfo", {})
+        if not isinstance(info, dict):
+            return {}
+        out: dict = {}
+        if isinstance(info.get("vendor"), str):
+            out["vendor"] = info["vendor"][:32]
+        for key in ("family", "model"):
+            if info.get(key).__class__ is int and 0 <= info[key] < 1 << 16:
+                out[key] = info[key]
+        return out
+
     def gpu_runtime_status(self, buses: list[str]) -> dict[str, str]:
         """As recorded (the host key ``gpu_runtime_status``, {bus: state}): a recording made on a
         laptop replays its GPU's sleep; none recorded, every GPU is awake."""
