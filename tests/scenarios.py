@@ -177,6 +177,8 @@ HWMON_RICH = {
             "in0_input": "1056",
             "in0_label": "Vcore",
             "in1_input": "12096",
+            "in1_alarm": "0",
+            "intrusion0_alarm": "0",
         },
     },
     "hwmon4": {

@@ -70,6 +70,12 @@ def fan_at_duty(duty: float):
     return modify
 
 
+def intrusion(raised: bool) -> dict:
+    """The nct6798 watching the case: its intrusion0 alarm raised or not."""
+    files = {"fan1_input": "1150", "intrusion0_alarm": "1" if raised else "0"}
+    return {"hwmon": {"hwmon3": {"name": "nct6798", "device": "nct6775.656", "files": files}}}
+
+
 def fan_blips(t, tick):
     tick["host"] = fans(0 if 60 <= t < 70 else 1150)
 
@@ -277,6 +283,11 @@ SCENARIOS = {
         {"alerts": {"power_budget": {"groups": [{"name": "psu-a", "gpus": [0, 1], "watts": 1300}]}}},
     ),
     "SensorMissing": (lambda: timeline(120, 5, modify=fan_vanishes), lambda: timeline(120, 5, host=fans(900)), {}),
+    "ChassisIntrusion": (
+        lambda: timeline(30, 5, host=intrusion(True)),
+        lambda: timeline(30, 5, host=intrusion(False)),
+        {},
+    ),
     # one GPU of two runs 9 °C hotter at the same power / both do (the room or the chassis: the box's alert)
     "GpuCoolingDrift": (lambda: cooling(9, gpus=2), lambda: cooling(9, gpus=2, which=(0, 1)), COOLING),
     "GpuCoolingDriftShared": (lambda: cooling(9, gpus=2, which=(0, 1)), lambda: cooling(9, gpus=2), COOLING),

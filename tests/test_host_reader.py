@@ -253,10 +253,10 @@ def test_chips_of_one_name_stay_apart_and_sysfs_adds_what_psutil_lacks(tmp_path)
     assert seen["fans"] == [["nct6798", "nct6775.656", "fan1", 1150.0], ["nct6798", "nct6775.656", "fan2", 0.0]]
     assert ["nct6798", "nct6775.656", "fan2", 1.0, 1, 300.0, True] in seen["controls"]
     assert ["nct6798", "nct6775.656", "fan1", 128 / 255, 5, None, False] in seen["controls"]
-    assert seen["powers"] == [["corsair-psu", "0003:1B1C:1C05.0001", "power total", 412.0]]
-    assert seen["currents"] == [["corsair-psu", "0003:1B1C:1C05.0001", "curr +12v", 34.5]]
-    assert ["nct6798", "nct6775.656", "Vcore", 1.056] in seen["voltages"]
-    assert ["corsair-psu", "0003:1B1C:1C05.0001", "v_out +12v", 12.04] in seen["voltages"]
+    assert seen["powers"] == [["corsair-psu", "0003:1B1C:1C05.0001", "power total", 412.0, None]]
+    assert seen["currents"] == [["corsair-psu", "0003:1B1C:1C05.0001", "curr +12v", 34.5, None]]
+    assert ["nct6798", "nct6775.656", "Vcore", 1.056, None] in seen["voltages"]
+    assert ["corsair-psu", "0003:1B1C:1C05.0001", "v_out +12v", 12.04, None] in seen["voltages"]
 
 
 def test_a_psu_that_reports_its_power_feeds_its_budget():

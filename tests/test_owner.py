@@ -46,6 +46,20 @@ def hostile(value: float) -> sc.Recording:
         host["sensors_temperatures"] = {
             "coretemp": [["Package id 0", value, 80.0, 100.0], ["Core 0", value, 80.0, 100.0]]
         }
+        # the same in sysfs, where rigmon's walk reads each sensor by its attribute
+        host["hwmon"] = {
+            "hwmon1": {
+                "name": "coretemp",
+                "device": "coretemp.0",
+                "files": {
+                    "name": "coretemp",
+                    "temp1_input": str(value),
+                    "temp1_label": "Package id 0",
+                    "temp2_input": str(value),
+                    "temp2_label": "Core 0",
+                },
+            }
+        }
     return rec
 
 

@@ -40,6 +40,7 @@ from .entities import (
     gpu_entities,
     host_entities,
     inhibit_scope,
+    sensor_aliases,
     sensor_keys,
 )
 from .rules import SEVERITY_RANK, Rule, batch
@@ -452,6 +453,7 @@ class AlertEngine:
                 "measured": measured is not None,
             }
         present = sensor_keys(sample)
+        self._named_by_device(present, sample)
         system = sample.system
         # NVML that cannot start is NvmlUnavailable's to say, not a missing sensor's
         quiet = NVML_SENSOR if system is not None and system.nvml_error else None
@@ -466,6 +468,20 @@ class AlertEngine:
         if complete:
             self._complete = (sample, entities)
         return entities
+
+    def _named_by_device(self, present: set[tuple[str, str]], sample: Sample) -> None:
+        """A sensor remembered (or expected) by chip/label, as rigmon named sensors before it
+        named them by device too, is the one present by that chip and label: it takes its
+        name, so it is not missing for its name's sake."""
+        unmatched = [key for key in self._seen_sensors if key not in present and key[0] in ("fan", "temperature")]
+        if not unmatched:
+            return
+        aliases = sensor_aliases(sample)
+        for key in unmatched:
+            named = aliases.get(key)
+            if named is not None:
+                self._seen_sensors.discard(key)
+                self._seen_sensors.add(named)
 
     def _missing_gpus(self, system: SystemInfo | None, entities: dict[tuple, dict]) -> None:
         """Each GPU the box has had that NVML no longer lists, as a GPU of its own (keyed by its

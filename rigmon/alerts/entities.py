@@ -23,7 +23,9 @@ __all__ = [
     "gpu_entities",
     "host_entities",
     "inhibit_scope",
+    "sensor_aliases",
     "sensor_keys",
+    "sensor_name",
 ]
 
 # Labels that identify each kind's entities (also shown in alert labels).
@@ -55,6 +57,24 @@ def inhibit_scope(kind: str, target_kind: str) -> str | None:
     return {("gpu_fan", "gpu"): ITS_GPU, ("fan", "cpu"): EVERY}.get((kind, target_kind))
 
 
+def sensor_name(chip: str, device: str | None, label: str) -> str:
+    """A sensor as SensorMissing names it: chip/device/label where its device is known (two
+    sockets' coretemp, two drives' nvme), else chip/label."""
+    return f"{chip}/{device}/{label}" if device else f"{chip}/{label}"
+
+
+def sensor_aliases(sample: Sample) -> dict[tuple[str, str], tuple[str, str]]:
+    """The sensors known by device, each under the name an earlier rigmon (and a config's
+    expected_sensors) gave it without one: chip/label."""
+    out: dict[tuple[str, str], tuple[str, str]] = {}
+    if sample.host is not None:
+        for kind, records in (("fan", sample.host.fans), ("temperature", sample.host.temperatures)):
+            for r in records:
+                if r.device:
+                    out.setdefault((kind, f"{r.chip}/{r.label}"), (kind, sensor_name(r.chip, r.device, r.label)))
+    return out
+
+
 MISSING = "missing"  # a GPU the box has had that NVML no longer lists: its entity is ("gpu", MISSING, uuid)
 NVML_SENSOR = ("nvml", "NVML")  # NVML itself, as SensorMissing names it
 
@@ -63,8 +83,8 @@ def sensor_keys(sample: Sample) -> set[tuple[str, str]]:
     """Every sensor this sample shows, as (kind, name): fans, hwmon temperatures, NVML."""
     keys = set()
     if sample.host is not None:
-        keys |= {("fan", f"{f.chip}/{f.label}") for f in sample.host.fans}
-        keys |= {("temperature", f"{t.chip}/{t.label}") for t in sample.host.temperatures}
+        keys |= {("fan", sensor_name(f.chip, f.device, f.label)) for f in sample.host.fans}
+        keys |= {("temperature", sensor_name(t.chip, t.device, t.label)) for t in sample.host.temperatures}
     if any(r.name == "gpu" and r.ok for r in sample.readers):
         keys.add(NVML_SENSOR)
     return keys

@@ -322,6 +322,10 @@ def _sensors_visible(s: Sample, h: HostReading | None) -> float | None:
     return 1 if h is not None and (h.temperatures or h.fans) else 0
 
 
+def _intrusions(s: Sample, h: HostReading | None) -> float | None:
+    return sum(1 for i in h.intrusions if i.alarm) if h is not None and h.intrusions else None
+
+
 def _nvml_up(s: Sample, h: HostReading | None) -> float | None:
     system = s.system
     if system is None or system.gpus_known is None:  # no GPU reader (disabled in the config)
@@ -615,6 +619,9 @@ READINGS: tuple[Reading, ...] = (
       rule=False),
     R("alarm", "fan_control", "r.alarm", "bool", "the chip's alarm for the fan", "rigmon_fan_alarm", rule=False),
     R("volts", "voltage", "r.value", "volts", "an hwmon voltage input", "rigmon_hwmon_voltage_volts", rule=False),
+    R("alarm", "voltage", "r.alarm", "bool", "the chip's alarm for the input (out of the limits it holds)",
+      Family("rigmon_hwmon_voltage_alarm", "gauge", "1 while the chip's alarm for a voltage input is raised (out of "
+                                                    "its limits).", group="host"), rule=False),
     R("watts", "power_input", "r.value", "watts", "an hwmon power input", "rigmon_hwmon_power_watts", rule=False),
     R("amperes", "current_input", "r.value", "amperes", "an hwmon current input", "rigmon_hwmon_current_amperes",
       rule=False),
@@ -638,6 +645,10 @@ READINGS: tuple[Reading, ...] = (
       "rigmon_memory_available_bytes", rule=False),
     R("sensors_visible", "host", _sensors_visible, "bool", "any hwmon temperature or fan sensor is visible",
       "rigmon_host_sensors_visible", influx=False, rule=False),
+    R("intrusion_alarms", "host", _intrusions, "count",
+      "chassis intrusion alarms raised (the case was opened), where a chip watches the case",
+      Family("rigmon_chassis_intrusion_alarms", "gauge", "Chassis intrusion alarms raised (the case was opened), "
+                                                         "where a chip watches the case.", group="host")),
     R("gpus_answering", "host", _answering, "count", "GPUs answering now", "rigmon_gpus", ("answering",)),
     R("gpus_at_start", "host", lambda s, h: len(s.gpu_info), "count", "GPUs found at start", "rigmon_gpus",
       ("at_start",)),

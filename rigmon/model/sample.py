@@ -326,6 +326,7 @@ class Electrical(NamedTuple):
     device: str
     sensor: str  # its label, else in0, power1, curr1…
     value: float
+    alarm: bool | None = None  # the chip's alarm for it (inN_alarm: out of its limits), where it has one
 
 
 class CpuEnergy(NamedTuple):
@@ -352,6 +353,7 @@ class HostReading(NamedTuple):
     powers: tuple[Electrical, ...] = ()
     currents: tuple[Electrical, ...] = ()
     notes: tuple[str, ...] = ()
+    intrusions: tuple[Electrical, ...] = ()  # chassis intrusion alarms (value 1 while raised), where a chip has one
 
 
 class GpuIdentity(NamedTuple):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -169,47 +170,26 @@ class HostReader:
         cpu = self._section("cpu", self._backend.cpu_percent, notes)
         load = self._section("load", self._backend.getloadavg, notes)
         memory = self._section("memory", self._backend.virtual_memory, notes)
-        extra, temp_devices, fan_devices = hwmon.Hwmon(), {}, {}
+        extra, found = hwmon.Hwmon(), None
         if self._sysfs_sensors:
             answer = self._section("hwmon", self._backend.hwmon, notes) or {}
-            parsed = self._section(
-                "hwmon",
-                lambda: (hwmon.parse(answer), hwmon.devices_for(answer, "temp"), hwmon.devices_for(answer, "fan")),
-                notes,
-            )
+            parsed = self._section("hwmon", lambda: (hwmon.parse(answer), _joined(answer, temps, fans)), notes)
             if parsed is not None:
-                extra, temp_devices, fan_devices = parsed
-        fan_readings = tuple(
-            FanReading(
-                chip, _label(entry[0], "fan", i), float(entry[1]), device=_device(fan_devices, chip, i, len(entries))
-            )
-            for chip, entries in fans.items()
-            for i, entry in enumerate(entries)
-        )
+                extra, found = parsed
+        temperatures, fan_readings = found if found is not None else _psutil_only(temps, fans)
         self._turned |= {(f.chip, f.device or "", f.label) for f in fan_readings if f.rpm > 0}
         if extra.fans:  # each fan's header's duty: what it is asked to turn at
             duty = {(c.chip, c.device, c.fan): c.pwm_ratio for c in extra.fans}
             fan_readings = tuple(f._replace(duty=duty.get((f.chip, f.device, f.label))) for f in fan_readings)
-        cpu_temps = tuple(self._with_limit(c) for c in cpu_temperatures(temps))
-        if temps and not cpu_temps:
-            notes.append(f"no CPU temperature sensor among {', '.join(sorted(temps))}")
+        cpu_temps = tuple(self._with_limit(c) for c in cpu_temperatures(temperatures))
+        if temperatures and not cpu_temps:
+            notes.append(f"no CPU temperature sensor among {', '.join(sorted({t.chip for t in temperatures}))}")
         return HostReading(
-            temperatures=tuple(
-                SensorTemperature(
-                    chip,
-                    _label(entry[0], "temp", i),
-                    float(entry[1]),
-                    _opt(entry[2]),
-                    _opt(entry[3]),
-                    _device(temp_devices, chip, i, len(entries)),
-                )
-                for chip, entries in temps.items()
-                for i, entry in enumerate(entries)
-                if entry[1] is not None
-            ),
+            temperatures=temperatures,
             cpu_temperatures=cpu_temps,
             fans=tuple(f._replace(turned=(f.chip, f.device or "", f.label) in self._turned) for f in fan_readings),
             fan_controls=extra.fans,
+            intrusions=extra.intrusions,
             voltages=extra.voltages,
             powers=extra.powers,
             currents=extra.currents,
@@ -308,48 +288,116 @@ def family_limit(cpu: dict[str, Any] | None) -> tuple[float, str] | None:
     return None
 
 
-def cpu_temperatures(temps: dict) -> tuple[CpuTemperature, ...]:
+def cpu_temperatures(temperatures: Iterable[SensorTemperature]) -> tuple[CpuTemperature, ...]:
     """One temperature per CPU socket, saying which sensor it is.
 
-    Intel coretemp: "Package id N" (else the hottest "Core"). AMD k10temp/zenpower: "Tdie",
-    else the hottest "Tccd", else "Tctl" (a control value that may carry an offset). Several
-    sockets show as several groups under one chip name, each starting a new package or Tctl.
-    """
+    Intel coretemp: "Package id N" (older kernels: "Physical id N"), else the hottest "Core".
+    AMD k10temp/zenpower: "Tdie", else the hottest "Tccd", else "Tctl" (a control value that
+    may carry an offset). Each socket is a chip of its own (its device: ``coretemp.1``, a PCI
+    address); where the device is not known (psutil alone), one chip's sensors split into a
+    socket at each package label (or Tctl). The socket's number is its package's, else its
+    device's (``coretemp.1``), else its place."""
+    groups: dict[tuple[str, str | None], list[SensorTemperature]] = {}
+    for t in temperatures:
+        if t.chip in _INTEL_CHIPS or t.chip in _AMD_CHIPS or t.chip in _OTHER_CPU_CHIPS:
+            groups.setdefault((t.chip, t.device), []).append(t)
     out: list[CpuTemperature] = []
-    for chip, entries in temps.items():
+    for (chip, device), entries in groups.items():
         if chip in _INTEL_CHIPS:
-            groups = _split(entries, lambda label: label.startswith("Package id"))
-            prefer = (("Package id",), ("Core",))
+            sockets = _split(entries, lambda label: label.startswith(_PACKAGES))
+            prefer: tuple[tuple[str, ...], ...] = (_PACKAGES, ("Core",))
         elif chip in _AMD_CHIPS:
-            groups = _split(entries, lambda label: label in ("Tctl", ""))
+            sockets = _split(entries, lambda label: label in ("Tctl", ""))
             prefer = (("Tdie",), ("Tccd",), ("Tctl", ""))
-        elif chip in _OTHER_CPU_CHIPS:
-            groups, prefer = [entries], (("",),)
         else:
-            continue
-        for group in groups:
-            chosen = _choose(group, prefer)
+            sockets, prefer = [entries], (("",),)
+        for socket in sockets:
+            chosen = _choose(socket, prefer)
             if chosen is not None:
-                label, current, high, critical = chosen
-                socket = _socket_number(label, len(out))
-                out.append(CpuTemperature(socket, chip, label or "temp1", float(current), _opt(high), _opt(critical)))
+                number = _socket_number(chosen.label, device, len(out))
+                high, critical = chosen.high_celsius, chosen.critical_celsius
+                out.append(CpuTemperature(number, chip, chosen.label, chosen.celsius, high, critical))
     return tuple(out)
 
 
-def _split(entries: list, starts_group) -> list[list]:
-    groups: list[list] = []
+_PACKAGES = ("Package id", "Physical id")  # coretemp's package sensor, as kernels before 3.x label it too
+
+
+def _joined(
+    answer: dict[str, dict[str, Any]], temps: dict, fans: dict
+) -> tuple[tuple[SensorTemperature, ...], tuple[FanReading, ...]] | None:
+    """The walk's temperatures and fans, each named by its attribute (``fan2``: never by its place
+    in psutil's list), with psutil's values where psutil lists the same paths (psutil_bases), and
+    psutil's chips the walk did not see as psutil gives them; None where the walk saw none."""
+    walked_temps, walked_fans = hwmon.sensors(answer)
+    if not walked_temps and not walked_fans:
+        return None
+    by_path = {
+        "temp": _psutil_values(temps, hwmon.psutil_bases(answer, "temp")),
+        "fan": _psutil_values(fans, hwmon.psutil_bases(answer, "fan")),
+    }
+    dirs = {(str(c.get("name", d)), str(c.get("device", d))): d for d, c in answer.items() if isinstance(c, dict)}
+    out_temps = []
+    for t in walked_temps:
+        entry = by_path["temp"].get((dirs.get((t.chip, t.device)), t.attribute))
+        value, high, critical = (
+            (entry[1], _opt(entry[2]), _opt(entry[3])) if entry is not None else (t.value, t.high, t.critical)
+        )
+        out_temps.append(SensorTemperature(t.chip, t.label, float(value), high, critical, t.device))
+    out_fans = []
+    for f in walked_fans:
+        entry = by_path["fan"].get((dirs.get((f.chip, f.device)), f.attribute))
+        out_fans.append(FanReading(f.chip, f.label, float(entry[1] if entry is not None else f.value), device=f.device))
+    walked = {t.chip for t in walked_temps} | {f.chip for f in walked_fans}
+    others_temps, others_fans = _psutil_only(
+        {c: e for c, e in temps.items() if c not in walked}, {c: e for c, e in fans.items() if c not in walked}
+    )
+    return tuple(out_temps) + others_temps, tuple(out_fans) + others_fans
+
+
+def _psutil_values(entries_by_chip: dict, bases: dict[str, list[tuple[str, str]]]) -> dict[tuple[str, str], list]:
+    """psutil's entries by the (directory, attribute) each is of: only for a chip whose entries
+    are as many as the paths psutil lists for it (else none is joined: the walk's stand)."""
+    out: dict[tuple[str, str], list] = {}
+    for chip, entries in entries_by_chip.items():
+        paths = bases.get(chip, [])
+        if len(paths) == len(entries):
+            out.update(zip(paths, entries, strict=True))
+    return out
+
+
+def _psutil_only(temps: dict, fans: dict) -> tuple[tuple[SensorTemperature, ...], tuple[FanReading, ...]]:
+    """psutil's sensors as it gives them, where no walk of sysfs names them (host.sysfs_sensors
+    off, a recording without it): a sensor without a label named by its place."""
+    return (
+        tuple(
+            SensorTemperature(chip, _label(entry[0], "temp", i), float(entry[1]), _opt(entry[2]), _opt(entry[3]))
+            for chip, entries in temps.items()
+            for i, entry in enumerate(entries)
+            if entry[1] is not None
+        ),
+        tuple(
+            FanReading(chip, _label(entry[0], "fan", i), float(entry[1]))
+            for chip, entries in fans.items()
+            for i, entry in enumerate(entries)
+        ),
+    )
+
+
+def _split(entries: list[SensorTemperature], starts_group) -> list[list[SensorTemperature]]:
+    groups: list[list[SensorTemperature]] = []
     for entry in entries:
-        if starts_group(entry[0]) or not groups:
+        if starts_group(entry.label) or not groups:
             groups.append([])
         groups[-1].append(entry)
     return groups
 
 
-def _choose(group: list, prefer: tuple[tuple[str, ...], ...]):
+def _choose(group: list[SensorTemperature], prefer: tuple[tuple[str, ...], ...]) -> SensorTemperature | None:
     for prefixes in prefer:
-        candidates = [e for e in group if e[1] is not None and _matches(e[0], prefixes)]
+        candidates = [e for e in group if _matches(e.label, prefixes)]
         if candidates:
-            return max(candidates, key=lambda e: e[1])
+            return max(candidates, key=lambda e: e.celsius)
     return None
 
 
@@ -357,15 +405,9 @@ def _matches(label: str, prefixes: tuple[str, ...]) -> bool:
     return any(label.startswith(p) if p else label == "" for p in prefixes)
 
 
-def _socket_number(label: str, fallback: int) -> int:
-    match = re.match(r"Package id (\d+)", label)
+def _socket_number(label: str, device: str | None, fallback: int) -> int:
+    match = re.match(r"(?:Package|Physical) id (\d+)", label) or re.fullmatch(r"coretemp\.(\d+)", device or "")
     return int(match.group(1)) if match else fallback
-
-
-def _device(devices: dict[str, list[str]], chip: str, position: int, count: int) -> str | None:
-    """The device of psutil's ``position``-th entry of ``chip``, where the sysfs walk saw as many."""
-    found = devices.get(chip)
-    return found[position] if found is not None and len(found) == count else None
 
 
 def _label(label: str, kind: str, position: int) -> str:

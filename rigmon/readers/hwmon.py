@@ -1,14 +1,19 @@
-"""What psutil leaves out of hwmon: fan PWM duty and mode, fan minimum and alarm flags,
-voltages, power and current inputs, and which device each chip is.
+"""hwmon as the kernel lays it out: each sensor named by its own attribute (``fan2``,
+``temp3``), each chip by its device (``coretemp.1``, ``nvme1``, ``0000:00:18.3``), and what
+psutil leaves out: fan PWM duty and mode, fan minimum and alarm flags, voltages (and their
+alarms), power and current inputs, the chassis intrusion alarm.
 
 psutil groups hwmon chips by name, so two sockets' ``coretemp`` or two ``nvme`` drives fall
-under one key (and their repeated labels collide). This reader walks ``/sys/class/hwmon``
-itself, names each chip by its device path (``coretemp.1``, ``nvme1``, ``0000:00:18.3``), and
-pairs psutil's entries with those devices in psutil's own order. Temperatures and fan speeds
-still come from psutil (the readings it gives); the rest comes from here.
+under one key, gives no attribute (a chip whose only fan is ``fan2`` shows one unnamed fan),
+reads a chip's ``device/`` attributes (applesmc, older it87 and w83627 drivers put them there)
+for temperatures but for fans only where no chip has one of its own, and skips a chip without
+a ``name``. This reader walks ``/sys/class/hwmon`` itself (a ``device/`` attribute where the
+chip has none of that kind of its own; a chip without a name under its directory's), and joins
+psutil's values to its sensors by attribute: psutil's entries are matched with the paths
+psutil itself lists, in its own order (``psutil_bases``), never by position in the walk.
 
 ``raw(root)`` is what a recording stores (file contents as text, as the kernel gave them);
-``parse(raw)`` turns it into readings, so a replay runs the same parsing.
+``parse(raw)`` and ``sensors(raw)`` turn it into readings, so a replay runs the same parsing.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from typing import Any, NamedTuple
 
 from ..model.sample import Electrical, FanControl
 
-_WANTED = re.compile(r"^(name|(temp|fan|pwm|in|power|curr)\d+(_(input|label|min|alarm|enable))?)$")
+_WANTED = re.compile(r"^(name|(temp|fan|pwm|in|power|curr|intrusion)\d+(_(input|label|min|max|crit|alarm|enable))?)$")
 MAX_FILES = 512  # per chip: a driver that exposes thousands of attributes is read in part
+DEVICE = "device/"  # a file read from the chip's device directory is kept under this prefix
 
 
 class Hwmon(NamedTuple):
@@ -29,10 +35,25 @@ class Hwmon(NamedTuple):
     voltages: tuple[Electrical, ...] = ()
     powers: tuple[Electrical, ...] = ()
     currents: tuple[Electrical, ...] = ()
+    intrusions: tuple[Electrical, ...] = ()  # a chassis intrusion alarm: its value 1 while raised
+
+
+class Sensor(NamedTuple):
+    """A temperature or fan as its chip's attribute names it."""
+
+    chip: str  # its chip's name, else its directory's (hwmon5)
+    device: str
+    attribute: str  # temp3, fan2
+    label: str  # its label, else its attribute
+    value: float  # °C or rpm
+    high: float | None = None  # °C: tempN_max
+    critical: float | None = None  # °C: tempN_crit (coretemp's is TjMax)
 
 
 def raw(root: str | Path = "/sys") -> dict[str, dict[str, Any]]:
-    """``{hwmonN: {"name": …, "device": …, "files": {attribute: text}}}`` for every chip."""
+    """``{hwmonN: {"name": …, "device": …, "files": {attribute: text}}}`` for every chip: its own
+    attributes, and its ``device/`` directory's (kept as ``device/<attribute>``) of the kinds it
+    has none of; its name, else its device's, else its directory's."""
     base = Path(root) / "class" / "hwmon"
     out: dict[str, dict[str, Any]] = {}
     try:
@@ -42,17 +63,32 @@ def raw(root: str | Path = "/sys") -> dict[str, dict[str, Any]]:
     for d in dirs:
         files: dict[str, str] = {}
         try:
-            names = sorted(os.listdir(d))
+            _read(d, sorted(os.listdir(d)), "", files)
         except OSError:
             continue
-        for name in names:
-            if _WANTED.match(name) and len(files) < MAX_FILES:
-                try:
-                    files[name] = (d / name).read_text(errors="replace").strip()
-                except OSError:  # an attribute the chip cannot read now (EIO, ENODATA)
-                    continue
-        out[d.name] = {"name": files.pop("name", d.name), "device": _device(d), "files": files}
+        own = {m.group(1) for m in map(_ATTRIBUTE.match, files) if m}
+        try:
+            below = sorted(os.listdir(d / "device"))
+        except OSError:
+            below = []
+        _read(d / "device", [n for n in below if n == "name" or _kind(n) not in own], DEVICE, files)
+        name = files.get("name") or files.get(DEVICE + "name") or d.name
+        out[d.name] = {"name": name, "device": _device(d), "files": files}
     return out
+
+
+def _read(d: Path, names: list[str], prefix: str, files: dict[str, str]) -> None:
+    for name in names:
+        if _WANTED.match(name) and len(files) < MAX_FILES:
+            try:
+                files[prefix + name] = (d / name).read_text(errors="replace").strip()
+            except OSError:  # an attribute the chip cannot read now (EIO, ENODATA), or a directory
+                continue
+
+
+def _kind(name: str) -> str | None:
+    m = _ATTRIBUTE.match(name)
+    return m.group(1) if m else None
 
 
 def _device(d: Path) -> str:
@@ -65,21 +101,26 @@ def _device(d: Path) -> str:
     return os.path.basename(target)
 
 
-_ATTRIBUTE = re.compile(r"^(fan|pwm|in|power|curr|temp)(\d+)(?:_(\w+))?$")
+_ATTRIBUTE = re.compile(r"^(fan|pwm|in|power|curr|temp|intrusion)(\d+)(?:_(\w+))?$")
 
 
 def _by_index(files: dict[str, str]) -> dict[str, dict[int, dict[str, str]]]:
-    """{"fan": {1: {"input": "1150", "min": "300"}, …}, "pwm": {1: {"": "128", "enable": "5"}}, …}"""
-    out: dict[str, dict[int, dict[str, str]]] = {}
+    """{"fan": {1: {"input": "1150", "min": "300"}, …}, "pwm": {1: {"": "128", "enable": "5"}}, …}:
+    each kind from the chip's own attributes, else from its device directory's."""
+    own: dict[str, dict[int, dict[str, str]]] = {}
+    below: dict[str, dict[int, dict[str, str]]] = {}
     for name, text in files.items():
+        where = own
+        if name.startswith(DEVICE):
+            name, where = name[len(DEVICE) :], below
         m = _ATTRIBUTE.match(name)
-        if m:
-            out.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[m.group(3) or ""] = text
-    return out
+        if m and int(m.group(2)) < 1 << 16:
+            where.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[m.group(3) or ""] = text
+    return {**below, **own}
 
 
 def parse(answer: dict[str, dict[str, Any]]) -> Hwmon:
-    fans, voltages, powers, currents = [], [], [], []
+    fans, voltages, powers, currents, intrusions = [], [], [], [], []
     for dir_name, chip in answer.items():
         name, device = str(chip.get("name", dir_name)), str(chip.get("device", dir_name))
         attributes = _by_index(chip.get("files", {}))
@@ -102,8 +143,78 @@ def parse(answer: dict[str, dict[str, Any]]) -> Hwmon:
             for n, a in sorted(attributes.get(prefix, {}).items()):
                 value = _number(a.get("input"))
                 if value is not None:  # mV, µW, mA in sysfs
-                    out.append(Electrical(name, device, a.get("label") or f"{prefix}{n}", value / divisor))
-    return Hwmon(tuple(fans), tuple(voltages), tuple(powers), tuple(currents))
+                    label = a.get("label") or f"{prefix}{n}"
+                    out.append(Electrical(name, device, label, value / divisor, _flag(a.get("alarm"))))
+        for n, a in sorted(attributes.get("intrusion", {}).items()):
+            raised = _flag(a.get("alarm"))
+            if raised is not None:
+                intrusions.append(Electrical(name, device, f"intrusion{n}", 1.0 if raised else 0.0, raised))
+    return Hwmon(tuple(fans), tuple(voltages), tuple(powers), tuple(currents), tuple(intrusions))
+
+
+def sensors(answer: dict[str, dict[str, Any]]) -> tuple[tuple[Sensor, ...], tuple[Sensor, ...]]:
+    """Every temperature (°C) and fan (rpm) the walk found, each named by its attribute."""
+    temps: list[Sensor] = []
+    fans: list[Sensor] = []
+    for dir_name, chip in answer.items():
+        if not isinstance(chip, dict):
+            continue
+        name, device = str(chip.get("name", dir_name)), str(chip.get("device", dir_name))
+        attributes = _by_index(chip.get("files") or {})
+        for n, a in sorted(attributes.get("temp", {}).items()):
+            value = _number(a.get("input"))
+            if value is not None:  # millidegrees
+                high, critical = _number(a.get("max")), _number(a.get("crit"))
+                temps.append(
+                    Sensor(
+                        name,
+                        device,
+                        f"temp{n}",
+                        a.get("label") or f"temp{n}",
+                        value / 1000,
+                        high / 1000 if high is not None else None,
+                        critical / 1000 if critical is not None else None,
+                    )
+                )
+        for n, a in sorted(attributes.get("fan", {}).items()):
+            value = _number(a.get("input"))
+            if value is not None:
+                fans.append(Sensor(name, device, f"fan{n}", a.get("label") or f"fan{n}", value))
+    return tuple(temps), tuple(fans)
+
+
+def psutil_bases(answer: dict[str, dict[str, Any]], kind: str) -> dict[str, list[tuple[str, str]]]:
+    """For each chip name, the sensors psutil lists of ``kind`` ("temp" or "fan"), in its order,
+    as (the walk's directory, attribute): psutil sorts the attribute paths as text, reads a
+    chip's ``device/`` ones for temperatures and, for fans, only where no chip has one of its
+    own, and skips an input it cannot read and a directory without a name."""
+    bases = []
+    own_fans = any(
+        _kind(f) == "fan" for chip in answer.values() if isinstance(chip, dict) for f in chip.get("files") or {}
+    )
+    for dir_name, chip in answer.items():
+        if not isinstance(chip, dict):
+            continue
+        files = chip.get("files") or {}
+        for path, text in files.items():
+            below = path.startswith(DEVICE)
+            attribute = path[len(DEVICE) :] if below else path
+            if not attribute.startswith(kind) or not attribute.endswith("_input") or _number(text) is None:
+                continue
+            if kind == "fan" and below == own_fans:
+                continue
+            # psutil reads the name beside the attribute, and skips it without one (a walk an
+            # earlier rigmon recorded kept the chip's name apart from its files)
+            named = chip.get("name") if chip.get("name") != dir_name else None
+            name = files.get(DEVICE + "name") if below else files.get("name") or named
+            if not name:
+                continue
+            base = attribute.removesuffix("_input")
+            bases.append((f"/sys/class/hwmon/{dir_name}/{DEVICE if below else ''}{base}", name, dir_name, base))
+    out: dict[str, list[tuple[str, str]]] = {}
+    for _, name, dir_name, base in sorted(bases):
+        out.setdefault(str(name), []).append((dir_name, base))
+    return out
 
 
 _DEVICES_CACHE: dict[tuple, dict[str, list[str]]] = {}
