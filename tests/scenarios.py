@@ -115,6 +115,64 @@ def with_xid(recording: Recording, at_second: float, xid: int, gpu: int = 0) -> 
     return rec
 
 
+ZEN4 = {"vendor": "AuthenticAMD", "family": 25, "model": 97}  # a Ryzen 7000 (Raphael), as /proc/cpuinfo says it
+
+
+def zen4(celsius, busy):
+    """A Ryzen 7000 desktop: k10temp's Tctl alone (no critical value), ``busy`` % of the CPUs busy."""
+    return {"sensors_temperatures": {"k10temp": [["Tctl", celsius, None, None]]}, "cpu_percent": busy, "cpuinfo": ZEN4}
+
+
+def intel(celsius, busy, critical=100.0):
+    """An Intel CPU (an i9-14900K): coretemp's package at ``celsius``, its TjMax ``critical``."""
+    return {
+        "sensors_temperatures": {
+            "coretemp": [["Package id 0", celsius, 80.0, critical], ["Core 0", celsius - 2, 80.0, critical]]
+        },
+        "cpu_percent": busy,
+        "cpuinfo": {"vendor": "GenuineIntel", "family": 6, "model": 183},
+    }
+
+
+def fan_at_duty(duty: float):
+    """nct6798's fan2 turning at 1150 rpm for 60 s, then 0 rpm, its header (pwm2) at ``duty``
+    after that, as hwmon says it beside psutil's speeds."""
+
+    def modify(t, tick):
+        rpm = 1150 if t < 60 else 0
+        pwm = 128 if t < 60 else round(duty * 255)
+        tick["host"] = {
+            "sensors_fans": {"nct6798": [["", 1150], ["", rpm]]},
+            "hwmon": {
+                "hwmon3": {
+                    "name": "nct6798",
+                    "device": "nct6775.656",
+                    "files": {"fan1_input": "1150", "fan2_input": str(rpm), "pwm1": "128", "pwm2": str(pwm)},
+                }
+            },
+        }
+
+    return modify
+
+
+def held_on_an_idle_gpu(pid: int, memory: int, command: str):
+    """An idle GPU (0 % busy) on which process ``pid``, running ``command``, holds ``memory``."""
+
+    def modify(t, tick):
+        set_gpu(
+            tick,
+            nvmlDeviceGetUtilizationRates={"gpu": 0, "memory": 0},
+            nvmlDeviceGetComputeRunningProcesses=[{"pid": pid, "usedGpuMemory": memory}],
+        )
+        tick["host"] = {
+            "processes": {
+                str(pid): {"user": "erin", "uid": 1004, "cmdline": command, "cgroup": "", "ppid": 1, "pgid": pid}
+            }
+        }
+
+    return modify
+
+
 K10TEMP_TCTL_ONLY = {"k10temp": [["Tctl", 71.25, None, None]], "nvme": [["Composite", 38.85, 84.85, 84.85]]}
 CORETEMP_TWO_PACKAGES = {
     "coretemp": [

@@ -26,48 +26,8 @@ def cpu(celsius, busy, critical=100.0):
     }
 
 
-ZEN4 = {"vendor": "AuthenticAMD", "family": 25, "model": 97}  # a Ryzen 7000 (Raphael), as /proc/cpuinfo says it
-
-
-def zen4(celsius, busy):
-    """A Ryzen 7000 desktop: k10temp's Tctl alone (no critical value), ``busy`` % of the CPUs busy."""
-    return {"sensors_temperatures": {"k10temp": [["Tctl", celsius, None, None]]}, "cpu_percent": busy, "cpuinfo": ZEN4}
-
-
-def intel(celsius, busy, critical=100.0):
-    """An Intel CPU (an i9-14900K): coretemp's package at ``celsius``, its TjMax ``critical``."""
-    return {
-        "sensors_temperatures": {
-            "coretemp": [["Package id 0", celsius, 80.0, critical], ["Core 0", celsius - 2, 80.0, critical]]
-        },
-        "cpu_percent": busy,
-        "cpuinfo": {"vendor": "GenuineIntel", "family": 6, "model": 183},
-    }
-
-
 def fan_stops(t, tick):
     tick["host"] = fans(1150 if t < 60 else 0)
-
-
-def fan_at_duty(duty: float):
-    """nct6798's fan2 turning at 1150 rpm for 60 s, then 0 rpm, its header (pwm2) at ``duty``
-    after that, as hwmon says it beside psutil's speeds."""
-
-    def modify(t, tick):
-        rpm = 1150 if t < 60 else 0
-        pwm = 128 if t < 60 else round(duty * 255)
-        tick["host"] = {
-            "sensors_fans": {"nct6798": [["", 1150], ["", rpm]]},
-            "hwmon": {
-                "hwmon3": {
-                    "name": "nct6798",
-                    "device": "nct6775.656",
-                    "files": {"fan1_input": "1150", "fan2_input": str(rpm), "pwm1": "128", "pwm2": str(pwm)},
-                }
-            },
-        }
-
-    return modify
 
 
 def intrusion(raised: bool) -> dict:
@@ -180,14 +140,14 @@ SCENARIOS = {
     "CoolingDegraded": (lambda: timeline(900, 15, host=cpu(75, 5)), lambda: timeline(900, 15, host=cpu(75, 90)), {}),
     # a dead cooler: past the 100 °C TjMax throttling holds / an i9 at its TjMax under an all-core load
     "CpuTemperatureCritical": (
-        lambda: timeline(60, 5, host=intel(115, 100)),
-        lambda: timeline(60, 5, host=intel(100, 100)),
+        lambda: timeline(60, 5, host=sc.intel(115, 100)),
+        lambda: timeline(60, 5, host=sc.intel(100, 100)),
         {},
     ),
     # a Ryzen 7000 at its designed 95 °C under load throttles / the same at 85 °C
     "CpuAtLimit": (
-        lambda: timeline(420, 15, host=zen4(95, 100)),
-        lambda: timeline(420, 15, host=zen4(85, 100)),
+        lambda: timeline(420, 15, host=sc.zen4(95, 100)),
+        lambda: timeline(420, 15, host=sc.zen4(85, 100)),
         {},
     ),
     # the software flag counts where it holds the clock below the applications (base) clock
@@ -332,7 +292,7 @@ def test_rule_stays_quiet_on_its_negative_scenario(rule, tmp_path):
 RECOVERY_REPEAT = {"GpuXid": 12, "GpuEccUncorrectable": 32, "PcieReplaysRising": 4, "GpuJobStalled": 2}
 RECOVERIES = {
     "CoolingDegraded": lambda: timeline(900, 15, host=cpu(60, 5)),
-    "CpuTemperatureCritical": lambda: timeline(60, 5, host=intel(70, 100)),
+    "CpuTemperatureCritical": lambda: timeline(60, 5, host=sc.intel(70, 100)),
     # the lost GPU answers again (a reset): rigmon asks a lost GPU again every 30 s
     "GpuLost": lambda: sc.h200().widened(2),
     "GpuCountDropped": lambda: sc.h200().widened(2),
@@ -363,41 +323,25 @@ def test_rule_fires_then_resolves_when_the_fault_is_gone(rule, tmp_path):
     assert transitions[-1].status == "resolved" and not transitions[-1].reason, [t.line() for t in transitions]
 
 
-def held_on_an_idle_gpu(pid: int, memory: int, command: str):
-    """An idle GPU (0 % busy) on which process ``pid``, running ``command``, holds ``memory``."""
-
-    def modify(t, tick):
-        set_gpu(
-            tick,
-            nvmlDeviceGetUtilizationRates={"gpu": 0, "memory": 0},
-            nvmlDeviceGetComputeRunningProcesses=[{"pid": pid, "usedGpuMemory": memory}],
-        )
-        tick["host"] = {
-            "processes": {
-                str(pid): {"user": "erin", "uid": 1004, "cmdline": command, "cgroup": "", "ppid": 1, "pgid": pid}
-            }
-        }
-
-    return modify
-
-
 @pytest.mark.parametrize("command", ["/usr/lib/xorg/Xorg vt1 -displayfd 3", "/usr/bin/gnome-shell", "my-own-wm"])
 def test_a_desktops_compositor_on_an_idle_gpu_is_no_stalled_job(command, tmp_path):
     """An hour of an idle GPU that also drives the screen, its display server or compositor
     holding 25 MiB (a known one, or one rigmon does not know, under the job floor): no page."""
-    rec = timeline(3600, 60, modify=held_on_an_idle_gpu(2345, 25 << 20, command))
+    rec = timeline(3600, 60, modify=sc.held_on_an_idle_gpu(2345, 25 << 20, command))
     assert [t.line() for t in run(rec, tmp_path, {}) if t.alertname == "GpuJobStalled"] == []
 
 
 def test_a_training_process_holding_gib_on_an_idle_gpu_is_a_stalled_job(tmp_path):
     """The same hour with a training process holding 20 GiB: GpuJobStalled, its memory in GiB."""
-    rec = timeline(3600, 60, modify=held_on_an_idle_gpu(4242, 20 << 30, "python train.py --ddp"))
+    rec = timeline(3600, 60, modify=sc.held_on_an_idle_gpu(4242, 20 << 30, "python train.py --ddp"))
     told = [t for t in run(rec, tmp_path, {}) if t.alertname == "GpuJobStalled"]
     assert [t.status for t in told] == ["firing"], [t.line() for t in told]
     assert told[0].summary == "GPU 0 (NVIDIA H200): 1 process(es) hold 20.0 GiB but the GPU is idle"
 
 
-@pytest.mark.parametrize("host", [zen4(95, 100), intel(100, 100)], ids=["ryzen-7000-at-95", "i9-at-its-100-tjmax"])
+@pytest.mark.parametrize(
+    "host", [sc.zen4(95, 100), sc.intel(100, 100)], ids=["ryzen-7000-at-95", "i9-at-its-100-tjmax"]
+)
 def test_a_cpu_at_its_designed_limit_under_load_pages_nothing_critical(host, tmp_path):
     """AMD's Ryzen 7000 desktops run at 95 °C under an all-core load by design, Intel's 13th/14th
     gen i9 at their 100 °C TjMax: a warning that they throttle, nothing critical."""
@@ -413,7 +357,7 @@ def test_a_cpu_past_its_limit_with_its_fan_stopped_is_critical(tmp_path):
     the dead fan is its own page (one each, nothing for the heat that follows from them)."""
 
     def modify(t, tick):
-        tick["host"] = {**intel(115 if t >= 60 else 70, 100), **fans(0 if t >= 60 else 1150)}
+        tick["host"] = {**sc.intel(115 if t >= 60 else 70, 100), **fans(0 if t >= 60 else 1150)}
 
     told = [t for t in run(timeline(180, 5, modify=modify), tmp_path, {}) if t.severity == "critical"]
     assert sorted((t.alertname, t.status) for t in told) == [
@@ -427,9 +371,11 @@ def test_a_cpu_past_its_limit_with_its_fan_stopped_is_critical(tmp_path):
 def test_a_fan_its_curve_stops_is_no_stalled_fan(tmp_path):
     """A fan that turned and stops while its header's duty is 0 (a fan-stop curve, as many boards
     do when cool) raises nothing; the same stop while the header asks 60 % is FanStalled."""
-    stopped = [t for t in run(timeline(180, 5, modify=fan_at_duty(0.0)), tmp_path, {}) if t.severity != "info"]
+    stopped = [t for t in run(timeline(180, 5, modify=sc.fan_at_duty(0.0)), tmp_path, {}) if t.severity != "info"]
     assert stopped == [], [t.line() for t in stopped]
-    stalled = [t for t in run(timeline(180, 5, modify=fan_at_duty(0.6)), tmp_path, {}) if t.alertname == "FanStalled"]
+    stalled = [
+        t for t in run(timeline(180, 5, modify=sc.fan_at_duty(0.6)), tmp_path, {}) if t.alertname == "FanStalled"
+    ]
     assert [(t.status, t.labels["fan"]) for t in stalled] == [("firing", "fan2")], [t.line() for t in stalled]
 
 

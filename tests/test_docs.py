@@ -1,5 +1,6 @@
 """README, the docs and the shipped example config stay true."""
 
+import os
 import re
 import subprocess
 import sys
@@ -135,3 +136,16 @@ def test_readme_is_short_and_every_link_lands():
                 headings = re.findall(r"^#+ (.*)$", linked.read_text(), re.M)
                 slugs = {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
                 assert anchor in slugs, f"{path.name} links to {target}: no such heading in {linked.name}"
+
+
+def test_the_docs_recordings_are_the_scenarios():
+    """docs/recordings/ holds what tests/doc_recordings.py makes of the scenarios, no more or less:
+    what docs/alerts.md shows a user can run is what the tests check."""
+    import doc_recordings
+
+    made = {f"{name}.rec.jsonl": doc_recordings.sparse(build()) for name, build in doc_recordings.RECORDINGS.items()}
+    if os.environ.get("RIGMON_UPDATE_DOCS"):
+        for name, text in made.items():
+            (doc_recordings.ROOT / name).write_text(text)
+    shipped = {p.name: p.read_text() for p in doc_recordings.ROOT.glob("*.rec.jsonl")}
+    assert shipped == made, "docs/recordings: RIGMON_UPDATE_DOCS=1 tests/run -k docs_recordings"

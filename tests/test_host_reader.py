@@ -1,6 +1,7 @@
 """The host reader on recorded psutil answers, on a fake RAPL sysfs, and real psutil on a
 fake hwmon tree."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -278,3 +279,160 @@ def test_a_psu_that_reports_its_power_feeds_its_budget():
             assert fired and "psu-a: 412 W of a 450 W budget" in fired[0].summary, sensor
         else:  # the input is not there: the GPU's own draw (692 W of 450) stands in
             assert not fired and any(t.alertname == "PowerBudgetExceeded" for t in replay_rules(rec, config))
+
+
+def odd_layouts(tmp_path):
+    """A /sys/class/hwmon as real boards lay it out, with each device a directory of its own
+    behind the chip's ``device`` link: a Nuvoton whose only fan is fan2 (on pwm2, with its
+    minimum and alarm); an applesmc whose attributes are all under its device/; two coretemp
+    sockets as older kernels label them (Physical id N); a chip with no name file."""
+    hwmon, devices = tmp_path / "class" / "hwmon", tmp_path / "devices"
+    _chip(
+        hwmon,
+        0,
+        "nct6798",
+        devices / "platform" / "nct6775.656",
+        {"fan2_input": 1098, "fan2_min": 300, "fan2_alarm": 0, "pwm2": 153, "pwm2_enable": 5, "in0_input": 1056},
+    )
+    smc = hwmon / "hwmon1"
+    smc.mkdir(parents=True)
+    below = devices / "platform" / "applesmc.768"
+    below.mkdir(parents=True)
+    (smc / "device").symlink_to(below)
+    for file, text in {
+        "name": "applesmc",
+        "fan1_input": 1998,
+        "fan1_label": "Exhaust",
+        "temp1_input": 45000,
+        "temp1_label": "TC0P",
+    }.items():
+        (below / file).write_text(f"{text}\n")
+    for n in (0, 1):
+        _chip(
+            hwmon,
+            2 + n,
+            "coretemp",
+            devices / "platform" / f"coretemp.{n}",
+            {
+                "temp1_input": 60000 + 4000 * n,
+                "temp1_label": f"Physical id {n}",
+                "temp1_crit": 100000,
+                "temp2_input": 58000 + 4000 * n,
+                "temp2_label": "Core 0",
+                "temp2_crit": 100000,
+            },
+        )
+    nameless = hwmon / "hwmon4"
+    nameless.mkdir()
+    (devices / "virtual" / "thermal0").mkdir(parents=True)
+    (nameless / "device").symlink_to(devices / "virtual" / "thermal0")
+    (nameless / "temp1_input").write_text("47000\n")
+    return tmp_path / "class"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
+def test_each_sensor_is_named_as_sysfs_names_it(tmp_path):
+    """The real psutil and rigmon over odd_layouts, through status --json: fan2 is fan2 (psutil
+    lists it as the chip's one unnamed fan), with its own PWM and minimum; applesmc's fan (which
+    psutil never lists: another chip has fans of its own) and temperature are found under its
+    device/; each socket is its own CPU; the nameless chip keeps its temperature under its
+    directory's name."""
+    script = textwrap.dedent("""
+        import subprocess, sys
+        subprocess.run(["mount", "--bind", sys.argv[1], "/sys/class"], check=True)
+        sys.exit(subprocess.run([sys.executable, "-m", "rigmon", "status", "--json"]).returncode)
+    """)
+    import json
+
+    done = subprocess.run(
+        ["unshare", "-m", sys.executable, "-c", script, str(odd_layouts(tmp_path))], capture_output=True, text=True
+    )
+    if done.returncode != 0 and "mount" in done.stderr:
+        pytest.skip(f"cannot bind-mount here: {done.stderr.strip()[-200:]}")
+    assert done.returncode == 0, done.stderr
+    host = json.loads(done.stdout)["host"]
+    fans = {(f["chip"], f["label"]): f for f in host["fans"]}
+    assert set(fans) == {("nct6798", "fan2"), ("applesmc", "Exhaust")}, host["fans"]
+    assert fans[("nct6798", "fan2")]["rpm"] == 1098 and fans[("nct6798", "fan2")]["duty"] == pytest.approx(0.6)
+    assert fans[("applesmc", "Exhaust")]["rpm"] == 1998 and fans[("applesmc", "Exhaust")]["device"] == "applesmc.768"
+    controls = {(c["chip"], c["fan"]): c for c in host["fan_controls"]}
+    assert (controls[("nct6798", "fan2")]["min_rpm"], controls[("nct6798", "fan2")]["alarm"]) == (300.0, False)
+    cpus = {(c["socket"], c["sensor"], c["celsius"], c["limit_celsius"]) for c in host["cpu_temperatures"]}
+    assert cpus == {(0, "Physical id 0", 60.0, 100.0), (1, "Physical id 1", 64.0, 100.0)}
+    temps = {(t["chip"], t["device"], t["label"]): t["celsius"] for t in host["temperatures"]}
+    assert temps[("applesmc", "applesmc.768", "TC0P")] == 45.0
+    assert temps[("hwmon4", "thermal0", "temp1")] == 47.0
+    assert temps[("coretemp", "coretemp.0", "Core 0")] == 58.0 and temps[("coretemp", "coretemp.1", "Core 0")] == 62.0
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
+def test_a_socket_that_vanishes_mid_run_is_a_missing_sensor(tmp_path):
+    """The daemon over odd_layouts (in a mount namespace of its own): /metrics and the page's
+    state name each sensor as sysfs does; socket 1's coretemp goes (its driver unloaded, the
+    socket gone): SensorMissing for its sensors, by their device; socket 0's stay."""
+    from servers import Rigmon, http_get, wait_for
+
+    fake = odd_layouts(tmp_path)
+    config = tmp_path / "rigmon.toml"
+    config.write_text(
+        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\ninterval = 0.5\n[gpu]\nenabled = false\n'
+        '[alerts.builtin.SensorMissing]\nfor = "1s"\n'
+    )
+    daemon = Rigmon.__new__(Rigmon)  # the daemon, started inside a namespace with the fake tree over /sys/class
+    from servers import free_port
+
+    daemon.port, daemon.config = free_port(), config
+    daemon.log = open(tmp_path / "rigmon.log", "w+")
+    script = (
+        "import os, subprocess, sys\n"
+        "subprocess.run(['mount', '--bind', sys.argv[1], '/sys/class'], check=True)\n"
+        "os.execv(sys.executable, [sys.executable, '-m', 'rigmon', *sys.argv[2:]])\n"
+    )
+    daemon.proc = subprocess.Popen(
+        [
+            "unshare",
+            "-m",
+            sys.executable,
+            "-c",
+            script,
+            str(fake),
+            "run",
+            "--config",
+            str(config),
+            "--listen",
+            "127.0.0.1",
+            "--port",
+            str(daemon.port),
+        ],
+        stdout=daemon.log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        daemon.wait_ready()
+        daemon.wait_polls(3)
+        body = http_get(daemon.url)[1].decode()
+        assert 'rigmon_fan_speed_rpm{chip="nct6798",device="nct6775.656",fan="fan2"} 1098.0' in body
+        assert 'rigmon_fan_speed_rpm{chip="applesmc",device="applesmc.768",fan="Exhaust"} 1998.0' in body
+        assert 'rigmon_sensor_temperature_celsius{chip="hwmon4",device="thermal0",sensor="temp1"} 47.0' in body
+        state = json.loads(http_get(daemon.url.replace("/metrics", "/api/state"))[1])
+        assert {(c["socket"], c["sensor"]) for c in state["sensors"]["cpu_temperatures"]} == {
+            (0, "coretemp/Physical id 0"),
+            (1, "coretemp/Physical id 1"),
+        }
+        assert {f["name"] for f in state["sensors"]["fans"]} == {"nct6798/fan2", "applesmc/Exhaust"}
+        import shutil as sh
+
+        sh.rmtree(fake / "hwmon" / "hwmon3")  # socket 1's coretemp
+
+        def missing():
+            text = http_get(daemon.url)[1].decode()
+            return sorted(
+                line.split('sensor="')[1].split('"')[0]
+                for line in text.splitlines()
+                if line.startswith("rigmon_alert_active{") and 'alertname="SensorMissing"' in line
+            )
+
+        wait_for(lambda: missing(), 20, what="SensorMissing")
+        assert missing() == ["coretemp/coretemp.1/Core 0", "coretemp/coretemp.1/Physical id 1"]
+    finally:
+        assert daemon.stop() == 0

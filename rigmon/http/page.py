@@ -241,7 +241,10 @@ class Page:
                         }
                         for t in host.cpu_temperatures
                     ],
-                    "fans": [{"name": f"{f.chip}/{f.label}", "rpm": f.rpm, "turned": f.turned} for f in host.fans],
+                    "fans": [
+                        {"name": f"{f.chip}/{f.label}", "rpm": f.rpm, "turned": f.turned, "duty": f.duty}
+                        for f in host.fans
+                    ],
                     "load1": host.load1,
                     "cpu_utilization_ratio": host.cpu_utilization_ratio,
                     "cpu_count": host.cpu_count,
