@@ -38,6 +38,18 @@ RECORDINGS = {
 }
 
 
+def made() -> dict[str, str]:
+    """Each recording's file name and text, made from the bundled H200 recording (the tests'
+    scenarios take ../shared's where it is beside the checkout: the files must not depend on it)."""
+    from rigmon.model.recording import demo_path
+
+    kept, sc.H200 = sc.H200, demo_path()
+    try:
+        return {f"{name}.rec.jsonl": sparse(build()) for name, build in RECORDINGS.items()}
+    finally:
+        sc.H200 = kept
+
+
 def sparse(recording: Recording) -> str:
     """The recording as JSON Lines, each tick with only what changed since the one before."""
     lines = [json.dumps(recording.header, separators=(",", ":"), sort_keys=True)]
