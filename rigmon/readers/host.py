@@ -327,43 +327,41 @@ def _joined(
     answer: dict[str, dict[str, Any]], temps: dict, fans: dict
 ) -> tuple[tuple[SensorTemperature, ...], tuple[FanReading, ...]] | None:
     """The walk's temperatures and fans, each named by its attribute (``fan2``: never by its place
-    in psutil's list), with psutil's values where psutil lists the same paths (psutil_bases), and
-    psutil's chips the walk did not see as psutil gives them; None where the walk saw none."""
-    walked_temps, walked_fans = hwmon.sensors(answer)
-    if not walked_temps and not walked_fans:
+    in psutil's list), with psutil's values where psutil lists the same paths as many as the walk
+    saw (hwmon.psutil_bases), else the walk's own; psutil's chips the walk did not see as psutil
+    gives them. None where the walk saw none."""
+    planned, counts = hwmon.plan(answer)
+    if not planned:
         return None
-    by_path = {
-        "temp": _psutil_values(temps, hwmon.psutil_bases(answer, "temp")),
-        "fan": _psutil_values(fans, hwmon.psutil_bases(answer, "fan")),
-    }
-    dirs = {(str(c.get("name", d)), str(c.get("device", d))): d for d, c in answer.items() if isinstance(c, dict)}
-    out_temps = []
-    for t in walked_temps:
-        entry = by_path["temp"].get((dirs.get((t.chip, t.device)), t.attribute))
-        value, high, critical = (
-            (entry[1], _opt(entry[2]), _opt(entry[3])) if entry is not None else (t.value, t.high, t.critical)
-        )
-        out_temps.append(SensorTemperature(t.chip, t.label, float(value), high, critical, t.device))
-    out_fans = []
-    for f in walked_fans:
-        entry = by_path["fan"].get((dirs.get((f.chip, f.device)), f.attribute))
-        out_fans.append(FanReading(f.chip, f.label, float(entry[1] if entry is not None else f.value), device=f.device))
-    walked = {t.chip for t in walked_temps} | {f.chip for f in walked_fans}
+    given = {"temp": temps, "fan": fans}
+    out_temps, out_fans = [], []
+    for p in planned:
+        files = answer[p.dir].get("files") or {}
+        entries = given[p.kind].get(p.psutil[0]) if p.psutil is not None else None
+        entry = entries[p.psutil[1]] if entries and len(entries) == counts.get((p.kind, p.psutil[0])) else None
+        label = files.get(p.files[1]) if p.files[1] else None
+        label = label or p.attribute
+        if p.kind == "fan":
+            rpm = entry[1] if entry is not None else hwmon._number(files.get(p.files[0]) if p.files[0] else None)
+            if rpm is not None:
+                out_fans.append(FanReading(p.chip, label, float(rpm), device=p.device))
+            continue
+        if entry is not None:
+            celsius, high, critical = entry[1], _opt(entry[2]), _opt(entry[3])
+        else:
+            celsius, high, critical = (_milli(files.get(key) if key else None) for key in p.files[0:1] + p.files[2:])
+        if celsius is not None:
+            out_temps.append(SensorTemperature(p.chip, label, float(celsius), high, critical, p.device))
+    walked = {p.chip for p in planned}
     others_temps, others_fans = _psutil_only(
         {c: e for c, e in temps.items() if c not in walked}, {c: e for c, e in fans.items() if c not in walked}
     )
     return tuple(out_temps) + others_temps, tuple(out_fans) + others_fans
 
 
-def _psutil_values(entries_by_chip: dict, bases: dict[str, list[tuple[str, str]]]) -> dict[tuple[str, str], list]:
-    """psutil's entries by the (directory, attribute) each is of: only for a chip whose entries
-    are as many as the paths psutil lists for it (else none is joined: the walk's stand)."""
-    out: dict[tuple[str, str], list] = {}
-    for chip, entries in entries_by_chip.items():
-        paths = bases.get(chip, [])
-        if len(paths) == len(entries):
-            out.update(zip(paths, entries, strict=True))
-    return out
+def _milli(text: str | None) -> float | None:
+    value = hwmon._number(text)
+    return value / 1000 if value is not None else None
 
 
 def _psutil_only(temps: dict, fans: dict) -> tuple[tuple[SensorTemperature, ...], tuple[FanReading, ...]]:

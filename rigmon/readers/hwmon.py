@@ -13,7 +13,7 @@ psutil's values to its sensors by attribute: psutil's entries are matched with t
 psutil itself lists, in its own order (``psutil_bases``), never by position in the walk.
 
 ``raw(root)`` is what a recording stores (file contents as text, as the kernel gave them);
-``parse(raw)`` and ``sensors(raw)`` turn it into readings, so a replay runs the same parsing.
+``parse(raw)`` and ``plan(raw)`` turn it into readings, so a replay runs the same parsing.
 """
 
 from __future__ import annotations
@@ -36,18 +36,6 @@ class Hwmon(NamedTuple):
     powers: tuple[Electrical, ...] = ()
     currents: tuple[Electrical, ...] = ()
     intrusions: tuple[Electrical, ...] = ()  # a chassis intrusion alarm: its value 1 while raised
-
-
-class Sensor(NamedTuple):
-    """A temperature or fan as its chip's attribute names it."""
-
-    chip: str  # its chip's name, else its directory's (hwmon5)
-    device: str
-    attribute: str  # temp3, fan2
-    label: str  # its label, else its attribute
-    value: float  # °C or rpm
-    high: float | None = None  # °C: tempN_max
-    critical: float | None = None  # °C: tempN_crit (coretemp's is TjMax)
 
 
 def raw(root: str | Path = "/sys") -> dict[str, dict[str, Any]]:
@@ -152,35 +140,69 @@ def parse(answer: dict[str, dict[str, Any]]) -> Hwmon:
     return Hwmon(tuple(fans), tuple(voltages), tuple(powers), tuple(currents), tuple(intrusions))
 
 
-def sensors(answer: dict[str, dict[str, Any]]) -> tuple[tuple[Sensor, ...], tuple[Sensor, ...]]:
-    """Every temperature (°C) and fan (rpm) the walk found, each named by its attribute."""
-    temps: list[Sensor] = []
-    fans: list[Sensor] = []
+class Planned(NamedTuple):
+    """A temperature or fan of the walk: where its files are, and where psutil lists it."""
+
+    kind: str  # "temp" or "fan"
+    chip: str  # its chip's name, else its directory's (hwmon5)
+    device: str
+    dir: str  # the walk's directory (hwmon3)
+    attribute: str  # temp3, fan2
+    files: tuple[str | None, str | None, str | None, str | None]  # its input's, label's, max's and crit's keys
+    psutil: tuple[str, int] | None  # its chip's name and its place in psutil's list of it (psutil_bases)
+
+
+_PLANS: dict[tuple, tuple[tuple[Planned, ...], dict[tuple[str, str], int]]] = {}
+
+
+def plan(answer: dict[str, dict[str, Any]]) -> tuple[tuple[Planned, ...], dict[tuple[str, str], int]]:
+    """Every temperature and fan the walk found (from a chip's own attributes of a kind, else its
+    device directory's), each with where psutil lists it, and how many psutil lists of each
+    (kind, chip name). The same layout gives the same plan: worked out once, the values read
+    from it at each poll."""
+    key = tuple(
+        (d, c.get("name"), c.get("device"), tuple(c.get("files") or ()))
+        for d, c in answer.items()
+        if isinstance(c, dict)
+    )
+    found = _PLANS.get(key)
+    if found is None:
+        found = _plan(answer)
+        if len(_PLANS) >= 16:
+            _PLANS.clear()
+        _PLANS[key] = found
+    return found
+
+
+def _plan(answer: dict[str, dict[str, Any]]) -> tuple[tuple[Planned, ...], dict[tuple[str, str], int]]:
+    places: dict[tuple[str, str, str], tuple[str, int]] = {}
+    counts: dict[tuple[str, str], int] = {}
+    for kind in ("temp", "fan"):
+        for name, bases in psutil_bases(answer, kind).items():
+            counts[(kind, name)] = len(bases)
+            places.update(((kind, d, base), (name, n)) for n, (d, base) in enumerate(bases))
+    out = []
     for dir_name, chip in answer.items():
         if not isinstance(chip, dict):
             continue
         name, device = str(chip.get("name", dir_name)), str(chip.get("device", dir_name))
-        attributes = _by_index(chip.get("files") or {})
-        for n, a in sorted(attributes.get("temp", {}).items()):
-            value = _number(a.get("input"))
-            if value is not None:  # millidegrees
-                high, critical = _number(a.get("max")), _number(a.get("crit"))
-                temps.append(
-                    Sensor(
-                        name,
-                        device,
-                        f"temp{n}",
-                        a.get("label") or f"temp{n}",
-                        value / 1000,
-                        high / 1000 if high is not None else None,
-                        critical / 1000 if critical is not None else None,
-                    )
+        own: dict[tuple[str, int], dict[str, str]] = {}
+        below: dict[tuple[str, int], dict[str, str]] = {}
+        for path in chip.get("files") or ():
+            where, attribute = (below, path[len(DEVICE) :]) if path.startswith(DEVICE) else (own, path)
+            m = _ATTRIBUTE.match(attribute)
+            if m and m.group(1) in ("temp", "fan") and int(m.group(2)) < 1 << 16:
+                where.setdefault((m.group(1), int(m.group(2))), {})[m.group(3) or ""] = path
+        own_kinds = {kind for kind, _ in own}
+        merged = {k: v for k, v in below.items() if k[0] not in own_kinds} | own
+        for (kind, n), keys in sorted(merged.items()):
+            if "input" in keys:
+                attribute = f"{kind}{n}"
+                files = (keys.get("input"), keys.get("label"), keys.get("max"), keys.get("crit"))
+                out.append(
+                    Planned(kind, name, device, dir_name, attribute, files, places.get((kind, dir_name, attribute)))
                 )
-        for n, a in sorted(attributes.get("fan", {}).items()):
-            value = _number(a.get("input"))
-            if value is not None:
-                fans.append(Sensor(name, device, f"fan{n}", a.get("label") or f"fan{n}", value))
-    return tuple(temps), tuple(fans)
+    return tuple(out), counts
 
 
 def psutil_bases(answer: dict[str, dict[str, Any]], kind: str) -> dict[str, list[tuple[str, str]]]:
@@ -215,44 +237,6 @@ def psutil_bases(answer: dict[str, dict[str, Any]], kind: str) -> dict[str, list
     for _, name, dir_name, base in sorted(bases):
         out.setdefault(str(name), []).append((dir_name, base))
     return out
-
-
-_DEVICES_CACHE: dict[tuple, dict[str, list[str]]] = {}
-
-
-def devices_for(answer: dict[str, dict[str, Any]], kind: str) -> dict[str, list[str]]:
-    """For each chip name, the device of each of psutil's entries of ``kind`` ("temp" or
-    "fan"), in psutil's order: it sorts the attribute paths as text and skips what it cannot
-    read, so the same walk pairs each entry with its chip. The same layout gives the same
-    answer: worked out once."""
-    inputs = tuple(
-        (
-            dir_name,
-            str(chip.get("name")),
-            str(chip.get("device")),
-            tuple(
-                a
-                for a, text in chip.get("files", {}).items()
-                if a.startswith(kind) and a.endswith("_input") and _number(text) is not None
-            ),
-        )
-        for dir_name, chip in answer.items()
-    )
-    key = (kind, inputs)
-    found = _DEVICES_CACHE.get(key)
-    if found is None:
-        paths = sorted(
-            (f"/sys/class/hwmon/{dir_name}/{a.removesuffix('_input')}", name, device)
-            for dir_name, name, device, attributes in inputs
-            for a in attributes
-        )
-        found = {}
-        for _, name, device in paths:
-            found.setdefault(name, []).append(device)
-        if len(_DEVICES_CACHE) > 64:
-            _DEVICES_CACHE.clear()
-        _DEVICES_CACHE[key] = found
-    return found
 
 
 def _number(text: str | None) -> float | None:
