@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import re
 from collections import deque
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any
 
 from ..model.sample import COOLING_FIELDS, Cooling, Drift, GpuReading, Sample, cooling_values, fan_key, mean_of
 from ..model.text import printable
+from ..system import statefile
 
 log = logging.getLogger(__name__)
 
@@ -596,20 +596,15 @@ MAX_FILE_BYTES = 8 << 20
 
 def write_file(path: Path, data: dict[str, Any]) -> None:
     """Atomically, the owner's alone."""
-    tmp = path.with_name(path.name + ".tmp")
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f, separators=(",", ":"))
-    os.replace(tmp, path)
+    statefile.write_atomic(path, json.dumps(data, separators=(",", ":")).encode())
 
 
 def read_file(path: Path) -> dict[str, Any] | None:
     """The kept baselines as plain data, checked for shape (each track is checked as it is
     taken); None, said once, where the file is missing or not ours."""
     try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read(MAX_FILE_BYTES + 1))
+        data = statefile.read_json(path, MAX_FILE_BYTES)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:

@@ -35,7 +35,7 @@ from ..model.readings import PAGE
 from ..model.sample import mean_of
 from ..model.text import printable
 from ..model.validity import UNIT_RANGES, reading_range
-from ..system import heap
+from ..system import heap, statefile
 
 if TYPE_CHECKING:
     from ..model.validity import Invalid
@@ -71,7 +71,11 @@ SAVE_SECONDS = 300.0
 READY_AFTER = 10.0  # the asks kept ready are first made this long after start, then after each save
 MAX_READY = 4
 FORMAT = b"rigmon-history 1\n"
-MAX_FILE_BYTES = 256 << 20  # decompressed: far above what MAX_SERIES can fill
+# decompressed: what MAX_SERIES columns of every ring fill, and room for the header (a week's
+# buckets of 256 series is 22 MB); far below the unit's MemoryMax, whatever a file claims
+MAX_FILE_BYTES = (
+    MAX_RAW_POINTS * (8 + MAX_SERIES * 4) + sum(n for _, n, _ in BUCKETS) * (8 + MAX_SERIES * 12) + (8 << 20)
+)
 NAN = float("nan")
 FLOAT32_MAX = 3.4e38
 
@@ -541,7 +545,9 @@ class History:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
+            with os.fdopen(
+                os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), "wb"
+            ) as f:
                 with self._lock:
                     self._write(f)
                 f.flush()
@@ -612,10 +618,10 @@ class History:
         if self.path is None:
             return
         try:
-            data = self.path.read_bytes()
+            data = statefile.read_bytes(self.path, MAX_FILE_BYTES)
         except FileNotFoundError:
             return
-        except OSError as e:
+        except (OSError, ValueError) as e:
             log.warning("cannot read the history %s (%s): starting empty", self.path, e)
             return
         try:
@@ -652,8 +658,11 @@ class History:
         body = inflate.decompress(data[len(FORMAT) :], MAX_FILE_BYTES)
         if inflate.unconsumed_tail or not inflate.eof:
             raise ValueError("truncated, or larger than a history can be")
-        head, _, blob = body.partition(b"\n")
-        header = json.loads(head)
+        cut = body.find(b"\n")
+        if cut < 0:
+            raise ValueError("no header")
+        header = json.loads(body[:cut])
+        blob = memoryview(body)[cut + 1 :]  # the columns, never copied
         if bool(header.get("replay")) != self.replay:
             raise ValueError(
                 "a replay's history, not this box's" if header.get("replay") else "this box's history, not a replay's"

@@ -32,6 +32,7 @@ Prometheus counter by user.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -49,6 +50,7 @@ from ..model.durations import format_duration
 from ..model.sample import SLOWDOWNS, GpuReading, Sample
 from ..model.text import printable
 from ..readers.procs import executable
+from ..system import statefile
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
@@ -287,8 +289,12 @@ def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
         # the ledger says who ran what: its owner's alone (SQLite gives its WAL the same mode)
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
-        os.chmod(path, 0o600)
+        fd = statefile.open_regular(path, os.O_RDWR | os.O_CREAT)  # a planted link or FIFO: refused
+        os.fchmod(fd, 0o600)
+        os.close(fd)
+        for side in ("-wal", "-shm", "-journal"):  # SQLite opens these by name: none may be a link
+            if os.path.islink(f"{path}{side}"):
+                raise OSError(errno.ELOOP, f"{path}{side} is a symbolic link")
         db = sqlite3.connect(path, timeout=5.0, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
@@ -446,7 +452,7 @@ class JobLedger:
         if self._db is None and not self._unwritable:
             try:
                 self._db = connect(self.path)
-            except (OSError, sqlite3.Error) as e:  # the jobs are kept in memory; nothing else suffers
+            except (OSError, ValueError, sqlite3.Error) as e:  # the jobs are kept in memory; nothing else suffers
                 self._unwritable = True
                 log.error("jobs: cannot open the ledger %s (%s); jobs are kept in memory only", self.path, e)
         return self._db is not None

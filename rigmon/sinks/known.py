@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 from ..model.sample import GpuIdentity
 from ..model.text import printable
+from ..system import statefile
 from .base import PollResult
 
 log = logging.getLogger(__name__)
@@ -52,8 +52,7 @@ class Known:
         """What an earlier daemon knew; a file that cannot be read is said once and left for
         the next write to replace."""
         try:
-            with open(self.path, "rb") as f:
-                data = json.loads(f.read(1 << 20))
+            data = statefile.read_json(self.path, 1 << 20)
             fans = {_fan(e) for e in data.get("fans_turned", ())[:MAX_ENTRIES]}
             sensors = {_sensor(e) for e in data.get("sensors", ())[:MAX_ENTRIES]}
             best = [_best(e) for e in data.get("gpu_fans_best", ())[:MAX_ENTRIES]]
@@ -104,13 +103,9 @@ class Known:
             "gpu_fans_best": [[uuid, fan, rpm] for (uuid, fan), rpm in sorted(self.fan_best.items())],
             "gpus": [g.entry() for g in sorted(self.gpus.values())],
         }
-        tmp = self.path.with_name(self.path.name + ".tmp")
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f)
-            os.replace(tmp, self.path)
+            statefile.write_atomic(self.path, json.dumps(data).encode())
         except OSError as e:
             log.warning("cannot keep what the box has had in %s: %s", self.path, e.strerror or e)
         self._written = (len(self.fans), len(self.sensors))
