@@ -112,6 +112,7 @@ class Daemon:
         self.jobs = config.jobs  # the page's price of a kWh
         self.interval = config.daemon.interval  # seconds between polls (at speed 1)
         self.prometheus = config.prometheus  # where and how /metrics and the page are served
+        self.state_dir = config.daemon.state_dir  # which scrapers' credentials passed before
         self.speed = speed  # a replay run faster: polls come this many times as often (the samples' clock too)
         self.pipeline = pipeline
         self.notifier = notifier or Notifier()
@@ -206,7 +207,7 @@ class Daemon:
             app = MetricsApp(
                 self.registry(),
                 lambda: self.stats.generation,
-                basic_auth(self.prometheus),
+                basic_auth(self.prometheus, self.state_dir),
                 routes=routes,
                 slow_routes=slow,
             )

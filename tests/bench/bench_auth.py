@@ -13,7 +13,12 @@ Printed per hash: the right scrapes answered within 2 s (share, and p50/p99/max 
 wrong guesses the server checked per second (its own count, rigmon_auth... from the log), the
 guesses it refused. The figure to hold: at least 95 % of the right scrapes within 2 s.
 
-    python tests/bench/bench_auth.py [--seconds 30] [--guessers 300] [--json]
+Then a restart: the scraper's credentials passed once, rigmon is stopped and started again,
+``--rotating`` (500) clients guess from a fresh loopback address at every guess (no address
+is ever seen twice), and after 2 s of that the scraper's first scrape, on a new connection from
+an address never seen: how long it waits (to hold: within 2 s).
+
+    python tests/bench/bench_auth.py [--seconds 30] [--guessers 300] [--rotating 500] [--json]
 """
 
 from __future__ import annotations
@@ -97,6 +102,73 @@ async def _flood(port: int, seconds: float, guessers: int, good: str, user: str)
     return {"kept": results[0], "new": results[1], "guesses": sent[0], "refused": refused[0], "seconds": took}
 
 
+async def _rotating_flood(port: int, guessers: int, good: str, user: str, seconds: float = 6.0) -> dict:
+    """``guessers`` clients, each guess from an address never used before; after 2 s, one right
+    scrape from a new address on a new connection."""
+    stop = time.monotonic() + seconds
+    counter = [0]
+    sent = [0]
+
+    def fresh() -> str:
+        counter[0] += 1
+        n = counter[0] + 70_000
+        return f"127.{(n >> 16) & 255}.{(n >> 8) & 255}.{n & 255 or 1}"
+
+    async def guesser(n: int) -> None:
+        k = 0
+        while time.monotonic() < stop:
+            k += 1
+            wrong = "Basic " + base64.b64encode(f"{user}:wrong-{n}-{k}".encode()).decode()
+            try:
+                await _get("127.0.0.1", port, wrong, fresh(), timeout=max(0.1, stop - time.monotonic()))
+                sent[0] += 1
+            except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError):
+                await asyncio.sleep(0.05)
+
+    async def scraper() -> tuple[int, float]:
+        await asyncio.sleep(2.0)
+        try:
+            status, took, _ = await _get("127.0.0.1", port, good, "127.254.254.254", timeout=10)
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError):
+            return 0, 10.0
+        return status, took
+
+    results = await asyncio.gather(scraper(), *(guesser(n) for n in range(guessers)))
+    status, took = results[0]
+    return {"status": status, "seconds": took, "guesses": sent[0]}
+
+
+def after_restart(kind: str, guessers: int) -> dict:
+    """The scraper's credentials pass once; rigmon restarts; ``guessers`` rotating clients; the
+    scraper's first scrape after the restart."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        recording = sc.write(sc.one_tick(sc.h200()).widened(8), tmp / "eight.rec.jsonl")
+        config = f'[daemon]\ninterval = 1\n[prometheus.basic_auth]\nusername = "prom"\n{_secret(kind)}\n'
+        good = "Basic " + base64.b64encode(b"prom:right").decode()
+        rigmon = Rigmon(tmp, recording, config)
+        try:
+            rigmon.wait_ready()
+            asyncio.run(_get("127.0.0.1", rigmon.port, good, "127.0.0.1"))
+        finally:
+            rigmon.stop()
+        rigmon = Rigmon(tmp, recording, config, port=rigmon.port)
+        try:
+            rigmon.wait_ready()
+            got = asyncio.run(_rotating_flood(rigmon.port, guessers, good, "prom"))
+        finally:
+            rigmon.stop()
+    return {"hash": kind, "rotating": guessers, **got}
+
+
+def _secret(kind: str) -> str:
+    if kind == "bcrypt":
+        import bcrypt
+
+        return f'password_bcrypt = "{bcrypt.hashpw(b"right", bcrypt.gensalt(10)).decode()}"'
+    return f'password_sha256 = "{hashlib.sha256(b"right").hexdigest()}"'
+
+
 def _summary(scrapes: list) -> dict:
     ok = [t for status, t in scrapes if status == 200]
     within = sum(1 for status, t in scrapes if status == 200 and t <= 2.0)
@@ -120,12 +192,7 @@ def run(kind: str, seconds: float, guessers: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         recording = sc.write(sc.one_tick(sc.h200()).widened(8), tmp / "eight.rec.jsonl")
-        if kind == "bcrypt":
-            import bcrypt
-
-            secret = f'password_bcrypt = "{bcrypt.hashpw(b"right", bcrypt.gensalt(10)).decode()}"'
-        else:
-            secret = f'password_sha256 = "{hashlib.sha256(b"right").hexdigest()}"'
+        secret = _secret(kind)
         rigmon = Rigmon(
             tmp, recording, f'[daemon]\ninterval = 1\n[prometheus.basic_auth]\nusername = "prom"\n{secret}\n'
         )
@@ -150,11 +217,17 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--guessers", type=int, default=300)
+    p.add_argument("--rotating", type=int, default=500)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    rows = [run(kind, args.seconds, args.guessers) for kind in ("bcrypt", "sha256")]
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+    rows = [run(kind, args.seconds, args.guessers) for kind in ("bcrypt", "sha256")] if args.seconds > 0 else []
+    restarts = [after_restart(kind, args.rotating) for kind in ("bcrypt", "sha256")]
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"flood": rows, "after_restart": restarts}, indent=2))
         return 0
     print(f"{args.guessers} clients guessing for {args.seconds:g} s; a right scrape every 0.5 s:")
     worst = 1.0
@@ -168,8 +241,17 @@ def main() -> int:
                 f"max {s['max'] * 1000:.0f} ms"
             )
         print(f"  {r['hash']:7} wrong guesses answered (401): {r['wrong_answered_per_second']}/s")
-    print(f"least share within 2 s: {worst:.1%} (to hold: at least 95 %)")
-    return 0 if worst >= 0.95 else 1
+    if rows:
+        print(f"least share within 2 s: {worst:.1%} (to hold: at least 95 %)")
+    slowest = 0.0
+    for r in restarts:
+        slowest = max(slowest, r["seconds"] if r["status"] == 200 else float("inf"))
+        print(
+            f"  {r['hash']:7} after a restart, behind {r['rotating']} clients guessing from a new address each "
+            f"time ({r['guesses']} guesses): the first right scrape answered {r['status']} in "
+            f"{r['seconds'] * 1000:.0f} ms (to hold: within 2 s)"
+        )
+    return 0 if worst >= 0.95 and slowest <= 2.0 else 1
 
 
 if __name__ == "__main__":
