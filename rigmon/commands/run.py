@@ -134,7 +134,7 @@ def _taken_over() -> dict:
         log.warning("reload: what the process before handed over is not an object; starting afresh")
         return {}
     out = {}
-    for key, kind in (("fd", int), ("listen", list), ("alerts", list)):
+    for key, kind in (("fd", int), ("listen", list), ("alerts", list), ("notifications", list)):
         value = handed.get(key)
         if isinstance(value, kind) and not isinstance(value, bool):
             out[key] = value
@@ -161,7 +161,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         logs.setup("INFO", args.verbose)
         reason = "; ".join(f"{p}: {m}" if p else m for p, m in e.problems) if isinstance(e, ConfigError) else e
         log.error("SIGHUP: the new config cannot start (%s); going back to the config before it", reason)
-        back = {k: v for k, v in handed.items() if k in ("fd", "listen", "alerts")}
+        back = {k: v for k, v in handed.items() if k in ("fd", "listen", "alerts", "notifications")}
         back["config"] = handed["previous"]
         _hand_over(back)
         logging.shutdown()
@@ -172,6 +172,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, handed: dict) -> int:
     from ..config.settings import ConfigError, describe_source
 
+    reloaded = bool(handed)  # a reload, or its way back to the config before
     config, text = _config(args, handed["config"]) if "config" in handed else _config(args)
     logs.setup(config.daemon.log_level, args.verbose)
     speed = args.speed or 1.0
@@ -204,9 +205,9 @@ def _run(args: argparse.Namespace, handed: dict) -> int:
     except OSError as e:  # the spool's state directory cannot be made or written
         raise UsageError(f"{getattr(e, 'filename', '') or ''}: {e.strerror or e}".lstrip(": ")) from None
     daemon.install_signal_handlers()
-    if handed.alerts and daemon.pipeline.alerts is not None:
-        taken = daemon.pipeline.alerts.take_up(handed.alerts)
-        log.info("reload: %d alert(s) go on as they were", taken)
+    # a reload blocked SIGTERM and SIGINT across its exec: one that came meanwhile is a warm stop now
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+    _take_up(daemon, config.daemon.state_dir, handed if reloaded else None)
     try:
         daemon.start(sock=handed.sock)
     except OSError as e:
@@ -238,6 +239,8 @@ def _run(args: argparse.Namespace, handed: dict) -> int:
             problems = "; ".join(f"{p}: {m}" if p else m for p, m in e.problems)
             log.error("SIGHUP: %s is not valid, the running config stays: %s", e.source, problems)
             continue
+        if daemon._signals:
+            break  # a SIGTERM while the new config was checked: it stops
         if new == config and _cert_times(new) == cert_times:  # SIGHUPs that came while the last reload ran
             log.info("SIGHUP: the config and its files are unchanged; nothing to reload")
             continue
@@ -246,8 +249,11 @@ def _run(args: argparse.Namespace, handed: dict) -> int:
             log.error("SIGHUP: %s; the running config stays", problem)
             continue
         log.info("SIGHUP: the config is valid; restarting with it")
-        _reload(daemon, config, new, new_text, text)  # never returns: this process becomes the new one
-    if not _stop_within_grace(daemon):
+        _reload(daemon, config, new, new_text, text)  # returns only where a SIGTERM stopped the reload
+        return 0
+    stopped = _stop_within_grace(daemon)
+    _keep(daemon, config.daemon.state_dir)
+    if not stopped:
         return 0  # what could not finish in time is abandoned; the spool keeps the rest
     log.info(
         "stopped after %.0f s, %d polls (%d skipped)",
@@ -261,6 +267,7 @@ def _run(args: argparse.Namespace, handed: dict) -> int:
 class _HandedOver(NamedTuple):
     sock: socket.socket | None = None
     alerts: list = []
+    notifications: list = []
 
 
 def _handed_over(config: Settings, state: dict) -> _HandedOver:
@@ -277,8 +284,77 @@ def _handed_over(config: Settings, state: dict) -> _HandedOver:
                 sock = None
         except OSError:
             sock = None
-    alerts = state.get("alerts")
-    return _HandedOver(sock, alerts if isinstance(alerts, list) else [])
+    alerts, queued = state.get("alerts"), state.get("notifications")
+    return _HandedOver(sock, alerts if isinstance(alerts, list) else [], queued if isinstance(queued, list) else [])
+
+
+KEPT = "alerts.json"  # in the state directory: the alerts and the queued notifications at a stop
+KEPT_FORMAT = "rigmon-alerts 1"
+MAX_KEPT_BYTES = 32 << 20
+
+
+def _keep(daemon: Daemon, state_dir: Path) -> None:
+    """At a stop: the alerts (with their rules' fingerprints) and what each notifier still had
+    queued, for the next start to go on from (``_take_up``)."""
+    from ..system import statefile
+
+    alerts, latest = daemon.pipeline.alerts, daemon.pipeline.latest
+    if alerts is None:
+        return
+    carried, _ = alerts.carry(None, latest.time if latest is not None else time.time())
+    queued = alerts.kept_notifications()
+    path = Path(state_dir) / KEPT
+    try:
+        if not carried and not queued:
+            path.unlink(missing_ok=True)
+            return
+        data = {"format": KEPT_FORMAT, "saved_at": time.time(), "alerts": carried, "notifications": queued}
+        statefile.write_atomic(path, json.dumps(data).encode())
+    except OSError as e:
+        log.warning("cannot keep the alerts for the next start in %s: %s", path, e.strerror or e)
+        return
+    pending = sum(len(q["queue"]) for q in queued)
+    if pending:
+        log.info("%d notification(s) kept for the next start: they are sent then", pending)
+
+
+def _take_up(daemon: Daemon, state_dir: Path, handed: _HandedOver | None) -> None:
+    """The alerts and queued notifications a reload handed over (``handed``) or a stop kept
+    (``_keep``): the alerts go on as they were, Alertmanager's are renewed, the queues are sent.
+    What a stop kept is read once: the file goes."""
+    from ..system import statefile
+
+    alerts = daemon.pipeline.alerts
+    path = Path(state_dir) / KEPT
+    kept: object = {}
+    if handed is None:
+        try:
+            kept = statefile.read_json(path, MAX_KEPT_BYTES)
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as e:
+            log.warning("%s cannot be read (%s): the alerts start afresh", path, getattr(e, "strerror", None) or e)
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+    if handed is not None:
+        carried, queued = handed.alerts, handed.notifications
+    elif isinstance(kept, dict) and kept.get("format") == KEPT_FORMAT:
+        carried, queued = kept.get("alerts"), kept.get("notifications")
+    else:
+        return
+    if alerts is None:
+        return
+    taken = alerts.take_up(carried if isinstance(carried, list) else [])
+    sent = alerts.take_notifications(queued if isinstance(queued, list) else [])
+    if taken or sent:
+        log.info(
+            "%s: %d alert(s) go on as they were, %d queued notification(s) to send",
+            "reload" if handed is not None else "start",
+            taken,
+            sent,
+        )
 
 
 def _cert_times(config: Settings) -> list:
@@ -318,8 +394,8 @@ def _cannot_start(new: Settings, old: Settings, daemon: Daemon) -> str | None:
                 os.close(probe)
         except OSError as e:
             return f"daemon.state_dir: {new.daemon.state_dir}: {e.strerror or e}"
-        except UsageError:
-            return f"daemon.state_dir: another rigmon daemon uses {new.daemon.state_dir}"
+        except UsageError as e:
+            return str(e) if str(e).startswith("daemon.state_dir") else f"daemon.state_dir: {e}"
     return None
 
 
@@ -330,7 +406,9 @@ def _reload(daemon: Daemon, old: Settings, new: Settings, new_text: str | None, 
     whose rule the reload changed or removed."""
     from ..sinks.alerts import fingerprint
 
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    # SIGTERM and SIGINT too: one that comes from here stops this process warm, or the next
+    # (the mask and what is pending survive the exec), never lost between them
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP, signal.SIGTERM, signal.SIGINT})
     daemon.stop_polling()  # the alerts are read below: no poll may change them meanwhile
     state: dict = {}
     if daemon._server is not None and new.prometheus.enabled:
@@ -347,9 +425,15 @@ def _reload(daemon: Daemon, old: Settings, new: Settings, new_text: str | None, 
         state["alerts"], resolved = alerts.carry(specs, last)
         daemon.pipeline.between_polls(resolved)  # kept with the jobs, written to InfluxDB
     state["config"], state["previous"] = new_text, old_text
-    _hand_over(state)
     daemon.notifier.reloading()
     _stop_within_grace(daemon, reloading=True)
+    if daemon._signals:  # a SIGTERM came while it stopped: the stop is the warm one it asks for
+        log.info("stopping (warm) instead of reloading")
+        _keep(daemon, old.daemon.state_dir)
+        return
+    if alerts is not None:
+        state["notifications"] = alerts.kept_notifications()
+    _hand_over(state)
     logging.shutdown()
     try:
         os.execv(sys.executable, [sys.executable, "-m", "rigmon", *sys.argv[1:]])
@@ -375,9 +459,21 @@ def _raise_open_files(want: int = 8192) -> None:
 def _private(state_dir: Path) -> None:
     """The state directory is its owner's: made 0700 (the daemon's umask is 077, so every file
     in it is 0600); one found wider is narrowed to 0700, but for 0750, which the systemd unit
-    sets (StateDirectoryMode) for the service's own group, or an administrator for theirs."""
+    sets (StateDirectoryMode) for the service's own group, or an administrator for theirs.
+    One that others may steer (another user's, a shared directory such as /tmp, one under a
+    directory others can write to) is refused: ``statefile.Unsafe``, before anything in it is
+    opened, made or changed."""
+    from ..system.statefile import Unsafe, check_dir
+
+    check_dir(state_dir)  # before anything is made in it
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    mode = stat.S_IMODE(os.stat(state_dir).st_mode)
+    check_dir(state_dir)
+    mode = stat.S_IMODE(os.lstat(state_dir).st_mode)
+    if mode & (stat.S_ISVTX | stat.S_IWOTH | stat.S_IWGRP):
+        raise Unsafe(
+            f"{state_dir} is mode {mode:04o}, a directory others may write to (shared, like /tmp): "
+            f"choose a daemon.state_dir of rigmon's own"
+        )
     if mode & 0o077 and mode != 0o750:
         os.chmod(state_dir, 0o700)
         log.info("state directory %s was mode %04o: now 0700 (its owner's alone)", state_dir, mode)
@@ -385,14 +481,24 @@ def _private(state_dir: Path) -> None:
 
 def _lock_state_dir(state_dir) -> int | None:
     """One daemon per state directory: two would send and delete each other's spool segments and
-    book each job twice. The lock is the kernel's (flock): a crashed daemon holds none."""
+    book each job twice. The lock is the kernel's (flock): a crashed daemon holds none. A state
+    directory others could steer is refused (UsageError)."""
     import fcntl
+
+    from ..system.statefile import Unsafe, open_regular
 
     try:
         _private(state_dir)
-        fd = os.open(state_dir / "rigmon.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except Unsafe as e:
+        raise UsageError(f"daemon.state_dir: {e}") from None
     except OSError:
         return None  # the spool and ledger report what is wrong with the directory
+    try:
+        fd = open_regular(state_dir / "rigmon.lock", os.O_RDWR | os.O_CREAT)
+    except (OSError, ValueError) as e:
+        raise UsageError(
+            f"daemon.state_dir: {state_dir / 'rigmon.lock'}: {getattr(e, 'strerror', None) or e}"
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:

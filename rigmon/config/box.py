@@ -3,6 +3,7 @@ the sinks and the page, which read their own section of the config and this, not
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -10,6 +11,17 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     from .schema import Config
     from .settings import Settings
+
+
+# what a URL's host may hold as Go's net/url (Alertmanager's) parses it: letters, digits, these
+# marks, and any non-ASCII (an IDN); a name with anything else ( \\ { } % # | ^ ` space…) makes a
+# generatorURL Alertmanager refuses, every alert with it
+_URL_HOST = re.compile(r"^(?:[A-Za-z0-9._~!$&'()*+,;=-]|[^\x00-\x7f])+$")
+
+
+def url_host(name: str) -> bool:
+    """Whether ``name`` can be a URL's host as it is."""
+    return bool(_URL_HOST.match(name))
 
 
 class Box(NamedTuple):
@@ -25,7 +37,10 @@ class Box(NamedTuple):
         daemon, prometheus = config.daemon, config.prometheus
         name = host or daemon.hostname or socket.gethostname()
         scheme = "https" if prometheus.tls_cert is not None else "http"
-        page = daemon.external_url or (f"{scheme}://{name}:{prometheus.port}/" if daemon.page else "")
+        # a machine named what no URL can hold has no link in its alerts (a configured hostname
+        # like it is refused by config check, unless external_url names the page)
+        linked = daemon.page and url_host(name)
+        page = daemon.external_url or (f"{scheme}://{name}:{prometheus.port}/" if linked else "")
         return cls(
             host=name,
             named=bool(host or daemon.hostname),

@@ -56,10 +56,6 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-# the labels and tags rigmon sets itself: a box's own labels take none of them
-RESERVED_LABELS = {"alertname", "severity", "host", "subject", "gpu", "uuid", "name", "instance", "job", "status"}
-
-
 class DaemonConfig(_Section):
     interval: Annotated[
         Duration,
@@ -125,10 +121,32 @@ class DaemonConfig(_Section):
     @field_validator("labels")
     @classmethod
     def _not_ours(cls, v: dict[str, str]) -> dict[str, str]:
-        taken = sorted(set(v) & RESERVED_LABELS)
+        from ..alerts.entities import LABELS
+        from ..model.readings import own_labels
+
+        ours = own_labels() | {name for names in LABELS.values() for name in names}
+        taken = sorted(set(v) & ours)
         if taken:
-            raise ValueError(f"{taken[0]} is rigmon's own label: choose another name")
+            raise ValueError(
+                f"{taken[0]} is a label or tag rigmon sets itself (on a reading, a point or an alert): "
+                f"choose another name"
+            )
+        reserved = sorted(k for k in v if k.startswith("_"))
+        if reserved:
+            raise ValueError(f"{reserved[0]}: a name starting with _ is Prometheus's or InfluxDB's own: choose another")
         return v
+
+    @model_validator(mode="after")
+    def _hostname_in_a_url(self):
+        from .box import url_host
+
+        if self.hostname is not None and self.page and self.external_url is None and not url_host(self.hostname):
+            raise ValueError(
+                f"hostname: {self.hostname!r} cannot be a URL's host, and it is the page's link in every alert "
+                "(Alertmanager refuses an alert whose generatorURL is no URL): use letters, digits, - and ., or "
+                "set daemon.external_url"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -407,7 +425,28 @@ class NotifierConfig(_Section):
     token: Annotated[
         SecretStr | None, Field(description="Bearer token (ntfy access tokens).", examples=["${NTFY_TOKEN}"])
     ] = None
-    timeout: Annotated[Duration, Field(gt=0, le=300, description="Longest wait for the service's answer.")] = 10.0
+    timeout: Annotated[
+        Duration,
+        Field(
+            gt=0,
+            le=300,
+            description="Longest one post may take, connect to last byte (a slower receiver is cut off and tried "
+            "again).",
+        ),
+    ] = 10.0
+    resend_interval: Annotated[
+        Duration,
+        Field(
+            ge=1,
+            le=3600,
+            description="alertmanager: how often a firing alert is posted again; each post ends it five of these "
+            "ahead (Prometheus's resend-delay).",
+        ),
+    ] = 60.0
+    follow_redirects: Annotated[
+        bool,
+        Field(description="Follow a 307/308 to the same host (http→https); other redirects are refused and logged."),
+    ] = False
     retry_initial: Annotated[Duration, Field(description="First retry delay; doubles up to retry_max.")] = 1.0
     retry_max: Annotated[Duration, Field(description="Longest wait between retries.")] = 60.0
     max_age: Annotated[Duration, Field(description="Give up on a message this old (logged, counted).")] = 24 * 3600.0

@@ -766,6 +766,30 @@ OTHER_MEASUREMENTS = (
 )
 
 
+# what every alert carries besides its subject's labels, and Prometheus's own target labels
+ALERT_LABELS = ("alertname", "severity", "host", "instance", "subject", "status", "job")
+# InfluxDB's own names (1.x refuses a tag named time; Flux's columns are _field, _value, …)
+INFLUX_NAMES = ("time", "_measurement", "_field", "_value", "_time", "_start", "_stop")
+
+
+@functools.cache
+def own_labels() -> frozenset[str]:
+    """Every label and tag name rigmon sets itself: each entity's labels and tags, each family's,
+    the exporter's, the other measurements' tags, an alert's, and the names InfluxDB keeps. A
+    box's own labels ([daemon] labels) take none of them: they would collide on an alert's or
+    a point's subject (a tag twice: InfluxDB refuses the whole line)."""
+    names = set(ALERT_LABELS) | set(INFLUX_NAMES)
+    for entity in ENTITIES.values():
+        names |= set(entity.prometheus_labels) | set(entity.influx_tags)
+    for family in FAMILIES.values():
+        names |= set(family.labels)
+    for labels in EXPORTER_LABELS.values():
+        names |= set(labels)
+    for _, tags, _ in OTHER_MEASUREMENTS:
+        names |= set(tags)
+    return frozenset(names)
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..alerts.engine import Alert, AlertEngine, PsuGroup, Transition
-from ..alerts.rules import Rule, compile_rules
+from ..alerts.rules import SEVERITY_RANK, Rule, compile_rules
 from ..model.sample import Sample
 from .base import AlertState, Budget, FiringAlert, close_side_by_side
 
@@ -30,6 +30,27 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rigmon.alerts")
 _ALERT_LABELS = ("alertname", "severity", "subject")  # the alert's own: its subject's labels never replace them
+
+
+MAX_CARRIED = 100_000  # alerts read back from a reload or a stop: bounded whatever the file says
+
+
+def _gone(a: dict[str, Any], now: float) -> Transition:
+    """A carried alert whose rule changed or went while rigmon was stopped, resolved."""
+    return Transition(
+        status="resolved",
+        alertname=str(a["rule"])[:200],
+        severity=a["severity"],
+        labels={str(k)[:100]: str(v)[:1000] for k, v in dict(a["labels"]).items()},
+        summary=str(a.get("summary", ""))[:4096],
+        description="",
+        hint="",
+        starts_at=float(a.get("fired_at") or a["active_since"]),
+        ends_at=now,
+        time=now,
+        values={},
+        reason="its rule was changed or removed while rigmon was stopped",
+    )
 
 
 def firing_alert(alert: Alert) -> FiringAlert:
@@ -143,19 +164,23 @@ class AlertSink:
             else:
                 self._last_sent[t.key] = now
 
-    # --- across a reload -----------------------------------------------------------------
-    def carry(self, new_specs: dict[str, str], now: float) -> tuple[list[dict[str, Any]], list[Transition]]:
+    # --- across a reload or a restart ---------------------------------------------------------
+    def carry(self, new_specs: dict[str, str] | None, now: float) -> tuple[list[dict[str, Any]], list[Transition]]:
         """Before a reload to rules ``new_specs`` ({name: fingerprint}): an alert whose rule the
         reload changes or removes is resolved now (logged, notified, and its transition returned
         second); the others are returned first as plain data for the next process to take up, with when each
-        was last notified, so it neither fires again nor repeats a reminder early."""
+        was last notified, so it neither fires again nor repeats a reminder early. ``new_specs``
+        None (a stop): every alert is returned, with its rule's fingerprint for the next start to
+        compare."""
         kept: list[dict[str, Any]] = []
         gone: list[Transition] = []
         for key, alert in list(self.engine.alerts.items()):
-            if new_specs.get(alert.rule.name) == fingerprint(alert.rule.spec):
+            if new_specs is None or new_specs.get(alert.rule.name) == fingerprint(alert.rule.spec):
                 kept.append(
                     {
                         "rule": alert.rule.name,
+                        "fingerprint": fingerprint(alert.rule.spec),
+                        "severity": alert.severity,
                         "key": list(alert.key),
                         "labels": alert.labels,
                         "active_since": alert.active_since,
@@ -174,15 +199,19 @@ class AlertSink:
         self._announce(gone, now)
         return kept, gone
 
-    def take_up(self, carried: list[dict[str, Any]]) -> int:
-        """The alerts a reload carried over (``carry``), for rules that are still the same:
-        they go on as they were, without a new FIRING."""
+    def take_up(self, carried: list[dict[str, Any]], now: float | None = None) -> int:
+        """The alerts a reload or a stop carried over (``carry``), for rules that are still the
+        same: they go on as they were, without a new FIRING. One whose rule changed or went
+        meanwhile (a restart with another config) and whose FIRING was told is resolved now."""
         rules = {rule.name: rule for rule in self.engine.rules}
-        taken = 0
-        for a in carried:
+        now = time.time() if now is None else now
+        taken, gone = 0, []
+        for a in carried[:MAX_CARRIED]:
             try:
                 rule = rules.get(a["rule"])
-                if rule is None:
+                if rule is None or a.get("fingerprint", fingerprint(rule.spec)) != fingerprint(rule.spec):
+                    if a["state"] == "firing" and a.get("announced", True) and a.get("severity") in SEVERITY_RANK:
+                        gone.append(_gone(a, now))
                     continue
                 alert = self.engine.adopt(
                     rule,
@@ -200,6 +229,36 @@ class AlertSink:
                 taken += 1
             except (KeyError, TypeError, ValueError, AttributeError):
                 continue  # a carried alert that does not read: it starts afresh, as at a start
+        self._announce(gone, now)
+        self.renew(now)
+        return taken
+
+    def renew(self, now: float) -> None:
+        """Alertmanager's notifiers take up the alerts firing now, to renew them each minute."""
+        firing = [self.engine.transition_of(alert, now) for alert in self.engine.firing()]
+        for n in self.notifiers:
+            n.track(firing)
+
+    def kept_notifications(self) -> list[dict[str, Any]]:
+        """What each notifier has queued, for the next process."""
+        return [kept for kept in (n.kept() for n in self.notifiers) if kept["queue"]]
+
+    def take_notifications(self, kept: list[Any]) -> int:
+        """What an earlier process's notifiers had queued, each to the notifier that posts where
+        it did; a queue whose receiver is no longer configured is said and let go."""
+        by_key = {n.key: n for n in self.notifiers}
+        taken = 0
+        for entry in kept[: 4 * len(self.notifiers) + 4]:
+            if not isinstance(entry, dict) or not isinstance(entry.get("queue"), list):
+                continue
+            notifier = by_key.get(entry.get("key"))
+            if notifier is None:
+                name = str(entry.get("key", "")).split(" ")[0][:80]
+                log.warning(
+                    "%d notification(s) queued for %s, no longer configured: dropped", len(entry["queue"]), name
+                )
+                continue
+            taken += notifier.take(entry)
         return taken
 
     def _snapshot(self, sample: Sample) -> AlertState:
@@ -278,12 +337,20 @@ class AlertSink:
         queued = GaugeMetricFamily(
             "rigmon_notifications_queued", "Notifications waiting for delivery.", labels=["notifier"]
         )
+        errors = CounterMetricFamily(
+            "rigmon_notification_errors",
+            "Failed tries to post, by kind: timeout, connection, truncated, server (5xx, 429), refused "
+            "(another 4xx), redirect (not followed).",
+            labels=["notifier", "error"],
+        )
         for n in self.notifiers:
             sent.add_metric([n.name], n.sent)
             failed.add_metric([n.name], n.failed)
             dropped.add_metric([n.name], n.dropped)
             queued.add_metric([n.name], n.pending)
-        yield from (sent, failed, dropped, queued)
+            for kind, count in sorted(n.errors.items()):
+                errors.add_metric([n.name, kind], count)
+        yield from (sent, failed, dropped, queued, errors)
         budget = GaugeMetricFamily(
             "rigmon_power_budget_watts", "Configured power budget per PSU group.", labels=["psu"]
         )

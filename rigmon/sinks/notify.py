@@ -2,9 +2,14 @@
 
 Each configured receiver has its own bounded queue and thread. Messages go out in order:
 the oldest is retried (exponential backoff with jitter, honouring Retry-After) on
-timeouts, connection errors, 429 and 5xx until it is delivered or older than ``max_age``;
-other 4xx answers are permanent (counted, dropped, each cause logged once). A full queue drops its oldest
-message and counts it. Delivery errors are logged, never raised.
+timeouts, connection errors, answers cut short, 429 and 5xx until it is delivered or older
+than ``max_age``; a refusal (another 4xx, a redirect not followed) is tried again for
+REFUSAL_PATIENCE seconds, then given up (counted, each cause logged once with the receiver's
+words). A full queue drops its oldest message and counts it. Delivery errors are logged, never
+raised. Each post is bounded (``post``): one deadline, an answer read up to a small size, no
+redirect followed but a 307/308 to the same host where allowed. What is queued outlives a
+reload and a restart (``kept``, ``take``), and Alertmanager's firing alerts are renewed by
+the notifiers that follow (``track``).
 
 Formats: ``webhook`` posts Alertmanager's webhook JSON (version 4), so receivers written
 for Alertmanager work unchanged; ``slack`` and ``discord`` post their incoming-webhook JSON;
@@ -16,17 +21,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..alerts.engine import Transition
 from ..alerts.rules import SEVERITY_RANK
+from .post import Failed, post
 from .retry import Retry, backoff, retry_after
 
 if TYPE_CHECKING:
@@ -36,7 +41,7 @@ log = logging.getLogger(__name__)
 
 ZERO_TIME = "0001-01-01T00:00:00Z"
 MAX_CAUSES = 1024  # refusals remembered, to log each once: bounded whatever a receiver answers
-RESEND = 60.0  # seconds between posts of a firing alert to Alertmanager (Prometheus: 1 min)
+REFUSAL_PATIENCE = 30.0  # seconds a refused message is tried again before it is given up (a proxy's passing 404)
 NTFY_PRIORITY = {"critical": "5", "warning": "4", "info": "3"}
 EMOJI = {"critical": "🔴", "warning": "🟠", "info": "🔵", "resolved": "✅"}
 
@@ -51,7 +56,8 @@ class Message:
 
 
 class Permanent(Exception):
-    """The receiver refused the message for good (4xx other than 429)."""
+    """The receiver refused the message (a 4xx other than 429, a redirect not followed): tried
+    again for REFUSAL_PATIENCE seconds, then given up."""
 
 
 def _rfc3339(t: float | None) -> str:
@@ -120,6 +126,63 @@ def alertmanager_payload(m: Message, receiver: str, page_url: str = "") -> dict[
     }
 
 
+MAX_TEXT = 4096  # characters of a kept message's text: what a restart reads back is bounded
+MAX_VALUES = 64
+
+
+def message_data(m: Message) -> dict[str, Any]:
+    """A queued message as plain data, kept across a reload or a restart."""
+    t = m.transition
+    return {"transition": {**t._asdict(), "values": _plain(t.values)}, "reminder": m.reminder, "queued_at": m.queued_at}
+
+
+def _plain(values: Any) -> dict[str, Any]:
+    if not isinstance(values, dict):
+        return {}
+    out = {}
+    for k, v in list(values.items())[:MAX_VALUES]:
+        if isinstance(k, str) and (v is None or isinstance(v, (bool, int, float)) or isinstance(v, str)):
+            if isinstance(v, float) and not math.isfinite(v):
+                v = None
+            out[k[:80]] = v[:200] if isinstance(v, str) else v
+    return out
+
+
+def _time(v: Any, optional: bool = False) -> float | None:
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e11:
+        raise ValueError(f"not a time: {v!r}")
+    return float(v)
+
+
+def message_of(data: Any, host: str, box_labels: tuple[tuple[str, str], ...]) -> Message:
+    """A kept message read back (``message_data``), every field checked: ValueError where one
+    is not what it must be."""
+    t = data["transition"]
+    text = {k: t[k] if isinstance(t[k], str) else "" for k in ("alertname", "summary", "description", "hint")}
+    if not text["alertname"] or t["status"] not in ("firing", "resolved") or t["severity"] not in SEVERITY_RANK:
+        raise ValueError("not a transition")
+    labels = t["labels"]
+    if not isinstance(labels, dict) or len(labels) > 32:
+        raise ValueError("bad labels")
+    transition = Transition(
+        status=t["status"],
+        alertname=text["alertname"][:200],
+        severity=t["severity"],
+        labels={str(k)[:100]: str(v)[:MAX_TEXT] for k, v in labels.items()},
+        summary=text["summary"][:MAX_TEXT],
+        description=text["description"][:MAX_TEXT],
+        hint=text["hint"][:MAX_TEXT],
+        starts_at=_time(t["starts_at"]),
+        ends_at=_time(t.get("ends_at"), optional=True),
+        time=_time(t["time"]),
+        values=_plain(t.get("values")),
+        reason=str(t.get("reason") or "")[:MAX_TEXT],
+    )
+    return Message(transition, host, bool(data.get("reminder")), _time(data["queued_at"]), box_labels)
+
+
 def text(m: Message) -> tuple[str, str]:
     """(title, body) for chat receivers."""
     t = m.transition
@@ -163,17 +226,20 @@ class Notifier:
         self.box_labels = tuple(sorted((labels or {}).items()))
         self.instance = f"{host}:{port}"
         self.page_url = page_url
-        # alertmanager: the firing alerts, posted again every RESEND seconds (Alertmanager ends
+        # alertmanager: the firing alerts, posted again every resend_interval (Alertmanager ends
         # an alert whose endsAt passes, so a firing one must be renewed, as Prometheus does)
         self._firing: dict[str, Transition] = {}
         self._causes: set[tuple[str, str]] = set()  # refusals logged once: (alertname, the answer)
-        self._resend_at = time.monotonic() + RESEND
+        self._resend_at = time.monotonic() + config.resend_interval
         self._queue: deque[Message] = deque()
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self.sent = 0
         self.failed = 0
         self.dropped = 0
+        self.errors: Counter[str] = (
+            Counter()
+        )  # failed attempts by kind: timeout, connection, truncated, server, refused, redirect
         self.backing_off = False  # asleep between retries: nothing will go out before the next try
         self._thread = threading.Thread(target=self._run, name=f"rigmon-notify-{self.name}", daemon=True)
         self._thread.start()
@@ -200,11 +266,50 @@ class Notifier:
             self._cond.notify()
 
     @property
+    def key(self) -> str:
+        """What a kept queue is matched on at the next start: the name, the type and where it posts
+        (as a digest: the URL may hold a token)."""
+        return f"{self.name} {self.config.type} {hashlib.sha256(self._url.encode()).hexdigest()[:16]}"
+
+    def kept(self) -> dict[str, Any]:
+        """What is queued, as plain data for the next process (``take``)."""
+        with self._cond:
+            return {"key": self.key, "queue": [message_data(m) for m in self._queue]}
+
+    def take(self, kept: dict[str, Any]) -> int:
+        """The messages an earlier process had queued for this receiver, first in the queue (a
+        message that does not read is skipped); how many were taken."""
+        messages = []
+        for data in kept.get("queue", ())[: self.config.queue_size]:
+            try:
+                messages.append(message_of(data, self.host, self.box_labels))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue
+        with self._cond:
+            self._queue.extendleft(reversed(messages))
+            while len(self._queue) > self.config.queue_size:
+                self._queue.pop()
+                self.dropped += 1
+            self._cond.notify()
+        return len(messages)
+
+    def track(self, firing: list[Transition]) -> None:
+        """Alertmanager: the alerts firing as this notifier starts (carried over a reload or a
+        restart), renewed each minute from now as if it had posted them itself."""
+        if self.config.type != "alertmanager":
+            return
+        with self._cond:
+            for t in firing:
+                if SEVERITY_RANK[t.severity] >= SEVERITY_RANK[self.config.min_severity]:
+                    self._firing[t.key] = t
+
+    @property
     def pending(self) -> int:
         return len(self._queue)
 
     def _run(self) -> None:
         attempt = 0
+        refused_since: float | None = None  # when the message at the head was first refused
         while not self._stop.is_set():
             with self._cond:
                 while not self._queue and not self._stop.is_set():
@@ -215,17 +320,26 @@ class Notifier:
                 message = self._queue[0]
             if time.time() - message.queued_at > self.config.max_age:
                 self._drop(message, f"older than max_age ({self.config.max_age:.0f} s)")
-                attempt = 0
+                attempt, refused_since = 0, None
                 continue
             try:
                 self.send(message)
-            except Retry as e:
+            except (Retry, Permanent) as e:
+                if isinstance(e, Permanent):
+                    now = time.monotonic()
+                    refused_since = now if refused_since is None else refused_since
+                    if now - refused_since >= REFUSAL_PATIENCE:
+                        self._refused(message, str(e))
+                        attempt, refused_since = 0, None
+                        continue
                 attempt += 1
-                delay = backoff(attempt, self.config.retry_initial, self.config.retry_max, e.after)
+                delay = backoff(attempt, self.config.retry_initial, self.config.retry_max, getattr(e, "after", None))
                 if attempt == 1 or attempt % 10 == 0:
                     log.warning(
-                        "notifier %s: %s; retrying (attempt %d, next in %.1f s, %d queued)",
+                        "notifier %s: %s %s: %s; retrying (attempt %d, next in %.1f s, %d queued)",
                         self.name,
+                        message.transition.status,
+                        message.transition.alertname,
                         e,
                         attempt,
                         delay,
@@ -237,14 +351,10 @@ class Notifier:
                 if stopped:
                     return
                 continue
-            except Permanent as e:
-                self._refused(message, str(e))
-                attempt = 0
-                continue
             except Exception as e:  # anything else fails this message, never the thread
                 # the type only: messages of URL errors carry the URL, whose path is a secret
                 self._drop(message, f"{type(e).__name__} (not retried)")
-                attempt = 0
+                attempt, refused_since = 0, None
                 continue
             with self._cond:
                 if self._queue and self._queue[0] is message:
@@ -252,7 +362,7 @@ class Notifier:
             self.sent += 1
             if attempt:
                 log.info("notifier %s: delivered after %d retries", self.name, attempt)
-            attempt = 0
+            attempt, refused_since = 0, None
 
     def _drop(self, message: Message, why: str) -> None:
         with self._cond:
@@ -264,17 +374,15 @@ class Notifier:
         )
 
     def _refused(self, message: Message, why: str) -> None:
-        """A 4xx other than 429: the message is dropped and counted, never retried. Each cause
-        (the alert and the answer) is logged once, not at every renewal: and Alertmanager's
-        renewals of that alert stop until it changes (a firing alert it refused would be posted,
-        and refused, every minute for as long as it fires)."""
+        """Refused for REFUSAL_PATIENCE seconds: the message is dropped and counted. Each cause
+        (the alert and the receiver's answer) is logged once, not at every renewal. An
+        Alertmanager's firing alert stays among those renewed each minute: a refusal that passes
+        (a proxy's 404 while it restarts) keeps no alert out of it for longer."""
         t = message.transition
         cause = (t.alertname, why)
         with self._cond:
             if self._queue and self._queue[0] is message:
                 self._queue.popleft()
-            if self._firing.get(t.key) is t:
-                del self._firing[t.key]
         self.failed += 1
         if cause in self._causes:
             log.debug("notifier %s: refused %s %s again: %s", self.name, t.status, t.alertname, why)
@@ -282,12 +390,13 @@ class Notifier:
         if len(self._causes) < MAX_CAUSES:
             self._causes.add(cause)
         log.error(
-            "notifier %s: refused %s %s: %s; not retried (the receiver rejects it: check its URL, "
-            "credentials and version); the same refusal again is logged at debug",
+            "notifier %s: refused %s %s: %s; given up after %.0f s of tries (check its URL, credentials "
+            "and version); the same refusal again is logged at debug",
             self.name,
             t.status,
             t.alertname,
             why,
+            REFUSAL_PATIENCE,
         )
 
     # --- one delivery --------------------------------------------------------------------
@@ -302,7 +411,7 @@ class Notifier:
         if kind == "webhook":
             data = alertmanager_payload(message, self.name, self.page_url)
         elif kind == "alertmanager":
-            ends = t.ends_at if t.status == "resolved" else time.time() + 5 * RESEND
+            ends = t.ends_at if t.status == "resolved" else time.time() + 5 * self.config.resend_interval
             data = [alertmanager_alert(message, self.instance, self.page_url, ends)]
         elif kind == "slack":
             icon = EMOJI["resolved" if t.status == "resolved" else t.severity]
@@ -324,27 +433,42 @@ class Notifier:
         return json.dumps(data).encode(), headers
 
     def _renew(self) -> None:
-        """alertmanager, the queue empty: every RESEND seconds, the firing alerts again."""
+        """alertmanager, the queue empty: every resend_interval, the firing alerts again."""
         if self.config.type != "alertmanager" or time.monotonic() < self._resend_at:
             return
-        self._resend_at = time.monotonic() + RESEND
+        self._resend_at = time.monotonic() + self.config.resend_interval
         now = time.time()
         self._queue.extend(Message(t, self.host, True, now, self.box_labels) for t in self._firing.values())
 
     def send(self, message: Message) -> None:
         body, headers = self.request(message)
         url = self._url.rstrip("/") + "/api/v2/alerts" if self.config.type == "alertmanager" else self._url
-        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self.config.timeout) as response:
-                response.read()
-        except urllib.error.HTTPError as e:
-            if e.code == 429 or e.code >= 500:
-                after = retry_after(e.headers.get("Retry-After") if e.headers else None)
-                raise Retry(f"HTTP {e.code}", after) from None
-            raise Permanent(f"HTTP {e.code} {e.reason}") from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
-            raise Retry(f"{type(e).__name__}: {getattr(e, 'reason', e)}") from None
+            answer = post(url, body, headers, self.config.timeout, self.config.follow_redirects)
+        except Failed as e:
+            self.errors[e.kind] += 1
+            raise Retry(str(e)) from None
+        status = answer.status
+        if 200 <= status < 300:
+            return
+        said = f": {answer.excerpt}" if answer.excerpt else ""
+        if status == 429 or 500 <= status < 600:
+            self.errors["server"] += 1
+            after = retry_after(answer.headers.get("Retry-After") if answer.headers else None)
+            raise Retry(f"HTTP {status} {answer.reason}{said}", after)
+        if 300 <= status < 400:
+            self.errors["redirect"] += 1
+            raise Permanent(
+                f"HTTP {status} {answer.reason}, a redirect to {answer.location or 'nowhere'}: not followed "
+                + (
+                    "(only a 307 or 308 to the same host is, with follow_redirects); "
+                    if self.config.follow_redirects
+                    else "(follow_redirects is off); "
+                )
+                + "set the notifier's url to where it points"
+            )
+        self.errors["refused"] += 1
+        raise Permanent(f"HTTP {status} {answer.reason}{said}")
 
     def close(self, deadline: float | None = None, timeout: float = 2.0) -> None:
         """Deliver what is queued until ``deadline`` (monotonic; else ``timeout`` from now),
