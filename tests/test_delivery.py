@@ -127,6 +127,7 @@ def test_queued_notifications_outlive_a_reload_and_a_restart(tmp_path):
         receiver.stop()
 
 
+@pytest.mark.system  # a real Alertmanager
 def test_a_firing_alert_stays_active_in_alertmanager_across_a_reload_and_a_restart(tmp_path):
     """resend_interval 1 s: each post says the alert ends 5 s ahead. Without renewals after a
     reload or a restart Alertmanager would end it within 5 s; 15 s after each it is active,
@@ -245,6 +246,7 @@ def _snapshot(root: Path) -> dict[str, tuple]:
     return out
 
 
+@pytest.mark.system  # root
 @pytest.mark.skipif(os.geteuid() != 0, reason="plants another user's directory: needs root")
 def test_a_state_directory_another_user_made_with_planted_links_is_refused(tmp_path):
     outside = tmp_path / "root-only"

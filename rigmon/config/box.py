@@ -3,25 +3,15 @@ the sinks and the page, which read their own section of the config and this, not
 
 from __future__ import annotations
 
-import re
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from ..model.text import url_host
+
 if TYPE_CHECKING:
     from .schema import Config
     from .settings import Settings
-
-
-# what a URL's host may hold as Go's net/url (Alertmanager's) parses it: letters, digits, these
-# marks, and any non-ASCII (an IDN); a name with anything else ( \\ { } % # | ^ ` space…) makes a
-# generatorURL Alertmanager refuses, every alert with it
-_URL_HOST = re.compile(r"^(?:[A-Za-z0-9._~!$&'()*+,;=-]|[^\x00-\x7f])+$")
-
-
-def url_host(name: str) -> bool:
-    """Whether ``name`` can be a URL's host as it is."""
-    return bool(_URL_HOST.match(name))
 
 
 class Box(NamedTuple):

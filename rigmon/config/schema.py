@@ -138,7 +138,7 @@ class DaemonConfig(_Section):
 
     @model_validator(mode="after")
     def _hostname_in_a_url(self):
-        from .box import url_host
+        from ..model.text import url_host
 
         if self.hostname is not None and self.page and self.external_url is None and not url_host(self.hostname):
             raise ValueError(

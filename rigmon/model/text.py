@@ -9,6 +9,7 @@ that are not UTF-8 were replaced (U+FFFD) where they were decoded.
 
 from __future__ import annotations
 
+import re
 from typing import TextIO
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -94,3 +95,14 @@ def fit(text: str, width: int | None, hang: int | None = None) -> str:
             or [line[:width]]
         )
     return "\n".join(out)
+
+
+# what a URL's host may hold as Go's net/url (Alertmanager's) parses it: letters, digits, these
+# marks, and any non-ASCII (an IDN); a name with anything else ( \\ { } % # | ^ ` space…) makes a
+# generatorURL Alertmanager refuses, every alert with it
+_URL_HOST = re.compile(r"^(?:[A-Za-z0-9._~!$&'()*+,;=-]|[^\x00-\x7f])+$")
+
+
+def url_host(name: str) -> bool:
+    """Whether ``name`` can be a URL's host as it is."""
+    return bool(_URL_HOST.match(name))

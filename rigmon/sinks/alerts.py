@@ -251,7 +251,7 @@ class AlertSink:
         for entry in kept[: 4 * len(self.notifiers) + 4]:
             if not isinstance(entry, dict) or not isinstance(entry.get("queue"), list):
                 continue
-            notifier = by_key.get(entry.get("key"))
+            notifier = by_key.get(str(entry.get("key")))
             if notifier is None:
                 name = str(entry.get("key", "")).split(" ")[0][:80]
                 log.warning(

@@ -148,9 +148,7 @@ def _plain(values: Any) -> dict[str, Any]:
     return out
 
 
-def _time(v: Any, optional: bool = False) -> float | None:
-    if v is None and optional:
-        return None
+def _time(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e11:
         raise ValueError(f"not a time: {v!r}")
     return float(v)
@@ -175,7 +173,7 @@ def message_of(data: Any, host: str, box_labels: tuple[tuple[str, str], ...]) ->
         description=text["description"][:MAX_TEXT],
         hint=text["hint"][:MAX_TEXT],
         starts_at=_time(t["starts_at"]),
-        ends_at=_time(t.get("ends_at"), optional=True),
+        ends_at=None if t.get("ends_at") is None else _time(t["ends_at"]),
         time=_time(t["time"]),
         values=_plain(t.get("values")),
         reason=str(t.get("reason") or "")[:MAX_TEXT],
