@@ -468,7 +468,7 @@ def _private(state_dir: Path) -> None:
     check_dir(state_dir)  # before anything is made in it
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     check_dir(state_dir)
-    mode = stat.S_IMODE(os.lstat(state_dir).st_mode)
+    mode = stat.S_IMODE(os.stat(state_dir).st_mode)
     if mode & (stat.S_ISVTX | stat.S_IWOTH | stat.S_IWGRP):
         raise Unsafe(
             f"{state_dir} is mode {mode:04o}, a directory others may write to (shared, like /tmp): "

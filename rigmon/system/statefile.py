@@ -23,37 +23,51 @@ class Unsafe(OSError):
 def check_dir(path: Path) -> None:
     """Raise Unsafe where ``path`` or a directory above it lets a user other than the daemon's
     (and root) change what is in it: each one that exists is checked, before anything is made
-    in it. ``path`` itself, where it exists, must be the daemon's user's."""
+    in it, along the path as given and along the real one. A link on the way (systemd's
+    DynamicUser makes /var/lib/rigmon one to /var/lib/private/rigmon) must be root's or the
+    daemon's user's. ``path`` itself, where it exists, must be the daemon's user's directory."""
     me = os.geteuid()
-    path = Path(os.path.abspath(path))
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    if st is not None:
-        if stat.S_ISLNK(st.st_mode):
-            raise Unsafe(f"{path} is a symbolic link: name the directory itself")
-        if not stat.S_ISDIR(st.st_mode):
-            raise Unsafe(f"{path} is not a directory")
-        if st.st_uid != me:
-            raise Unsafe(
-                f"{path} belongs to uid {st.st_uid}, not to the daemon's user (uid {me}): another user made it; "
-                f"remove it or choose another daemon.state_dir"
-            )
-    for parent in path.parents:
+    given = Path(os.path.abspath(path))
+    real = Path(os.path.realpath(given))
+    for where in dict.fromkeys((given, real)):
+        for parent in reversed(where.parents):
+            _check_parent(parent, me)
         try:
-            st = os.stat(parent)
+            link = os.lstat(where)
         except FileNotFoundError:
-            continue  # made by the daemon, below one checked here
-        if st.st_uid not in (0, me):
-            raise Unsafe(
-                f"{parent}, above the state directory, belongs to uid {st.st_uid}: that user can swap what is below"
-            )
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
-            raise Unsafe(
-                f"{parent}, above the state directory, is writable by others and not sticky: "
-                f"choose a daemon.state_dir whose parents only root can change"
-            )
+            continue
+        if stat.S_ISLNK(link.st_mode) and link.st_uid not in (0, me):
+            raise Unsafe(f"{where} is a link of uid {link.st_uid}'s: that user can point it elsewhere")
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise Unsafe(f"{given} is not a directory")
+    if st.st_uid != me:
+        raise Unsafe(
+            f"{given} belongs to uid {st.st_uid}, not to the daemon's user (uid {me}): another user made it; "
+            f"remove it or choose another daemon.state_dir"
+        )
+
+
+def _check_parent(parent: Path, me: int) -> None:
+    try:
+        link = os.lstat(parent)
+        st = os.stat(parent)
+    except FileNotFoundError:
+        return  # made by the daemon, below one checked here
+    if stat.S_ISLNK(link.st_mode) and link.st_uid not in (0, me):
+        raise Unsafe(f"{parent}, above the state directory, is a link of uid {link.st_uid}'s")
+    if st.st_uid not in (0, me):
+        raise Unsafe(
+            f"{parent}, above the state directory, belongs to uid {st.st_uid}: that user can swap what is below"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        raise Unsafe(
+            f"{parent}, above the state directory, is writable by others and not sticky: "
+            f"choose a daemon.state_dir whose parents only root can change"
+        )
 
 
 def open_regular(path: Path, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
