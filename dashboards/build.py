@@ -230,10 +230,16 @@ FLEET = [
                 f"sum by (instance) (increase(rigmon_notifications_failed_total{{{F_SEL}}}[1h]))",
                 "{{instance}} notifications failed",
             ),
+            (
+                f"sum by (instance) (rigmon_notifications_queued{{{F_SEL}}})",
+                "{{instance}} notifications waiting",
+            ),
         ],
         [],
         8,
-        "Points dropped from a full spool and notifications given up on in the last hour: 0 is the norm.",
+        "Points dropped from a full spool and notifications given up on in the last hour, and notifications "
+        "waiting now (a receiver down, refusing or slow): 0 is the norm. RigmonNotificationsUndelivered warns "
+        "when they wait 5 minutes.",
     ),
 ]
 

@@ -299,14 +299,14 @@ class Alertmanager:
     """Debian's Alertmanager on loopback, with the shipped deploy/alertmanager/alertmanager.yml
     (its receiver pointed at ``receiver_url``, its waits shortened to a second)."""
 
-    def __init__(self, tmp: Path, receiver_url: str):
+    def __init__(self, tmp: Path, receiver_url: str, group_wait: str = "1s", group_interval: str = "1s"):
         import yaml
 
         binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
         assert binary, "Alertmanager is not installed (tests/run installs Debian's prometheus-alertmanager)"
         root = Path(__file__).resolve().parents[1]
         config = yaml.safe_load((root / "deploy" / "alertmanager" / "alertmanager.yml").read_text())
-        config["route"].update(group_wait="1s", group_interval="1s")
+        config["route"].update(group_wait=group_wait, group_interval=group_interval)
         for r in config["receivers"]:
             for hook in r.get("webhook_configs", []):
                 hook["url"] = receiver_url

@@ -57,3 +57,43 @@ def test_the_engine_alert_reaches_alertmanager_with_gpu_and_site_then_resolves(t
     finally:
         am.stop()
         receiver.stop()
+
+
+def test_the_shipped_grouping_pages_a_sites_outage_once_and_a_box_once(tmp_path):
+    """alertmanager.yml as shipped: RigmonDown for three boxes of one site and one of another
+    (a power cut) is one notification per site naming its boxes; two alerts of one box are one
+    notification for that box."""
+    import json
+    import urllib.request
+
+    receiver = Receiver()
+    am = Alertmanager(tmp_path, receiver.url, group_wait="3s", group_interval="10m")
+    try:
+        alerts = [
+            {"labels": {"alertname": "RigmonDown", "severity": "critical", "site": site, "instance": box}}
+            for site, box in (("lab", "a:9963"), ("lab", "b:9963"), ("lab", "c:9963"), ("home", "d:9963"))
+        ] + [
+            {"labels": {"alertname": name, "severity": "critical", "site": "lab", "instance": "e:9963", **more}}
+            for name, more in (("FanStalled", {"chip": "nct6798", "fan": "fan2"}), ("GpuLost", {"gpu": "0"}))
+        ]
+        request = urllib.request.Request(
+            f"{am.url}/api/v2/alerts",
+            data=json.dumps(alerts).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        urllib.request.urlopen(request, timeout=10).read()
+        wait_for(lambda: len(receiver.json()) >= 3, 30, what="three notifications")
+        time.sleep(4)
+        groups = sorted(
+            (sorted(b["groupLabels"].items()), sorted(a["labels"]["instance"] for a in b["alerts"]))
+            for b in receiver.json()
+        )
+        assert groups == [
+            ([("alertname", "RigmonDown"), ("site", "home")], ["d:9963"]),
+            ([("alertname", "RigmonDown"), ("site", "lab")], ["a:9963", "b:9963", "c:9963"]),
+            ([("instance", "e:9963"), ("site", "lab")], ["e:9963", "e:9963"]),
+        ], groups
+    finally:
+        am.stop()
+        receiver.stop()

@@ -15,7 +15,7 @@ import scenarios as sc
 import yaml
 from receiver import Receiver
 from scenarios import timeline
-from servers import Alertmanager, Prometheus, Rigmon, wait_for
+from servers import Alertmanager, Prometheus, Rigmon, free_port, wait_for
 from test_alert_rules import fans, temperature
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,6 +95,127 @@ def test_ten_boxes_page_once_per_fault_with_their_site_and_a_dead_box_only_as_do
         got = told()
         assert sorted(got) == sorted(want | {("RigmonDown", dead, "", "lab", "firing")}), got
         assert len(got) == 3  # each once
+    finally:
+        for box in boxes:
+            box.stop()
+        if prom is not None:
+            prom.stop()
+        am.stop()
+        receiver.stop()
+
+
+def _prometheus(tmp_path: Path, targets: list[str], am_port: int) -> Prometheus:
+    """The shipped prometheus.yml and rules, with the lab's edits: its targets (site lab) and
+    where Alertmanager is."""
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    config["rule_files"] = [str(ROOT / "deploy" / "prometheus" / "rigmon-rules.yml")]
+    config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] = [f"127.0.0.1:{am_port}"]
+    (tmp_path / "prom" / "targets").mkdir(parents=True)
+    (tmp_path / "prom" / "targets" / "rigmon.yml").write_text(
+        yaml.safe_dump([{"targets": targets, "labels": {"site": "lab"}}])
+    )
+    for job in config["scrape_configs"]:
+        for sd in job.get("file_sd_configs", ()):
+            sd["files"] = [str(tmp_path / "prom" / "targets" / "*.yml")]
+    return Prometheus(
+        tmp_path / "prom",
+        [],
+        scrape_configs=config["scrape_configs"],
+        extra={k: v for k, v in config.items() if k in ("rule_files", "alerting")},
+    )
+
+
+@pytest.mark.slow
+def test_boxes_listed_by_ip_and_by_name_have_one_identity_on_both_paths(tmp_path):
+    """Two hot boxes, one listed by IP (127.0.0.1:port), one by name (localhost:port), each
+    with ``[daemon] instance`` set to how it is listed; both rigmon's engine (posting to
+    Alertmanager) and the PromQL rules alert. Each box is one notification with both paths'
+    alerts; a silence on one instance covers both paths; the box that dies raises RigmonDown,
+    which holds back its engine's alerts too."""
+    if shutil.which("prometheus") is None:
+        pytest.skip("prometheus is not installed (tests/run installs it)")
+    import json
+    import urllib.request
+
+    hot = timeline(3600, 5, gpus=1, host=fans(1150), modify=temperature(90))
+    receiver = Receiver()
+    am = Alertmanager(tmp_path, receiver.url, group_wait="25s", group_interval="10m")
+    boxes, prom = [], None
+    try:
+        for i, host in enumerate(("127.0.0.1", "localhost")):
+            where = tmp_path / f"box{i}"
+            where.mkdir()
+            port = free_port()
+            config = (
+                f'[daemon]\nhostname = "box{i}"\ninstance = "{host}:{port}"\nlabels = {{ site = "lab" }}\n'
+                f'[[notifiers]]\ntype = "alertmanager"\nurl = "{am.url}"\n'
+            )
+            boxes.append(Rigmon(where, sc.write(hot, where / "hot.rec.jsonl"), config, port=port))
+        for box in boxes:
+            box.wait_ready(60)
+        by_ip, by_name = f"127.0.0.1:{boxes[0].port}", f"localhost:{boxes[1].port}"
+        prom = _prometheus(tmp_path, [by_ip, by_name], am.port)
+
+        def held(instance: str) -> list[dict]:
+            return [
+                a
+                for a in am.alerts()
+                if a["labels"]["alertname"] == "GpuAtSlowdownTemperature" and a["labels"]["instance"] == instance
+            ]
+
+        def both_paths(instance: str) -> bool:  # the engine's alert carries host, Prometheus's job
+            alerts = held(instance)
+            return any("host" in a["labels"] for a in alerts) and any("job" in a["labels"] for a in alerts)
+
+        wait_for(lambda: both_paths(by_ip) and both_paths(by_name), 120, interval=1, what="both paths' alerts")
+        wait_for(lambda: len(receiver.json()) >= 2, 60, interval=1, what="the first notifications")
+        time.sleep(5)
+        pages = {}
+        for body in receiver.json():
+            (instance,) = {a["labels"]["instance"] for a in body["alerts"]}
+            pages.setdefault(instance, []).append(body)
+        assert sorted(pages) == sorted([by_ip, by_name]), pages.keys()
+        for instance, bodies in pages.items():
+            assert len(bodies) == 1, f"{instance}: {len(bodies)} notifications"
+            alerts = [a for a in bodies[0]["alerts"] if a["labels"]["alertname"] == "GpuAtSlowdownTemperature"]
+            assert {"host" in a["labels"] for a in alerts} == {True, False}, alerts  # the engine's and the rule's
+
+        # one silence on the instance covers both paths
+        silence = {
+            "matchers": [{"name": "instance", "value": by_name, "isRegex": False, "isEqual": True}],
+            "startsAt": "2000-01-01T00:00:00Z",
+            "endsAt": "2100-01-01T00:00:00Z",
+            "createdBy": "test",
+            "comment": "maintenance",
+        }
+        request = urllib.request.Request(
+            f"{am.url}/api/v2/silences",
+            data=json.dumps(silence).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        urllib.request.urlopen(request, timeout=10).read()
+        wait_for(
+            lambda: all(a["status"]["state"] == "suppressed" and a["status"]["silencedBy"] for a in held(by_name)),
+            30,
+            what="both paths' alerts of the silenced box suppressed",
+        )
+
+        # the box listed by IP dies: RigmonDown holds back its engine's alerts as well as the rules'
+        boxes[0].proc.kill()
+        boxes[0].proc.wait()
+
+        def down() -> bool:
+            return any(
+                a["labels"]["alertname"] == "RigmonDown" and a["labels"]["instance"] == by_ip for a in am.alerts()
+            )
+
+        wait_for(down, 180, interval=1, what="RigmonDown for the dead box")
+        wait_for(
+            lambda: all(a["status"]["inhibitedBy"] for a in held(by_ip)) and both_paths(by_ip),
+            60,
+            what="the dead box's alerts of both paths inhibited",
+        )
     finally:
         for box in boxes:
             box.stop()

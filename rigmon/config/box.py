@@ -21,6 +21,7 @@ class Box(NamedTuple):
     state_dir: Path  # where its outputs keep what a restart must find
     port: int  # where /metrics and the page are served
     page_url: str  # its page as a link from an alert ("": no page)
+    instance: str = ""  # what Prometheus calls it: [daemon] instance, else hostname:port
 
     @classmethod
     def of(cls, config: Config | Settings, host: str | None = None) -> Box:
@@ -38,4 +39,5 @@ class Box(NamedTuple):
             state_dir=Path(daemon.state_dir),
             port=prometheus.port,
             page_url=page,
+            instance=daemon.instance or f"{name}:{prometheus.port}",
         )

@@ -89,6 +89,18 @@ class DaemonConfig(_Section):
             examples=["rig-04"],
         ),
     ] = None
+    instance: Annotated[
+        str | None,
+        Field(
+            min_length=1,
+            max_length=300,
+            pattern=r"^[^\x00-\x20\x7f]+$",
+            description="What Prometheus calls this box: its target as the scrape config lists it (10.0.0.5:9963, "
+            "gpu-box-01.lab:9963). It is the instance label of the alerts rigmon posts to Alertmanager, so both "
+            "paths' alerts of one box group, inhibit and silence together. Default: hostname:port.",
+            examples=["gpu-box-01.lab:9963"],
+        ),
+    ] = None
     external_url: Annotated[
         str | None,
         Field(

@@ -76,7 +76,15 @@ def _notifiers(config: NotifierConfig, box: Box) -> list[Notifier]:
     from .notify import Notifier, peers  # urllib's client: only where a webhook is configured
 
     return [
-        Notifier(config, box.host, labels=dict(box.labels), port=box.port, peer=peer, page_url=box.page_url)
+        Notifier(
+            config,
+            box.host,
+            labels=dict(box.labels),
+            port=box.port,
+            peer=peer,
+            page_url=box.page_url,
+            instance=box.instance,
+        )
         for peer in peers(config)
     ]
 

@@ -216,13 +216,14 @@ class Notifier:
         port: int = 9963,
         page_url: str = "",
         peer: tuple[str, str] | None = None,
+        instance: str | None = None,
     ):
         """``peer``: the (name, URL) this one posts to, of the entry's ``peers``; default its first."""
         self.config = config
         self.name, self._url = peer or peers(config)[0]
         self.host = host
         self.box_labels = tuple(sorted((labels or {}).items()))
-        self.instance = f"{host}:{port}"
+        self.instance = instance or f"{host}:{port}"  # as Prometheus calls the box: [daemon] instance
         self.page_url = page_url
         # alertmanager: the firing alerts, posted again every resend_interval (Alertmanager ends
         # an alert whose endsAt passes, so a firing one must be renewed, as Prometheus does)
