@@ -327,6 +327,14 @@ class Alertmanager:
         )  # no cluster peers
         wait_for(lambda: http_get(f"{self.url}/-/ready", timeout=2)[0] == 200, 60, what="alertmanager")
 
+    def post(self, path: str, data) -> bytes:
+        """``data`` as JSON to its API (``/api/v2/alerts``, ``/api/v2/silences``), as a client posts it."""
+        request = urllib.request.Request(
+            f"{self.url}{path}", data=json.dumps(data).encode(), headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.read()
+
     def alerts(self) -> list[dict]:
         """The alerts it holds now (active ones: a resolved alert leaves the list)."""
         return json.loads(http_get(f"{self.url}/api/v2/alerts", timeout=5)[1])

@@ -82,9 +82,7 @@ def test_alertmanager_mutes_everything_on_a_box_while_rigmon_is_down(tmp_path):
     the receiver, whatever its severity; another box's alerts still do, and there one thermal
     event on a GPU is one page (the worst), while the same rule on another GPU still pages."""
     import datetime
-    import json
     import time
-    import urllib.request
 
     from receiver import Receiver
     from servers import Alertmanager, wait_for
@@ -123,13 +121,7 @@ def test_alertmanager_mutes_everything_on_a_box_while_rigmon_is_down(tmp_path):
         for a in alerts:
             if not a["labels"]["gpu"]:
                 del a["labels"]["gpu"]
-        request = urllib.request.Request(
-            f"{am.url}/api/v2/alerts",
-            data=json.dumps(alerts).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        urllib.request.urlopen(request, timeout=10).read()
+        am.post("/api/v2/alerts", alerts)
         wait_for(lambda: got() >= want, 30, what="alertmanager's notifications")
         time.sleep(2)  # two group intervals more: an alert the rules inhibit would have come by now
     finally:
@@ -155,8 +147,6 @@ def test_alertmanager_holds_back_what_rigmons_engine_holds_back(tmp_path):
     the shipped alertmanager.yml mutes the target on the source's box (and GPU, where the engine
     holds back only that GPU's), and leaves it alone on another box or GPU."""
     import datetime
-    import json
-    import urllib.request
 
     from servers import Alertmanager, wait_for
 
@@ -196,13 +186,7 @@ def test_alertmanager_holds_back_what_rigmons_engine_holds_back(tmp_path):
     receiver_url = "http://127.0.0.1:9/none"  # nothing is delivered: the API says what is muted
     am = Alertmanager(tmp_path, receiver_url)
     try:
-        request = urllib.request.Request(
-            f"{am.url}/api/v2/alerts",
-            data=json.dumps(alerts).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        urllib.request.urlopen(request, timeout=10).read()
+        am.post("/api/v2/alerts", alerts)
 
         def state():
             return {

@@ -134,8 +134,6 @@ def test_boxes_listed_by_ip_and_by_name_have_one_identity_on_both_paths(tmp_path
     which holds back its engine's alerts too."""
     if shutil.which("prometheus") is None:
         pytest.skip("prometheus is not installed (tests/run installs it)")
-    import json
-    import urllib.request
 
     hot = timeline(3600, 5, gpus=1, host=fans(1150), modify=temperature(90))
     receiver = Receiver()
@@ -188,13 +186,7 @@ def test_boxes_listed_by_ip_and_by_name_have_one_identity_on_both_paths(tmp_path
             "createdBy": "test",
             "comment": "maintenance",
         }
-        request = urllib.request.Request(
-            f"{am.url}/api/v2/silences",
-            data=json.dumps(silence).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        urllib.request.urlopen(request, timeout=10).read()
+        am.post("/api/v2/silences", silence)
         wait_for(
             lambda: all(a["status"]["state"] == "suppressed" and a["status"]["silencedBy"] for a in held(by_name)),
             30,
