@@ -16,6 +16,9 @@ P_SEL = 'instance=~"$instance"'
 P_GPU = 'instance=~"$instance", gpu=~"$gpu"'
 F_SEL = 'job=~"$job", site=~"$site"'  # the fleet: Prometheus's job, and the site label the targets give
 I_HOST = '"host" =~ /^$host$/'
+# an alert is one point per transition: whether it fires now is its last one, however long ago
+# (not the last within the range shown, which an alert that began before the range has none in)
+ALERTS_SINCE = "time > now() - 30d"
 I_GPU = '"host" =~ /^$host$/ AND "gpu" =~ /^$gpu$/'
 ROW = "row"
 
@@ -91,12 +94,14 @@ FLEET = [
         [
             (
                 'SELECT last("firing") AS "firing", last("summary") AS "summary" FROM "alert" WHERE '
-                f'{I_HOST} AND $timeFilter GROUP BY "host", "alertname", "severity", "subject"',
+                f'{I_HOST} AND {ALERTS_SINCE} GROUP BY "host", "alertname", "severity", "subject"',
                 "",
             )
         ],
         12,
-        "Every alert firing now, on every box, from rigmon's own rules (rigmon rules list).",
+        "Every alert firing now, on every box, from rigmon's own rules (rigmon rules list); with InfluxDB, "
+        "each alert's last transition in 30 days, whatever the range shown: one that began before it is "
+        "still firing.",
     ),
     Panel(
         "GPU power per box",
@@ -587,12 +592,13 @@ BOX = [
         [
             (
                 f'SELECT last("firing") AS "firing", last("summary") AS "summary" FROM "alert" WHERE {I_HOST} AND '
-                f'$timeFilter GROUP BY "alertname", "severity", "subject"',
+                f'{ALERTS_SINCE} GROUP BY "alertname", "severity", "subject"',
                 "",
             )
         ],
         12,
-        "Alerts firing on this box now, with their subject (GPU, fan, socket, PSU group).",
+        "Alerts firing on this box now, with their subject (GPU, fan, socket, PSU group); with InfluxDB, "
+        "each alert's last transition in 30 days, whatever the range shown.",
     ),
 ]
 

@@ -7,7 +7,9 @@ import re
 import socket
 import subprocess
 import sys
+import time
 import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -386,3 +388,27 @@ def test_no_panel_mixes_units_on_one_axis():
             <= 1
         ), f"{name}: {panel['title']} mixes PCIe quantities"
     assert checked >= 60
+
+
+def test_an_alert_that_began_before_the_range_shown_is_still_firing_on_the_influxdb_tables(fed):
+    """An alert is one point per transition. One that fired three days ago and never resolved has
+    no point in the last hour, and the tables show it firing all the same."""
+    _, influx, _ = fed
+    host = _hosts()
+    when = int((time.time() - 3 * 86400) * 1e9)
+    line = (
+        f"alert,host={socket.gethostname()},alertname=OldFire,severity=critical,subject=fan2 "
+        f'status="firing",firing=true,summary="fired three days ago" {when}'
+    )
+    request = urllib.request.Request(f"{influx.url}/write?db={influx.database}", data=line.encode())
+    urllib.request.urlopen(request, timeout=10).read()
+    tables = [t for where, t in _panels("influxdb") if 'FROM "alert"' in t["query"]]
+    assert len(tables) == 2  # the fleet's and the box's
+    for target in tables:
+        q = target["query"].replace("$timeFilter", "time > now() - 1h").replace("$host", host)
+        rows = [
+            dict(zip(s["columns"], row, strict=True)) | s.get("tags", {})
+            for s in influx.query(q)
+            for row in s["values"]
+        ]
+        assert any(r["alertname"] == "OldFire" and r["firing"] is True for r in rows), rows
