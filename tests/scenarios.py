@@ -557,3 +557,17 @@ def cooling_days(
             g["nvmlDeviceGetTemperature:0"] = int(round(room(t) + resistance(k, t) * watts))
 
     return timeline(days * DAY, step=step, gpus=gpus, modify=modify)
+
+
+def hot_box(where: Path, gpus: int = 8) -> Path:
+    """``gpus`` GPUs at 95 °C (past an H200's slowdown threshold) for 10 minutes, written as
+    ``where/hot.rec.jsonl``: GpuAtSlowdownTemperature on each from the first poll."""
+    return write(
+        timeline(
+            600,
+            1,
+            gpus=gpus,
+            modify=lambda t, tick: [g.update({"nvmlDeviceGetTemperature:0": 95}) for g in tick["gpus"]],
+        ),
+        where / "hot.rec.jsonl",
+    )

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 import scenarios as sc
 from receiver import Receiver
-from scenarios import timeline
 from servers import Alertmanager, Rigmon, wait_for
 
 from rigmon.alerts.entities import LABELS
@@ -42,18 +41,6 @@ resend_interval = "1s"
 """
 
 
-def _hot_box(tmp_path: Path, gpus: int = 2) -> Path:
-    return sc.write(
-        timeline(
-            600,
-            1,
-            gpus=gpus,
-            modify=lambda t, tick: [g.update({"nvmlDeviceGetTemperature:0": 95}) for g in tick["gpus"]],
-        ),
-        tmp_path / "hot.rec.jsonl",
-    )
-
-
 def _firing(receiver: Receiver) -> list[str]:
     return [
         f"{a['labels']['alertname']} gpu {a['labels'].get('gpu')}"
@@ -74,7 +61,7 @@ def _touch(rigmon: Rigmon) -> None:
 @pytest.mark.parametrize("delay", [0, 0.1, 0.3, 0.5, 0.8])
 def test_a_sigterm_at_any_moment_of_a_reload_is_a_warm_stop(tmp_path, delay):
     receiver = Receiver()
-    rigmon = Rigmon(tmp_path, _hot_box(tmp_path), HOT.format(type="webhook", url=receiver.url))
+    rigmon = Rigmon(tmp_path, sc.hot_box(tmp_path, gpus=2), HOT.format(type="webhook", url=receiver.url))
     try:
         rigmon.wait_ready()
         wait_for(lambda: len(receiver.bodies) >= 2, 30, what="2 alerts told")
@@ -98,7 +85,7 @@ def test_queued_notifications_outlive_a_reload_and_a_restart(tmp_path):
     receiver = Receiver()
     receiver.status = 503
     config = HOT.format(type="webhook", url=receiver.url)
-    recording = _hot_box(tmp_path)
+    recording = sc.hot_box(tmp_path, gpus=2)
     kept = replay_state_dir(tmp_path / "state", argparse.Namespace(replay=str(recording), demo=False)) / "alerts.json"
     rigmon = Rigmon(tmp_path, recording, config)
     try:
@@ -112,7 +99,7 @@ def test_queued_notifications_outlive_a_reload_and_a_restart(tmp_path):
         log = rigmon.output()
         assert "2 notification(s) kept for the next start" in log
         assert json.loads(kept.read_text())["notifications"][0]["queue"]
-        again = Rigmon(tmp_path, _hot_box(tmp_path), config, port=rigmon.port)
+        again = Rigmon(tmp_path, sc.hot_box(tmp_path, gpus=2), config, port=rigmon.port)
         again.wait_ready()
         again.wait_output("alert(s) go on as they were, 2 queued notification(s) to send")
         assert again.output().count("start: ") == 1
@@ -143,7 +130,7 @@ def test_a_firing_alert_stays_active_in_alertmanager_across_a_reload_and_a_resta
             if a["labels"]["alertname"] == "GpuAtSlowdownTemperature" and a["status"]["state"] == "active"
         }
 
-    rigmon = Rigmon(tmp_path, _hot_box(tmp_path), config)
+    rigmon = Rigmon(tmp_path, sc.hot_box(tmp_path, gpus=2), config)
     again = None
     try:
         rigmon.wait_ready()
@@ -154,7 +141,7 @@ def test_a_firing_alert_stays_active_in_alertmanager_across_a_reload_and_a_resta
         time.sleep(15)
         assert active() == {"0", "1"}, "Alertmanager ended the alerts after the reload"
         assert rigmon.stop() == 0
-        again = Rigmon(tmp_path, _hot_box(tmp_path), config, port=rigmon.port)
+        again = Rigmon(tmp_path, sc.hot_box(tmp_path, gpus=2), config, port=rigmon.port)
         again.wait_ready()
         again.wait_output("start: ")
         time.sleep(15)
@@ -302,7 +289,7 @@ def test_a_shared_directory_is_no_state_directory(tmp_path, where):
 def test_damaged_state_files_are_set_aside_not_fatal(tmp_path):
     """A FIFO as known.json, a history that inflates to 256 MB: each is said and started
     afresh, the daemon's peak resident size stays far under the unit's 512 MB, and it polls on."""
-    recording = _hot_box(tmp_path)
+    recording = sc.hot_box(tmp_path, gpus=2)
     state = replay_state_dir(tmp_path / "state", argparse.Namespace(replay=str(recording), demo=False))
     state.mkdir(mode=0o700, parents=True)
     os.mkfifo(state / "known.json", 0o600)

@@ -15,7 +15,6 @@ import time
 import pytest
 import scenarios as sc
 from receiver import Receiver
-from scenarios import timeline
 from servers import Rigmon, http_get, wait_for
 
 HOT = """
@@ -58,19 +57,10 @@ class Scraper:
         self._thread.join(20)
 
 
-def _hot_box(tmp_path):
-    return sc.write(
-        timeline(
-            600, 1, gpus=8, modify=lambda t, tick: [g.update({"nvmlDeviceGetTemperature:0": 95}) for g in tick["gpus"]]
-        ),
-        tmp_path / "hot.rec.jsonl",
-    )
-
-
 @pytest.mark.slow
 def test_twenty_sighups_under_load(tmp_path):
     receiver = Receiver()
-    recording = _hot_box(tmp_path)
+    recording = sc.hot_box(tmp_path)
     configs = [HOT.format(severity=severity, url=receiver.url) for severity in ("critical", "warning")]
     rigmon = Rigmon(tmp_path, recording, configs[0])
     scraper = None
