@@ -467,7 +467,7 @@ def _private(state_dir: Path) -> None:
 
     check_dir(state_dir)  # before anything is made in it
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    check_dir(state_dir)
+    check_dir(state_dir)  # and after: another user may have made it between the check and mkdir
     mode = stat.S_IMODE(os.stat(state_dir).st_mode)
     if mode & (stat.S_ISVTX | stat.S_IWOTH | stat.S_IWGRP):
         raise Unsafe(

@@ -236,9 +236,8 @@ class Notifier:
         self.sent = 0
         self.failed = 0
         self.dropped = 0
-        self.errors: Counter[str] = (
-            Counter()
-        )  # failed attempts by kind: timeout, connection, truncated, server, refused, redirect
+        # failed tries by kind: timeout, connection, truncated, server, refused, redirect
+        self.errors: Counter[str] = Counter()
         self.backing_off = False  # asleep between retries: nothing will go out before the next try
         self._thread = threading.Thread(target=self._run, name=f"rigmon-notify-{self.name}", daemon=True)
         self._thread.start()
