@@ -314,7 +314,8 @@ def test_pcie_link_maxima_are_exported(tmp_path):
     rec = timeline(10, 5, board=slot_allows(4))
     got = exported(rec, tmp_path, {"gpu": {"pcie_expected_generation": {"0": 3}}})
     assert got['rigmon_gpu_pcie_link_generation{gpu="0",link="max"}'] == 4
-    assert got['rigmon_gpu_pcie_link_generation{gpu="0",link="gpu_max"}'] == 5
+    (settings,) = [k for k in got if k.startswith("rigmon_gpu_settings_info{") and ',gpu="0",' in k]
+    assert 'gpu_max_pcie_generation="5"' in settings
     assert got['rigmon_gpu_pcie_link_generation{gpu="0",link="expected"}'] == 3
 
 

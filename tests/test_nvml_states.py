@@ -156,8 +156,10 @@ def test_mig_is_said_and_its_instances_read(library, tmp_path):
     try:
         daemon.wait_ready()
         daemon.wait_polls(3)
-        labels = f'{{gpu="0",mode="current",uuid="{UUIDS[0]}"}}'
-        assert daemon.metric("rigmon_gpu_mig_mode", labels) == 1
+        metrics = http_get(daemon.url, {"Accept": "text/plain"})[1].decode()
+        found = re.findall(r"^rigmon_gpu_settings_info\{(.*)\} 1\.0$", metrics, re.M)
+        (settings,) = [labels.split(",") for labels in found if 'gpu="0"' in labels.split(",")]
+        assert 'mig_enabled="1"' in settings, settings
         instance = f'{{compute_instance="0",gpu="0",gpu_instance="2",profile="3g.40gb",uuid="{UUIDS[0]}"}}'
         assert daemon.metric("rigmon_gpu_mig_memory_used_bytes", instance) == 1 << 30
         assert daemon.metric("rigmon_gpu_mig_memory_total_bytes", instance) == 40 << 30

@@ -74,7 +74,8 @@ class SampleCollector:
 
 # Every reading's family, empty: each render fills copies of these.
 _FAMILIES = {
-    name: Family(name, family.help + LAST, family.type, family_labels(name)) for name, family in FAMILIES.items()
+    name: Family(name, family.help + LAST, "gauge" if family.type == "info" else family.type, family_labels(name))
+    for name, family in FAMILIES.items()
 }
 
 

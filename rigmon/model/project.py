@@ -87,6 +87,17 @@ def getter(reading: Reading) -> Callable[[dict[str, Any]], object]:
     return value
 
 
+def label_text(value: object) -> str:
+    """A reading's value as a label: "" for none, 1/0 for a bool, a whole number without its point."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return str(value)
+
+
 def _path(reading: Reading) -> list[str]:
     """A reading's ``get`` as its root and attributes ("g.power_watts")."""
     if not isinstance(reading.get, str):
@@ -101,6 +112,7 @@ class _Writer:
             "_gpu_fans": gpu_fans,
             "_unique": unique_temperatures,
             "_process_series": process_series,
+            "_label": label_text,
         }
         self._temps = 0
 
@@ -231,7 +243,16 @@ def _prometheus() -> Generated:
         parts = ([labels] if labels else []) + [repr(label) for label in r.labels]
         value = "int(v)" if r.unit == "bool" else "v"
         labels = f"({', '.join(parts)},)" if parts else "()"
-        w.emit(depth, f"if v is not None: {fams[_family(r)]}({labels}, {value})")
+        present = "v" if FAMILIES[_family(r)].sparse else "v is not None"
+        w.emit(depth, f"if {present}: {fams[_family(r)]}({labels}, {value})")
+
+    def settings(depth: int, family: Family, rs: list[Reading]) -> None:
+        """An info family: one series a GPU, each of its readings a label (in the family's order)."""
+        by_label = {r.labels[0]: r for r in rs}
+        if set(by_label) != set(family.labels) or len(rs) != len(family.labels):
+            raise ValueError(f"{family.name}: each label is one reading's")
+        values = ", ".join(f"_label({w.value(by_label[label])})" for label in family.labels)
+        w.emit(depth, f"{fams[family.name]}((gi, gu, {values}), 1)")
 
     always, polled, static = _gpu_parts("gpu")
     fan = [r for r in READINGS if r.entity == "gpu_fan" and r.family and r.get is not None]
@@ -258,8 +279,11 @@ def _prometheus() -> Generated:
         add(3, r, "*labels")
     w.emit(2, "if i is not None:")
     for r in static:
-        if r.family:
+        if r.family and FAMILIES[_family(r)].type != "info":
             add(3, r, "gi, gu")
+    for family in FAMILIES.values():
+        if family.type == "info":
+            settings(3, family, [r for r in static if _family(r) == family.name])
     w.emit(2, "pass")
     for r in READINGS:
         if r.entity == "host" and r.family and FAMILIES[_family(r)].group == "gpu":

@@ -41,6 +41,25 @@ class Family(NamedTuple):
     help: str
     labels: tuple[str, ...] = ()
     group: str = "gpu"  # gpu: with every sample; host: when the host reader ran; processes: when asked for
+    sparse: bool = False  # a bool family with a series only while its reading is true (one per active state)
+
+
+# The settings of a GPU read once at start that no rule compares against: one series per GPU,
+# each setting a label, rather than a gauge each that Prometheus would store every scrape.
+SETTINGS_LABELS = (
+    "power_limit_min_watts",
+    "power_limit_max_watts",
+    "power_limit_default_watts",
+    "shutdown_celsius",
+    "gpu_max_celsius",
+    "memory_max_celsius",
+    "max_sm_clock_hertz",
+    "max_memory_clock_hertz",
+    "applications_sm_clock_hertz",
+    "gpu_max_pcie_generation",
+    "mig_enabled",
+    "mig_pending",
+)
 
 
 class Entity(NamedTuple):
@@ -115,16 +134,22 @@ FAMILIES = {f.name: f for f in (
     Family("rigmon_gpu_up", "gauge", "1 if the GPU answers, 0 if it is lost (fell off the bus)."),
     Family("rigmon_gpu_power_watts", "gauge", "Power draw (NVML's 1 s average on Ampere and newer)."),
     Family("rigmon_gpu_power_limit_watts", "gauge", "Enforced power limit."),
-    Family("rigmon_gpu_power_limit_range_watts", "gauge", "Power limit bounds and default.", ("bound",)),
+    Family("rigmon_gpu_settings_info", "info", "The GPU's settings read at start, one label each (empty where "
+                                               "the GPU gives none): power-limit bounds, temperature limits, "
+                                               "maximum and application clocks, its own PCIe generation, MIG mode "
+                                               "now and after the next reset; always 1.", SETTINGS_LABELS),
     Family("rigmon_gpu_energy_joules", "counter", "Energy used since the driver loaded."),
     Family("rigmon_gpu_temperature_celsius", "gauge", "GPU core and memory temperature.", ("sensor",)),
-    Family("rigmon_gpu_temperature_threshold_celsius", "gauge", "Temperature thresholds.", ("threshold",)),
+    Family("rigmon_gpu_temperature_threshold_celsius", "gauge", "The temperature at which the GPU slows down "
+                                                                "(its other limits: rigmon_gpu_settings_info).",
+           ("threshold",)),
     Family("rigmon_gpu_utilization_ratio", "gauge", "Share of the last sample period the GPU (kind=gpu) or its "
                                                     "memory controller (kind=memory) was busy.", ("kind",)),
     Family("rigmon_gpu_clock_hertz", "gauge", "Current clocks.", ("clock",)),
-    Family("rigmon_gpu_clock_max_hertz", "gauge", "Maximum clocks.", ("clock",)),
-    Family("rigmon_gpu_clock_event_active", "gauge", "1 while a clock-event (throttle) reason is active. "
-                                                     "sw_power_cap is normal under full load.", ("reason",)),
+    Family("rigmon_gpu_clock_event_active", "gauge", "1 while a clock-event (throttle) reason is active, absent "
+                                                     "while it is not (rigmon_gpu_up says whether the GPU "
+                                                     "answers). sw_power_cap is normal under full load.",
+           ("reason",), sparse=True),
     Family("rigmon_gpu_clock_event_seconds", "counter", "Time spent throttled, by reason, since the driver loaded.",
            ("reason",)),
     Family("rigmon_gpu_memory_used_bytes", "gauge", "Device memory in use."),
@@ -135,8 +160,8 @@ FAMILIES = {f.name: f for f in (
     Family("rigmon_gpu_fan_target_speed_ratio", "gauge", "Fan speed the driver asks for."),
     Family("rigmon_gpu_fan_speed_rpm", "gauge", "Measured fan speed (where the board reports it)."),
     Family("rigmon_gpu_pcie_link_generation", "gauge", "PCIe link generation (drops at idle by design): "
-                                                       "link=current, max (what GPU and slot allow), gpu_max, "
-                                                       "expected (config).", ("link",)),
+                                                       "link=current, max (what GPU and slot allow), expected "
+                                                       "(config).", ("link",)),
     Family("rigmon_gpu_pcie_link_width", "gauge", "PCIe link width in lanes (drops at idle by design).", ("link",)),
     Family("rigmon_gpu_pcie_replays", "counter", "PCIe replays: link errors (risers, seating)."),
     Family("rigmon_gpu_pcie_throughput_bytes_per_second", "gauge", "PCIe throughput over 20 ms.", ("direction",)),
@@ -507,30 +532,30 @@ READINGS: tuple[Reading, ...] = (
       influx=False),
     # --- each GPU, read once at start (thresholds, limits, link maxima) ---
     R("power_limit_min_watts", "gpu", "i.power_limit_min_watts", "watts", "lowest settable power limit",
-      "rigmon_gpu_power_limit_range_watts", ("min",), influx=False, rule=False, static=True),
+      "rigmon_gpu_settings_info", ("power_limit_min_watts",), influx=False, rule=False, static=True),
     R("power_limit_max_watts", "gpu", "i.power_limit_max_watts", "watts", "highest settable power limit",
-      "rigmon_gpu_power_limit_range_watts", ("max",), influx=False, rule=False, static=True),
+      "rigmon_gpu_settings_info", ("power_limit_max_watts",), influx=False, rule=False, static=True),
     R("power_limit_default_watts", "gpu", "i.power_limit_default_watts", "watts", "default power limit",
-      "rigmon_gpu_power_limit_range_watts", ("default",), measurement="gpu_info", rule=False, static=True),
+      "rigmon_gpu_settings_info", ("power_limit_default_watts",), measurement="gpu_info", rule=False, static=True),
     R("shutdown_celsius", "gpu", "i.temperature_thresholds.shutdown", "celsius", "shutdown threshold",
-      "rigmon_gpu_temperature_threshold_celsius", ("shutdown",), static=True),
+      "rigmon_gpu_settings_info", ("shutdown_celsius",), static=True),
     R("slowdown_celsius", "gpu", "i.temperature_thresholds.slowdown", "celsius", "slowdown threshold",
       "rigmon_gpu_temperature_threshold_celsius", ("slowdown",), burnin=True, static=True),
     R("gpu_max_celsius", "gpu", "i.temperature_thresholds.gpu_max", "celsius",
-      "the highest GPU temperature the board allows", "rigmon_gpu_temperature_threshold_celsius", ("gpu_max",),
+      "the highest GPU temperature the board allows", "rigmon_gpu_settings_info", ("gpu_max_celsius",),
       influx=False, static=True),
     R("memory_max_celsius", "gpu", "i.temperature_thresholds.memory_max", "celsius",
-      "the highest memory temperature the board allows", "rigmon_gpu_temperature_threshold_celsius",
-      ("memory_max",), influx=False, static=True),
+      "the highest memory temperature the board allows", "rigmon_gpu_settings_info",
+      ("memory_max_celsius",), influx=False, static=True),
     R("max_sm_clock_hertz", "gpu", "i.max_sm_clock_hertz", "hertz", "maximum SM clock",
-      "rigmon_gpu_clock_max_hertz", ("sm",), measurement="gpu_info", static=True),
+      "rigmon_gpu_settings_info", ("max_sm_clock_hertz",), measurement="gpu_info", static=True),
     R("max_memory_clock_hertz", "gpu", "i.max_memory_clock_hertz", "hertz", "maximum memory clock",
-      "rigmon_gpu_clock_max_hertz", ("memory",), influx=False, rule=False, static=True),
+      "rigmon_gpu_settings_info", ("max_memory_clock_hertz",), influx=False, rule=False, static=True),
     R("max_pcie_generation", "gpu", "i.max_pcie_generation", "count",
       "the highest PCIe generation the GPU and its slot allow", "rigmon_gpu_pcie_link_generation", ("max",),
       measurement="gpu_info", static=True),
     R("gpu_max_pcie_generation", "gpu", "i.gpu_max_pcie_generation", "count",
-      "the GPU's own maximum PCIe generation", "rigmon_gpu_pcie_link_generation", ("gpu_max",),
+      "the GPU's own maximum PCIe generation", "rigmon_gpu_settings_info", ("gpu_max_pcie_generation",),
       measurement="gpu_info", old="pcie_gpu_max_generation", static=True),
     R("expected_pcie_generation", "gpu", "i.expected_pcie_generation", "count",
       "the generation gpu.pcie_expected_generation sets for a riser forced lower",
@@ -547,8 +572,7 @@ READINGS: tuple[Reading, ...] = (
       "the PCIe width the link should reach: expected_pcie_width, else max_pcie_width", influx=False, static=True),
     R("applications_sm_clock_hertz", "gpu", "i.applications_sm_clock_hertz", "hertz",
       "the SM clock applications run at (the base clock; boost runs above it)",
-      Family("rigmon_gpu_clock_applications_hertz", "gauge", "The clock applications run at (the base clock; "
-                                                             "boost runs above it).", ("clock",)), ("sm",),
+      "rigmon_gpu_settings_info", ("applications_sm_clock_hertz",),
       influx=False, static=True),
     R("pci_bus_id", "gpu", "i.pci_bus_id", "text", "PCI bus id", measurement="gpu_info", rule=False, static=True),
     R("serial", "gpu", "i.serial", "text", "board serial number", measurement="gpu_info", rule=False, static=True),
@@ -557,11 +581,10 @@ READINGS: tuple[Reading, ...] = (
       measurement="gpu_info", rule=False, static=True),
     R("mig_enabled", "gpu", "i.mig_enabled", "bool",
       "MIG mode is on: the GPU is split into instances, and NVML gives no GPU utilisation",
-      Family("rigmon_gpu_mig_mode", "gauge", "1 while MIG mode is on (mode=current), or will be at the next GPU "
-                                             "reset (mode=pending).", ("mode",)), ("current",),
+      "rigmon_gpu_settings_info", ("mig_enabled",),
       measurement="gpu_info", static=True),
     R("mig_pending", "gpu", "i.mig_pending", "bool", "MIG mode as it will be after the next GPU reset",
-      "rigmon_gpu_mig_mode", ("pending",), measurement="gpu_info", rule=False, static=True),
+      "rigmon_gpu_settings_info", ("mig_pending",), measurement="gpu_info", rule=False, static=True),
     R("driver", "gpu", "s.system.driver_version", "text", "driver version", measurement="gpu_info", rule=False,
       static=True),
     # --- each GPU fan ---
@@ -803,7 +826,7 @@ def metrics_rows() -> list[str]:
         for label in family_labels(family.name):
             if label in ("gpu", "uuid"):
                 continue
-            if label in family.labels and members:
+            if label in family.labels and members and family.type != "info":
                 n = family.labels.index(label)
                 labels.append(f"{label}={'|'.join(dict.fromkeys(r.labels[n] for r in members))}")
             else:
@@ -811,7 +834,8 @@ def metrics_rows() -> list[str]:
         gpu = "gpu" in family_labels(family.name)
         text = ", ".join(labels) + ("" if gpu or not labels else " (no gpu, uuid)")
         name = family.name + ("_total" if family.type == "counter" else "")
-        rows.append(f"| `{name}` | {family.type} | {_cell(text)} | {_cell(family.help)} |")
+        kind = "gauge" if family.type == "info" else family.type
+        rows.append(f"| `{name}` | {kind} | {_cell(text)} | {_cell(family.help)} |")
     return rows
 
 
