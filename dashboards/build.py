@@ -37,6 +37,7 @@ class Panel(NamedTuple):
     description: str
     axes: dict | None = None
     mappings: list | None = None
+    step: str | None = None  # Grafana's min interval: a bar a day reads each day once, not once a step
 
 
 def row(title: str, description: str) -> Panel:
@@ -58,6 +59,8 @@ SUCCESS = [
     {"type": "value", "options": {"0": {"text": "failing", "color": "red"}, "1": {"text": "ok", "color": "green"}}}
 ]
 
+# The fleet's per-box series are rigmon-rules.yml's recording rules (group rigmon-fleet): a panel
+# reads one series a box, whatever the box's GPUs and sensors.
 FLEET = [
     Panel(
         "Boxes up",
@@ -107,7 +110,7 @@ FLEET = [
         "GPU power per box",
         "timeseries",
         "watt",
-        [(f"sum by (instance) (rigmon_gpu_power_watts{{{F_SEL}}})", "{{instance}}")],
+        [(f"sum by (instance) (instance:rigmon_gpu_power_watts:sum{{{F_SEL}}})", "{{instance}}")],
         [
             (
                 f'SELECT mean("gpu_power_watts") FROM "host" WHERE {I_HOST} AND $timeFilter '
@@ -122,7 +125,7 @@ FLEET = [
         "Hottest GPU per box",
         "timeseries",
         "celsius",
-        [(f'max by (instance) (rigmon_gpu_temperature_celsius{{{F_SEL}, sensor="gpu"}})', "{{instance}}")],
+        [(f"max by (instance) (instance:rigmon_gpu_temperature_celsius:max{{{F_SEL}}})", "{{instance}}")],
         [
             (
                 f'SELECT max("temperature_celsius") FROM "gpu" WHERE {I_HOST} AND $timeFilter '
@@ -137,7 +140,7 @@ FLEET = [
         "Hottest CPU per box",
         "timeseries",
         "celsius",
-        [(f"max by (instance) (rigmon_cpu_temperature_celsius{{{F_SEL}}})", "{{instance}}")],
+        [(f"max by (instance) (instance:rigmon_cpu_temperature_celsius:max{{{F_SEL}}})", "{{instance}}")],
         [
             (
                 f'SELECT max("celsius") FROM "cpu_temp" WHERE {I_HOST} AND $timeFilter GROUP BY time($__interval), '
@@ -153,13 +156,7 @@ FLEET = [
         "Slowest fan per box",
         "timeseries",
         "rpm",
-        [
-            (
-                f"min by (instance) (rigmon_fan_speed_rpm{{{F_SEL}}} and on (instance, chip, fan) "
-                f"(rigmon_fan_turned{{{F_SEL}}} == 1))",
-                "{{instance}}",
-            )
-        ],
+        [(f"min by (instance) (instance:rigmon_fan_speed_rpm:min{{{F_SEL}}})", "{{instance}}")],
         [
             (
                 f'SELECT min("rpm") FROM "fan" WHERE "turned" = true AND {I_HOST} AND $timeFilter '
@@ -175,7 +172,13 @@ FLEET = [
         "GPU energy per day",
         "barchart",
         "kwatth",
-        [(f"sum by (instance) (increase(rigmon_gpu_energy_joules_total{{{F_SEL}}}[1d])) / 3.6e6", "{{instance}}")],
+        [
+            (
+                f"sum by (instance) (sum_over_time(instance:rigmon_gpu_energy_joules:increase1m{{{F_SEL}}}[1d]))"
+                " / 3.6e6",
+                "{{instance}}",
+            )
+        ],
         [
             (
                 'SELECT sum("kwh") FROM (SELECT spread("energy_joules") / 3600000 AS "kwh" FROM "gpu" WHERE '
@@ -185,6 +188,7 @@ FLEET = [
         ],
         12,
         "Energy the GPUs of each box used per day, in kWh, from the GPUs' own energy counters.",
+        step="1d",
     ),
     Panel(
         "GPUs whose cooling drifted most",
@@ -771,6 +775,7 @@ BOX_INFLUX_ONLY = [
 # reason, never a bare "No data" that reads like a broken dashboard.
 NO_DATA = {
     "Firing alerts": "no alert firing",
+    "Clock-event reasons (throttling)": "no clock-event reason active: full clocks",
     "Hottest CPU per box": "no CPU temperature sensor on these boxes",
     "Slowest fan per box": "no fan that has turned on these boxes",
     "Undelivered per box (last hour)": "nothing to deliver: no InfluxDB or notifier configured",
@@ -850,6 +855,8 @@ def _panel(i: int, x: int, y: int, spec: Panel, kind: str) -> dict:
     }
     if spec.mappings:
         panel["fieldConfig"]["defaults"]["mappings"] = spec.mappings
+    if spec.step:
+        panel["interval"] = spec.step
     if spec.title in NO_DATA:
         panel["fieldConfig"]["defaults"]["noValue"] = NO_DATA[spec.title]
     return panel

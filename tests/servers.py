@@ -28,6 +28,18 @@ def holding_the_default_port():
         yield
 
 
+def shipped_rules(directory: Path, fleet_interval: str = "2s") -> str:
+    """deploy's rigmon-rules.yml as Prometheus loads it, with the recording group's minute
+    shortened so a test's minutes of data have its series (its energy, recorded as a minute's,
+    is then not the minute's)."""
+    text = (Path(__file__).resolve().parents[1] / "deploy" / "prometheus" / "rigmon-rules.yml").read_text()
+    if "    interval: 1m\n" not in text:
+        raise AssertionError("rigmon-rules.yml: no recording group at 1m")
+    path = Path(directory) / "rigmon-rules.yml"
+    path.write_text(text.replace("    interval: 1m\n", f"    interval: {fleet_interval}\n"))
+    return str(path)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import scenarios as sc
-from servers import InfluxDB, Prometheus, Rigmon, http_get, wait_for
+from servers import InfluxDB, Prometheus, Rigmon, http_get, shipped_rules, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "dashboards"))
@@ -60,7 +60,7 @@ url = "http://127.0.0.1:9/hook"
         rigmon.wait_ready()
         cooling.wait_ready()
         targets = [f"127.0.0.1:{rigmon.port}", f"127.0.0.1:{cooling.port}"]
-        prom = Prometheus(tmp, targets, labels={"site": "lab"})  # as deploy's targets give
+        prom = Prometheus(tmp, targets, labels={"site": "lab"}, rule_files=[shipped_rules(tmp)])  # as deploy has them
         if "torch" in sys.modules or subprocess.run([sys.executable, "-c", "import torch"]).returncode == 0:
             burnin_config = tmp / "burnin.toml"
             burnin_config.write_text(
@@ -91,6 +91,7 @@ url = "http://127.0.0.1:9/hook"
                 and prom.query("rigmon_gpu_xid_errors_total")
                 and prom.query("rigmon_burnin_last_passed")
                 and prom.query("increase(rigmon_gpu_energy_joules_total[1d])")
+                and prom.query("instance:rigmon_gpu_energy_joules:increase1m")
                 and prom.query("rigmon_gpu_cooling_drift_shared_celsius")
                 and influx.query('SELECT last("cooling_drift_celsius") FROM "gpu"')
             ),
@@ -189,13 +190,16 @@ def test_the_dashboards_read_the_same_through_federation_and_remote_write(fed, t
     store = Prometheus(tmp_path / "store", [], scrape_configs=[], args=("--web.enable-remote-write-receiver",))
     remote["remote_write"][0]["url"] = f"http://127.0.0.1:{store.port}/api/v1/write"
     boxes = [f"127.0.0.1:{rigmon.port}", f"127.0.0.1:{rigmon.neighbour.port}"]
-    site = Prometheus(tmp_path / "site", boxes, labels={"site": "lab"}, extra=remote)
+    site = Prometheus(
+        tmp_path / "site", boxes, labels={"site": "lab"}, extra=remote, rule_files=[shipped_rules(tmp_path / "site")]
+    )
     try:
         instance = f"127.0.0.1:{rigmon.port}"
         for p in (fleet, store):  # two samples of everything: rates and increases have data
             p.wait_query(f'count_over_time(rigmon_gpu_power_watts{{instance="{instance}"}}[5m]) >= 3', 60)
         for p in (fleet, store):  # and the second box's drift, which needs its baseline learned first
             p.wait_query("rigmon_gpu_cooling_drift_shared_celsius", 60)
+            p.wait_query("instance:rigmon_gpu_energy_joules:increase1m", 60)
         want = _panel_answers(prom, _instances(rigmon))
         for name, p in (("federated", fleet), ("remote-written", store)):
             got = _panel_answers(p, _instances(rigmon))
@@ -217,8 +221,11 @@ def test_on_a_normal_box_every_panel_shows_data_or_says_why_not(tmp_path):
     prom = None
     try:
         rigmon.wait_ready()
-        prom = Prometheus(tmp_path, [f"127.0.0.1:{rigmon.port}"], labels={"site": "lab"})
+        prom = Prometheus(
+            tmp_path, [f"127.0.0.1:{rigmon.port}"], labels={"site": "lab"}, rule_files=[shipped_rules(tmp_path)]
+        )
         prom.wait_query("count_over_time(rigmon_gpu_power_watts[5m]) >= 3", 60)
+        prom.wait_query("instance:rigmon_gpu_energy_joules:increase1m", 60)
         values = {"$instance": f"127.0.0.1:{rigmon.port}", "$gpu": ".*", "$job": "rigmon", "$site": "lab"}
         silent, said = [], 0
         for name, (kind, _box) in build.FILES.items():

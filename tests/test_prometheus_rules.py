@@ -19,7 +19,11 @@ def test_promtool_check_rules():
 
 def test_promtool_test_rules():
     done = subprocess.run(
-        ["promtool", "test", "rules", "rigmon-rules.test.yml"], capture_output=True, text=True, timeout=120, cwd=RULES
+        ["promtool", "test", "rules", "rigmon-rules.test.yml", "rigmon-fleet.test.yml"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=RULES,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
