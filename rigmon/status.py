@@ -416,7 +416,7 @@ def _cooling(sample: Sample) -> list[str]:
         if state is None:
             continue
         if state == "learning":
-            text = f"learning its baseline, {format_duration(g.cooling_learning_seconds or 0)} of steady load to go"
+            text = f"learning its baseline, {format_duration(g.cooling_learning_seconds or 0)} to go"
         elif state == "comparing" and g.cooling_drift_celsius is not None:
             text = f"{g.cooling_drift_celsius:+.1f} °C at {g.cooling_at_watts or 0:.0f} W"
             if g.cooling_fan_drift_ratio is not None:
@@ -425,6 +425,10 @@ def _cooling(sample: Sample) -> list[str]:
                 text += f" ({g.cooling_drift_own_celsius:+.1f} °C its own)"
         else:
             text = state
+        if (g.cooling_blind_seconds or 0) >= 3600:
+            text += f"; nothing steady to compare for {format_duration(g.cooling_blind_seconds or 0)} under load"
+        if (g.cooling_baseline_excess_celsius or 0) >= 3:
+            text += f"; its baseline {g.cooling_baseline_excess_celsius:+.0f} °C over its siblings'"
         lines.append(f"  GPU {g.index}  {text}")
     if cooling.shared is not None:
         lines.append(f"  every GPU  {cooling.shared:+.1f} °C: the room or the chassis")

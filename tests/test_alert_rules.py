@@ -118,16 +118,21 @@ def two_gpus_at(mw):
 
 # rule: (positive recording, negative recording, config)
 COOLING = {"cooling": {"learn": "1h", "window": "10m"}}  # a baseline in an hour, the drift over 10 minutes
+BLIND = {**COOLING, "alerts": {"builtin": {"GpuCoolingBlind": {"params": {"min_seconds": 1800}}}}}
 
 
-def cooling(hotter: float, gpus: int = 1, which=(0,)):
+def cooling(hotter: float, gpus: int = 1, which=(0,), since: float = 5400, bursty: bool = False):
     """15 minutes idle (the room), then 300 W: the baseline learns for an hour of steady load,
-    then the GPUs in ``which`` run ``hotter`` °C hotter at the same power; 3 h, a tick a minute."""
+    then the GPUs in ``which`` run ``hotter`` °C hotter at the same power (from ``since``: 0, as
+    they learn); 3 h, a tick a minute. ``bursty``: after the hour, the load never holds (300 and
+    200 W in turn every 5 minutes)."""
 
     def modify(t, tick):
         for k, g in enumerate(tick["gpus"]):
             watts = 300.0 if t >= 900 else 40.0
-            r = 0.1 + (hotter / 300.0 if k in which and t >= 5400 else 0.0)
+            if bursty and t >= 5400 and (t // 300) % 2:
+                watts = 200.0
+            r = 0.1 + (hotter / 300.0 if k in which and t >= since else 0.0)
             g["nvmlDeviceGetPowerUsage"] = int(watts * 1000)
             g["nvmlDeviceGetUtilizationRates"] = {"gpu": 100 if t >= 900 else 0, "memory": 30}
             g["nvmlDeviceGetTemperature:0"] = int(round(22 + r * watts))
@@ -251,6 +256,10 @@ SCENARIOS = {
     # one GPU of two runs 9 °C hotter at the same power / both do (the room or the chassis: the box's alert)
     "GpuCoolingDrift": (lambda: cooling(9, gpus=2), lambda: cooling(9, gpus=2, which=(0, 1)), COOLING),
     "GpuCoolingDriftShared": (lambda: cooling(9, gpus=2, which=(0, 1)), lambda: cooling(9, gpus=2), COOLING),
+    # after its baseline, a load that never holds for half an hour (the test's day) / a steady one
+    "GpuCoolingBlind": (lambda: cooling(0, gpus=2, bursty=True), lambda: cooling(0, gpus=2), BLIND),
+    # GPU 1 learns 10 °C hotter than its sibling at the same power / both alike
+    "GpuCoolingBaselineHot": (lambda: cooling(10, gpus=2, which=(1,), since=0), lambda: cooling(0, gpus=2), COOLING),
 }
 
 
@@ -303,6 +312,10 @@ RECOVERIES = {
     # cleaned: back to its baseline's temperatures
     "GpuCoolingDrift": lambda: cooling(0, gpus=2),
     "GpuCoolingDriftShared": lambda: cooling(0, gpus=2),
+    # steady again: it compares
+    "GpuCoolingBlind": lambda: cooling(0, gpus=2),
+    # cleaned: it runs as its sibling does, cooler than the baseline it learned
+    "GpuCoolingBaselineHot": lambda: cooling(0, gpus=2),
 }
 
 

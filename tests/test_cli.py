@@ -140,7 +140,7 @@ def test_doctor_on_a_box_where_nothing_evaluates_says_what_to_do_and_exits_1():
     # the facts, then once for the GPU rules, not once each
     flat = " ".join(out.split())  # as read, whatever the lines wrapped at
     assert flat.count("no NVIDIA driver is installed (libnvidia-ml.so.1 is not found)") == 2, out
-    assert "NVML cannot start: LibraryNotFound, no NVIDIA driver is installed (18 rule(s)): install the NVIDIA" in flat
+    assert "NVML cannot start: LibraryNotFound, no NVIDIA driver is installed (20 rule(s)): install the NVIDIA" in flat
     assert "no power budget configured (2 rule(s)): set [alerts.power_budget] watts" in out
     assert "No rule can evaluate here" in out
 

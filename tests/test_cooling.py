@@ -102,11 +102,13 @@ def test_a_clogging_heatsink_fires_on_its_gpu_alone_once_its_drift_passes_the_th
 
 
 def test_a_gpu_moved_to_a_higher_power_with_its_cooling_unchanged_raises_nothing():
+    """The new power is learned on first sight: it compares again, with nothing to say."""
     moved = sc.cooling_days(WEEKS, power=lambda gpu, t: 250.0 if t < 5 * DAY else 340.0)
     found, last = cooling_alerts(samples(moved), Detector(None))
     assert found == []
-    assert {g.cooling_state for g in last.gpus} == {"no comparison"}
-    assert last.gpus[0].cooling_drift_celsius is None
+    assert {g.cooling_state for g in last.gpus} == {"comparing"}
+    assert all(abs(g.cooling_drift_celsius) <= 1 and g.cooling_blind_seconds == 0 for g in last.gpus)
+    assert 330 <= last.gpus[0].cooling_at_watts <= 350
 
 
 def test_a_room_that_warms_gets_no_alert_per_gpu():
@@ -316,3 +318,128 @@ def test_a_passing_burn_in_gives_its_baseline_to_the_gpus_that_have_none(tmp_pat
         again.annotate(s)
     assert again.seed() == [] and json.loads(path.read_text())["gpus"] == before
     assert Detector(None).seed() == []  # a replay's: never the box's
+
+
+# --- training loads as they are: checkpoints, new power levels, faults that start early, fans ---
+def fired(recording, tmp_path, name):
+    """``rigmon rules test --replay`` over the recording, as a user runs it: each cooling alert it
+    reports, as (day, status, alertname, summary)."""
+    path = sc.write(recording, tmp_path / f"{name}.rec.jsonl")
+    done = rigmon_cli("rules", "test", "--replay", str(path), "--all", timeout=300, columns=400)
+    assert done.returncode in (0, 1), done.stderr
+    out = []
+    for line in done.stdout.splitlines():
+        words = line.split()
+        if len(words) > 5 and words[1] == "s" and words[5].startswith("GpuCooling"):
+            out.append((float(words[0]) / DAY, words[3], words[5], " ".join(words[6:])))
+    return out
+
+
+def rising(start, days, gpu=0):
+    """GPU ``gpu``'s thermal resistance rises 30 % over ``days`` from day ``start``, then holds."""
+    return lambda k, t: BASE_R * (1 + (0.3 * min(1.0, max(0.0, (t / DAY - start) / days)) if k == gpu else 0))
+
+
+def checkpoints(every_minutes):
+    """300 W, but for one minute at 100 W every ``every_minutes``: a checkpoint's save."""
+    return lambda k, t: 100.0 if every_minutes and (t // 60) % every_minutes == 0 else 300.0
+
+
+def test_a_run_that_checkpoints_learns_and_fires_within_two_days_of_a_steady_one(tmp_path):
+    """12 days, a tick a minute, the 30 % rise from day 4 to day 8: with a minute at 100 W every
+    5, 8 or 15 minutes the baseline is learned and the rise fires on GPU 0 alone, within 2 days
+    of the same run without checkpoints."""
+    found = {}
+    for every in (0, 5, 8, 15):
+        rec = sc.cooling_days(12, gpus=2, step=60, resistance=rising(4, 4), power=checkpoints(every))
+        found[every] = [f for f in fired(rec, tmp_path, f"every-{every}") if f[2] == "GpuCoolingDrift"]
+        assert [(status, name) for _, status, name, _ in found[every]] == [("FIRING", "GpuCoolingDrift")], found
+        assert "[gpu=0]" in found[every][0][3]
+    control = found[0][0][0]
+    crossed = 4 + 4 * THRESHOLD / (0.3 * BASE_R * 300)  # the day the true drift reaches 6 °C
+    assert crossed - 0.1 <= control <= crossed + 1, (control, crossed)
+    for every in (5, 8, 15):
+        assert found[every][0][0] - control <= 2, (every, found[every][0][0], control)
+    print({every: round(f[0][0], 2) for every, f in found.items()}, f"control crossed on day {crossed:.2f}")
+
+
+def test_a_job_moved_to_a_power_never_seen_learns_it_and_fires_on_a_later_rise(tmp_path):
+    """Learned at 300 W; on day 3.5 the job moves to 420 W, which the baseline never saw; the
+    30 % rise from day 5 fires on GPU 0, and the move alone says nothing."""
+    power = lambda k, t: 300.0 if t < 3.5 * DAY else 420.0  # noqa: E731
+    rec = sc.cooling_days(12, gpus=2, resistance=rising(5, 3), power=power, limit_watts=450)
+    got = fired(rec, tmp_path, "moved")
+    assert [(status, name) for _, status, name, _ in got] == [("FIRING", "GpuCoolingDrift")], got
+    assert "[gpu=0]" in got[0][3] and 5 < got[0][0] < 9, got
+    quiet = sc.cooling_days(12, gpus=2, power=power, limit_watts=450)
+    assert [f for f in fired(quiet, tmp_path, "moved-quiet") if f[1] == "FIRING"] == []
+
+
+def test_a_fault_that_grows_while_the_baseline_learns_fires_by_day_4_with_its_drift():
+    """The 30 % rise spread over the first 3 days (the learning): the baseline is its coolest
+    third, so the drift shown is most of the 9 °C the GPU has gained, and it fires by day 4."""
+    rec = sc.cooling_days(6, gpus=4, resistance=rising(0, 3))
+    found, last = cooling_alerts(samples(rec), Detector(None))
+    firing = [(t, gpu) for t, status, name, gpu in found if status == "firing" and name == "GpuCoolingDrift"]
+    t0 = rec.ticks[0]["t"]
+    assert [gpu for _, gpu in firing] == ["0"] and (firing[0][0] - t0) / DAY <= 4, found
+    drift = last.gpus[0].cooling_drift_own_celsius
+    assert 0.75 * 9 <= drift <= 9.5, drift  # a baseline learned over all 3 days would show half
+    assert all(abs(g.cooling_drift_celsius) <= 1 for g in last.gpus[1:])
+
+
+def with_fans(recording, duty):
+    """Each GPU's two fans asked for ``duty(gpu, t)`` (a ratio) and reporting it."""
+    rec = sc.gpu_fans(recording, percent=50)
+    t0 = rec.ticks[0]["t"]
+    for tick in rec.ticks:
+        for k, g in enumerate(tick["gpus"]):
+            percent = round(100 * duty(k, tick["t"] - t0))
+            for fan in (0, 1):
+                g[f"nvmlDeviceGetFanSpeed_v2:{fan}"] = g[f"nvmlDeviceGetTargetFanSpeed:{fan}"] = percent
+    return rec
+
+
+def test_a_fan_curve_that_holds_the_temperature_by_turning_faster_fires(tmp_path):
+    """GPU 0's fans climb from 50 to 95 % over days 4 to 10 at the same power and temperature:
+    the fan's drift fires GpuCoolingDrift (its threshold 25 points); fans that all climb alike
+    (the room) and fans that hold say nothing on their own GPU."""
+    climbing = lambda k, t: 0.5 + (0.45 * min(1.0, max(0.0, (t / DAY - 4) / 6)) if k == 0 else 0)  # noqa: E731
+    rec = with_fans(sc.cooling_days(12, gpus=3), climbing)
+    got = fired(rec, tmp_path, "fans")
+    assert [(status, name) for _, status, name, _ in got] == [("FIRING", "GpuCoolingDrift")], got
+    crossed = 4 + 6 * 0.25 / 0.45
+    assert "[gpu=0]" in got[0][3] and crossed - 0.1 <= got[0][0] <= crossed + 1, (got, crossed)
+    assert "its fans +" in got[0][3], got
+    alike = with_fans(sc.cooling_days(12, gpus=3), lambda k, t: 0.5 + 0.3 * min(1.0, max(0.0, (t / DAY - 4) / 6)))
+    assert [f for f in fired(alike, tmp_path, "fans-alike") if f[1] == "FIRING"] == []
+
+
+def test_a_baseline_that_compares_nothing_for_a_day_says_so_and_a_hot_one_is_flagged():
+    """After its baseline, a load that never holds steady (300 and 200 W in turn every 10
+    minutes) compares nothing: ``cooling_blind_seconds`` climbs and GpuCoolingBlind (info) fires
+    after a day, and resolves once the load is steady again. A GPU that learned 10 °C hotter
+    than its three siblings at the same power is flagged (GpuCoolingBaselineHot, info), and
+    does not page."""
+    bursty = lambda k, t: 200.0 if 4 * DAY <= t < 6 * DAY and (t // 600) % 2 else 300.0  # noqa: E731
+    hot = lambda k, t: BASE_R + (10 / 300 if k == 1 else 0)  # noqa: E731
+    rec = sc.cooling_days(8, gpus=4, power=bursty, resistance=hot)
+    engine = build_engine(configmod.parse({}, "test").alerts)
+    t0 = rec.ticks[0]["t"]
+    seen, blind = [], 0.0
+    detector = Detector(None)
+    for s in samples(rec):
+        s = detector.annotate(s)
+        blind = max(blind, s.gpus[0].cooling_blind_seconds or 0.0)
+        seen += [
+            (round((tr.time - t0) / DAY, 1), tr.status, tr.alertname, tr.labels.get("gpu"))
+            for tr in engine.evaluate(s, s.time)
+            if tr.alertname.startswith("GpuCooling")
+        ]
+    names = [(status, name, gpu) for _, status, name, gpu in seen]
+    assert ("firing", "GpuCoolingBaselineHot", "1") in names and not any(n[1] == "GpuCoolingDrift" for n in names)
+    blind_alerts = [(day, status) for day, status, name, gpu in seen if name == "GpuCoolingBlind" and gpu == "0"]
+    assert [status for _, status in blind_alerts] == ["firing", "resolved"], seen
+    assert 5 <= blind_alerts[0][0] <= 6 and blind_alerts[1][0] <= 7, blind_alerts
+    assert blind >= DAY and s.gpus[0].cooling_blind_seconds == 0 and s.gpus[0].cooling_state == "comparing"
+    assert 9 <= s.gpus[1].cooling_baseline_excess_celsius <= 11 and abs(s.gpus[0].cooling_baseline_excess_celsius) <= 1

@@ -78,7 +78,7 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
     # each card's cooling against its own baseline: a replay of seconds is still learning it, and
     # a GPU past its baseline says how much hotter it runs, and where
     lines = chromium.js("[...document.querySelectorAll('#gpus .cooling')].map(e => e.textContent)")
-    assert lines == ["cooling: learning its baseline, 3.0 d of steady load to go"] * 8, lines
+    assert lines == ["cooling: learning its baseline, 3.0 d to go"] * 8, lines
     said = chromium.js("cooling({state: 'comparing', drift: 9.2, own: 9.2, at_watts: 300})")
     assert said == "runs 9 °C hotter at 300 W than in its first days", said
 

@@ -220,6 +220,9 @@ class Page:
                             "drift": g.cooling_drift_celsius,
                             "own": g.cooling_drift_own_celsius,
                             "at_watts": g.cooling_at_watts,
+                            "fan_drift": g.cooling_fan_drift_ratio,
+                            "blind_seconds": g.cooling_blind_seconds,
+                            "excess": g.cooling_baseline_excess_celsius,
                         }
                         if g.cooling_state is not None
                         else None,

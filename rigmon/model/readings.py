@@ -304,6 +304,15 @@ def _job_memory(g: GpuReading, i: GpuInfo | None, s: Sample) -> float | None:
     return held if known or not g.processes else None
 
 
+def _cooling_words(g: GpuReading, i: GpuInfo | None, s: Sample) -> str | None:
+    """What GpuCoolingDrift says it drifted by: °C, and its fans' duty where it has fans that moved."""
+    own, fan = g.cooling_drift_own_celsius, g.cooling_fan_drift_ratio
+    if own is None:
+        return None
+    text = f"{own:+.0f} °C over the room"
+    return text + f", its fans {fan * 100:+.0f} points" if fan is not None and abs(fan) >= 0.05 else text
+
+
 def _fastest_fan(g: GpuReading, i: GpuInfo | None, s: Sample) -> float | None:
     return max((r for r in g.fan_speed_rpm or () if r is not None), default=None)
 
@@ -525,11 +534,26 @@ READINGS: tuple[Reading, ...] = (
     R("cooling_drift_own_celsius", "gpu", "g.cooling_drift_own_celsius", "celsius",
       "cooling_drift_celsius beyond what every GPU of the box shares (the room, the chassis)"),
     R("cooling_fan_drift_ratio", "gpu", "g.cooling_fan_drift_ratio", "ratio",
-      "its fans' duty over its baseline's at the same power (0.1: ten points more)",
+      "its fans' duty over its baseline's at the same power, beyond what every GPU of the box shares (0.1: ten "
+      "points more): a fan curve that holds the temperature by turning faster",
       Family("rigmon_gpu_cooling_fan_drift_ratio", "gauge", "The GPU's fan duty over its baseline's at the same "
-                                                            "power.")),
+                                                            "power, beyond what the box's GPUs share.")),
+    R("cooling_blind_seconds", "gpu", "g.cooling_blind_seconds", "seconds",
+      "how long its learned baseline has compared nothing (too little steady load, or only powers it never saw); "
+      "0 while it compares",
+      Family("rigmon_gpu_cooling_blind_seconds", "gauge", "How long the GPU's learned cooling baseline has compared "
+                                                          "nothing; 0 while it compares.")),
+    R("cooling_baseline_excess_celsius", "gpu", "g.cooling_baseline_excess_celsius", "celsius",
+      "how much hotter its baseline runs than its siblings' (the same model in the box) at the same power: a fault "
+      "it had while it learned, or a hot slot",
+      Family("rigmon_gpu_cooling_baseline_excess_celsius", "gauge", "How much hotter the GPU's cooling baseline "
+                                                                    "runs than its siblings' (the same model in "
+                                                                    "the box) at the same power.")),
     R("cooling_at_watts", "gpu", "g.cooling_at_watts", "watts", "the power its drift was compared at",
       influx=False),
+    R("cooling_drift_words", "gpu", _cooling_words, "text",
+      "its drift in words, for a summary: \"+7 °C over the room\", with its fans' where they moved (\", its fans +30 "
+      "points\")", influx=False),
     # --- each GPU, read once at start (thresholds, limits, link maxima) ---
     R("power_limit_min_watts", "gpu", "i.power_limit_min_watts", "watts", "lowest settable power limit",
       "rigmon_gpu_settings_info", ("power_limit_min_watts",), influx=False, rule=False, static=True),

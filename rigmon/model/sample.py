@@ -203,12 +203,14 @@ COOLING_FIELDS = (
     "cooling_drift_own_celsius",
     "cooling_fan_drift_ratio",
     "cooling_at_watts",
+    "cooling_blind_seconds",
+    "cooling_baseline_excess_celsius",
 )
 
 
 def cooling_values(d: Drift) -> tuple[Any, ...]:
     """A GPU's ``Drift`` as the values of its ``COOLING_FIELDS``, in their order."""
-    return (d.state, d.learning_seconds, d.drift, d.own, d.fan_drift, d.load)
+    return (d.state, d.learning_seconds, d.drift, d.own, d.fan_drift, d.load, d.blind, d.excess)
 
 
 # GpuReading's fields: who it is, the per-poll readings of the table (rigmon.model.polled), then what
@@ -412,6 +414,8 @@ class Drift(NamedTuple):
     own: float | None = None  # a GPU: its drift beyond what every GPU of the box shares
     load: float | None = None  # the load it compared at (W for a GPU, a ratio for a CPU or a fan's duty)
     baseline: float | None = None  # the baseline at that load: °C over the room, or rpm
+    blind: float | None = None  # learned: seconds it has compared nothing for (0 while it compares)
+    excess: float | None = None  # a GPU: °C its baseline runs above its siblings' (same model, box) at the same power
 
 
 class Cooling(NamedTuple):

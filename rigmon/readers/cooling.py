@@ -9,12 +9,24 @@ there), or how fast a fan turns. After that, the **drift** is how far the last `
 steady load (6 h by default) runs from that baseline at the same loads:
 
 - steady: the load within 10 % of its 5-minute mean, above a floor (a GPU at 20 % of its
-  limit and busy, a CPU at 20 %), for 10 minutes, so the temperature has settled;
+  limit and busy, a CPU at 20 %), for 10 minutes, so the temperature has settled. A dip of up
+  to 3 minutes (a checkpoint's save, an evaluation, a data loader that stalls) is left out
+  of the mean and of what counts, and the minutes after it as long as the dip lasted, but it
+  does not end the steady load: a run that checkpoints every few minutes learns and compares;
+- the baseline of a band is the coolest third of the learning that saw it for half an hour
+  or more, so a fault that grows while the baseline is learned shows its drift afterwards,
+  not half of it; and each GPU's baseline is held against those of its siblings (the same
+  model in the same box) at the same power (``excess``: the hotter it learned, the more);
 - the room: an inlet or ambient sensor where hwmon has one, else the GPUs' temperature after
   10 minutes idle (the lower median of the box's GPUs, the last seen), else none (absolute); chosen
   once, with the baseline, and kept;
-- "no comparison" where the last window ran at loads the baseline never saw (a GPU moved from
-  250 W to 340 W with its cooling unchanged compares nothing, and raises nothing);
+- a band of load first seen after the baseline is learned is learned on first sight (3 hours
+  of steady load in it), and between two learned bands at most as hot as the line between
+  them predicts, so a fault present when it moved there is not learned as normal: a GPU moved
+  from 250 W to 340 W compares again within hours. "no comparison" until then;
+- ``blind``: the time under load since a learned baseline last had a steady stretch to
+  compare (a job that never holds its load, or powers not learned yet); an idle GPU is not
+  blind, it has nothing to show;
 - a rise that every GPU shares (the room, the chassis) is the box's: ``shared`` is the least
   drift of the box's GPUs, and each GPU's ``own`` drift is what it has beyond it.
 
@@ -43,6 +55,8 @@ from ..system import statefile
 log = logging.getLogger(__name__)
 
 SETTLE_SECONDS = 600.0  # steady this long before its temperature counts: a heatsink's time constant is minutes
+MAX_DIP = 180.0  # a dip of the load no longer than this (a checkpoint) leaves the steady load steady
+LATE_LEARN = 3 * 3600.0  # steady load in a band first seen after the baseline, learned as its baseline
 EWMA_SECONDS = 300.0  # the load's mean that steadiness is judged against
 STEADY_SHARE = 0.10  # within this share of that mean
 MAX_GAP = 600.0  # a tick further from the last than this counts as this much (a replay's sparse ticks, a pause)
@@ -88,15 +102,21 @@ class Track:
 
     __slots__ = (
         "_bin",
+        "_dip",
         "_ewma",
+        "_in_band",
         "_last",
+        "_resume",
         "_steady_since",
         "bands",
+        "blind",
         "first",
         "index",
         "learn",
+        "late",
         "learned",
         "recent",
+        "thirds",
         "width",
         "window",
     )
@@ -113,24 +133,44 @@ class Track:
         self._ewma: float | None = None
         self._last: float | None = None
         self._steady_since: float | None = None
+        self._dip: float | None = None  # the last poll in the band before a dip, while it lasts
+        self._in_band: float | None = None  # the last poll in the band
+        self._resume = 0.0  # after a dip: when its load counts again
         self._bin: _Bin | None = None
+        # while learning: each third of ``learn``'s [seconds, value×s, fan×s, fan seconds] by band
+        self.thirds: dict[int, list[list[float]]] = {}
+        # after: bands first seen since, learned on first sight: [seconds, value×s, fan×s, fan seconds]
+        self.late: dict[int, list[float]] = {}
+        self.blind = 0.0  # learned: seconds under load since a steady stretch it could compare
 
     def add(self, t: float, load: float | None, floor: float, value: float | None, fan: float | None) -> bool:
         """One poll: ``load`` (None, or under ``floor``: not under load), the ``value`` it
         settles at and its fan duty. True when a bin closed (the drift may have moved)."""
         last, self._last = self._last, t
         dt = min(t - last, MAX_GAP) if last is not None and t > last else 0.0
-        if load is None or load < floor:
-            self._ewma = self._steady_since = None
+        ewma = self._ewma
+        loaded = load is not None and load >= floor
+        if loaded and self.learned:
+            self.blind += dt  # until a steady stretch it can compare closes
+        if not loaded or (ewma is not None and abs(load - ewma) > STEADY_SHARE * ewma):
+            # out of the band: a dip while it is short, else the steady load has ended
+            if self._steady_since is not None and self._in_band is not None and t - self._in_band <= MAX_DIP:
+                self._dip = self._in_band
+                return False
+            self._steady_since = self._dip = None
+            self._ewma = load if loaded else None
             return self._close(t)
-        ewma = load if self._ewma is None else self._ewma + (load - self._ewma) * (1.0 - math.exp(-dt / EWMA_SECONDS))
+        if self._dip is not None:  # back from a dip: the minutes after it settle as long as it lasted
+            self._resume = t + min(t - self._dip, SETTLE_SECONDS)
+            self._dip = None
+            dt = 0.0
+        else:
+            ewma = load if ewma is None else ewma + (load - ewma) * (1.0 - math.exp(-dt / EWMA_SECONDS))
         self._ewma = ewma
-        if abs(load - ewma) > STEADY_SHARE * ewma:
-            self._steady_since = None
-            return self._close(t)
+        self._in_band = t
         if self._steady_since is None:
             self._steady_since = t
-        if t - self._steady_since < SETTLE_SECONDS or value is None or dt <= 0:
+        if t - self._steady_since < SETTLE_SECONDS or t < self._resume or value is None or dt <= 0:
             return False
         band = int(ewma // self.width)
         closed = False
@@ -158,21 +198,38 @@ class Track:
 
     def _take(self, row: list[float]) -> None:
         """A closed bin: into the baseline while learning, else into the recent window."""
-        end, band, seconds, value, fan, fan_seconds, _ = row
+        end, band, seconds, value, fan, fan_seconds, load = row
         if self.first is None:
             self.first = end - seconds
         self.freeze_if_due(end)
+        key = int(band)
         if not self.learned:
-            cell = self.bands.get(int(band))
+            cell = self.bands.get(key)
             if cell is None:
                 if len(self.bands) >= MAX_BANDS:
                     return
-                cell = self.bands[int(band)] = [0.0, 0.0, 0.0, 0.0]
+                cell = self.bands[key] = [0.0, 0.0, 0.0, 0.0, 0.0]
+                self.thirds[key] = [[0.0, 0.0, 0.0, 0.0] for _ in range(3)]
+            third = self.thirds.setdefault(key, [[0.0, 0.0, 0.0, 0.0] for _ in range(3)])
+            part = min(2, max(0, int(3 * (end - self.first) / self.learn))) if self.learn > 0 else 0
+            for c in (cell, third[part]):
+                c[0] += seconds
+                c[1] += value
+                c[2] += fan
+                c[3] += fan_seconds
+            cell[4] += load
+            return
+        if key in self.bands:
+            self.blind = 0.0
+        elif key in self.late or len(self.bands) + len(self.late) < MAX_BANDS:
+            cell = self.late.setdefault(key, [0.0, 0.0, 0.0, 0.0, 0.0])
             cell[0] += seconds
             cell[1] += value
             cell[2] += fan
             cell[3] += fan_seconds
-            return
+            cell[4] += load
+            if cell[0] >= LATE_LEARN:
+                self.bands[key] = self._as_neighbours_predict(key, self.late.pop(key))
         recent = self.recent
         recent.append(tuple(row))
         # what the next judgement reads: the last window of steady load, and no older than MAX_AGE
@@ -182,10 +239,41 @@ class Track:
             kept -= recent[0][2]
 
     def freeze_if_due(self, t: float) -> None:
-        """Learning ends ``learn`` after it started: the bands seen long enough are the baseline."""
+        """Learning ends ``learn`` after it started: the bands seen long enough are the baseline,
+        each at its coolest third (of those that saw it for MIN_BAND_SECONDS): a fault that grew
+        while it learned is not taken for normal."""
         if not self.learned and self.first is not None and t - self.first >= self.learn:
             self.learned = True
             self.bands = {k: c for k, c in self.bands.items() if c[0] >= MIN_BAND_SECONDS}
+            for k, cell in self.bands.items():
+                thirds = [p for p in self.thirds.get(k, ()) if p[0] >= MIN_BAND_SECONDS]
+                if thirds:
+                    cell[1] = min(cell[1] / cell[0], *(p[1] / p[0] for p in thirds)) * cell[0]
+                fans = [p for p in thirds if p[3] >= MIN_BAND_SECONDS]
+                if fans and cell[3] > 0:
+                    cell[2] = min(cell[2] / cell[3], *(p[2] / p[3] for p in fans)) * cell[3]
+            self.thirds = {}
+
+    def _as_neighbours_predict(self, band: int, cell: list[float]) -> list[float]:
+        """A band learned on first sight, at most as hot as the learned bands on either side of it
+        predict (the line between them, at its mean load). Outside them, its own: a line drawn
+        past the bands learned is no prediction (the room taken from idle GPUs puts the line's
+        foot above 0 W, and a fan turns faster under more load)."""
+        if not self.bands:
+            return cell
+        rise = {k: c[1] / c[0] for k, c in self.bands.items()}
+        at = {k: _load(k, c, self.width) for k, c in self.bands.items()}  # each band's mean load
+        below = [k for k in rise if k < band]
+        above = [k for k in rise if k > band]
+        load = _load(band, cell, self.width)
+        predicted = None
+        if below and above:
+            lo, hi = max(below), min(above)
+            if at[hi] > at[lo]:
+                predicted = rise[lo] + (rise[hi] - rise[lo]) * (load - at[lo]) / (at[hi] - at[lo])
+        if predicted is not None and predicted * cell[0] < cell[1]:
+            cell = [cell[0], predicted * cell[0], *cell[2:]]
+        return cell
 
     def judge(self, t: float, subject: str) -> Drift:
         """The drift over the last ``window`` seconds of steady load, against the baseline."""
@@ -211,9 +299,9 @@ class Track:
                 fan_over += fan - cell[2] / cell[3] * fs
                 fan_seconds += fs
         if steady < window:
-            return Drift(subject, "measuring", 0.0, None)
+            return Drift(subject, "measuring", 0.0, None, blind=self.blind)
         if compared < window / 2:
-            return Drift(subject, "no comparison", 0.0, None)
+            return Drift(subject, "no comparison", 0.0, None, blind=self.blind)
         return Drift(
             subject,
             "comparing",
@@ -223,6 +311,7 @@ class Track:
             None,
             load / compared,
             base / compared,
+            self.blind,
         )
 
     # --- the file ----------------------------------------------------------------------------
@@ -234,6 +323,9 @@ class Track:
             "learned": self.learned,
             "bands": [[k, *c] for k, c in sorted(self.bands.items())],
             "recent": list(self.recent),
+            "thirds": [[k, *(x for p in parts for x in p)] for k, parts in sorted(self.thirds.items())],
+            "late": [[k, *c] for k, c in sorted(self.late.items())],
+            "blind": self.blind,
         }
 
     @classmethod
@@ -248,18 +340,25 @@ class Track:
             return None
         track = cls(width, learn, window)
         for row in bands:
-            if not (isinstance(row, list) and len(row) == 5 and all(_finite(x) for x in row)):
+            # its mean load×s last (a row kept before it was: the band's centre)
+            if not (isinstance(row, list) and len(row) in (5, 6) and all(_finite(x) for x in row)):
                 return None
-            band, seconds, value, fan, fan_seconds = row
+            band, seconds, value, fan, fan_seconds = row[:5]
             if not (0 <= band < 1e6 and 0 < seconds < 1e9 and 0 <= fan_seconds <= seconds):
                 return None
-            track.bands[int(band)] = [float(seconds), float(value), float(fan), float(fan_seconds)]
+            load = row[5] if len(row) == 6 else (band + 0.5) * width * seconds
+            track.bands[int(band)] = [float(seconds), float(value), float(fan), float(fan_seconds), float(load)]
         for row in recent[-MAX_BINS:]:
             if not (isinstance(row, list) and len(row) == 7 and all(_finite(x) for x in row)):
                 return None
             if not (0 <= row[1] < 1e6 and 0 < row[2] <= 86400 and 0 <= row[5] <= row[2]):
                 return None
             track.recent.append(tuple(float(x) for x in row))
+        # what learns beside the baseline (absent from older files: learned from now)
+        track.thirds = {k: [c[0:4], c[4:8], c[8:12]] for k, c in _cells(data.get("thirds"), 12, MAX_BANDS).items()}
+        track.late = _cells(data.get("late"), 5, MAX_BANDS - len(track.bands))
+        blind = data.get("blind")
+        track.blind = float(blind) if _finite(blind) and 0 <= blind < 1e9 else 0.0
         index = data.get("index")
         track.index = index if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < 1024 else None
         last = data.get("last")
@@ -276,6 +375,26 @@ class Track:
 
 def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and abs(x) < 1e12
+
+
+def _load(band: int, cell: list[float], width: float) -> float:
+    """A band's mean load, from its cell's load×s."""
+    return cell[4] / cell[0] if cell[0] > 0 else (band + 0.5) * width
+
+
+def _cells(rows: object, width: int, most: int) -> dict[int, list[float]]:
+    """A kept table of [band, seconds, value×s, fan×s, fan seconds, …] rows (``width`` numbers
+    after the band): {} where it is missing or anything in it is not what we write."""
+    if not isinstance(rows, list) or len(rows) > max(most, 0):
+        return {}
+    out = {}
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == width + 1 and all(_finite(x) for x in row)):
+            return {}
+        if not (0 <= row[0] < 1e6 and all(x >= 0 for x in row[1::4]) and all(-1e12 < x for x in row[1:])):
+            return {}
+        out[int(row[0])] = [float(x) for x in row[1:]]
+    return out
 
 
 def _celsius(v: float | None) -> float | None:
@@ -318,6 +437,7 @@ class Detector:
         self._room_labels: dict[str, bool] = {}  # hwmon labels, and whether each is the room's
         self._first_poll: float | None = None
         self._cooling: Cooling | None = None
+        self._judged_at = 0.0
         self._fields: dict[int, tuple[Any, ...]] = {}  # each GPU's cooling as its COOLING_FIELDS
         self._saved_at: float | None = None
         self._stamp: tuple[int, int, int] | None = None  # the file as we last wrote or read it
@@ -375,7 +495,9 @@ class Detector:
             self._dirty = True
         if due and self._dirty:
             self.save()
-        if closed or self._cooling is None:  # the drift moves only as a bin closes (or the file changed)
+        # the drift moves only as a bin closes (or the file changed); how long it has been blind, with time
+        if closed or self._cooling is None or not 0 <= t - self._judged_at < BIN_SECONDS:
+            self._judged_at = t
             self._cooling = self._judge(sample, t)
         return self._shown(sample, self._cooling)
 
@@ -467,13 +589,45 @@ class Detector:
         }
         drifts = [d.drift for d in gpus.values() if d.drift is not None]
         shared = min(drifts) if len(drifts) >= 2 else None
+        fans = [d.fan_drift for d in gpus.values() if d.fan_drift is not None]
+        fan_shared = max(min(fans), 0.0) if len(fans) >= 2 else 0.0  # every GPU's fans faster: the room's
+        excess = self._excess(sample)
         for k, d in gpus.items():
+            over = excess.get(k)
+            if over is not None and d.drift is not None:
+                over += min(d.drift, 0.0)  # cleaned since: cooler than its baseline, it no longer runs hotter
+            d = d._replace(excess=over)
             if d.drift is not None:
-                gpus[k] = d._replace(own=d.drift - max(shared or 0.0, 0.0))  # a shared fall is no GPU's own rise
+                d = d._replace(own=d.drift - max(shared or 0.0, 0.0))  # a shared fall is no GPU's own rise
+            if d.fan_drift is not None:
+                d = d._replace(fan_drift=d.fan_drift - fan_shared)
+            gpus[k] = d
         cpus = {int(key[3:]): track.judge(t, key) for key, track in self.tracks["cpus"].items()}
         fans = {key: judged("fans", track, t, key) for key, track in self.tracks["fans"].items()}
         self._fields = {k: cooling_values(d) for k, d in gpus.items()}
         return Cooling(gpus, cpus, fans, shared, self.reference or "pending")
+
+    def _excess(self, sample: Sample) -> dict[int, float]:
+        """Each GPU with a learned baseline: how much hotter it learned than the median of its
+        siblings' (the same model in this box) over the bands they share, by their seconds
+        (``_judge`` takes off what it has run cooler than its baseline since)."""
+        names = {i.uuid: i.name for i in sample.gpu_info}
+        learned = {
+            uuid: (track.index, names.get(uuid), {k: c[1] / c[0] for k, c in track.bands.items()})
+            for uuid, track in self.tracks["gpus"].items()
+            if track.learned and track.index is not None and track.bands
+        }
+        out: dict[int, float] = {}
+        for uuid, (index, name, rise) in learned.items():
+            over = weight = 0.0
+            for band, cell in self.tracks["gpus"][uuid].bands.items():
+                others = sorted(r[band] for u, (_, n, r) in learned.items() if u != uuid and n == name and band in r)
+                if others:
+                    over += (rise[band] - others[(len(others) - 1) // 2]) * cell[0]
+                    weight += cell[0]
+            if weight and index is not None:
+                out[index] = over / weight
+        return out
 
     # --- the file ----------------------------------------------------------------------------
     def plain(self) -> dict[str, Any]:
