@@ -15,7 +15,7 @@ import scenarios as sc
 import yaml
 from receiver import Receiver
 from scenarios import timeline
-from servers import Alertmanager, Prometheus, Rigmon, free_port, wait_for
+from servers import Alertmanager, Prometheus, Rigmon, free_port, http_get, wait_for
 from test_alert_rules import fans, temperature
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,6 +177,14 @@ def test_boxes_listed_by_ip_and_by_name_have_one_identity_on_both_paths(tmp_path
             assert len(bodies) == 1, f"{instance}: {len(bodies)} notifications"
             alerts = [a for a in bodies[0]["alerts"] if a["labels"]["alertname"] == "GpuAtSlowdownTemperature"]
             assert {"host" in a["labels"] for a in alerts} == {True, False}, alerts  # the engine's and the rule's
+            # the same words on both paths, and a runbook link that answers with the rule
+            said = {(a["annotations"]["description"], a["annotations"]["runbook_url"]) for a in alerts}
+            assert len(said) == 1, alerts
+            ((description, link),) = said
+            assert description and link == f"http://{instance}/runbook#GpuAtSlowdownTemperature", link
+            status, page = http_get(link)
+            assert status == 200 and b"<section id='GpuAtSlowdownTemperature'>" in page, page[:300]
+            assert "hint" in next(a for a in alerts if "host" in a["labels"])["annotations"]  # the engine's extra
 
         # one silence on the instance covers both paths
         silence = {

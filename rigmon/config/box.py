@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..model.text import url_host
+from ..model.text import url_authority, url_host
 
 if TYPE_CHECKING:
     from .schema import Config
@@ -22,6 +22,7 @@ class Box(NamedTuple):
     port: int  # where /metrics and the page are served
     page_url: str  # its page as a link from an alert ("": no page)
     instance: str = ""  # what Prometheus calls it: [daemon] instance, else hostname:port
+    runbook_base: str = ""  # the page where Prometheus reaches it, whose /runbook an alert links to ("": none)
 
     @classmethod
     def of(cls, config: Config | Settings, host: str | None = None) -> Box:
@@ -32,6 +33,9 @@ class Box(NamedTuple):
         # like it is refused by config check, unless external_url names the page)
         linked = daemon.page and url_host(name)
         page = daemon.external_url or (f"{scheme}://{name}:{prometheus.port}/" if linked else "")
+        instance = daemon.instance or f"{name}:{prometheus.port}"
+        # as the PromQL rules link it (http://{{ $labels.instance }}/runbook#Name): one link on both paths
+        runbook = daemon.external_url or (f"{scheme}://{instance}/" if daemon.page and url_authority(instance) else "")
         return cls(
             host=name,
             named=bool(host or daemon.hostname),
@@ -39,5 +43,6 @@ class Box(NamedTuple):
             state_dir=Path(daemon.state_dir),
             port=prometheus.port,
             page_url=page,
-            instance=daemon.instance or f"{name}:{prometheus.port}",
+            instance=instance,
+            runbook_base=runbook,
         )

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
 from .. import __version__
+from ..alerts import runbook
 from ..alerts.engine import subject_of
 from ..model import nvml_state
 from ..model.readings import PAGE
@@ -112,7 +113,7 @@ class Page:
 
     @property
     def routes(self) -> dict:
-        return {"/": self.index, "/api/state": self.state}
+        return {"/": self.index, "/api/state": self.state, "/runbook": self.runbook}
 
     @property
     def slow_routes(self) -> dict:
@@ -126,6 +127,12 @@ class Page:
     # --- the page and its state -------------------------------------------------------------
     def index(self, query: str) -> tuple[str, bytes, tuple]:
         return "text/html; charset=utf-8", self._html, (("Content-Security-Policy", self._csp),)
+
+    def runbook(self, query: str) -> tuple[str, bytes, tuple]:
+        """The rules this daemon evaluates, each at its #name: where an alert's runbook_url goes."""
+        alerts = self.pipeline.alerts
+        specs = [rule.spec for rule in alerts.engine.rules] if alerts is not None else []
+        return "text/html; charset=utf-8", runbook.html(specs, self.host), (("Content-Security-Policy", runbook.CSP),)
 
     def _replay_host(self) -> str | None:
         source = self.pipeline.source

@@ -106,3 +106,12 @@ _URL_HOST = re.compile(r"^(?:[A-Za-z0-9._~!$&'()*+,;=-]|[^\x00-\x7f])+$")
 def url_host(name: str) -> bool:
     """Whether ``name`` can be a URL's host as it is."""
     return bool(_URL_HOST.match(name))
+
+
+def url_authority(instance: str) -> bool:
+    """Whether ``instance`` (host:port, as Prometheus names a target) can be a URL's authority."""
+    host, colon, port = instance.rpartition(":")
+    if not colon:
+        return url_host(instance)
+    ipv6 = host.startswith("[") and host.endswith("]") and bool(re.fullmatch(r"[0-9A-Fa-f:.]+", host[1:-1]))
+    return port.isdigit() and len(port) <= 5 and (ipv6 or (":" not in host and url_host(host)))

@@ -84,6 +84,7 @@ def _notifiers(config: NotifierConfig, box: Box) -> list[Notifier]:
             peer=peer,
             page_url=box.page_url,
             instance=box.instance,
+            runbook_base=box.runbook_base,
         )
         for peer in peers(config)
     ]

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from ..alerts import runbook
 from ..alerts.engine import Transition
 from ..alerts.rules import SEVERITY_RANK
 from .post import Failed, post
@@ -66,8 +67,9 @@ def _rfc3339(t: float | None) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _labels_and_annotations(m: Message, **more: str) -> tuple[dict[str, str], dict[str, str]]:
-    """An alert's labels (the box's own, then rigmon's, then its subject's) and annotations."""
+def _labels_and_annotations(m: Message, runbook_base: str = "", **more: str) -> tuple[dict[str, str], dict[str, str]]:
+    """An alert's labels (the box's own, then rigmon's, then its subject's) and annotations: the
+    PromQL rules' (summary, description, runbook_url: the box's /runbook at the rule), and hint."""
     t = m.transition
     labels = {
         **dict(m.box_labels),
@@ -77,17 +79,28 @@ def _labels_and_annotations(m: Message, **more: str) -> tuple[dict[str, str], di
         **more,
         **t.labels,
     }
-    annotations = {k: v for k, v in (("summary", t.summary), ("description", t.description), ("hint", t.hint)) if v}
+    annotations = {
+        k: v
+        for k, v in (
+            ("summary", t.summary),
+            ("description", t.description),
+            ("runbook_url", runbook.url(runbook_base, t.alertname)),
+            ("hint", t.hint),
+        )
+        if v
+    }
     return labels, annotations
 
 
-def alertmanager_alert(m: Message, instance: str, page_url: str, ends_at: float | None) -> dict[str, Any]:
+def alertmanager_alert(
+    m: Message, instance: str, page_url: str, ends_at: float | None, runbook_base: str = ""
+) -> dict[str, Any]:
     """One alert as Alertmanager's API v2 takes it: the labels a PromQL rule's alert would have
     (``instance`` the box's host:port, so the shipped inhibit rules match it to its box alone),
     and ``endsAt`` set: when resolved, its end; while firing, a few minutes ahead, renewed by
     the next post, so an alert whose box stops posting resolves on its own."""
     t = m.transition
-    labels, annotations = _labels_and_annotations(m, instance=instance)
+    labels, annotations = _labels_and_annotations(m, runbook_base, instance=instance)
     return {
         "labels": labels,
         "annotations": annotations,
@@ -97,11 +110,11 @@ def alertmanager_alert(m: Message, instance: str, page_url: str, ends_at: float 
     }
 
 
-def alertmanager_payload(m: Message, receiver: str, page_url: str = "") -> dict[str, Any]:
+def alertmanager_payload(m: Message, receiver: str, page_url: str = "", runbook_base: str = "") -> dict[str, Any]:
     """One transition as Alertmanager's webhook JSON (version 4); ``page_url``, the box's page,
     is its generatorURL and externalURL (Alertmanager's own: where a person goes to see it)."""
     t = m.transition
-    labels, annotations = _labels_and_annotations(m)
+    labels, annotations = _labels_and_annotations(m, runbook_base)
     fingerprint = hashlib.sha256(json.dumps(sorted(labels.items())).encode()).hexdigest()[:16]
     alert = {
         "status": t.status,
@@ -217,6 +230,7 @@ class Notifier:
         page_url: str = "",
         peer: tuple[str, str] | None = None,
         instance: str | None = None,
+        runbook_base: str = "",
     ):
         """``peer``: the (name, URL) this one posts to, of the entry's ``peers``; default its first."""
         self.config = config
@@ -225,6 +239,7 @@ class Notifier:
         self.box_labels = tuple(sorted((labels or {}).items()))
         self.instance = instance or f"{host}:{port}"  # as Prometheus calls the box: [daemon] instance
         self.page_url = page_url
+        self.runbook_base = runbook_base  # an alert's runbook_url: its /runbook#alertname
         # alertmanager: the firing alerts, posted again every resend_interval (Alertmanager ends
         # an alert whose endsAt passes, so a firing one must be renewed, as Prometheus does)
         self._firing: dict[str, Transition] = {}
@@ -407,10 +422,10 @@ class Notifier:
         t = message.transition
         data: dict[str, Any] | list[dict[str, Any]]
         if kind == "webhook":
-            data = alertmanager_payload(message, self.name, self.page_url)
+            data = alertmanager_payload(message, self.name, self.page_url, self.runbook_base)
         elif kind == "alertmanager":
             ends = t.ends_at if t.status == "resolved" else time.time() + 5 * self.config.resend_interval
-            data = [alertmanager_alert(message, self.instance, self.page_url, ends)]
+            data = [alertmanager_alert(message, self.instance, self.page_url, ends, self.runbook_base)]
         elif kind == "slack":
             icon = EMOJI["resolved" if t.status == "resolved" else t.severity]
             data = {"text": f"{icon} *{title}*\n{body}"}
