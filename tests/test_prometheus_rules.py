@@ -36,3 +36,19 @@ def test_every_builtin_rule_has_a_promql_twin():
     # only Prometheus can see rigmon itself gone, or its own notifications stuck (the engine's
     # own alert about them would go the way that is stuck)
     assert promql - builtin == {"RigmonDown", "RigmonNotificationsUndelivered"}
+
+
+def test_each_twin_says_what_the_engine_says_and_links_the_same_runbook():
+    """Both paths' alerts for one cause carry the same description (the engine's, where it has
+    no values to fill in) and the same runbook link, so a notification reads one way whichever
+    path it came by (test_fleet checks one such pair at a real Alertmanager)."""
+    import yaml
+
+    doc = yaml.safe_load((RULES / "rigmon-rules.yml").read_text())
+    twins = {r["alert"]: r["annotations"] for g in doc["groups"] for r in g["rules"] if "alert" in r}
+    for spec in Config().alerts.effective_rules():
+        said = twins[spec.name]
+        assert said["runbook_url"] == "http://{{ $labels.instance }}/runbook#" + spec.name, spec.name
+        assert spec.description and said["description"], spec.name
+        if "{" not in spec.description:
+            assert said["description"] == spec.description, spec.name
