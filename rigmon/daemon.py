@@ -42,6 +42,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STOP_GRACE_SECONDS = 3.5  # the warm stop's one deadline; systemd's TimeoutStopSec is 10 s
+MIN_REPLAY_POLL = 0.1  # s of the wall's clock: a replay at --speed 1000 polls 10 times a second, not 1,000
+SKIPS_SAID_EVERY = 60.0  # s: skipped polls are counted in the log at most this often
+# apscheduler says each skip too (its "missed by" and "maximum number of running instances"):
+# rigmon says them, counted
+logging.getLogger("apscheduler.executors.default").setLevel(logging.ERROR)
+logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
 
 
 class PollStats:
@@ -114,6 +120,9 @@ class Daemon:
         self.prometheus = config.prometheus  # where and how /metrics and the page are served
         self.state_dir = config.daemon.state_dir  # which scrapers' credentials passed before
         self.speed = speed  # a replay run faster: polls come this many times as often (the samples' clock too)
+        # a poll every interval of the replay's clock, but never more often than MIN_REPLAY_POLL of the wall's
+        self.wall_interval = self.interval / speed if speed == 1 else max(self.interval / speed, MIN_REPLAY_POLL)
+        self._skips_said, self._skips_said_at = 0, None
         self.pipeline = pipeline
         self.notifier = notifier or Notifier()
         gpu = pipeline.poller.gpu
@@ -186,9 +195,21 @@ class Daemon:
             self._tidied = time.monotonic()
 
     def _on_event(self, event) -> None:
-        if event.code in (EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED):
-            self.stats.skipped += 1
-            log.warning("poll skipped: the previous poll is still running (interval %.3g s)", self.interval)
+        """A poll skipped: the first said at once, then the count at most once a minute."""
+        if event.code not in (EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED):
+            return
+        self.stats.skipped += 1
+        now = time.monotonic()
+        if self._skips_said_at is None or now - self._skips_said_at >= SKIPS_SAID_EVERY:
+            unsaid = self.stats.skipped - self._skips_said
+            log.warning(
+                "%d poll(s) skipped%s: the previous poll was still running (a poll every %.3g s%s)",
+                unsaid,
+                "" if self._skips_said_at is None else f" in the last {now - self._skips_said_at:.0f} s",
+                self.wall_interval,
+                f", {self.interval:g} s of the replay at {self.speed:g}× as fast" if self.speed != 1 else "",
+            )
+            self._skips_said, self._skips_said_at = self.stats.skipped, now
 
     # --- life cycle ----------------------------------------------------------------------
     def start(self, serve_http: bool = True, sock=None) -> None:
@@ -219,7 +240,7 @@ class Daemon:
             log.info("serving metrics on %s/metrics", where)
             if history is not None:
                 log.info("the page: %s/", where)
-        interval = self.interval / self.speed
+        interval = self.wall_interval
         self._scheduler = BackgroundScheduler(
             job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": max(interval, 1.0)}
         )

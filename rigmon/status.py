@@ -53,9 +53,12 @@ def render(
     color: bool = False,
     host: str = "",
     not_recorded: tuple[str, ...] = (),
+    height: int | None = None,
 ) -> str:
     """The status for people, ``width`` columns wide, in colour where asked (a terminal): every
-    string from outside made printable here, before any colour of ours is added."""
+    string from outside made printable here, before any colour of ours is added. ``height``
+    (a watch's terminal rows): the sections that fit, the alerts right after the GPUs, and a
+    last line that says what was left out."""
     lines = []
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(sample.time))
     system = sample.system
@@ -108,7 +111,37 @@ def render(
             width,
             subsequent_indent="  ",
         )
-    return "\n".join(lines)
+    return "\n".join(_fit(lines, height) if height else lines)
+
+
+def _fit(lines: list[str], height: int) -> list[str]:
+    """At most ``height`` lines: the header, the GPUs and the alerts first, then each section
+    that still fits, in order; the last line names the sections left out."""
+    sections: list[list[str]] = [[]]
+    for line in lines:
+        if line == "":
+            sections.append([])
+        else:
+            sections[-1].append(line)
+    sections = [s for s in sections if s]
+    if sum(len(s) + 1 for s in sections) - 1 <= height:
+        return lines
+    first = [n for n, s in enumerate(sections) if s[0].startswith("ALERTS")]
+    order = [0, 1, *first] + [n for n in range(2, len(sections)) if n not in first]
+    kept: dict[int, list[str]] = {}
+    used = 1  # the last line
+    for n in order:
+        room = height - used - (1 if kept else 0)
+        section = sections[n] if n >= 2 else sections[n][: max(room, 0)]  # the header and the GPUs, cut to fit
+        if section and len(section) <= room:
+            kept[n] = section
+            used += len(section) + (1 if len(kept) > 1 else 0)
+    out = [line for k, n in enumerate(sorted(kept, key=order.index)) for line in ([""] if k else []) + kept[n]]
+    left = [n for n in range(len(sections)) if n not in kept]
+    heads = (sections[n][0].split(" ")[0] for n in left)
+    names = ", ".join(dict.fromkeys(h if h.isalpha() and h.isupper() else "notes" for h in heads))
+    out.append(f"… {sum(len(sections[n]) for n in left)} more lines ({names}): a taller terminal shows them")
+    return out
 
 
 def _nvml(sample: Sample) -> list[str]:
@@ -403,6 +436,17 @@ ROOM = {
 }
 
 
+def _indices(indices: list[int]) -> str:
+    """0-3,6: runs of indices as ranges."""
+    runs: list[list[int]] = []
+    for i in sorted(indices):
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)
+
+
 def _cooling(sample: Sample) -> list[str]:
     """Each GPU, CPU and fan against its own baseline (rigmon baseline show has the baselines)."""
     from .model.durations import format_duration
@@ -411,6 +455,7 @@ def _cooling(sample: Sample) -> list[str]:
     if cooling is None:
         return []
     lines = [f"COOLING  against each one's own baseline; {ROOM.get(cooling.reference, cooling.reference)}"]
+    said: dict[str, list[int]] = {}  # each GPU's line, GPUs that say the same on one line
     for g in sample.gpus:
         state = g.cooling_state
         if state is None:
@@ -429,21 +474,24 @@ def _cooling(sample: Sample) -> list[str]:
             text += f"; nothing steady to compare for {format_duration(g.cooling_blind_seconds or 0)} under load"
         if (g.cooling_baseline_excess_celsius or 0) >= 3:
             text += f"; its baseline {g.cooling_baseline_excess_celsius:+.0f} °C over its siblings'"
-        lines.append(f"  GPU {g.index}  {text}")
+        said.setdefault(text, []).append(g.index)
+    lines += [f"  GPU{'s' if len(gpus) > 1 else ''} {_indices(gpus)}  {text}" for text, gpus in said.items()]
     if cooling.shared is not None:
         lines.append(f"  every GPU  {cooling.shared:+.1f} °C: the room or the chassis")
     host = sample.host
     if host is not None:
+        others: dict[str, list[str]] = {}  # the CPUs and fans that say the same (learning) on one line
         for c in host.cpu_temperatures:
             d = cooling.cpus.get(c.socket)
             if d is not None:
                 shown = f"{d.drift:+.1f} °C at {(d.load or 0) * 100:.0f} % busy" if d.drift is not None else d.state
-                lines.append(f"  CPU {c.socket}  {shown}")
+                others.setdefault(shown, []).append(f"CPU {c.socket}")
         for f in host.fans:
             d = cooling.fans.get(fan_key(f))
             if d is not None:
                 shown = f"{d.drift:+.0%} rpm at {(d.load or 0) * 100:.0f} % duty" if d.drift is not None else d.state
-                lines.append(f"  fan {f.chip}/{f.label}  {shown}")
+                others.setdefault(shown, []).append(f"fan {f.chip}/{f.label}")
+        lines += [f"  {', '.join(who)}  {shown}" for shown, who in others.items()]
     return lines
 
 

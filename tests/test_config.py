@@ -333,6 +333,9 @@ params = { margin_celsius = -50 }
 [alerts.builtin.CpuTemperatureCritical]
 params = { max_celsius = 900, ovr_celsius = 5 }
 
+[alerts.builtin.GpuStarvd]
+enabled = false
+
 [[notifiers]]
 type = "webhook"
 url = "https://hooks.example.com/${RIGMON_NOT_SET_ANYWHERE}"
@@ -341,8 +344,9 @@ url = "https://hooks.example.com/${RIGMON_NOT_SET_ANYWHERE}"
 
 def test_every_wrong_value_is_told_in_one_run_within_80_columns(tmp_path):
     """Six kinds of wrong value (a negative time, a port out of range, a share above 1, a negative
-    margin, a temperature no sensor reads, a misspelt threshold) and an unset variable: every one
-    told in the same run, each naming its field, exit 2, nothing wider than COLUMNS."""
+    margin, a temperature no sensor reads, a misspelt threshold), a misspelt rule name and an
+    unset variable: every one told in the same run, each naming its field, exit 2, nothing
+    wider than COLUMNS."""
     path = tmp_path / "rigmon.toml"
     path.write_text(SIX_WRONG)
     env = {k: v for k, v in os.environ.items() if k != "RIGMON_NOT_SET_ANYWHERE"}
@@ -366,9 +370,10 @@ def test_every_wrong_value_is_told_in_one_run_within_80_columns(tmp_path):
         "builtin.CpuTemperatureCritical: params.max_celsius: 900 is outside",
         "params.ovr_celsius: no condition, value or text of the rule reads it (did you mean over_celsius?)",
         "notifiers[0].url: environment variable RIGMON_NOT_SET_ANYWHERE is not set",
+        "alerts: no built-in rule named GpuStarvd (did you mean GpuStarved?)",  # beside the rules' thresholds
     ):
         assert field in told, (field, done.stderr)
-    assert len(problems) == 8, done.stderr
+    assert len(problems) == 9, done.stderr
     assert max(len(line) for line in done.stderr.splitlines()) <= 80, done.stderr
 
 

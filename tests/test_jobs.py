@@ -2,6 +2,7 @@
 recorded power, a starved one flagged, a daemon restart mid-job, and ``rigmon jobs``."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -497,7 +498,9 @@ def test_a_gpu_without_an_energy_counter_integrates_power_and_says_so(tmp_path):
         text=True,
         timeout=60,
     ).stdout
-    assert "partly estimated: power × time on a GPU without an energy counter" in shown
+    assert "partly estimated: power × time where the GPU's energy counter is missing or stood still" in " ".join(
+        shown.split()
+    )
 
 
 @pytest.mark.slow  # a flood of its own
@@ -738,3 +741,40 @@ def test_a_rootless_container_with_two_process_groups_is_one_job_of_its_owner(tm
 
     (job,) = [j for j in load(ledger_path(config.daemon.state_dir)) if j.key == "erin/podman:e7e7e7e7e7e7"]
     assert sorted(job.gpus) == [0, 1] and job.user == "erin" and job.unit == "podman:e7e7e7e7e7e7"
+
+
+def test_an_energy_counter_that_stands_still_at_692_w_books_the_integrated_energy_and_says_so(tmp_path, caplog):
+    """A job of 2 min 44 s on a GPU at 692 W whose energy counter never moves (a driver's fault):
+    it books the power integrated over its time (113 kJ), marked estimated, and the log says it
+    once, not at every poll."""
+    seconds = 164
+
+    def modify(t, tick):
+        g = tick["gpus"][0]
+        g["nvmlDeviceGetPowerUsage"] = 692_000
+        g["nvmlDeviceGetUtilizationRates"] = {"gpu": 100, "memory": 30}
+        g["nvmlDeviceGetTotalEnergyConsumption"] = 73_208_040  # mJ: standing still
+        mine = t < seconds
+        g["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": 104, "usedGpuMemory": 1 << 30}] if mine else []
+
+    rec = sc.timeline(seconds + 120, 1, modify=modify)
+    config = configmod.parse(
+        {
+            "daemon": {"state_dir": str(tmp_path / "state")},
+            "prometheus": {"enabled": False},
+            "jobs": {"end_after": "30s"},
+        }
+    )
+    with caplog.at_level(logging.INFO, logger="rigmon.sinks.jobs"):
+        replay(rec, config, range(len(rec.ticks)))
+    said = [r.getMessage() for r in caplog.records if "stands still" in r.getMessage()]
+    assert len(said) == 1 and "GPU 0" in said[0] and "692 W" in said[0], said
+    done = subprocess.run(
+        [sys.executable, "-m", "rigmon", "jobs", "--all", "--json", "--config", str(_toml(tmp_path, config))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    (job,) = [j for j in json.loads(done.stdout)["jobs"] if j["gpus"] == [0]]
+    assert job["energy_estimated"], job
+    assert abs(job["energy_joules"] - 692 * seconds) <= 0.03 * 692 * seconds, job["energy_joules"]

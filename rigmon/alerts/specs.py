@@ -204,16 +204,15 @@ def merge(overrides: dict[str, RuleOverride], custom: list[RuleSpec]) -> list[Ru
     Raises ValueError with the rule's name in the message on a conflict."""
     builtins = builtin_specs()
     unknown = set(overrides) - set(builtins)
+    out: list[RuleSpec] = []
+    problems: list[str] = []  # every problem at once: a misspelled name beside a wrong threshold
     if unknown:
         first = sorted(unknown)[0]
         close = difflib.get_close_matches(first, builtins, n=1, cutoff=0.6)
-        raise ValueError(
+        problems.append(
             f"no built-in rule named {', '.join(sorted(unknown))}"
-            + (f" (did you mean {close[0]}?)" if close else "")
-            + f"; built-in rules: {', '.join(sorted(builtins))}"
+            + (f" (did you mean {close[0]}?)" if close else ": rigmon rules list names them")
         )
-    out: list[RuleSpec] = []
-    problems: list[str] = []
     for name, raw in builtins.items():
         override = overrides.get(name)
         if override is not None:

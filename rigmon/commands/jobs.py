@@ -229,7 +229,7 @@ def show(j: dict, width: int | None = None) -> str:
             "energy",
             f"{j['energy_kwh']:.4f} kWh ({j['energy_joules']:.0f} J)"
             + (
-                ", partly estimated: power × time on a GPU without an energy counter"
+                ", partly estimated: power × time where the GPU's energy counter is missing or stood still"
                 if j["energy_estimated"]
                 else ", from the GPUs' energy counters"
             ),

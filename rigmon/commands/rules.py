@@ -99,7 +99,7 @@ def cmd_rules_test(args) -> int:
         )
     )
     for t in shown:
-        stamp = time.strftime("%H:%M:%S", time.gmtime(t.time))
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t.time))
         subject = t.subject
         line = (
             f"{t.time - t0:8.1f} s  {stamp}Z  {t.status.upper():<8} {t.severity:<8} {t.alertname} [{subject}]  "

@@ -112,6 +112,7 @@ def cmd_status(args) -> int:
                     color=color,
                     host=host,
                     not_recorded=not_recorded,
+                    height=_height() if clear else None,
                 )
                 print(text if color else printable_lines(text))
             if not args.watch:
@@ -129,6 +130,17 @@ def _width() -> int:
     from ..status import WIDTH
 
     return max(terminal_width() or WIDTH, 40)
+
+
+def _height() -> int | None:
+    """A watch's rows: LINES where set, else the terminal's, less the one the cursor waits on."""
+    lines = os.environ.get("LINES", "").strip()
+    if lines.isdigit() and int(lines) > 0:
+        return max(int(lines) - 1, 8)
+    try:
+        return max(os.get_terminal_size(sys.stdout.fileno()).lines - 1, 8)
+    except OSError:
+        return None
 
 
 def _daemon_state(config) -> tuple[list | None, str, dict | None]:

@@ -98,14 +98,19 @@ def alertmanager_alert(
     """One alert as Alertmanager's API v2 takes it: the labels a PromQL rule's alert would have
     (``instance`` the box's host:port, so the shipped inhibit rules match it to its box alone),
     and ``endsAt`` set: when resolved, its end; while firing, a few minutes ahead, renewed by
-    the next post, so an alert whose box stops posting resolves on its own."""
+    the next post, so an alert whose box stops posting resolves on its own.
+
+    Alertmanager keeps the wall's time: a replay run faster than the wall (``--speed``) stamps
+    its alerts ahead of it, so a start or end is posted no later than now, and a resolved
+    alert ends at once, as the replay says, rather than when the wall reaches the replay."""
     t = m.transition
     labels, annotations = _labels_and_annotations(m, runbook_base, instance=instance)
+    now = time.time()
     return {
         "labels": labels,
         "annotations": annotations,
-        "startsAt": _rfc3339(t.starts_at),
-        "endsAt": _rfc3339(ends_at),
+        "startsAt": _rfc3339(min(t.starts_at, now) if t.starts_at is not None else None),
+        "endsAt": _rfc3339(min(ends_at, now) if ends_at is not None and t.status == "resolved" else ends_at),
         "generatorURL": page_url,
     }
 

@@ -1,0 +1,59 @@
+"""A replay run faster than the wall (``rigmon run --replay F --speed N``): it polls no more often
+than the box can and says skipped polls counted, not one line each; the alerts it posts to a real
+Alertmanager start and end no later than Alertmanager's now, so a resolved one ends at once."""
+
+from __future__ import annotations
+
+import time
+
+import scenarios as sc
+from receiver import Receiver
+from servers import Alertmanager, Rigmon, wait_for
+
+
+def test_a_replay_at_a_thousand_times_says_a_few_lines_in_ten_seconds(tmp_path):
+    rigmon = Rigmon(tmp_path, sc.write(sc.h200(), tmp_path / "demo.rec.jsonl"), "", extra_args=["--speed", "1000"])
+    try:
+        rigmon.wait_ready()
+        time.sleep(10)
+        polls = rigmon.metric("rigmon_polls_total")
+    finally:
+        rigmon.stop()
+    lines = [line for line in rigmon.output().splitlines() if line.strip()]
+    print(f"{len(lines)} lines, {polls:.0f} polls in 10 s")
+    assert len(lines) <= 12, "\n".join(lines[:40])
+    assert not any("apscheduler" in line for line in lines), lines
+    assert 20 <= polls <= 120, polls  # about ten a second: 100 s of the replay each, not one
+
+
+def hot_then_cool(t, tick):
+    for g in tick["gpus"]:
+        g["nvmlDeviceGetTemperature:0"] = 95 if t < 600 else 60
+
+
+def test_at_sixty_times_alertmanager_ends_a_resolved_alert_at_once(tmp_path):
+    """Ten minutes at 95 °C, then half an hour cool, replayed 60 times as fast: the alert reaches
+    Alertmanager started no later than its now, and leaves its active list as soon as the
+    replay resolves it (10 s of the wall in), not when the wall reaches the replay's end."""
+    receiver = Receiver()
+    am = Alertmanager(tmp_path, receiver.url)
+    recording = sc.write(sc.timeline(2400, 1, modify=hot_then_cool), tmp_path / "hot.rec.jsonl")
+    config = f'[[notifiers]]\ntype = "alertmanager"\nurl = "{am.url}"\n'
+    rigmon = Rigmon(tmp_path, recording, config, extra_args=["--speed", "60"])
+    try:
+        rigmon.wait_ready()
+
+        def held() -> list[dict]:
+            return [a for a in am.alerts() if a["labels"]["alertname"] == "GpuAtSlowdownTemperature"]
+
+        (alert,) = wait_for(held, 20, interval=0.2, what="the alert at Alertmanager")
+        posted = time.time()
+        assert alert["startsAt"] <= time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(posted + 1)), alert
+        rigmon.wait_output("resolved critical GpuAtSlowdownTemperature", 30)
+        resolved = time.monotonic()
+        wait_for(lambda: not held(), 10, interval=0.2, what="Alertmanager to end the resolved alert")
+        print(f"ended {time.monotonic() - resolved:.1f} s after the replay resolved it")
+    finally:
+        rigmon.stop()
+        am.stop()
+        receiver.stop()
