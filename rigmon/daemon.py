@@ -120,6 +120,7 @@ class Daemon:
         self.prometheus = config.prometheus  # where and how /metrics and the page are served
         self.state_dir = config.daemon.state_dir  # which scrapers' credentials passed before
         self.speed = speed  # a replay run faster: polls come this many times as often (the samples' clock too)
+        self.replay: str | None = None  # what a replay replays (its file's name), for /state
         # a poll every interval of the replay's clock, but never more often than MIN_REPLAY_POLL of the wall's
         self.wall_interval = self.interval / speed if speed == 1 else max(self.interval / speed, MIN_REPLAY_POLL)
         self._skips_said, self._skips_said_at = 0, None
@@ -273,6 +274,8 @@ class Daemon:
             "influxdb": influx.state() if influx else None,
             "polls": self.stats.polls,
             "skipped": self.stats.skipped,
+            # a replay's alerts are its recording's: rigmon status on this box leaves them out
+            "replay": self.replay,
         }
         return "application/json", json.dumps(state).encode()
 

@@ -1,5 +1,7 @@
-"""``rigmon status --watch`` in a real 80×24 terminal (a pty): an 8-GPU box fits the screen, the
-GPUs and the alerts first, and the last line says what a taller terminal would show."""
+"""``rigmon status`` tells one box's story: ``--watch`` in a real 80×24 terminal (a pty) fits an
+8-GPU box on the screen, the GPUs and the alerts first, the last line saying what a taller
+terminal would show; a replay that answers on the daemon's port lends this box none of its
+alerts."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import termios
 import time
 
 import scenarios as sc
+from servers import Rigmon
 
 
 def test_a_watch_of_eight_gpus_fits_an_80_by_24_terminal(tmp_path):
@@ -53,3 +56,25 @@ def test_a_watch_of_eight_gpus_fits_an_80_by_24_terminal(tmp_path):
     assert frame[2].startswith("GPU") and sum(line[:1].isdigit() for line in frame[3:11]) == 8, frame
     assert any(line.startswith("ALERTS") for line in frame), frame
     assert frame[-1].startswith("… ") and "a taller terminal shows them" in frame[-1], frame[-1]
+
+
+def test_a_replay_on_the_daemons_port_lends_this_box_none_of_its_alerts(tmp_path):
+    """A replay of 8 GPUs at 95 °C runs on the port rigmon status asks: status on this machine
+    (no GPU) shows none of the replay's alerts, and says whose they would have been."""
+    replay = Rigmon(tmp_path, sc.hot_box(tmp_path))
+    try:
+        replay.wait_ready()
+        replay.wait_polls(2)
+        config = tmp_path / "status.toml"
+        config.write_text(f'[daemon]\nstate_dir = "{tmp_path / "status-state"}"\n[prometheus]\nport = {replay.port}\n')
+        done = subprocess.run(
+            [sys.executable, "-m", "rigmon", "status", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+    finally:
+        replay.stop()
+    assert "GpuAtSlowdownTemperature" not in done.stdout, done.stdout
+    assert f"the daemon at 127.0.0.1:{replay.port} replays [replay hot.rec.jsonl]" in done.stdout, done.stdout

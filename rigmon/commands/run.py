@@ -204,6 +204,7 @@ def _run(args: argparse.Namespace, handed: dict) -> int:
         daemon = Daemon.from_config(config, Inputs(source=source, wall=wall), speed=speed)
     except OSError as e:  # the spool's state directory cannot be made or written
         raise UsageError(f"{getattr(e, 'filename', '') or ''}: {e.strerror or e}".lstrip(": ")) from None
+    daemon.replay = label if source is not None else None
     daemon.install_signal_handlers()
     # a reload blocked SIGTERM and SIGINT across its exec: one that came meanwhile is a warm stop now
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})

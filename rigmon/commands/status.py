@@ -9,7 +9,7 @@ import sys
 import time
 
 from ..model import args as argtypes
-from ..model.text import printable_lines, terminal_width
+from ..model.text import printable, printable_lines, terminal_width
 from .common import add_config, add_source, demo_path, load_settings, replay_source, stop_on_signals
 
 
@@ -166,6 +166,10 @@ def _daemon_state(config) -> tuple[list | None, str, dict | None]:
                 or not isinstance(state.get("influxdb") or {}, dict)
             ):
                 raise ValueError("not a rigmon daemon's state")
+            replay = state.get("replay")
+            if replay:  # a replay's alerts are its recording's, not this box's
+                shown = printable(str(replay))[:60]
+                return None, f"the daemon at {where} replays {shown}: its alerts are not this box's", None
             return alerts, f"from the daemon at {where}", state
     except (OSError, ValueError, KeyError, TypeError):
         return None, f"no rigmon daemon answers on {where} (alerts need its history: start rigmon run)", None
