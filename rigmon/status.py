@@ -529,8 +529,10 @@ def age(seconds: float) -> str:
 def _alerts(
     alerts: list[dict] | None, note: str, show_info: bool, now: float, width: int = WIDTH, color: bool = False
 ) -> list[str]:
-    if alerts is None:
-        return [f"ALERTS  unknown: {note}" if note else "ALERTS  unknown"]
+    if alerts is None:  # why, wrapped to the width: it is the one thing this section says
+        return textwrap.wrap(
+            printable(f"ALERTS  unknown: {note}" if note else "ALERTS  unknown"), width, subsequent_indent="  "
+        )
     shown = [a for a in alerts if show_info or a.get("severity") != "info"]
     hidden = len(alerts) - len(shown)
     head = f"ALERTS  {len(shown) or 'none'} firing" + (f" ({note})" if note else "")

@@ -78,3 +78,18 @@ def test_a_replay_on_the_daemons_port_lends_this_box_none_of_its_alerts(tmp_path
         replay.stop()
     assert "GpuAtSlowdownTemperature" not in done.stdout, done.stdout
     assert f"the daemon at 127.0.0.1:{replay.port} replays [replay hot.rec.jsonl]" in done.stdout, done.stdout
+
+
+def test_status_without_a_daemon_and_jobs_without_a_ledger_fit_80_columns(tmp_path):
+    config = tmp_path / "rigmon.toml"
+    config.write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n[prometheus]\nport = 9\n')
+    for args in (["status"], ["jobs"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "rigmon", *args, "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "COLUMNS": "80"},
+        )
+        lines = done.stdout.splitlines()  # (a log record on stderr stays one line, as a log's reader wants)
+        assert lines and max(len(line) for line in lines) <= 80, (args, [line for line in lines if len(line) > 80])

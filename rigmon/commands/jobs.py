@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 import time
 
 from ..model import args as argtypes
@@ -56,7 +57,12 @@ def cmd_jobs(args) -> int:
             f"cannot read the jobs ledger {e} (the daemon sets a damaged one aside and starts a new one)"
         ) from None
     if widths is None:
-        print(f"no jobs in {path} yet (the daemon books them while it runs: rigmon run)")
+        said = f"no jobs in {printable(str(path))} yet (the daemon books them while it runs: rigmon run)"
+        print(
+            "\n".join(
+                textwrap.wrap(said, terminal_width() or PIPE_WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+            )
+        )
         return 0
     write = sys.stdout.write
     head = _head(bool(price))
