@@ -20,11 +20,14 @@ def replay_rules(
     until: float | None = None,
     engine: AlertEngine | None = None,
     source: ReplaySource | None = None,
+    kept: dict | None = None,
 ) -> list[Transition]:
     """Every transition the rules make on ``recording``, tick by tick, at the recording's times
     (up to ``until`` seconds into it). Pass an ``engine`` to look at its alerts afterwards, and
     the ``source`` (with a clock it may set) of a replay that goes on from ``until``: each tick
-    is decoded once for both."""
+    is decoded once for both. ``kept``, a dict, is given the last sample the rules saw
+    (``sample``: with its cooling) and the cooling baselines learned (``cooling``, as the box's
+    file holds them), so what shows a replay at ``until`` agrees with its alerts."""
     if source is None:
         source = ReplaySource(recording, ReplayClock(realtime=False), loop=False)
     clock = source.clock
@@ -42,4 +45,7 @@ def replay_rules(
             if until is not None and offset > until:
                 break
             transitions += pipeline.step(at=offset).transitions
+        if kept is not None:
+            kept["sample"] = pipeline.latest
+            kept["cooling"] = pipeline.cooling.plain() if pipeline.cooling is not None else None
     return transitions

@@ -443,3 +443,23 @@ def test_a_baseline_that_compares_nothing_for_a_day_says_so_and_a_hot_one_is_fla
     assert 5 <= blind_alerts[0][0] <= 6 and blind_alerts[1][0] <= 7, blind_alerts
     assert blind >= DAY and s.gpus[0].cooling_blind_seconds == 0 and s.gpus[0].cooling_state == "comparing"
     assert 9 <= s.gpus[1].cooling_baseline_excess_celsius <= 11 and abs(s.gpus[0].cooling_baseline_excess_celsius) <= 1
+
+
+def test_status_and_baseline_show_of_a_replay_agree_with_its_rules(clogged, tmp_path):
+    """The two-week clogging recording at day 12: ``rules test`` fired GpuCoolingDrift on GPU 0;
+    ``status --replay --at`` shows it firing and GPU 0's cooling drifted beside it (not "learning"),
+    and ``baseline show --replay --at`` the same drift, learned from the same recording."""
+    recording, _ = clogged
+    path = sc.write(recording, tmp_path / "clogged.rec.jsonl")
+    at = str(12 * DAY)
+    fired = rigmon_cli("rules", "test", "--replay", str(path), timeout=300, columns=200).stdout
+    assert "FIRING   warning  GpuCoolingDrift [gpu=0]" in fired, fired
+    status = rigmon_cli("status", "--replay", str(path), "--at", at, timeout=300, columns=200).stdout
+    cooling = status[status.index("COOLING") : status.index("ALERTS")]
+    assert "GpuCoolingDrift [gpu=0]" in status[status.index("ALERTS") :], status
+    assert "learning" not in cooling and "GPU 0  +" in cooling, cooling
+    drift = float(cooling.split("GPU 0  ", 1)[1].split(" °C", 1)[0])
+    assert drift >= THRESHOLD, cooling
+    shown = rigmon_cli("baseline", "show", "--replay", str(path), "--at", at, "--json", timeout=300).stdout
+    (gpu0,) = [r for r in json.loads(shown)["subjects"] if r["kind"] == "GPU" and r["gpu"] == 0]
+    assert gpu0["state"] == "comparing" and abs(gpu0["drift"] - drift) <= 0.05, (gpu0, drift)

@@ -23,6 +23,15 @@ def add_parser(sub) -> None:
     show = actions.add_parser("show", help="each subject's baseline and its drift from it")
     add_config(show)
     show.add_argument("--json", action="store_true", help="print them as JSON")
+    show.add_argument(
+        "--replay", metavar="FILE", help="the baselines a recording teaches, learned as the daemon would from it"
+    )
+    show.add_argument(
+        "--at",
+        type=argtypes.non_negative,
+        metavar="SECONDS",
+        help="with --replay: up to this far into it (default: all)",
+    )
     reset = actions.add_parser(
         "reset", help="forget a baseline (after a repaste, a cleaning or a move): it learns afresh"
     )
@@ -49,9 +58,33 @@ def _read(path):
     return data
 
 
+def _replayed(args, config) -> tuple[str, dict]:
+    """The baselines a recording teaches up to --at, as the daemon's detector learns them."""
+    from ..model.recording import Recording, RecordingError
+    from ..offline import replay_rules
+
+    try:
+        recording = Recording.load(args.replay)
+    except (OSError, RecordingError) as e:
+        raise UsageError(f"{args.replay}: {e}") from None
+    kept: dict = {}
+    replay_rules(recording, config, until=args.at, kept=kept)
+    if not kept.get("cooling"):
+        raise UsageError(f"{args.replay}: no tick to learn from")
+    return f"{args.replay} (a replay)", json.loads(json.dumps(kept["cooling"]))  # as the file would hold them
+
+
 def cmd_baseline(args) -> int:
-    config, path = _path(args)
-    data = _read(path)
+    if getattr(args, "replay", None):
+        if args.baseline_command != "show":
+            raise UsageError("a replay's baselines are shown, never reset")
+        config = load_config(args)
+        if not config.cooling.enabled:
+            raise UsageError("the cooling baselines are off in this config ([cooling] enabled = false)")
+        path, data = _replayed(args, config)
+    else:
+        config, path = _path(args)
+        data = _read(path)
     if args.baseline_command == "reset":
         return _reset(path, data, args.gpu)
     rows = _rows(config, data)

@@ -52,10 +52,11 @@ def cmd_status(args) -> int:
         inputs=Inputs(source=source, event_thread=bool(args.watch), engine=engine),
     )
     alerts, note, daemon, alerts_now = None, "", None, None
+    replayed_to: dict = {}  # the replay's last sample as the rules saw it: its cooling, learned up to --at
     if replayed:
         from ..offline import replay_rules  # the recording's alerts as of --at
 
-        replay_rules(source.recording, config, until=args.at, engine=engine, source=source)
+        replay_rules(source.recording, config, until=args.at, engine=engine, source=source, kept=replayed_to)
         source.clock.set(args.at)  # where the status looks: the tick the rules ended on, decoded already
         alerts = [alert_dict(a) for a in engine.firing()]
         alerts_now = source.recording.ticks[0]["t"] + args.at  # their ages on the recording's clock
@@ -72,7 +73,7 @@ def cmd_status(args) -> int:
         if source is None:
             time.sleep(0.25)  # psutil's CPU percentage and NVML's averages need a moment
         while True:
-            sample = pipeline.step().sample
+            sample = _with_cooling_of(pipeline.step().sample, replayed_to.get("sample"))
             own = [alert_dict(a) for a in pipeline.alerts.engine.firing()] if pipeline.alerts else None
             if config.alerts.enabled and source is None:
                 # the daemon on this box has the history alerts need
@@ -130,6 +131,21 @@ def _width() -> int:
     from ..status import WIDTH
 
     return max(terminal_width() or WIDTH, 40)
+
+
+def _with_cooling_of(sample, seen):
+    """``sample`` with the cooling of ``seen`` (the replay's tick the rules ended on, its
+    baselines learned from the recording up to there), so the cooling agrees with the alerts."""
+    if seen is None or seen.cooling is None:
+        return sample
+    from ..model.sample import COOLING_FIELDS
+
+    by_index = {g.index: g for g in seen.gpus}
+    gpus = tuple(
+        g._replace(**{f: getattr(by_index[g.index], f) for f in COOLING_FIELDS}) if g.index in by_index else g
+        for g in sample.gpus
+    )
+    return sample._replace(gpus=gpus, cooling=seen.cooling)
 
 
 def _height() -> int | None:
