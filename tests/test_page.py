@@ -367,3 +367,47 @@ def test_the_page_and_api_headers(daemon):
         assert got["x-frame-options"] == "DENY", path
         if path.startswith("/api/"):
             assert got["cache-control"] == "no-store", path
+
+
+def fault_that_resolves(tmp_path):
+    """Two GPUs: GPU 0 at 95 °C for its first 60 s (GpuAtSlowdownTemperature, critical), then cool
+    for 20 minutes; GPU 1 power-capped on and off every 3 s all along (GpuPowerCapped: info)."""
+
+    def modify(t, tick):
+        hot, cap = tick["gpus"]
+        hot["nvmlDeviceGetTemperature:0"] = 95 if t < 60 else 50
+        cap["nvmlDeviceGetCurrentClocksEventReasons"] = 0x4 if (t // 3) % 2 else 0
+
+    return sc.write(sc.timeline(1260, 1, gpus=2, modify=modify), tmp_path / "fault.rec.jsonl")
+
+
+def test_after_a_fault_resolves_the_page_lists_it_and_marks_only_its_gpu_by_name(tmp_path, chromium):
+    rigmon = Rigmon(tmp_path, fault_that_resolves(tmp_path), CONFIG, extra_args=["--speed", "5"])
+    try:
+        rigmon.wait_ready()
+        rigmon.wait_output("resolved critical GpuAtSlowdownTemperature", 60)
+        chromium.open(rigmon.url.replace("/metrics", "/"), 1400)
+        rows = wait_for(
+            lambda: chromium.js(
+                "[...document.querySelectorAll('#incident-list tbody tr')]"
+                ".map(r => [...r.cells].map(c => c.textContent))"
+            ),
+            30,
+            what="the resolved fault listed",
+        )
+        (name, subject, began, lasted) = rows[0]
+        assert name == "GpuAtSlowdownTemperature" and "gpu=0" in subject, rows
+        assert lasted.endswith(("s", "m")) and lasted != "0s", lasted  # about a minute of the replay
+        assert not any(r[0] == "GpuPowerCapped" for r in rows), rows  # an info alert is a state, not an incident
+        assert chromium.js("document.querySelector('#alerts tbody').textContent").startswith("no alert firing")
+
+        def marks(gpu: int) -> list:
+            return chromium.js(
+                f"[...document.querySelectorAll('#gpu-{gpu} .mark-name')].map(e => e.textContent)"
+                f".concat([...document.querySelectorAll('#gpu-{gpu} line.mark')].map(() => '|'))"
+            )
+
+        drawn = wait_for(lambda: (m := marks(0)) and "GpuAtSlowdownTemperature" in m and m, 30, what="GPU 0's mark")
+        assert "|" in drawn and marks(1) == [], (drawn, marks(1))  # GPU 1's info flapping draws nothing
+    finally:
+        rigmon.stop()

@@ -20,6 +20,7 @@ EVENT_COLORS = {
     "hw_power_brake_slowdown": "#67000d",
 }
 NOT_MEASURED = "not measured"
+MARK_LABEL_GAP = 60  # px between two marks' names: nearer, the later one is left to its title
 
 
 # What every page showing these charts styles them with (the report and the daemon's page).
@@ -199,12 +200,20 @@ def chart(
             f'<text x="{width - right - 4}" y="{py(value) - 4:.1f}" text-anchor="end" class="tick" '
             f'style="fill:{color}">{html.escape(label)}</text>'
         )
-    for t, color, text in marks:
+    labelled_at = -1e9  # each firing mark named where it stands, unless the last name is too near
+    for t, color, text, *named in marks:
         if t0 <= t <= t1:
+            x = px(t)
             out.append(
-                f'<line x1="{px(t):.1f}" x2="{px(t):.1f}" y1="{top}" y2="{height - bottom}" stroke="{color}" '
+                f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{height - bottom}" stroke="{color}" '
                 f'stroke-width="1.5" class="mark"><title>{html.escape(text)}</title></line>'
             )
+            if named and named[0] and x - labelled_at >= MARK_LABEL_GAP:
+                labelled_at = x
+                out.append(
+                    f'<text x="{x + 2:.1f}" y="{top + 10}" class="tick mark-name" style="fill:{color}">'
+                    f"{html.escape(named[0][:24])}</text>"
+                )
     legend_x, legend_y = left, 31
     peaks = []
     for label, pts, color in series:

@@ -354,9 +354,14 @@ class Page:
         def pts(name: str, scale: float = 1.0) -> list:
             return [(p[0] - since, p[1] * scale, p[2] * scale, p[3] * scale) for p in got.get(name, ())]
 
-        def marks(match) -> list:
+        def marks(match) -> list:  # (t, colour, what the line's title says, the name written beside it)
             return [
-                (t - since, MARK_COLORS.get(status, "#555"), f"{status} {name} {subject_of(labels)}")
+                (
+                    t - since,
+                    MARK_COLORS.get(status, "#555"),
+                    f"{status} {name} {subject_of(labels)}",
+                    name if status == "firing" else "",
+                )
                 for t, status, name, labels in self.history.marks_since(since)
                 if match(labels)
             ]

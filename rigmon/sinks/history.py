@@ -303,9 +303,12 @@ class History:
 
     # --- the sink ------------------------------------------------------------------------
     def consume(self, result: PollResult) -> None:
-        if result.transitions:
+        # the charts' marks: warnings and criticals (an info alert is a normal state: a power cap
+        # that flaps would cover a healthy GPU's charts in lines)
+        marked = [tr for tr in result.transitions if tr.severity != "info"]
+        if marked:
             with self._lock:
-                self.marks.extend((tr.time, tr.status, tr.alertname, dict(tr.labels)) for tr in result.transitions)
+                self.marks.extend((tr.time, tr.status, tr.alertname, dict(tr.labels)) for tr in marked)
         if result.sample is None:
             return
         row = readings(result, self._energy)
