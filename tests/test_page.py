@@ -411,3 +411,17 @@ def test_after_a_fault_resolves_the_page_lists_it_and_marks_only_its_gpu_by_name
         assert "|" in drawn and marks(1) == [], (drawn, marks(1))  # GPU 1's info flapping draws nothing
     finally:
         rigmon.stop()
+
+
+def test_a_box_that_watches_nothing_says_so_in_red(tmp_path, chromium):
+    """This machine as it is (no GPU, no hwmon sensor): rules cannot evaluate, so the overview's
+    host tile is red and says nothing is watched, never "ok"."""
+    rigmon = Rigmon(tmp_path)
+    try:
+        rigmon.wait_ready()
+        chromium.open(rigmon.url.replace("/metrics", "/"), 1400)
+        wait_for(lambda: chromium.js("document.getElementById('ov-host') !== null"), 30, what="the overview")
+        assert chromium.js("document.getElementById('ov-host').dataset.state") == "critical"
+        assert "nothing watched here" in chromium.js("document.getElementById('ov-host').textContent")
+    finally:
+        rigmon.stop()
