@@ -229,16 +229,13 @@ def test_a_real_daemon_restarted_mid_job_keeps_the_job(tmp_path):
     path = sc.write(sc.rich(sc.h200(), gpus=4), tmp_path / "rich.rec.jsonl")
     config = "[daemon]\ninterval = 0.25\n"
 
-    def ledger():  # the replay's own, never the box's
-        from servers import replay_state
-
-        (tmp_path / "read").mkdir(exist_ok=True)
-        (tmp_path / "read" / "rigmon.toml").write_text(
-            f'[daemon]\nstate_dir = "{replay_state(tmp_path / "state", path)}"\n'
-        )
-        done = jobs_cli(tmp_path / "read", "--json")
+    def ledger():  # the replay's own, never the box's: read as a user asks for it
+        done = jobs_cli(tmp_path, "--json", "--replay", str(path))
         assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)["jobs"]
+        jobs = json.loads(done.stdout)["jobs"]
+        shown = jobs_cli(tmp_path, "show", str(jobs[0]["id"]), "--replay", str(path)) if jobs else None
+        assert shown is None or (shown.returncode == 0 and "alice" in shown.stdout), shown
+        return jobs
 
     def running(daemon):
         body = http_get(daemon.url)[1].decode()

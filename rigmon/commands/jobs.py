@@ -20,12 +20,14 @@ def add_parser(sub) -> None:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--limit", type=argtypes.at_least_one, default=50, metavar="N", help="the newest N jobs (50)")
     which.add_argument("--all", action="store_true", help="every job in the ledger (read a row at a time)")
+    p.add_argument("--replay", metavar="FILE", help="the jobs rigmon run --replay FILE booked (a replay's own ledger)")
     actions = p.add_subparsers(dest="jobs_command", metavar="ACTION")
     show = actions.add_parser("show", help="one job in full")
     show.add_argument("id", type=int)
     # given before or after "show": the sub-parser must not reset what the parent parsed
     show.add_argument("--config", "-c", metavar="FILE", default=argparse.SUPPRESS, help="config file")
     show.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print it as JSON")
+    show.add_argument("--replay", metavar="FILE", default=argparse.SUPPRESS, help="a replay's ledger")
     p.set_defaults(func=cmd_jobs)
     show.set_defaults(func=cmd_jobs)
 
@@ -34,7 +36,12 @@ def cmd_jobs(args) -> int:
     from ..sinks import jobs as ledger
 
     config = load_config(args)
-    path = ledger.ledger_path(config.daemon.state_dir)
+    state_dir = config.daemon.state_dir
+    if getattr(args, "replay", None):  # where rigmon run --replay FILE keeps its state, never the box's
+        from .run import replay_state_dir
+
+        state_dir = replay_state_dir(state_dir, argparse.Namespace(demo=False, replay=args.replay))
+    path = ledger.ledger_path(state_dir)
     price, currency = config.jobs.price_per_kwh, config.jobs.currency
     try:
         if getattr(args, "jobs_command", None) == "show":
