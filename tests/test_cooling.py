@@ -375,10 +375,17 @@ def test_a_job_moved_to_a_power_never_seen_learns_it_and_fires_on_a_later_rise(t
     assert [f for f in fired(quiet, tmp_path, "moved-quiet") if f[1] == "FIRING"] == []
 
 
-def test_a_fault_that_grows_while_the_baseline_learns_fires_by_day_4_with_its_drift():
-    """The 30 % rise spread over the first 3 days (the learning): the baseline is its coolest
-    third, so the drift shown is most of the 9 °C the GPU has gained, and it fires by day 4."""
-    rec = sc.cooling_days(6, gpus=4, resistance=rising(0, 3))
+def test_a_fault_that_grows_while_the_baseline_learns_fires_by_day_4_with_its_drift(tmp_path):
+    """12 days, the 30 % rise spread over the first 3 (the learning): the baseline is its coolest
+    third, so the drift shown is most of the 9 °C the GPU has gained, and it fires by day 4, in
+    ``rules test --replay`` as in the daemon's detector."""
+    rec = sc.cooling_days(12, gpus=4, resistance=rising(0, 3))
+    got = fired(rec, tmp_path, "learning")
+    assert [(status, name) for _, status, name, _ in got] == [("FIRING", "GpuCoolingDrift")], got
+    day, _, _, summary = got[0]
+    assert "[gpu=0]" in summary and day <= 4, got
+    said = float(summary.split("baseline: ", 1)[1].split(" °C", 1)[0])
+    assert said >= 0.75 * 9, summary  # a baseline learned over all 3 days would say half
     found, last = cooling_alerts(samples(rec), Detector(None))
     firing = [(t, gpu) for t, status, name, gpu in found if status == "firing" and name == "GpuCoolingDrift"]
     t0 = rec.ticks[0]["t"]
