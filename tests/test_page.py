@@ -425,3 +425,29 @@ def test_a_box_that_watches_nothing_says_so_in_red(tmp_path, chromium):
         assert "nothing watched here" in chromium.js("document.getElementById('ov-host').textContent")
     finally:
         rigmon.stop()
+
+
+def test_a_drifting_gpus_card_has_its_drift_chart_against_the_alerts_threshold(tmp_path):
+    """Three hours replayed 1000 times as fast (a baseline learned in an hour, the drift over 10
+    minutes): GPU 0 runs 9 °C hotter from 90 minutes in. Its card charts the drift with the
+    alert's 6 °C drawn (a card with no drift yet, the other tests' learning boxes, has 9 charts)."""
+    from test_dashboards import cooling_box
+
+    rigmon = Rigmon(
+        tmp_path,
+        sc.write(cooling_box(), tmp_path / "drift.rec.jsonl"),
+        '[daemon]\ninterval = 60\n[cooling]\nlearn = "1h"\nwindow = "10m"\n',
+        extra_args=["--speed", "1000"],
+    )
+    try:
+        rigmon.wait_ready()
+        base = rigmon.url.replace("/metrics", "")
+
+        def drift_chart():
+            cards = json.loads(http_get(base + "/api/charts?range=6h&cards=0")[1])["gpus"]
+            return next((svg for svg in cards.get("0", []) if "cooling drift" in svg), None)
+
+        svg = wait_for(drift_chart, 60, what="GPU 0's drift chart")
+        assert "alert 6 °C" in svg, svg[:500]
+    finally:
+        rigmon.stop()

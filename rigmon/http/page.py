@@ -128,6 +128,15 @@ class Page:
     def index(self, query: str) -> tuple[str, bytes, tuple]:
         return "text/html; charset=utf-8", self._html, (("Content-Security-Policy", self._csp),)
 
+    def _drift_alert(self) -> float | None:
+        """GpuCoolingDrift's threshold as this daemon runs it (drawn on the drift chart); None where it is off."""
+        alerts = self.pipeline.alerts
+        for rule in alerts.engine.rules if alerts is not None else ():
+            if rule.spec.name == "GpuCoolingDrift":
+                value = rule.spec.params.get("min_celsius")
+                return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        return None
+
     def runbook(self, query: str) -> tuple[str, bytes, tuple]:
         """The rules this daemon evaluates, each at its #name: where an alert's runbook_url goes."""
         alerts = self.pipeline.alerts
@@ -472,6 +481,20 @@ class Page:
                     **kw,
                 ),
             ]
+            drift = pts(p + "cooling_drift_celsius")
+            threshold = self._drift_alert()
+            if drift:  # once it compares: how much hotter than its baseline, against the alert's threshold
+                gpus[str(g.index)].append(
+                    chart(
+                        "cooling drift",
+                        [("over its baseline", drift, COLORS[1])],
+                        "°C",
+                        [(f"alert {threshold:g} °C", threshold, "#d62728")] if threshold else [],
+                        zero=True,
+                        marks=m,
+                        **kw,
+                    )
+                )
         if "host" not in wanted:
             return {"time": now, "cards": gpus}
         hm = marks(lambda labels: "gpu" not in labels)
