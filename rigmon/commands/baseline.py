@@ -40,12 +40,17 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_baseline)
 
 
-def _path(args):
+def _config(args):
     config = load_config(args)
     if not config.cooling.enabled:
         raise UsageError("the cooling baselines are off in this config ([cooling] enabled = false)")
+    return config
+
+
+def _path(args):
     from ..readers.cooling import baselines_path
 
+    config = _config(args)
     return config, baselines_path(config.daemon.state_dir)
 
 
@@ -78,9 +83,7 @@ def cmd_baseline(args) -> int:
     if getattr(args, "replay", None):
         if args.baseline_command != "show":
             raise UsageError("a replay's baselines are shown, never reset")
-        config = load_config(args)
-        if not config.cooling.enabled:
-            raise UsageError("the cooling baselines are off in this config ([cooling] enabled = false)")
+        config = _config(args)
         path, data = _replayed(args, config)
     else:
         config, path = _path(args)

@@ -98,7 +98,7 @@ class Track:
 
     A bin (and a baseline's band) holds seconds of settled steady load and the integrals over
     them of the value (°C over the room, or rpm), the fan duty and the load: [end, band, seconds,
-    value×s, fan×s, fan seconds, load×s] (a baseline's band: from seconds to fan seconds)."""
+    value×s, fan×s, fan seconds, load×s] (a baseline's band: from seconds to load×s)."""
 
     __slots__ = (
         "_bin",
@@ -128,7 +128,7 @@ class Track:
         self.first: float | None = None  # when the first steady load counted: learning started
         self.index: int | None = None  # a GPU's index when last seen (the file's subjects are UUIDs)
         self.learned = False
-        self.bands: dict[int, list[float]] = {}  # band -> [seconds, value×s, fan×s, fan seconds]
+        self.bands: dict[int, list[float]] = {}  # band -> [seconds, value×s, fan×s, fan seconds, load×s]
         self.recent: deque[tuple[float, ...]] = deque(maxlen=MAX_BINS)  # the last window's closed bins, oldest first
         self._ewma: float | None = None
         self._last: float | None = None
@@ -139,7 +139,7 @@ class Track:
         self._bin: _Bin | None = None
         # while learning: each third of ``learn``'s [seconds, value×s, fan×s, fan seconds] by band
         self.thirds: dict[int, list[list[float]]] = {}
-        # after: bands first seen since, learned on first sight: [seconds, value×s, fan×s, fan seconds]
+        # after: bands first seen since, learned on first sight: [seconds, value×s, fan×s, fan seconds, load×s]
         self.late: dict[int, list[float]] = {}
         self.blind = 0.0  # learned: seconds under load since a steady stretch it could compare
 
@@ -198,7 +198,7 @@ class Track:
 
     def _take(self, row: list[float]) -> None:
         """A closed bin: into the baseline while learning, else into the recent window."""
-        end, band, seconds, value, fan, fan_seconds, load = row
+        end, band, seconds = row[:3]
         if self.first is None:
             self.first = end - seconds
         self.freeze_if_due(end)
@@ -212,22 +212,14 @@ class Track:
                 self.thirds[key] = [[0.0, 0.0, 0.0, 0.0] for _ in range(3)]
             third = self.thirds.setdefault(key, [[0.0, 0.0, 0.0, 0.0] for _ in range(3)])
             part = min(2, max(0, int(3 * (end - self.first) / self.learn))) if self.learn > 0 else 0
-            for c in (cell, third[part]):
-                c[0] += seconds
-                c[1] += value
-                c[2] += fan
-                c[3] += fan_seconds
-            cell[4] += load
+            _add(cell, row)
+            _add(third[part], row)
             return
         if key in self.bands:
             self.blind = 0.0
         elif key in self.late or len(self.bands) + len(self.late) < MAX_BANDS:
             cell = self.late.setdefault(key, [0.0, 0.0, 0.0, 0.0, 0.0])
-            cell[0] += seconds
-            cell[1] += value
-            cell[2] += fan
-            cell[3] += fan_seconds
-            cell[4] += load
+            _add(cell, row)
             if cell[0] >= LATE_LEARN:
                 self.bands[key] = self._as_neighbours_predict(key, self.late.pop(key))
         recent = self.recent
@@ -375,6 +367,13 @@ class Track:
 
 def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and abs(x) < 1e12
+
+
+def _add(cell: list[float], row: list[float]) -> None:
+    """A closed bin's row (end, band, seconds, value×s, fan×s, fan seconds, load×s) into a cell
+    of the same sums from seconds on: a band's five, a third's four (no load)."""
+    for n in range(len(cell)):
+        cell[n] += row[2 + n]
 
 
 def _load(band: int, cell: list[float], width: float) -> float:
@@ -625,7 +624,7 @@ class Detector:
                 if others:
                     over += (rise[band] - others[(len(others) - 1) // 2]) * cell[0]
                     weight += cell[0]
-            if weight and index is not None:
+            if weight:
                 out[index] = over / weight
         return out
 

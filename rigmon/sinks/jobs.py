@@ -668,9 +668,7 @@ class JobLedger:
             pending.append((estimate, parts))
             counter = self._counter.get(uuid)
             if counter is None or energy < counter:  # first counter seen, or it was reset: estimates stand
-                for weight, spent in pending:
-                    for job, part in spent.items():
-                        job.energy_joules += weight * part
+                _book_estimates(pending)
                 pending.clear()
                 self._counter[uuid] = energy
             elif energy > counter:
@@ -693,15 +691,10 @@ class JobLedger:
                         energy,
                         power or 0.0,
                     )
-                for weight, spent in pending:
-                    for job, part in spent.items():
-                        job.energy_joules += weight * part
-                        job.energy_estimated = True
+                _book_estimates(pending, estimated=True)
                 pending.clear()
             elif len(pending) > MAX_PENDING:  # a counter that stopped moving: the oldest by its power
-                weight, spent = pending.pop(0)
-                for job, part in spent.items():
-                    job.energy_joules += weight * part
+                _book_estimates([pending.pop(0)])
 
     def _note(self, transitions: Iterable[Transition]) -> None:
         """Alerts that fire on one of a job's GPUs are kept with the job (the host's, a fan's or
@@ -809,6 +802,15 @@ class JobLedger:
             self._commit(self._previous)
         if self._db is not None:
             self._db.close()
+
+
+def _book_estimates(pending: list[tuple[float, dict[Job, float]]], estimated: bool = False) -> None:
+    """Each interval's power × time to its jobs by their parts; ``estimated``: the jobs say so."""
+    for weight, spent in pending:
+        for job, part in spent.items():
+            job.energy_joules += weight * part
+            if estimated:
+                job.energy_estimated = True
 
 
 def _spread(joules: float, pending: list[tuple[float, dict[Job, float]]]) -> None:
