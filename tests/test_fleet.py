@@ -96,12 +96,17 @@ def test_ten_boxes_page_once_per_fault_with_their_site_and_a_dead_box_only_as_do
         assert sorted(got) == sorted(want | {("RigmonDown", dead, "", "lab", "firing")}), got
         assert len(got) == 3  # each once
     finally:
-        for box in boxes:
-            box.stop()
-        if prom is not None:
-            prom.stop()
-        am.stop()
-        receiver.stop()
+        _stop(boxes, prom, am, receiver)
+
+
+def _stop(boxes: list, prom: Prometheus | None, am: Alertmanager, receiver: Receiver) -> None:
+    """A lab's parts, each stopped: the boxes, Prometheus where it started, Alertmanager, the receiver."""
+    for box in boxes:
+        box.stop()
+    if prom is not None:
+        prom.stop()
+    am.stop()
+    receiver.stop()
 
 
 def _prometheus(tmp_path: Path, targets: list[str], am_port: int) -> Prometheus:
@@ -217,9 +222,4 @@ def test_boxes_listed_by_ip_and_by_name_have_one_identity_on_both_paths(tmp_path
             what="the dead box's alerts of both paths inhibited",
         )
     finally:
-        for box in boxes:
-            box.stop()
-        if prom is not None:
-            prom.stop()
-        am.stop()
-        receiver.stop()
+        _stop(boxes, prom, am, receiver)
