@@ -9,6 +9,7 @@ import base64
 import copy
 import hashlib
 import json
+import re
 import time
 
 import pytest
@@ -68,6 +69,17 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
         "document.getElementById('replay').hidden ? '' : document.getElementById('replay').textContent"
     )
     assert "a replay, not this box's hardware: box.rec.jsonl" in banner, banner
+    # the banner is one line, the box's facts on request; its time is 24-hour, as the CLI's
+    line = "Math.round(document.querySelector('header').getBoundingClientRect().height)"
+    one = chromium.js(line)
+    assert one <= 1.5 * chromium.js("document.getElementById('host').getBoundingClientRect().height"), one
+    assert chromium.js("document.getElementById('about').open") is False
+    chromium.js("document.querySelector('#about summary').click(); 0")
+    assert "driver " in chromium.js("document.getElementById('facts').innerText") and chromium.js(line) > one
+    chromium.js("document.querySelector('#about summary').click(); 0")
+    assert re.fullmatch(r"as of \d\d:\d\d:\d\d", chromium.js("document.getElementById('updated').textContent"))
+    local = "Date.UTC(2026, 11, 7, 15, 3, 20) / 1000 + new Date().getTimezoneOffset() * 60"
+    assert chromium.js(f"clock({local}, true)") == "2026-12-07 15:03:20"
     names = chromium.js("[...document.querySelectorAll('.gpu-name')].map(e => e.textContent)")
     assert names == ["NVIDIA H200"] * 8
     powers = chromium.js("[...document.querySelectorAll('.gpu-power')].map(e => e.textContent)")
@@ -451,3 +463,17 @@ def test_a_drifting_gpus_card_has_its_drift_chart_against_the_alerts_threshold(t
         assert "alert 6 °C" in svg, svg[:500]
     finally:
         rigmon.stop()
+
+
+def test_a_chart_past_48_hours_counts_its_time_in_days():
+    """As the page says a duration (``ago``): hours up to two days, then days."""
+    from rigmon.http.charts import chart
+
+    def ticks(span: float) -> list[str]:
+        line = [(0.0, 1.0, 1.0, 1.0), (span, 2.0, 2.0, 2.0)]
+        svg = chart("power", [("GPU 0", line, "#000")], "W", span=span, ago=True)
+        return re.findall(r'class="tick xtick">([^<]*)<', svg)
+
+    week, day = ticks(7 * 86400), ticks(86400)
+    assert "now" in week and all(t == "now" or t.endswith(" d") for t in week) and "−6 d" in week, week
+    assert all(t == "now" or t.endswith(" h") for t in day), day

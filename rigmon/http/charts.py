@@ -77,7 +77,9 @@ def _finite(p) -> bool:
 
 
 def time_axis(seconds: float) -> tuple[float, str]:
-    """(divisor, unit) for a run this long."""
+    """(divisor, unit) for a run this long: days past 48 hours, as ``ago`` says them."""
+    if seconds > 48 * 3600:
+        return 86400.0, "d"
     if seconds >= 3 * 3600:
         return 3600.0, "h"
     if seconds >= 3 * 60:
