@@ -170,7 +170,7 @@ class Pipeline:
             if outputs.jobs and config.jobs.enabled and config.gpu.processes:
                 from .sinks.jobs import JobLedger
 
-                built["jobs"] = JobLedger(config.jobs, box, counter_every=config.gpu.slow_interval)
+                built["jobs"] = JobLedger(config.jobs, box)
             state_dir = box.state_dir
             if outputs.known:
                 from .sinks.known import Known

@@ -422,7 +422,8 @@ def timeline(
 ) -> Recording:
     """``seconds`` of ticks every ``step`` s, each a copy of the H200 tick at ``at`` (with
     ``gpus`` GPUs and the given host answers, the board changed by ``board(recording)``),
-    changed by ``modify(t, tick)``."""
+    changed by ``modify(t, tick)``. Each GPU's energy counter moves by its power, as the
+    driver's does (``modify`` may set it otherwise)."""
     base = h200().widened(gpus) if gpus > 1 else h200()
     if board is not None:
         base = board(base)
@@ -432,17 +433,27 @@ def timeline(
         header["host"] = dict(header.get("host", {}), **copy.deepcopy(host))
     t0 = template["t"]
     ticks = []
+    used = [0.0] * len(template["gpus"])  # mJ each GPU drew since the template's tick
     for i in range(int(seconds / step) + 1):
         t = i * step
         tick = copy.deepcopy(template)
         tick["t"] = round(t0 + t, 3)
         tick["label"] = "scenario"
+        for g, mj in zip(tick["gpus"], used, strict=True):
+            if isinstance(g.get(ENERGY), int):
+                g[ENERGY] += round(mj)
         if host is not None:
             tick["host"] = copy.deepcopy(host)
         if modify is not None:
             modify(t, tick)
+        for n, g in enumerate(tick["gpus"]):
+            milliwatts = g.get("nvmlDeviceGetPowerUsage")
+            used[n] += milliwatts * step if isinstance(milliwatts, int) else 0.0
         ticks.append(tick)
     return Recording(header, ticks)
+
+
+ENERGY = "nvmlDeviceGetTotalEnergyConsumption"
 
 
 def set_gpu(tick: dict, **values) -> None:

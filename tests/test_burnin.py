@@ -114,6 +114,23 @@ def test_thermal_slowdown_from_replayed_hardware_fails(tmp_path):
     assert any("sw thermal slowdown active 100 % of the time" in r for r in gpu_unit(data)["reasons"])
 
 
+def test_an_energy_counter_that_stands_still_is_integrated_from_power_and_said(tmp_path):
+    """GPU 0 draws 692 W while its energy counter never moves: the report's energy is its power
+    over the run, and a note says so (not a 0 kWh that looks measured)."""
+
+    def stuck(t, tick):
+        set_gpu(tick, nvmlDeviceGetPowerUsage=692_000 + 150 * (int(t) % 3), nvmlDeviceGetTotalEnergyConsumption=5_000)
+
+    path = replayed(tmp_path, timeline(120, 1, modify=stuck), "stuck")
+    done, data, _ = burnin(tmp_path, "--minutes", "0.75", "--replay", path, "--cpu")
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    unit = gpu_unit(data)
+    assert unit["energy_from_power"] is True
+    watched = data["hardware"]["ticks"] - 1
+    assert 0.8 * 692 * watched <= unit["energy_kwh"] * 3.6e6 <= 1.1 * 692 * watched, (unit["energy_kwh"], watched)
+    assert "energy of GPU(s) 0 integrated from their power" in done.stdout
+
+
 def test_stalled_cpu_fan_fails(tmp_path):
     def fan(t, tick):
         tick["host"] = {"sensors_fans": {"nct6798": [["", 1150 if t < 3 else 0]]}}

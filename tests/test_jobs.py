@@ -742,19 +742,20 @@ def test_a_rootless_container_with_two_process_groups_is_one_job_of_its_owner(tm
 
 def test_an_energy_counter_that_stands_still_at_692_w_books_the_integrated_energy_and_says_so(tmp_path, caplog):
     """A job of 2 min 44 s on a GPU at 692 W whose energy counter never moves (a driver's fault):
-    it books the power integrated over its time (113 kJ), marked estimated, and the log says it
-    once, not at every poll."""
+    the GPU's ``energy_counter_stuck`` reading says so (on /metrics too), the log says it once, not
+    at every poll, and the job books the power integrated over its time (113 kJ), marked
+    estimated."""
     seconds = 164
 
     def modify(t, tick):
         g = tick["gpus"][0]
-        g["nvmlDeviceGetPowerUsage"] = 692_000
+        g["nvmlDeviceGetPowerUsage"] = 692_000 + 150 * (t % 3)  # as a real reading, never twice the same
         g["nvmlDeviceGetUtilizationRates"] = {"gpu": 100, "memory": 30}
         g["nvmlDeviceGetTotalEnergyConsumption"] = 73_208_040  # mJ: standing still
         mine = t < seconds
         g["nvmlDeviceGetComputeRunningProcesses"] = [{"pid": 104, "usedGpuMemory": 1 << 30}] if mine else []
 
-    rec = sc.timeline(seconds + 120, 1, modify=modify)
+    rec = sc.timeline(seconds + 120, 1, gpus=2, modify=modify)
     config = configmod.parse(
         {
             "daemon": {"state_dir": str(tmp_path / "state")},
@@ -762,8 +763,21 @@ def test_an_energy_counter_that_stands_still_at_692_w_books_the_integrated_energ
             "jobs": {"end_after": "30s"},
         }
     )
-    with caplog.at_level(logging.INFO, logger="rigmon.sinks.jobs"):
-        replay(rec, config, range(len(rec.ticks)))
+    replayed = sc.Replayed(rec, config, recording_time=True)
+    offsets = rec.offsets()
+    try:
+        with caplog.at_level(logging.INFO, logger="rigmon"):
+            for i in range(len(rec.ticks)):
+                replayed.poll(offsets[i])
+                g0, g1 = replayed.daemon.pipeline.latest.gpus
+                assert g1.energy_counter_stuck is False  # its counter moves
+                if i == 10:
+                    assert g0.energy_counter_stuck is False  # 7 kJ since it last moved: not yet said
+        assert g0.energy_counter_stuck is True
+        metrics = replayed.metrics()
+        assert 'rigmon_gpu_energy_counter_stuck{gpu="0"' in metrics and 'stuck{gpu="1"' not in metrics
+    finally:
+        replayed.close(20)
     said = [r.getMessage() for r in caplog.records if "stands still" in r.getMessage()]
     assert len(said) == 1 and "GPU 0" in said[0] and "692 W" in said[0], said
     done = subprocess.run(

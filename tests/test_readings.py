@@ -67,10 +67,11 @@ def learned(sample):
     return detector
 
 
-def one_poll(recording, at=sc.LOAD_AT, start=None, cooling=False):
+def one_poll(recording, at=sc.LOAD_AT, start=None, cooling=False, then=()):
     """One sample of a replay through the daemon's sinks: (sample, exposition, points, entities);
     with ``start``, the readers open there and the replay moves on to ``at``; with ``cooling``,
-    a poll before it has taught the cooling baselines every subject (``learned``)."""
+    a poll before it has taught the cooling baselines every subject (``learned``); ``then``: the
+    later times it polls at, the last one's sample kept."""
     config = configmod.parse(
         {
             "influxdb": {"enabled": False},
@@ -92,6 +93,8 @@ def one_poll(recording, at=sc.LOAD_AT, start=None, cooling=False):
             sample = replayed.poll(at)
         if start is not None:
             sample = replayed.poll(at)
+        for t in then:
+            sample = replayed.poll(t)
         exposition = replayed.metrics()
         entities = replayed.daemon.pipeline.alerts.engine.entities(sample)
     points = lineprotocol.encode(sample, "box", with_info=True)
@@ -105,8 +108,14 @@ def test_every_reading_reaches_the_outputs_it_names():
     rich = sc.on_every_gpu(sc.gpu_fans(sc.rich(sc.h200(), gpus=8)), **ecc)
     series, fields, entities = set(), {}, {}
     every_reason = sc.on_every_gpu(rich, nvmlDeviceGetCurrentClocksEventReasons=0x7FF)  # a sparse family's series
-    for recording in (rich, sc.pre_ampere(rich), sc.asleep(sc.mig(rich, gpu=0), gpu=1), every_reason):
-        _, exposition, points, seen = one_poll(recording, cooling=True)
+
+    def still(t, tick):  # …and another's: an energy counter that stands still at 692 W
+        sc.set_gpu(tick, nvmlDeviceGetPowerUsage=692_000 + 150 * (int(t) % 3), nvmlDeviceGetTotalEnergyConsumption=9)
+
+    stuck = (sc.timeline(120, 5, modify=still), {"at": 0, "then": range(5, 121, 5)})
+    polls = [(r, {}) for r in (rich, sc.pre_ampere(rich), sc.asleep(sc.mig(rich, gpu=0), gpu=1), every_reason)]
+    for recording, when in [*polls, stuck]:
+        _, exposition, points, seen = one_poll(recording, cooling=True, **when)
         series |= {
             (s.name, tuple(sorted(s.labels.items())))
             for f in text_string_to_metric_families(exposition)

@@ -125,6 +125,7 @@ def build_report(
                 "max_power_watts": tally.max_power if tally else None,
                 "power_limit_watts": tally.limit if tally else None,
                 "energy_kwh": joules / 3.6e6 if joules is not None else None,
+                "energy_from_power": bool(tally and tally.counter_stuck),
                 "progress": {"tokens_per_s": worker.rates.to_json(), "loss": worker.losses.to_json()}
                 if worker
                 else None,
@@ -141,6 +142,13 @@ def build_report(
         else None
     )
     gpu_kwh = gpu_joules / 3.6e6 if measured else None
+    stuck = sorted(i for i, tally in run.tallies.items() if tally.counter_stuck)
+    if stuck:
+        notes = [
+            *notes,
+            f"energy of GPU(s) {', '.join(map(str, stuck))} integrated from their power: their energy counter "
+            "stood still while they drew power",
+        ]
     total = None if gpu_kwh is None and cpu_kwh is None else (gpu_kwh or 0.0) + (cpu_kwh or 0.0)
     price = config.burnin.price_per_kwh
     system = first.system

@@ -111,6 +111,9 @@ class GpuTally:
     energy_first: float | None = None
     energy_last: float | None = None
     energy_readings: int = 0
+    power_joules: float = 0.0  # its power integrated over the run
+    power_at: float | None = None  # the tick it was last read at
+    counter_stuck: bool = False  # its energy counter stood still while it drew power: power_joules stands in
     xids: list[tuple[float, int]] = field(default_factory=list)
 
     def add(self, t: float, g: dict, slowdown_reasons: tuple[str, ...]) -> None:
@@ -141,6 +144,11 @@ class GpuTally:
         self.remap_failure |= bool(g.get("remap_failure"))
         self.remap_pending |= bool(g.get("remap_pending"))
         power, limit = g.get("power_watts"), g.get("power_limit_watts")
+        if power is not None and 0 <= power < 1e5:
+            if self.power_at is not None:
+                self.power_joules += power * max(0.0, min(t - self.power_at, 60.0))
+            self.power_at = t
+        self.counter_stuck |= bool(g.get("energy_counter_stuck"))
         if power is not None:
             self.max_power = power if self.max_power is None else max(self.max_power, power)
             if limit:
@@ -154,7 +162,10 @@ class GpuTally:
 
     @property
     def energy_joules(self) -> float | None:
-        """Energy over the run; None (not measured) without two readings of the counter."""
+        """Energy over the run; None (not measured) without two readings of the counter. A counter
+        that stood still while the GPU drew power: its power integrated instead."""
+        if self.counter_stuck:
+            return self.power_joules
         if self.energy_readings < 2 or self.energy_first is None or self.energy_last is None:
             return None
         return max(self.energy_last - self.energy_first, 0.0)

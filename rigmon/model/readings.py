@@ -441,6 +441,12 @@ READINGS: tuple[Reading, ...] = (
     R("power_ratio", "gpu", _power_ratio, "ratio", "power_watts / power_limit_watts", influx=False),
     R("energy_joules", "gpu", "g.energy_joules", "joules", "energy since the driver loaded",
       "rigmon_gpu_energy_joules", burnin=True),
+    R("energy_counter_stuck", "gpu", "g.energy_counter_stuck", "bool",
+      "its energy counter stands still while it draws power (20 kJ and 4 of its reads): jobs and the burn-in "
+      "integrate its power instead",
+      Family("rigmon_gpu_energy_counter_stuck", "gauge", "1 while the GPU's energy counter stands still as it draws "
+                                                         "power: its energy is integrated from its power instead.",
+             sparse=True), burnin=True),
     R("temperature_celsius", "gpu", "g.temperature_celsius", "celsius", "GPU temperature",
       "rigmon_gpu_temperature_celsius", ("gpu",), burnin=True, page=True),
     R("memory_temperature_celsius", "gpu", "g.memory_temperature_celsius", "celsius", "memory temperature",

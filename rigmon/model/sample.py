@@ -223,6 +223,7 @@ _GPU_READING_FIELDS = (
     *(p.field for p in POLLED),
     "pcie_full_in_other_pstate",
     "energy_joules",
+    "energy_counter_stuck",
     "clock_events",
     "throttle_seconds",
     "fan_speed_ratios",

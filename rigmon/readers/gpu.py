@@ -61,6 +61,7 @@ from .gpu_values import (
     _resolved,
     _stepped,
     _text,
+    _watts,
     sysfs_bus,
 )
 from .nvml import CALL_ERRORS, LIBRARY_MISMATCH, NVML, NotInBindings, make_error, pynvml, real_backend
@@ -89,6 +90,10 @@ _RARE = frozenset({*(_plan_name(p) for p in POLLED if p.rare), _REMAPPED_ROWS, *
 _ENFORCED_LIMIT = _plan_name(next(p for p in POLLED if p.field == "power_limit_watts"))
 _PCIE_GENERATION = _plan_name(next(p for p in POLLED if p.field == "pcie_generation"))
 _PSTATE = _plan_name(next(p for p in POLLED if p.field == "performance_state"))
+_POWER_USAGE = _plan_name(next(p for p in POLLED if p.field == "power_watts"))
+# An energy counter that stands still while the GPU draws this much energy (and more than 4 of
+# its reads at that power) is stuck: jobs and the burn-in integrate the power instead.
+STUCK_JOULES = 20_000.0
 
 
 def _by_family(
@@ -136,6 +141,12 @@ class _Device:
         "errors",
         "last_slow",
         "energy",
+        "energy_read",
+        "energy_seen",
+        "energy_checked",
+        "still_joules",
+        "still_watts",
+        "energy_stuck",
         "throttle",
         "pcie_rx",
         "pcie_tx",
@@ -185,6 +196,12 @@ class _Device:
         self.errors: dict[tuple[str, str], int] = {}  # (call, NVML error) -> failures
         self.last_slow = float("-inf")
         self.energy: float | None = None
+        self.energy_read = False  # the counter was read at this poll: checked against the power
+        self.energy_seen: float | None = None  # the counter where it last moved
+        self.energy_checked = 0.0  # when it was last checked
+        self.still_joules = 0.0  # the power's energy since it last moved
+        self.still_watts: float | None = None  # the power at the last check
+        self.energy_stuck: bool | None = None  # it stands still while the GPU draws power
         self.throttle: ThrottleSeconds | None = None
         self.pcie_rx: float | None = None
         self.pcie_tx: float | None = None
@@ -643,6 +660,9 @@ class GpuReader:
                 _per_fan(raw, d.fans, 1, 100),
                 _per_fan(raw, d.fans, 2, 1),
             )
+        if d.energy_read:
+            d.energy_read = False
+            self._check_energy(d, now, _watts(get(_POWER_USAGE)))
         fields = _NO_FIELDS
         if d.poll_fields:  # one batched call: its own family
             failures, started = d.failures, time.perf_counter()
@@ -731,6 +751,34 @@ class GpuReader:
     def _read_energy(self, d: _Device) -> None:
         energy = _num(d.get("nvmlDeviceGetTotalEnergyConsumption", self._nvml.nvmlDeviceGetTotalEnergyConsumption))
         d.energy = energy / 1000 if energy is not None else None
+        d.energy_read = True
+
+    def _check_energy(self, d: _Device, now: float, watts: float | None) -> None:
+        """``energy_counter_stuck``: the counter stands still while the GPU draws power (a
+        driver's fault seen on real boards), said once when it starts and once when it moves
+        again; unknown without a counter or a power reading. Only a check whose power moved
+        counts: a replay holding one recorded tick for a minute is no evidence."""
+        energy, since, d.energy_checked = d.energy, now - d.energy_checked, now
+        if energy is None or watts is None:
+            d.energy_stuck = None
+            return
+        fresh, d.still_watts = watts != d.still_watts, watts
+        if energy != d.energy_seen or d.energy_stuck is None:
+            if d.energy_stuck:
+                log.info("GPU %d: its energy counter moves again", d.index)
+            d.energy_seen, d.still_joules, d.energy_stuck = energy, 0.0, False
+            return
+        if fresh:
+            d.still_joules += watts * max(0.0, min(since, 4 * self._slow_interval))
+        if not d.energy_stuck and d.still_joules >= max(STUCK_JOULES, 4 * self._slow_interval * watts):
+            d.energy_stuck = True
+            log.warning(
+                "GPU %d: its energy counter stands still at %.0f J while it draws %.0f W: jobs and the burn-in "
+                "integrate its power instead",
+                d.index,
+                energy,
+                watts,
+            )
 
     def _fields(self, d: _Device, field_ids: tuple[int, ...]) -> dict[int, float]:
         """Field values by id; a field that answers NotSupported is not asked again."""

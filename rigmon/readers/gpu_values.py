@@ -44,6 +44,7 @@ def _builder() -> Callable:
         "uuid": "d.info.uuid",
         "lost": "False",
         "energy_joules": "d.energy",
+        "energy_counter_stuck": "d.energy_stuck",
         "clock_events": "events",
         "throttle_seconds": "d.throttle",
         "fan_speed_ratios": "speeds",

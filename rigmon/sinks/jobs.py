@@ -68,10 +68,6 @@ PRUNE_SECONDS = 3600.0  # sample time between prunings of jobs older than jobs.k
 MAX_GAP_SECONDS = 7 * 24 * 3600.0  # a longer gap between two readings of a GPU is not booked
 STARVED_MIN_BUSY_SECONDS = 60.0  # busy for less than this, a job is too short to call starved
 MAX_PENDING = 4096  # intervals a GPU keeps waiting for its energy counter to move
-# a counter still after this much power × time since it last moved (and 4 of the reader's
-# reads of it) stands still (a driver's fault): its power is integrated instead, said once; a
-# counter the reader reads every few seconds moves well within it at any real draw
-STUCK_JOULES = 20_000.0
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -356,10 +352,8 @@ class _LastPoll(NamedTuple):
 class JobLedger:
     """A sink: each sample books GPU time and energy to the jobs on the GPUs."""
 
-    def __init__(self, config: JobsConfig, box: Box, counter_every: float = 5.0):
-        """``counter_every``: how often the GPU reader reads the energy counter (gpu.slow_interval)."""
+    def __init__(self, config: JobsConfig, box: Box):
         self.config = config
-        self.counter_every = counter_every
         self.host = box.host
         self.path = ledger_path(box.state_dir)
         self._ended: list[Job] = []  # finished in this poll: the pipeline hands them to the sinks
@@ -372,7 +366,6 @@ class JobLedger:
         # its next move: [(power × time, {job: part of the interval})]
         self._counter: dict[str, float] = {}
         self._pending: dict[str, list[tuple[float, dict[Job, float]]]] = {}
-        self.stuck: set[str] = set()  # GPUs whose energy counter stands still while they draw power
         self._energy_by_user: dict[str, float] = {}
         self._next_id = 1  # while the ledger cannot be written: ids in memory
         self._last_prune = float("-inf")
@@ -675,22 +668,7 @@ class JobLedger:
                 _spread(energy - counter, pending)
                 pending.clear()
                 self._counter[uuid] = energy
-                if uuid in self.stuck:
-                    self.stuck.discard(uuid)
-                    log.info("GPU %d: its energy counter moves again: jobs take their energy from it", g.index)
-            elif uuid in self.stuck or sum(w for w, _ in pending) >= max(
-                STUCK_JOULES, 4 * self.counter_every * (power or 0.0)
-            ):  # more than 4 of the reader's reads of the counter, and 20 kJ, since it last moved
-                # a counter that stands still while the GPU draws power: its power × time, said so
-                if uuid not in self.stuck:
-                    self.stuck.add(uuid)
-                    log.warning(
-                        "GPU %d: its energy counter stands still at %.0f J while it draws %.0f W: jobs integrate "
-                        "its power instead (energy_estimated)",
-                        g.index,
-                        energy,
-                        power or 0.0,
-                    )
+            elif g.energy_counter_stuck:  # it stands still while the GPU draws power (the reader says so)
                 _book_estimates(pending, estimated=True)
                 pending.clear()
             elif len(pending) > MAX_PENDING:  # a counter that stopped moving: the oldest by its power
