@@ -34,6 +34,11 @@ ELSEWHERE = {
     ),
     "tests/run": "test_tests_run.py (the quick tier from a clean clone) and CI, which runs it whole",
     **{
+        c: "test_install.py::test_the_cpu_burn_in_line_cannot_take_a_newer_cuda_build (PyTorch's index, on disk)"
+        for _, c in readme.commands()
+        if "download.pytorch.org" in c
+    },
+    **{
         line: "test_systemd.py (the block, as written, under a real systemd)"
         for line in readme.sh_blocks("Running as a service")[0].splitlines()
     },

@@ -4,6 +4,7 @@ of the checkout, installs rigmon and starts a daemon that answers a scrape."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -186,3 +187,43 @@ def test_readme_first_command_installs_and_runs_the_daemon(tmp_path, default_por
     output = log.read()
     assert proc.returncode == 0, output[-3000:]
     assert "NVML" in output  # no GPU here: the daemon ran on without one and said why
+
+
+def _fake_torch(index: Path, version: str) -> None:
+    """A wheel named torch ``version`` in a simple index (PEP 503, as files) at ``index``."""
+    name = f"torch-{version}-py3-none-any.whl"
+    info = f"torch-{version}.dist-info"
+    (index / "torch").mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(index / "torch" / name, "w") as whl:
+        whl.writestr("torch/__init__.py", f"__version__ = {version!r}\n")
+        whl.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
+        whl.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr(f"{info}/RECORD", "")
+    (index / "torch" / "index.html").write_text(f'<html><body><a href="{name}">{name}</a></body></html>\n')
+
+
+def test_the_cpu_burn_in_line_cannot_take_a_newer_cuda_build(tmp_path):
+    """README's CPU line, as written, against two indexes on disk: PyTorch's CPU index (2.13.0+cpu)
+    and a PyPI whose CUDA build is newer (2.14.0). It takes the CPU build; the one-line form with
+    ``--extra-index-url`` it replaced takes the newer CUDA build without a word."""
+    cpu_url = "https://download.pytorch.org/whl/cpu"
+    (line,) = {c for _, c in readme.commands() if cpu_url in c}
+    first, _, then = line.partition(" && ")
+    assert then == ".venv/bin/pip install '.[burnin]'" and first.startswith(".venv/bin/pip install torch ")
+    cpu, pypi = tmp_path / "cpu", tmp_path / "pypi"
+    _fake_torch(cpu, "2.13.0+cpu")
+    _fake_torch(pypi, "2.14.0")
+    env = clean_env(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL=pypi.as_uri(), PIP_NO_INPUT="1")
+    env.pop("PIP_FIND_LINKS", None)
+
+    def takes(command: str) -> str:
+        report = tmp_path / "report.json"
+        pip = f"{sys.executable} -m pip install --dry-run --quiet --report {report} --no-deps --ignore-installed"
+        argv = command.replace(cpu_url, cpu.as_uri()).replace(".venv/bin/pip install", pip).split()
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        (got,) = [i["metadata"]["version"] for i in json.loads(report.read_text())["install"]]
+        return got
+
+    assert takes(first) == "2.13.0+cpu"
+    assert takes(f".venv/bin/pip install torch --extra-index-url {cpu_url}") == "2.14.0"  # the trap
