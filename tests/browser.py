@@ -8,7 +8,9 @@ import base64
 import json
 import os
 import shutil
+import struct
 import subprocess
+import zlib
 from pathlib import Path
 
 
@@ -130,3 +132,31 @@ def broken_words(roots: str) -> str:
   }
   return out;
 })()""".replace("ROOTS", json.dumps(roots))
+
+
+# The page's structure, as README's screenshot must show it: every element the page itself names
+# (its sections, tables, tiles' box), in order, without the ones made per GPU or per poll
+PAGE_OUTLINE = """[...document.querySelectorAll('body [id]')]
+  .filter(e => !/^(gpu-|ov-|gpus-none$|tip$)/.test(e.id))
+  .map(e => e.tagName.toLowerCase() + '#' + e.id)"""
+OUTLINE_KEY = b"rigmon-page-outline"
+
+
+def with_text(png: bytes, key: bytes, text: str) -> bytes:
+    """The PNG with a tEXt chunk ``key``=``text`` before its end."""
+    body = key + b"\0" + text.encode("latin-1")
+    chunk = struct.pack(">I", len(body)) + b"tEXt" + body + struct.pack(">I", zlib.crc32(b"tEXt" + body))
+    end = png.rindex(b"IEND") - 4
+    return png[:end] + chunk + png[end:]
+
+
+def text_of(png: bytes, key: bytes) -> str | None:
+    """A PNG's tEXt chunk ``key``, or None."""
+    at = 8
+    while at + 8 <= len(png):
+        size, kind = struct.unpack(">I4s", png[at : at + 8])
+        data = png[at + 8 : at + 8 + size]
+        if kind == b"tEXt" and data.startswith(key + b"\0"):
+            return data[len(key) + 1 :].decode("latin-1")
+        at += 12 + size
+    return None

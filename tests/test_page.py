@@ -477,3 +477,26 @@ def test_a_chart_past_48_hours_counts_its_time_in_days():
     week, day = ticks(7 * 86400), ticks(86400)
     assert "now" in week and all(t == "now" or t.endswith(" d") for t in week) and "−6 d" in week, week
     assert all(t == "now" or t.endswith(" h") for t in day), day
+
+
+def test_readmes_screenshot_shows_the_page_as_it_is(tmp_path, chromium):
+    """docs/page.png carries the outline of the page it was made from (tests/screenshot.py): the
+    page of ``rigmon run --demo --replay-gpus 8`` now has the same, or README shows a page that
+    is no more."""
+    from browser import OUTLINE_KEY, PAGE_OUTLINE, text_of
+    from screenshot import DEMO, ROOT
+
+    shot = (ROOT / "docs" / "page.png").read_bytes()
+    made_from = text_of(shot, OUTLINE_KEY)
+    assert made_from, "docs/page.png has no outline: remake it with .venv/bin/python tests/screenshot.py"
+    rigmon = Rigmon(tmp_path, extra_args=DEMO)
+    try:
+        rigmon.wait_ready()
+        chromium.open(rigmon.url.replace("/metrics", "/"), 1400, 1000)
+        wait_for(lambda: chromium.js("document.querySelectorAll('#gpus .card').length") == 8, 30, what="8 GPU cards")
+        now = chromium.js(PAGE_OUTLINE)
+    finally:
+        rigmon.stop()
+    assert now == json.loads(made_from), (
+        "the page moved on from README's screenshot: remake it with .venv/bin/python tests/screenshot.py"
+    )
