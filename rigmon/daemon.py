@@ -117,11 +117,15 @@ class Daemon:
     ):
         self.jobs = config.jobs  # the page's price of a kWh
         self.interval = config.daemon.interval  # seconds between polls (at speed 1)
+        source = pipeline.source
+        if source is not None and speed != 1:  # a replay run faster polls as often as it was recorded
+            self.interval = max(self.interval, source.cadence)
         self.prometheus = config.prometheus  # where and how /metrics and the page are served
         self.state_dir = config.daemon.state_dir  # which scrapers' credentials passed before
         self.speed = speed  # a replay run faster: polls come this many times as often (the samples' clock too)
         self.replay: str | None = None  # what a replay replays (its file's name), for /state
-        # a poll every interval of the replay's clock, but never more often than MIN_REPLAY_POLL of the wall's
+        # a poll every interval of the replay's clock (its recording's cadence where that is longer),
+        # but never more often than MIN_REPLAY_POLL of the wall's
         self.wall_interval = self.interval / speed if speed == 1 else max(self.interval / speed, MIN_REPLAY_POLL)
         self._skips_said, self._skips_said_at = 0, None
         self.pipeline = pipeline
@@ -263,7 +267,12 @@ class Daemon:
         # but stays in glibc's heap: handed back, the resident size a user sees is what the daemon
         # holds (about 1 MiB less)
         heap.give_back()
-        log.info("rigmon started: %d GPU(s), polling every %g s", gpus, interval)
+        log.info(
+            "rigmon started: %d GPU(s), polling every %g s%s",
+            gpus,
+            self.interval,
+            f" of the replay ({interval:.3g} s of the wall)" if self.speed != 1 else "",
+        )
 
     def _state_json(self) -> tuple[str, bytes]:
         """What ``rigmon status`` shows of the daemon: firing alerts, the InfluxDB sink."""

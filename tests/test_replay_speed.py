@@ -1,5 +1,6 @@
-"""A replay run faster than the wall (``rigmon run --replay F --speed N``): it polls no more often
-than the box can and says skipped polls counted, not one line each; the alerts it posts to a real
+"""A replay run faster than the wall (``rigmon run --replay F --speed N``): it polls as often as
+its recording was made, no more often than the box can, and says skipped polls counted, not one
+line each; the alerts it posts to a real
 Alertmanager start and end no later than Alertmanager's now, so a resolved one ends at once."""
 
 from __future__ import annotations
@@ -27,6 +28,23 @@ def test_a_replay_at_a_thousand_times_says_a_few_lines_in_ten_seconds(tmp_path):
     assert len(lines) <= 12, "\n".join(lines[:40])
     assert not any("apscheduler" in line for line in lines), lines
     assert 20 <= polls <= 120, polls  # about ten a second: 100 s of the replay each, not one
+
+
+def test_a_replay_run_faster_polls_as_often_as_it_was_recorded(tmp_path):
+    """A day recorded once a minute, at 60 times as fast: a poll a second of the wall (a minute
+    of the replay), each a new tick, not ten reading the same one."""
+    day = sc.write(sc.timeline(24 * 3600, 60), tmp_path / "day.rec.jsonl")
+    rigmon = Rigmon(tmp_path, day, "", extra_args=["--speed", "60"])
+    try:
+        rigmon.wait_ready()
+        first = rigmon.metric("rigmon_polls_total")
+        time.sleep(8)
+        polls = rigmon.metric("rigmon_polls_total") - first
+        assert rigmon.metric("rigmon_poll_interval_seconds") == 60
+    finally:
+        rigmon.stop()
+    assert 5 <= polls <= 11, polls  # at the 1 s interval: 0.1 s of the wall, 80 polls
+    assert "every 60 s" in rigmon.output(), rigmon.output()[-2000:]
 
 
 def hot_then_cool(t, tick):
