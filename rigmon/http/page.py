@@ -275,7 +275,7 @@ class Page:
                 {**a.as_dict(), "age_seconds": now - a.since if a.since is not None else None} for a in alerts.firing
             ]
         out["transitions"] = [
-            {"time": t, "status": status, "alertname": name, "labels": labels}
+            {"time": t, "status": status, "alertname": name, "labels": labels, "subject": subject_of(labels)}
             for t, status, name, labels in self.history.marks_since(now - 86400)
         ]
         burnin = self._burnin()
