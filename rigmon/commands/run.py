@@ -73,6 +73,11 @@ def _config(args, text: str | None = None) -> _Validated:
     return _Validated(_own_state(settings, args), text)
 
 
+def _preload() -> None:
+    from .. import daemon, pipeline  # noqa: F401
+    from ..readers import replay  # noqa: F401
+
+
 def _own_state(config: Settings, args) -> Settings:
     """A replay is never the box: its history, ledger, spool and lock live in a state directory
     of its own, ``<state_dir>/replay/<recording>``, never the box's."""
@@ -173,7 +178,12 @@ def _run(args: argparse.Namespace, handed: dict) -> int:
     from ..config.settings import ConfigError, describe_source
 
     reloaded = bool(handed)  # a reload, or its way back to the config before
+    # the daemon's modules imported on another core while the child validates the config: the
+    # two together, not one after the other, before the first scrape can be answered
+    preload = threading.Thread(target=_preload, name="preload", daemon=True)
+    preload.start()
     config, text = _config(args, handed["config"]) if "config" in handed else _config(args)
+    preload.join()
     logs.setup(config.daemon.log_level, args.verbose)
     speed = args.speed or 1.0
     if args.speed is not None and not (args.replay or args.demo):
