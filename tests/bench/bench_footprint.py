@@ -90,8 +90,14 @@ json.dump({"jobs": [dict(r) for r in db.execute("SELECT * FROM jobs ORDER BY sta
 """
 
 
+CACHES = Path(tempfile.mkdtemp(prefix="footprint-cache-"))
+
+
 def env_of(side: Path | None, **extra: str) -> dict:
-    return {**os.environ, "PYTHONSAFEPATH": "1", **({"PYTHONPATH": str(side)} if side else {}), **extra}
+    """Each rigmon its own cache of validated configs: two rigmons taking turns would each find
+    the other's there and validate afresh every time, which neither does on a box."""
+    own = {"PYTHONPATH": str(side), "XDG_CACHE_HOME": str(CACHES / str(abs(hash(side))))} if side else {}
+    return {**os.environ, "PYTHONSAFEPATH": "1", **own, **extra}
 
 
 def cpu_of(argv: list[str], env: dict) -> float:

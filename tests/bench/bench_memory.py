@@ -47,9 +47,14 @@ def one_round(seconds: float, history: bool = True, week: Path | None = None) ->
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         config = Path(tmp) / "rigmon.toml"
-        if week is not None:
-            (Path(tmp) / "state").mkdir()
-            shutil.copyfile(week, Path(tmp) / "state" / "history.bin")
+        if week is not None:  # where the demo's daemon keeps its history: a replay's state is its own
+            from argparse import Namespace
+
+            from rigmon.commands.run import replay_state_dir
+
+            state = replay_state_dir(Path(tmp) / "state", Namespace(demo=True, replay=None))
+            state.mkdir(parents=True)
+            shutil.copyfile(week, state / "history.bin")
         config.write_text(
             f'[daemon]\nstate_dir = "{tmp}/state"\npage = {str(history).lower()}\n'
             f'[prometheus]\nlisten = "127.0.0.1"\nport = {port}\n'
