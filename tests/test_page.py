@@ -91,6 +91,13 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
     # a GPU past its baseline says how much hotter it runs, and where
     lines = chromium.js("[...document.querySelectorAll('#gpus .cooling')].map(e => e.textContent)")
     assert lines == ["cooling: learning its baseline, 3.0 d to go"] * 8, lines
+    # a reading in bytes in the unit that suits it (a 1.7 MB reading is not "0.0 GiB")
+    shown = "(v) => reading({name: 'job_memory_bytes', unit: 'bytes', doc: ''}, v).textContent"
+    assert chromium.js(f"[1.7e6, 512, 80 * 2 ** 30].map({shown})") == [
+        "job memory 1.6 MiB",
+        "job memory 512 B",
+        "job memory 80.0 GiB",
+    ]
     said = chromium.js("cooling({state: 'comparing', drift: 9.2, own: 9.2, at_watts: 300})")
     assert said == "runs 9 °C hotter at 300 W than in its first days", said
 
