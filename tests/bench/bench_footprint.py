@@ -214,7 +214,7 @@ def main(argv=None) -> int:
     from rigmon.model.recording import Recording, demo_path
 
     week = tmp / "week.bin"
-    write_week(week, Recording.load(demo_path()).widened(8, shared=True), {})
+    write_week(week, Recording.load(demo_path()).widened(8, shared=True), {}, replay=True)  # as --demo keeps it
     states = {side: week_state(side, tmp, name, week) for name, side in (("now", now), ("before", before))}
     ledgers = {}
     for name, side in (("now", now), ("before", before)):

@@ -95,7 +95,7 @@ def main(argv=None) -> int:
         from rigmon.model.recording import Recording, demo_path
 
         week = Path(tmp) / "history.bin"
-        series = write_week(week, Recording.load(demo_path()).widened(8, shared=True), {})
+        series = write_week(week, Recording.load(demo_path()).widened(8, shared=True), {}, replay=True)
         ways = {"page": (True, None), "week": (True, week), "off": (False, None)}
         rounds = [(way, one_round(args.seconds, *ways[way])) for _ in range(args.rounds) for way in ways]
 

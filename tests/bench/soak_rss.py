@@ -62,13 +62,19 @@ url = "{influx.url}"
 [alerts.power_budget]
 watts = 6000
 """
-        if not args.fresh:
-            (tmp / "state").mkdir()
+        if not args.fresh:  # where the replay's daemon keeps its history, marked as a replay's
+            from argparse import Namespace
+
+            from rigmon.commands.run import replay_state_dir
+
+            state = replay_state_dir(tmp / "state", Namespace(demo=False, replay=str(recording)))
+            state.mkdir(parents=True)
             write_week(
-                tmp / "state" / "history.bin",
+                state / "history.bin",
                 sc.rich(sc.h200()),
                 {"alerts": {"power_budget": {"watts": 6000}}},
                 interval=args.interval,
+                replay=True,
             )
         rigmon = Rigmon(tmp, recording, config, extra_args=["--speed", f"{args.speed:g}"] if args.speed != 1 else None)
         stop = threading.Event()

@@ -21,8 +21,11 @@ from rigmon.pipeline import Inputs, Outputs, Pipeline  # noqa: E402
 from rigmon.sinks.history import History  # noqa: E402
 
 
-def write_week(path: Path, recording: Recording, config: dict, interval: float = 1.0, days: float = 7.0) -> int:
-    """Save the week to ``path``; returns the number of series kept."""
+def write_week(
+    path: Path, recording: Recording, config: dict, interval: float = 1.0, days: float = 7.0, replay: bool = False
+) -> int:
+    """Save the week to ``path``; returns the number of series kept. ``replay``: marked as a
+    replay's history (what ``rigmon run --replay`` or ``--demo`` keeps, and loads only such)."""
     pipeline = Pipeline.from_config(
         configmod.parse(config, "week"),
         Outputs(),
@@ -35,7 +38,7 @@ def write_week(path: Path, recording: Recording, config: dict, interval: float =
         pipeline.close()
     polls = int(days * 86400 / interval)
     t0 = time.time() - polls * interval
-    history = History(None, interval=interval)
+    history = History(None, interval=interval, replay=replay)
     sample = result.sample
     for k in range(polls):
         history.consume(result._replace(sample=sample._replace(time=t0 + k * interval)))
