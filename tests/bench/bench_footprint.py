@@ -204,6 +204,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     before, now = args.before.resolve(), ROOT
+    for side in (now, before):  # each side's bytecode, as pip leaves an installed rigmon's
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(side / "rigmon")], stdout=subprocess.DEVNULL)
     peers = args.peers / "bin"
     have_peers = (peers / "nvitop-exporter").exists()
     tmp = Path(tempfile.mkdtemp(prefix="footprint-"))
