@@ -169,7 +169,7 @@ def run(scratch, command: str, timeout=300) -> tuple[int, str]:
 
 
 ONCE = sorted(
-    {normal(c) for _, c in readme.commands() if _runner(normal(c)) == "once"},
+    {normal(c) for _, c in readme.commands() if _runner(normal(c)) == "once" and c not in ELSEWHERE},
     key=lambda c: ("record" not in c, "baseline" in c, "reset" in c, c.endswith("reset"), c),
 )  # the recording first, the burn-in's baseline and the cooling ones last (all of them reset at the end)
 

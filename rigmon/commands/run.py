@@ -74,8 +74,11 @@ def _config(args, text: str | None = None) -> _Validated:
 
 
 def _preload() -> None:
-    from .. import daemon, pipeline  # noqa: F401
-    from ..readers import replay  # noqa: F401
+    try:
+        from .. import daemon, pipeline  # noqa: F401
+        from ..readers import replay  # noqa: F401
+    except Exception:  # noqa: S110  # the start's own import meets it again, and says it as it says any
+        pass
 
 
 def _own_state(config: Settings, args) -> Settings:
