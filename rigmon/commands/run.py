@@ -75,8 +75,7 @@ def _config(args, text: str | None = None) -> _Validated:
 
 def _preload() -> None:
     try:
-        from .. import daemon, pipeline  # noqa: F401
-        from ..readers import replay  # noqa: F401
+        from .. import daemon, pipeline  # noqa: F401  # (a replay's reader comes with the poller)
     except Exception:  # noqa: S110  # the start's own import meets it again, and says it as it says any
         pass
 

@@ -123,10 +123,9 @@ class ReplaySource:
         self.clock = clock or ReplayClock()
         self.loop = loop
         self._offsets = recording.offsets()
-        # A looped recording restarts one median tick interval after its last tick.
-        self._period = recording.duration + (recording.duration / max(len(self._offsets) - 1, 1))
-        # how often it was recorded: its mean tick interval (an hour at most, whatever it says)
-        self.cadence = min(max(self._period - recording.duration, 0.0), 3600.0)
+        interval = recording.duration / max(len(self._offsets) - 1, 1)  # its mean tick interval
+        self._period = recording.duration + interval  # a looped recording restarts one interval after its last tick
+        self.cadence = min(max(interval, 0.0), 3600.0)  # how often it was recorded (an hour at most, whatever it says)
         self.header_nvml = _decode(recording.header.get("nvml", {}))
         self.header_gpus = [_decode(g) for g in recording.header.get("gpus", [])]
         self.header_host = _decode(recording.header.get("host", {}))
