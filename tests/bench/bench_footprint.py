@@ -42,6 +42,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from bench_memory import rss_mib  # noqa: E402
 from bench_page import render  # noqa: E402
+from bench_scrape import cpu_seconds  # noqa: E402
 from browser import Chromium  # noqa: E402
 from servers import free_port  # noqa: E402
 
@@ -116,11 +117,6 @@ def wall_ms(argv: list[str], env: dict) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def proc_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def answered(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
@@ -144,11 +140,11 @@ class Daemon:
         self.cpu_at_5 = None
 
     def mark(self) -> None:
-        self.cpu_at_5, self.marked = proc_cpu(self.proc.pid), time.perf_counter()
+        self.cpu_at_5, self.marked = cpu_seconds(self.proc.pid), time.perf_counter()
 
     def idle(self) -> tuple[float, float]:
         """RSS MiB now; CPU % of a core since ``mark``."""
-        cpu = (proc_cpu(self.proc.pid) - self.cpu_at_5) / (time.perf_counter() - self.marked) * 100
+        cpu = (cpu_seconds(self.proc.pid) - self.cpu_at_5) / (time.perf_counter() - self.marked) * 100
         return rss_mib(self.proc.pid), cpu
 
     def stop(self) -> None:
