@@ -309,26 +309,34 @@ MAX_KEPT_BYTES = 32 << 20
 def _keep(daemon: Daemon, state_dir: Path) -> None:
     """At a stop: the alerts (with their rules' fingerprints) and what each notifier still had
     queued, for the next start to go on from (``_take_up``)."""
-    from ..system import statefile
-
     alerts, latest = daemon.pipeline.alerts, daemon.pipeline.latest
     if alerts is None:
         return
     carried, _ = alerts.carry(None, latest.time if latest is not None else time.time())
     queued = alerts.kept_notifications()
-    path = Path(state_dir) / KEPT
-    try:
-        if not carried and not queued:
-            path.unlink(missing_ok=True)
-            return
-        data = {"format": KEPT_FORMAT, "saved_at": time.time(), "alerts": carried, "notifications": queued}
-        statefile.write_atomic(path, json.dumps(data).encode())
-    except OSError as e:
-        log.warning("cannot keep the alerts for the next start in %s: %s", path, e.strerror or e)
+    if not _write_kept(state_dir, carried, queued):
         return
     pending = sum(len(q["queue"]) for q in queued)
     if pending:
         log.info("%d notification(s) kept for the next start: they are sent then", pending)
+
+
+def _write_kept(state_dir: Path, carried: list, queued: list) -> bool:
+    """The alerts and queues in ``<state_dir>/alerts.json`` (none: the file goes); False where
+    that failed, which is said."""
+    from ..system import statefile
+
+    path = Path(state_dir) / KEPT
+    try:
+        if not carried and not queued:
+            path.unlink(missing_ok=True)
+            return True
+        data = {"format": KEPT_FORMAT, "saved_at": time.time(), "alerts": carried, "notifications": queued}
+        statefile.write_atomic(path, json.dumps(data).encode())
+    except OSError as e:
+        log.warning("cannot keep the alerts for the next start in %s: %s", path, e.strerror or e)
+        return False
+    return True
 
 
 def _take_up(daemon: Daemon, state_dir: Path, handed: _HandedOver | None) -> None:
@@ -446,6 +454,10 @@ def _reload(daemon: Daemon, old: Settings, new: Settings, new_text: str | None, 
         return
     if alerts is not None:
         state["notifications"] = alerts.kept_notifications()
+        if new.daemon.state_dir == old.daemon.state_dir:
+            # on disk too, as a stop keeps them: a next process killed before it takes them up
+            # (a stop deadline on a loaded box) leaves them to the start after it
+            _write_kept(old.daemon.state_dir, state["alerts"], state["notifications"])
     _hand_over(state)
     logging.shutdown()
     try:
