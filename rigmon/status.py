@@ -473,7 +473,7 @@ def _cooling(sample: Sample) -> list[str]:
         if (g.cooling_blind_seconds or 0) >= 3600:
             text += f"; nothing steady to compare for {format_duration(g.cooling_blind_seconds or 0)} under load"
         if (g.cooling_baseline_excess_celsius or 0) >= 3:
-            text += f"; its baseline {g.cooling_baseline_excess_celsius:+.0f} °C over its siblings'"
+            text += f"; its baseline {g.cooling_baseline_excess_celsius:+.0f} °C over its siblings' or burn-in's"
         said.setdefault(text, []).append(g.index)
     lines += [f"  GPU{'s' if len(gpus) > 1 else ''} {_indices(gpus)}  {text}" for text, gpus in said.items()]
     if cooling.shared is not None:

@@ -303,7 +303,7 @@ def test_a_passing_burn_in_gives_its_baseline_to_the_gpus_that_have_none(tmp_pat
     for s in samples(burnin_hour()):
         watched.annotate(s)
     assert not path.exists()  # read-only while it watches
-    assert watched.seed() == [0, 1]
+    assert watched.seed() == ([0, 1], [0, 1])
     kept = json.loads(path.read_text())
     assert kept["reference"] == "idle" and all(t["learned"] for t in kept["gpus"].values())
     assert {tuple(b[0] for b in t["bands"]) for t in kept["gpus"].values()} == {(12,)}  # 300 W
@@ -316,8 +316,44 @@ def test_a_passing_burn_in_gives_its_baseline_to_the_gpus_that_have_none(tmp_pat
     again = Detector(path, keep=False)
     for s in samples(burnin_hour(hotter_gpu1=5)):
         again.annotate(s)
-    assert again.seed() == [] and json.loads(path.read_text())["gpus"] == before
-    assert Detector(None).seed() == []  # a replay's: never the box's
+    assert again.seed() == ([], [0, 1]) and json.loads(path.read_text())["gpus"] == before
+    assert Detector(None).seed() == ([], [])  # a replay's: never the box's
+
+
+def test_a_baseline_learned_hotter_than_the_burn_in_is_flagged(tmp_path):
+    """A card burnt in healthy, then its baseline reset (a move, a new box) while a fault has
+    set in: it learns that fault as its baseline, so its drift stays 0; with no sibling to hold
+    it against, the burn-in kept in the file is what shows it 10 °C hotter (GpuCoolingBaselineHot,
+    info). A card that learns as it burnt in says nothing."""
+    state = tmp_path / "state"
+    conf = tmp_path / "rigmon.toml"
+    conf.write_text(f'[daemon]\nstate_dir = "{state}"\n')
+    path = state / "cooling.json"
+    watched = Detector(path, keep=False)
+    for s in samples(burnin_hour()):
+        watched.annotate(s)
+    assert watched.seed() == ([0, 1], [0, 1])
+    done = rigmon_cli("baseline", "reset", "-c", str(conf))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(path.read_text())["gpus"] == {} and len(json.loads(path.read_text())["burnin"]) == 2
+    shown = rigmon_cli("baseline", "show", "-c", str(conf), columns=200).stdout
+    assert shown.count(": burn-in; seen 300 W: 26.0 °C over the room") == 2, shown  # 52 °C at 300 W, 26 idle
+    for extra, fires in ((10.0, True), (0.0, False)):
+        daemon = Detector(path)
+        assert daemon.tracks["gpus"] == {} and len(daemon.burnin) == 2
+        rec = sc.cooling_days(5, gpus=1, resistance=lambda k, t, extra=extra: BASE_R + extra / 300)
+        engine = build_engine(configmod.parse({}, "test").alerts)
+        seen = []
+        for s in samples(rec):
+            s = daemon.annotate(s)
+            seen += [(tr.status, tr.alertname) for tr in engine.evaluate(s, s.time) if "Cooling" in tr.alertname]
+        g = s.gpus[0]
+        assert g.cooling_state == "comparing" and abs(g.cooling_drift_celsius) <= 1, g
+        assert abs(g.cooling_baseline_excess_celsius - extra) <= 1, g.cooling_baseline_excess_celsius
+        assert seen == ([("firing", "GpuCoolingBaselineHot")] if fires else []), seen
+        daemon.close()
+        assert len(json.loads(path.read_text())["burnin"]) == 2  # the daemon's saves keep the burn-in
+        path.write_text(json.dumps({**json.loads(path.read_text()), "gpus": {}}))
 
 
 # --- training loads as they are: checkpoints, new power levels, faults that start early, fans ---

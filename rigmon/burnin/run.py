@@ -348,7 +348,7 @@ def cmd_burnin(args) -> int:
         lines=progress_points(workers, host, plan.stamp, started)
         + (encode_burnin_verdict(host, plan.stamp, overall, data["duration_seconds"], time.time_ns()),)
     )
-    seeded = _seed_cooling(pipeline, overall, source is not None)
+    seeded, measured = _seed_cooling(pipeline, overall, source is not None)
     pipeline.close(time.monotonic() + 5)
     try:
         print(summary(data, json_path, html_path))
@@ -356,6 +356,9 @@ def cmd_burnin(args) -> int:
             print(
                 f"cooling baseline taken from this burn-in for GPU {', '.join(map(str, seeded))} (rigmon baseline show)"
             )
+        held = [i for i in measured if i not in seeded]
+        if held:
+            print(f"GPU {', '.join(map(str, held))}: cooling baseline held against this burn-in from now")
     except OSError:  # no terminal left to print on (a hangup): the report is written
         pass
     if interrupted:
@@ -466,17 +469,18 @@ def _stop_workers(workers: list[Worker]) -> None:
         w.thread.join(5)
 
 
-def _seed_cooling(pipeline, overall: str, replayed: bool) -> list[int]:
-    """A passing burn-in on the box's own GPUs: those without a learned cooling baseline take
-    the steady load it saw as theirs (rigmon.readers.cooling.Detector.seed); a replay's is never
-    the box's, and a failed or unfinished run teaches nothing."""
+def _seed_cooling(pipeline, overall: str, replayed: bool) -> tuple[list[int], list[int]]:
+    """A passing burn-in on the box's own GPUs: the steady load it saw is kept as each GPU's
+    burn-in, which its cooling baseline is held to, and those without a learned baseline take
+    it as theirs (rigmon.readers.cooling.Detector.seed); a replay's is never the box's, and a
+    failed or unfinished run teaches nothing. (GPUs seeded, GPUs whose burn-in was kept.)"""
     if overall != "pass" or replayed or pipeline.cooling is None:
-        return []
+        return [], []
     try:
         return pipeline.cooling.seed()
     except OSError as e:
         log.warning("cannot keep the cooling baseline this burn-in saw: %s", e.strerror or e)
-        return []
+        return [], []
 
 
 def _judge(units_data: list[dict], run: Run, transitions: list[dict], interrupted: int, notes: list[str]):

@@ -103,39 +103,53 @@ def cmd_baseline(args) -> int:
 
 
 def _rows(config, data) -> list[dict]:
-    """Each kept subject, its baseline and its drift at its last poll, as plain data."""
+    """Each kept subject, its baseline and its drift at its last poll, then each GPU's last
+    passing burn-in (what its baseline is held to), as plain data."""
     from ..readers.cooling import PARTS, WIDTHS, Track, judged
 
     c = config.cooling
     widths = {"gpus": c.band_watts, **WIDTHS}
+    burnin = data.get("burnin") if isinstance(data.get("burnin"), dict) else {}
     rows = []
-    for part, kept in data.items():
-        if part not in PARTS:
-            continue
+    for part, kept in [*((p, data[p]) for p in PARTS), ("burnin", burnin)]:
+        kind, width = PARTS.get(part, "burn-in"), widths.get(part, c.band_watts)
+        unit, scale, _ = UNITS.get(part, UNITS["gpus"])
         for key, plain in kept.items():
-            track = Track.from_plain(widths[part], c.learn, c.window, plain)
+            track = Track.from_plain(width, c.learn, c.window, plain)
             if track is None:
-                rows.append({"kind": PARTS[part], "subject": printable(key)[:80], "state": "damaged"})
+                rows.append({"kind": kind, "subject": printable(key)[:80], "state": "damaged"})
                 continue
-            unit, scale, _ = UNITS[part]
-            bands = sorted(track.bands.items())
+            bands = [
+                {
+                    "load": round(band * width * scale, 1),
+                    "load_unit": unit,
+                    "seconds": round(cell[0]),
+                    "value": round(cell[1] / cell[0], 2),
+                }
+                for band, cell in sorted(track.bands.items())
+            ]
+            if part == "burnin":
+                rows.append(
+                    {
+                        "kind": kind,
+                        "subject": printable(key)[:80],
+                        "gpu": track.index,
+                        "state": "burn-in",
+                        "bands": bands,
+                        "drift": None,
+                        "at": None,
+                    }
+                )
+                continue
             drift = judged(part, track, track.last, key) if track.last is not None else None
             rows.append(
                 {
-                    "kind": PARTS[part],
+                    "kind": kind,
                     "subject": printable(key)[:80],
                     "gpu": track.index if part == "gpus" else None,
                     "state": drift.state if drift is not None else "learning",
                     "learning_seconds": drift.learning_seconds if drift is not None else c.learn,
-                    "bands": [
-                        {
-                            "load": round(band * widths[part] * scale, 1),
-                            "load_unit": unit,
-                            "seconds": round(cell[0]),
-                            "value": round(cell[1] / cell[0], 2),
-                        }
-                        for band, cell in bands
-                    ],
+                    "bands": bands,
                     "drift": round(drift.drift, 3) if drift is not None and drift.drift is not None else None,
                     "at": round(drift.load * scale, 1) if drift is not None and drift.load is not None else None,
                 }
@@ -154,7 +168,7 @@ def _line(row: dict) -> str:
     unit = "rpm" if kind == "fan" else "°C over the room"
     bands = ", ".join(f"{b['load']:g} {b['load_unit']}: {b['value']:.1f} {unit}" for b in row["bands"])
     if bands:
-        head += f"; baseline {bands}"
+        head += f"; {'seen' if kind == 'burn-in' else 'baseline'} {bands}"
     drift = row["drift"]
     if drift is not None:
         at = f" at {row['at']:g} {row['bands'][0]['load_unit']}" if row["bands"] and row["at"] is not None else ""

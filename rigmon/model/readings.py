@@ -550,11 +550,12 @@ READINGS: tuple[Reading, ...] = (
       Family("rigmon_gpu_cooling_blind_seconds", "gauge", "How long the GPU's learned cooling baseline has compared "
                                                           "nothing; 0 while it compares.")),
     R("cooling_baseline_excess_celsius", "gpu", "g.cooling_baseline_excess_celsius", "celsius",
-      "how much hotter its baseline runs than its siblings' (the same model in the box) at the same power: a fault "
-      "it had while it learned, or a hot slot",
+      "how much hotter its baseline runs than its siblings' (the same model in the box) or its last passing "
+      "burn-in at the same power, whichever is more: a fault it had while it learned, or a hot slot",
       Family("rigmon_gpu_cooling_baseline_excess_celsius", "gauge", "How much hotter the GPU's cooling baseline "
                                                                     "runs than its siblings' (the same model in "
-                                                                    "the box) at the same power.")),
+                                                                    "the box) or its last passing burn-in at the "
+                                                                    "same power, whichever is more.")),
     R("cooling_at_watts", "gpu", "g.cooling_at_watts", "watts", "the power its drift was compared at",
       influx=False),
     R("cooling_drift_words", "gpu", _cooling_words, "text",

@@ -16,7 +16,8 @@ steady load (6 h by default) runs from that baseline at the same loads:
 - the baseline of a band is the coolest third of the learning that saw it for half an hour
   or more, so a fault that grows while the baseline is learned shows its drift afterwards,
   not half of it; and each GPU's baseline is held against those of its siblings (the same
-  model in the same box) at the same power (``excess``: the hotter it learned, the more);
+  model in the same box) at the same power, and against what its last passing burn-in saw
+  (``excess``: the hotter it learned, the more; the larger of the two);
 - the room: an inlet or ambient sensor where hwmon has one, else the GPUs' temperature after
   10 minutes idle (the lower median of the box's GPUs, the last seen), else none (absolute); chosen
   once, with the baseline, and kept;
@@ -431,6 +432,7 @@ class Detector:
         self.widths = {"gpus": band_watts, **WIDTHS}
         self.reference: str | None = None  # inlet | idle | none: chosen once, with the first baseline
         self.tracks: dict[str, dict[str, Track]] = {"gpus": {}, "cpus": {}, "fans": {}}  # GPUs by UUID
+        self.burnin: dict[str, Track] = {}  # each GPU's last passing burn-in, by UUID: what its baseline is held to
         self._idle: dict[str, tuple[float | None, float | None]] = {}  # uuid -> (idle since, its last idle °C)
         self._room: float | None = None
         self._room_labels: dict[str, bool] = {}  # hwmon labels, and whether each is the room's
@@ -608,8 +610,9 @@ class Detector:
 
     def _excess(self, sample: Sample) -> dict[int, float]:
         """Each GPU with a learned baseline: how much hotter it learned than the median of its
-        siblings' (the same model in this box) over the bands they share, by their seconds
-        (``_judge`` takes off what it has run cooler than its baseline since)."""
+        siblings' (the same model in this box) over the bands they share, by their seconds, or
+        than its last passing burn-in saw at the same powers, whichever is more (``_judge``
+        takes off what it has run cooler than its baseline since)."""
         names = {i.uuid: i.name for i in sample.gpu_info}
         learned = {
             uuid: (track.index, names.get(uuid), {k: c[1] / c[0] for k, c in track.bands.items()})
@@ -626,6 +629,16 @@ class Detector:
                     weight += cell[0]
             if weight:
                 out[index] = over / weight
+            burnin = self.burnin.get(uuid)
+            if burnin is not None:
+                over = weight = 0.0
+                for band, cell in self.tracks["gpus"][uuid].bands.items():
+                    seen = burnin.bands.get(band)
+                    if seen is not None and seen[0] >= MIN_BAND_SECONDS:
+                        over += (rise[band] - seen[1] / seen[0]) * cell[0]
+                        weight += cell[0]
+                if weight:
+                    out[index] = max(out.get(index, -math.inf), over / weight)
         return out
 
     # --- the file ----------------------------------------------------------------------------
@@ -636,6 +649,7 @@ class Detector:
             # each GPU's last temperature settled idle: the room after a restart under load, too
             "idle": {uuid: temp for uuid, (_, temp) in self._idle.items() if temp is not None},
             **{part: {k: v.plain() for k, v in tracks.items()} for part, tracks in self.tracks.items()},
+            "burnin": {uuid: track.plain() for uuid, track in self.burnin.items()},
         }
 
     def save(self) -> None:
@@ -667,6 +681,12 @@ class Detector:
                 for uuid, temp in list(idle.items())[:MAX_SUBJECTS]
                 if isinstance(uuid, str) and len(uuid) <= 256 and _finite(temp) and _celsius(temp) is not None
             }
+        burnin = data.get("burnin")
+        self.burnin = {}
+        for uuid, plain in list(burnin.items())[:MAX_SUBJECTS] if isinstance(burnin, dict) else ():
+            track = Track.from_plain(self.widths["gpus"], self.learn, self.window, plain)
+            if isinstance(uuid, str) and len(uuid) <= 256 and track is not None:
+                self.burnin[uuid] = track
         for part, kept in data.items():
             if part not in self.tracks:
                 continue
@@ -680,37 +700,53 @@ class Detector:
             self.tracks[part] = tracks
         self._cooling = None
 
-    def seed(self) -> list[int]:
+    def seed(self) -> tuple[list[int], list[int]]:
         """After a passing burn-in: each GPU whose steady load this (read-only) detector saw for
-        long enough, and that has no learned baseline in the box's file, takes what it saw as
-        its baseline, learned now (a running daemon takes the file's word within 10 minutes).
-        Only where the room was read the same way as the file's baselines. Returns the GPUs'
-        indices seeded."""
+        long enough keeps what it saw in the box's file as its burn-in, which its baseline is
+        held to from then on (``excess``; ``rigmon baseline reset`` leaves it), and one that has
+        no learned baseline takes it as its baseline, learned now (a running daemon takes the
+        file's word within 10 minutes). Only where the room was read the same way as the file's
+        baselines. Returns the GPUs' indices (seeded, kept as their burn-in)."""
         if self.path is None or self.reference is None:
-            return []
+            return [], []
         data = read_file(self.path) or {"format": FORMAT, "reference": None, "gpus": {}, "cpus": {}, "fans": {}}
         if data.get("reference") not in (None, self.reference):
-            return []
-        seeded = []
+            return [], []
+        seeded, measured = [], []
+        burnins = data["burnin"] = data["burnin"] if isinstance(data.get("burnin"), dict) else {}
         for uuid, track in self.tracks["gpus"].items():
-            kept = data["gpus"].get(uuid)
-            if isinstance(kept, dict) and kept.get("learned") is True:
-                continue  # its own first days stand
             if track.last is not None:
                 track._close(track.last)  # the bin still open
-            bands = {k: c for k, c in track.bands.items() if c[0] >= MIN_BAND_SECONDS}
-            if track.learned or not bands:
+            bands = self._seen(track)
+            if not bands or track.index is None:
                 continue
             taken = Track(track.width, track.learn, track.window)
             taken.index, taken.first, taken.learned, taken.bands = track.index, track.first, True, bands
             taken._last = track.last
+            if uuid in burnins or len(burnins) < MAX_SUBJECTS:
+                burnins[uuid] = taken.plain()
+                measured.append(track.index)
+            kept = data["gpus"].get(uuid)
+            if isinstance(kept, dict) and kept.get("learned") is True:
+                continue  # its own first days stand: the burn-in is what they are held to
             data["gpus"][uuid] = taken.plain()
             seeded.append(track.index)
-        if seeded:
+        if measured:
             data["reference"] = self.reference
             data["idle"] = {**(data.get("idle") or {}), **self.plain()["idle"]}
             write_file(self.path, data)
-        return sorted(i for i in seeded if i is not None)
+        return sorted(seeded), sorted(measured)
+
+    def _seen(self, track: Track) -> dict[int, list[float]]:
+        """The bands of steady load this detector saw long enough: what it learned, or where
+        the file's baseline was learned already, its recent bins since the first poll."""
+        if not track.learned:
+            return {k: c for k, c in track.bands.items() if c[0] >= MIN_BAND_SECONDS}
+        bands: dict[int, list[float]] = {}
+        for row in track.recent:
+            if self._first_poll is not None and row[0] > self._first_poll:
+                _add(bands.setdefault(int(row[1]), [0.0, 0.0, 0.0, 0.0, 0.0]), list(row))
+        return {k: c for k, c in bands.items() if c[0] >= MIN_BAND_SECONDS}
 
     def _take_outside_edits(self) -> None:
         """``rigmon baseline reset`` (or an operator) changed the file: its word stands."""
