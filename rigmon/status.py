@@ -485,6 +485,8 @@ def _cooling(sample: Sample) -> list[str]:
             d = cooling.cpus.get(c.socket)
             if d is not None:
                 shown = f"{d.drift:+.1f} °C at {(d.load or 0) * 100:.0f} % busy" if d.drift is not None else d.state
+                if d.drift is not None and d.fan_drift is not None:
+                    shown += f", fan curve {d.fan_drift * 100:+.0f} points"
                 others.setdefault(shown, []).append(f"CPU {c.socket}")
         for f in host.fans:
             d = cooling.fans.get(fan_key(f))

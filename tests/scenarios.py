@@ -134,6 +134,30 @@ def intel(celsius, busy, critical=100.0):
     }
 
 
+def cpu_cooler(hotter: float = 0.0, climb: float = 0.0, since: float = 5400):
+    """The CPU's cooler: the GPUs idle (the room, 26 °C), the CPU 80 % busy from 15 minutes on at
+    62 °C, the board's curve driving its two headers (pwm1, pwm3: pwmN_enable 5) at 40 %; from
+    ``since`` the CPU runs ``hotter`` °C hotter, the curve ``climb`` more duty; 3 h, a tick a minute."""
+
+    def modify(t, tick):
+        for g in tick["gpus"]:
+            g["nvmlDeviceGetPowerUsage"] = 40000
+            g["nvmlDeviceGetUtilizationRates"] = {"gpu": 0, "memory": 0}
+            g["nvmlDeviceGetTemperature:0"] = 26
+        busy = 80 if t >= 900 else 5
+        late = t >= since
+        duty = 0.4 + (climb if late else 0.0)
+        pwm, rpm = str(round(duty * 255)), str(round(3000 * duty))
+        files = {"fan1_input": rpm, "fan3_input": rpm, "pwm1": pwm, "pwm1_enable": "5", "pwm3": pwm, "pwm3_enable": "5"}
+        tick["host"] = {
+            **intel(30 + 0.4 * busy + (hotter if late else 0.0), busy),
+            "sensors_fans": {"nct6798": [["", int(rpm)], ["", int(rpm)]]},
+            "hwmon": {"hwmon3": {"name": "nct6798", "device": "nct6775.656", "files": files}},
+        }
+
+    return timeline(3 * 3600, 60, modify=modify)
+
+
 def fan_at_duty(duty: float):
     """nct6798's fan2 turning at 1150 rpm for 60 s, then 0 rpm, its header (pwm2) at ``duty``
     after that, as hwmon says it beside psutil's speeds."""

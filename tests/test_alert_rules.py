@@ -260,6 +260,8 @@ SCENARIOS = {
     "GpuCoolingBlind": (lambda: cooling(0, gpus=2, bursty=True), lambda: cooling(0, gpus=2), BLIND),
     # GPU 1 learns 10 °C hotter than its sibling at the same power / both alike
     "GpuCoolingBaselineHot": (lambda: cooling(10, gpus=2, which=(1,), since=0), lambda: cooling(0, gpus=2), COOLING),
+    # the board's fan curve needs 30 points more duty to hold the CPU where it was / nothing changes
+    "CpuCoolingDrift": (lambda: sc.cpu_cooler(climb=0.3), lambda: sc.cpu_cooler(), COOLING),
 }
 
 
@@ -316,6 +318,8 @@ RECOVERIES = {
     "GpuCoolingBlind": lambda: cooling(0, gpus=2),
     # cleaned: it runs as its sibling does, cooler than the baseline it learned
     "GpuCoolingBaselineHot": lambda: cooling(0, gpus=2),
+    # cleaned: the curve back at its baseline's duty
+    "CpuCoolingDrift": lambda: sc.cpu_cooler(),
 }
 
 

@@ -244,6 +244,50 @@ def test_without_a_baseline_the_rule_neither_fires_nor_resolves_and_each_input_m
     assert seen == [(13, "firing"), (21, "resolved")], seen
 
 
+def test_cpu_cooling_drift_reads_the_fan_curve_and_its_temperature_and_each_may_be_missing():
+    """CpuCoolingDrift (info) over its two inputs: unknown while it learns says nothing; the
+    board's curve 30 points over its baseline fires after 30 minutes, with the temperature where
+    it was; a box with no header on a curve (no fan drift) fires on 9 °C alone; each resolves
+    under its threshold less its margin."""
+    from rigmon.model.sample import CpuTemperature
+
+    engine = AlertEngine(
+        [r for r in build_engine(configmod.parse({}, "test").alerts).rules if r.spec.name == "CpuCoolingDrift"], []
+    )
+    base = samples(sc.h200())[0]
+    cpu = CpuTemperature(0, "coretemp", "Package id 0", 62.0)
+    steps = [(None, None)] * 3 + [(0.0, 0.3)] * 35 + [(0.0, 0.1)] * 3 + [(9.0, None)] * 35 + [(5.0, None)] * 3
+    seen = []
+    for minute, (drift, fan) in enumerate(steps):
+        host = base.host._replace(cpu_temperatures=(cpu._replace(drift_celsius=drift, fan_drift_ratio=fan),))
+        t = base.time + minute * 60
+        seen += [(minute, tr.status, tr.summary) for tr in engine.evaluate(base._replace(time=t, host=host), t)]
+    assert [(m, status) for m, status, _ in seen] == [
+        (33, "firing"),
+        (38, "resolved"),
+        (71, "firing"),
+        (76, "resolved"),
+    ]
+    assert (
+        "+0 °C, the fan curve +30 points" in seen[0][2] and "+9 °C, the fan curve not read (no header" in seen[2][2]
+    ), seen
+
+
+def test_a_cpu_whose_fan_curve_climbs_fires_and_status_says_by_how_much(tmp_path):
+    """The board's curve drives the CPU's two headers 30 points harder from 1.5 h on, at the
+    temperature of its baseline (learned in an hour): ``rules test --replay`` fires
+    CpuCoolingDrift on it, and ``status --replay --at`` shows the curve's drift beside the
+    temperature's."""
+    path = sc.write(sc.cpu_cooler(climb=0.3), tmp_path / "cpu.rec.jsonl")
+    conf = tmp_path / "rigmon.toml"
+    conf.write_text(f'[cooling]\nlearn = "1h"\nwindow = "10m"\n[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
+    done = rigmon_cli("rules", "test", "-c", str(conf), "--replay", str(path), "--all", columns=400)
+    fired = [line for line in done.stdout.splitlines() if "CpuCoolingDrift" in line]
+    assert len(fired) == 1 and "FIRING" in fired[0] and "+0 °C, the fan curve +30 points" in fired[0], done.stdout
+    shown = rigmon_cli("status", "-c", str(conf), "--replay", str(path), "--at", "10000", columns=100).stdout
+    assert "CPU 0  +0.0 °C at 80 % busy, fan curve +30 points" in shown, shown
+
+
 def test_the_daemon_keeps_its_baselines_a_one_shot_only_reads_them_and_a_replay_never_touches_them(clogged, tmp_path):
     """The box's own pipeline (the hardware's calls, here answered by stand-ins) learns into
     <state_dir>/cooling.json and saves it at close; ``rigmon status`` and ``doctor`` (Outputs

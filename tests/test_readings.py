@@ -30,9 +30,9 @@ def rigmon_cli(*args, timeout=60):
 
 
 def learned(sample):
-    """A cooling detector that has learned every subject of ``sample`` at its load, and whose last
-    window ran 2 °C hotter (a GPU), 3 °C hotter (a CPU) or 3 rpm faster (a fan): every cooling reading has
-    a value at the next poll."""
+    """A cooling detector that has learned every subject of ``sample`` at its load (a GPU's fans at
+    50 %, a CPU's fan curve at 40 %), and whose last window ran 2 °C hotter (a GPU), 3 °C hotter
+    (a CPU) or 3 rpm faster (a fan): every cooling reading has a value at the next poll."""
     from rigmon.readers.cooling import Detector
 
     def track(load, width, value, now, fan=None):
@@ -55,7 +55,9 @@ def learned(sample):
         "gpus": {
             g.uuid: track(g.power_watts, 25.0, 30.0, now, fan=0.5) for g in sample.gpus if g.power_watts is not None
         },
-        "cpus": {f"cpu{c.socket}": track(host.cpu_utilization_ratio, 0.1, 20.0, now) for c in host.cpu_temperatures},
+        "cpus": {
+            f"cpu{c.socket}": track(host.cpu_utilization_ratio, 0.1, 20.0, now, fan=0.4) for c in host.cpu_temperatures
+        },
         "fans": {
             f"{f.chip}/{f.device}/{f.label}": track(pwm[(f.chip, f.device, f.label)], 0.05, 1000.0, now)
             for f in host.fans

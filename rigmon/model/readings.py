@@ -655,6 +655,12 @@ READINGS: tuple[Reading, ...] = (
       "how much hotter than its baseline at the same utilisation, over the last window of steady load",
       Family("rigmon_cpu_cooling_drift_celsius", "gauge", "How much hotter the CPU runs than its baseline at the "
                                                           "same utilisation.", group="host")),
+    R("fan_drift_ratio", "cpu", "r.fan_drift_ratio", "ratio",
+      "how much more duty the fan headers on the board's curve need than in its baseline at the same utilisation "
+      "(0.25: 25 points more, a fan curve that holds the CPU by turning faster)",
+      Family("rigmon_cpu_cooling_fan_drift_ratio", "gauge", "The duty of the fan headers on the board's curve over "
+                                                            "the CPU's baseline's at the same utilisation.",
+             group="host")),
     R("celsius", "temperature", "r.celsius", "celsius", "an hwmon temperature", "rigmon_sensor_temperature_celsius",
       rule=False),
     R("rpm", "fan", "r.rpm", "rpm", "fan speed", "rigmon_fan_speed_rpm"),

@@ -296,6 +296,7 @@ class CpuTemperature(NamedTuple):
     high_celsius: float | None = None
     critical_celsius: float | None = None
     drift_celsius: float | None = None  # how much hotter than its baseline at the same load (readers.cooling)
+    fan_drift_ratio: float | None = None  # the fan headers' duty on their curve over its baseline's at that load
     limit_celsius: float | None = None  # what it runs at by design at most: the chip's TjMax, or its family's
     limit_from: str | None = None  # where that limit comes from (the sensor, AMD's figure for the family, the config)
 
@@ -411,7 +412,7 @@ class Drift(NamedTuple):
     state: str  # learning | measuring | comparing | no comparison
     learning_seconds: float | None  # learning: how long until its baseline is learned; else 0
     drift: float | None  # °C hotter than its baseline at the same loads (a fan: its rpm over the baseline's - 1)
-    fan_drift: float | None = None  # a GPU: its fans' duty over its baseline's at the same loads (ratio points)
+    fan_drift: float | None = None  # its fans' (a CPU: its headers') duty over its baseline's at the same loads
     own: float | None = None  # a GPU: its drift beyond what every GPU of the box shares
     load: float | None = None  # the load it compared at (W for a GPU, a ratio for a CPU or a fan's duty)
     baseline: float | None = None  # the baseline at that load: °C over the room, or rpm

@@ -5,8 +5,9 @@ that turns a little slower each week. No threshold sees it until the card thrott
 subject learns a **baseline** in its first days of steady load (``learn``, 3 days by default):
 for each band of load (25 W of a GPU's power, a tenth of the CPU's utilisation, 5 % of a fan's
 PWM duty), how far above the room it settles (a GPU or CPU; and the fan duty a GPU needs
-there), or how fast a fan turns. After that, the **drift** is how far the last ``window`` of
-steady load (6 h by default) runs from that baseline at the same loads:
+there, or a CPU the fan headers the board drives on its curve), or how fast a fan turns.
+After that, the **drift** is how far the last ``window`` of steady load (6 h by default) runs
+from that baseline at the same loads:
 
 - steady: the load within 10 % of its 5-minute mean, above a floor (a GPU at 20 % of its
   limit and busy, a CPU at 20 %), for 10 minutes, so the temperature has settled. A dip of up
@@ -479,12 +480,19 @@ class Detector:
         host = sample.host
         if host is not None:
             busy = host.cpu_utilization_ratio
+            # the duty of the headers the board drives on its curve: what it needs to hold the CPU there
+            curve = [
+                f.pwm_ratio
+                for f in host.fan_controls
+                if f.pwm_mode is not None and f.pwm_mode >= 2 and f.pwm_ratio is not None and 0 <= f.pwm_ratio <= 1
+            ]
+            on_curve = sum(curve) / len(curve) if curve else None
             for c in host.cpu_temperatures:
                 track = self._track("cpus", f"cpu{c.socket}")
                 if track is not None:
                     temp = _celsius(c.celsius)
                     rise = temp - room if temp is not None and room is not None else None
-                    closed |= track.add(t, busy, CPU_MIN_BUSY, rise, None)
+                    closed |= track.add(t, busy, CPU_MIN_BUSY, rise, on_curve)
             if host.fan_controls:
                 duty = {(f.chip, f.device, f.fan): f.pwm_ratio for f in host.fan_controls}
                 for f in host.fans:
@@ -511,12 +519,15 @@ class Detector:
             tuple.__new__(type(g), g[:_KEPT] + fields[g.index]) if g.index in fields else g for g in sample.gpus
         )
         host = sample.host
-        cpus = {k: d.drift for k, d in cooling.cpus.items() if d.drift is not None}
+        cpus = {k: d for k, d in cooling.cpus.items() if d.drift is not None}
         fans = {k: d.drift for k, d in cooling.fans.items() if d.drift is not None}
         if host is not None and (cpus or fans):
             host = host._replace(
                 cpu_temperatures=tuple(
-                    c._replace(drift_celsius=cpus[c.socket]) if c.socket in cpus else c for c in host.cpu_temperatures
+                    c._replace(drift_celsius=cpus[c.socket].drift, fan_drift_ratio=cpus[c.socket].fan_drift)
+                    if c.socket in cpus
+                    else c
+                    for c in host.cpu_temperatures
                 ),
                 fans=tuple(
                     f._replace(rpm_drift=drift) if (drift := fans.get(fan_key(f))) is not None else f for f in host.fans
