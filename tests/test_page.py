@@ -440,11 +440,7 @@ def test_after_faults_resolve_the_page_lists_them_and_marks_only_their_gpus_by_n
         assert chromium.js("document.querySelector('#alerts tbody').textContent").startswith("no alert firing")
 
         def marks(gpu: int) -> list:
-            chromium.js(f"document.getElementById('gpu-{gpu}').scrollIntoView(); 0")
-            return chromium.js(
-                f"[...document.querySelectorAll('#gpu-{gpu} .mark-name')].map(e => e.textContent)"
-                f".concat([...document.querySelectorAll('#gpu-{gpu} line.mark')].map(() => '|'))"
-            )
+            return _marks(chromium, gpu)
 
         for hot in (0, 5):
             drawn = wait_for(
@@ -474,31 +470,39 @@ def test_a_box_that_watches_nothing_says_so_in_red(tmp_path, chromium):
         rigmon.stop()
 
 
-def test_a_drifting_gpus_card_has_its_drift_chart_against_the_alerts_threshold(tmp_path, chromium):
-    """Three hours replayed 1000 times as fast (a baseline learned in an hour, the drift over 10
-    minutes): GPU 0 runs 9 °C hotter from 90 minutes in. Its card charts the drift with the
-    alert's 6 °C drawn (a card with no drift yet, the other tests' learning boxes, has 9 charts)."""
-    from test_dashboards import cooling_box
+def _marks(chromium, gpu: int) -> list:
+    """The marks drawn on a GPU's card: each one's name, then a "|" for each line."""
+    chromium.js(f"document.getElementById('gpu-{gpu}').scrollIntoView(); 0")
+    return chromium.js(
+        f"[...document.querySelectorAll('#gpu-{gpu} .mark-name')].map(e => e.textContent)"
+        f".concat([...document.querySelectorAll('#gpu-{gpu} line.mark')].map(() => '|'))"
+    )
 
+
+def test_a_drifting_gpus_card_has_its_drift_chart_against_the_alerts_threshold(tmp_path, chromium):
+    """Two weeks of 4 GPUs (training by day, idle at night, a tick every 10 minutes) replayed
+    10,000 times as fast with the built-in cooling settings: GPU 0's heatsink clogs from day 3.5
+    (30 % over 5 days) and GpuCoolingDrift fires on it. Its card charts the drift with the
+    alert's 6 °C drawn and its mark named; the others, whose only transitions are their power
+    cap's info, have no mark."""
+    clogs = lambda k, t: 0.1 * (1 + (0.3 * min(1.0, max(0.0, (t / sc.DAY - 3.5) / 5)) if k == 0 else 0))  # noqa: E731
     rigmon = Rigmon(
         tmp_path,
-        sc.write(cooling_box(), tmp_path / "drift.rec.jsonl"),
-        '[daemon]\ninterval = 60\n[cooling]\nlearn = "1h"\nwindow = "10m"\n',
-        extra_args=["--speed", "1000"],
+        sc.write(sc.cooling_days(14, gpus=4, resistance=clogs), tmp_path / "drift.rec.jsonl"),
+        extra_args=["--speed", "10000"],
     )
     try:
         rigmon.wait_ready()
         base = rigmon.url.replace("/metrics", "")
-
-        def drift_chart():
-            cards = json.loads(http_get(base + "/api/charts?range=6h&cards=0")[1])["gpus"]
-            return next((svg for svg in cards.get("0", []) if "cooling drift" in svg), None)
-
-        svg = wait_for(drift_chart, 60, what="GPU 0's drift chart")
-        assert "alert 6 °C" in svg, svg[:500]
-        # as a person sees it: on GPU 0's card, with the alert's line
+        # day 6.8 or so, about 70 s in: before the recording loops at 121 s
+        firing = re.compile(r'^rigmon_alert_active\{alertname="GpuCoolingDrift",gpu="0",[^}]*\} 1\.0$', re.M)
+        wait_for(lambda: firing.search(http_get(rigmon.url)[1].decode()), 100, what="GpuCoolingDrift on GPU 0")
+        cards = json.loads(http_get(base + "/api/charts?range=7d&cards=0")[1])["gpus"]
+        svg = next((svg for svg in cards.get("0", []) if "cooling drift" in svg), None)
+        assert svg is not None and "alert 6 °C" in svg, cards.get("0")
+        # as a person sees it: on GPU 0's card, with the alert's line and its mark
         chromium.open(base + "/", 1400)
-        chromium.js("document.querySelector('#ranges button[data-range=\"6h\"]').click(); 0")
+        chromium.js("document.querySelector('#ranges button[data-range=\"7d\"]').click(); 0")
 
         def titles(gpu: int) -> list[str]:
             return chromium.js(f"[...document.querySelectorAll('#gpu-{gpu} svg .title')].map(t => t.textContent)")
@@ -509,6 +513,10 @@ def test_a_drifting_gpus_card_has_its_drift_chart_against_the_alerts_threshold(t
             ".find(t => t.includes('cooling drift'))"
         )
         assert "alert 6 °C" in drawn, drawn
+        marked = wait_for(lambda: (m := _marks(chromium, 0)) and "GpuCoolingDrift" in m and m, 30, what="the mark")
+        assert set(marked) == {"GpuCoolingDrift", "|"}, marked
+        for calm in (1, 2, 3):
+            assert _marks(chromium, calm) == [], (calm, _marks(chromium, calm))
     finally:
         rigmon.stop()
 

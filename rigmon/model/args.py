@@ -34,7 +34,7 @@ def positive(text: str) -> float:
     return value
 
 
-SPEED_RANGE = (0.01, 1000.0)  # a replay's clock: a hundredth of real time to a thousand times as fast
+SPEED_RANGE = (0.01, 10000.0)  # a replay's clock: a hundredth of real time to ten thousand times as fast
 
 
 def speed(text: str) -> float:
