@@ -257,7 +257,7 @@ class Pipeline:
         alerts, the sinks' and ledger's state, NVML's errors, the burn-in reports, the sample."""
         from .exporters.prometheus import BuildInfo
 
-        yield BuildInfo()
+        yield BuildInfo(self.box.runbook_base)
         yield from first
         yield self.poller.invalid
         yield from (

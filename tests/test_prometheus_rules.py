@@ -48,7 +48,36 @@ def test_each_twin_says_what_the_engine_says_and_links_the_same_runbook():
     twins = {r["alert"]: r["annotations"] for g in doc["groups"] for r in g["rules"] if "alert" in r}
     for spec in Config().alerts.effective_rules():
         said = twins[spec.name]
-        assert said["runbook_url"] == "http://{{ $labels.instance }}/runbook#" + spec.name, spec.name
+        # the box's own link (rigmon_runbook_info), whatever its scheme: none where its page is off
+        assert said["runbook_url"] == (
+            '{{ with printf "rigmon_runbook_info{instance=%q}" $labels.instance | query }}'
+            '{{ . | first | label "url" }}#' + spec.name + "{{ end }}"
+        ), spec.name
         assert spec.description and said["description"], spec.name
         if "{" not in spec.description:
             assert said["description"] == spec.description, spec.name
+
+
+def test_each_box_exports_the_runbook_link_its_engine_posts():
+    """rigmon_runbook_info{url} is the page the engine's own alerts link (so the PromQL rules'
+    runbook_url, which reads it, links the same): by instance, by external_url (a proxy, HTTPS),
+    and none where the page is off."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from rigmon.alerts import runbook
+    from rigmon.config.box import Box
+    from rigmon.config.schema import parse
+    from rigmon.exporters.prometheus import BuildInfo
+
+    for daemon, want in (
+        ({"instance": "rig.lab:9963"}, "http://rig.lab:9963/runbook"),
+        ({"external_url": "https://rig.example/rigmon/"}, "https://rig.example/rigmon/runbook"),
+        ({"page": False, "instance": "rig.lab:9963"}, None),
+    ):
+        box = Box.of(parse({"daemon": daemon}, "test"), host="rig")
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(BuildInfo(box.runbook_base))
+        exposition = generate_latest(registry).decode()
+        found = re.findall(r'^rigmon_runbook_info\{url="([^"]*)"\} 1\.0$', exposition, re.M)
+        assert found == ([want] if want else []), exposition
+        assert runbook.url(box.runbook_base, "FanStalled") == (f"{want}#FanStalled" if want else "")

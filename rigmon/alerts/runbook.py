@@ -1,7 +1,8 @@
 """The runbook: what each rule the daemon evaluates means and what to do, as a page at
 ``/runbook``, one section a rule at ``#<alertname>``. An alert's ``runbook_url`` points there,
-from rigmon's own engine and from the PromQL rules alike (``http://<instance>/runbook#Name``),
-so a notification links to the rules as this box runs them: its thresholds, its own rules.
+from rigmon's own engine and from the PromQL rules alike (which read the page's address from
+``rigmon_runbook_info``), so a notification links to the rules as this box runs them: its
+thresholds, its own rules.
 
 Every text is the config's (a person's, or builtin.toml's), escaped for HTML.
 """

@@ -34,7 +34,7 @@ class Box(NamedTuple):
         linked = daemon.page and url_host(name)
         page = daemon.external_url or (f"{scheme}://{name}:{prometheus.port}/" if linked else "")
         instance = daemon.instance or f"{name}:{prometheus.port}"
-        # as the PromQL rules link it (http://{{ $labels.instance }}/runbook#Name): one link on both paths
+        # exported as rigmon_runbook_info, which the PromQL rules' runbook_url reads: one link on both paths
         runbook = daemon.external_url or (f"{scheme}://{instance}/" if daemon.page and url_authority(instance) else "")
         return cls(
             host=name,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import InfoMetricFamily
 
 from .. import __version__
+from ..alerts import runbook
 from ..model.project import fill_prometheus
 from ..model.readings import FAMILIES, LAST, family_labels
 from ..model.sample import Sample
@@ -30,7 +31,12 @@ log = logging.getLogger(__name__)
 
 
 class BuildInfo:
-    """rigmon_build: the version and the Python running it."""
+    """rigmon_build: the version and the Python running it; rigmon_runbook: where this box's
+    alerts link their runbook (its page's /runbook), which the PromQL rules' runbook_url reads,
+    so both paths link the same page whatever its scheme or external URL (none: no page)."""
+
+    def __init__(self, runbook_base: str = ""):
+        self.runbook = runbook.url(runbook_base, "").rstrip("#")
 
     def collect(self):
         yield InfoMetricFamily(
@@ -38,6 +44,10 @@ class BuildInfo:
             "rigmon build information.",
             value={"version": __version__, "python": platform.python_version()},
         )
+        if self.runbook:
+            yield InfoMetricFamily(
+                "rigmon_runbook", "Where this box's alerts link their runbook.", value={"url": self.runbook}
+            )
 
 
 class SampleCollector:
