@@ -211,7 +211,7 @@ FLEET = [
         "Poll duration per box",
         "timeseries",
         "s",
-        [(f"max by (instance) (rigmon_poll_duration_seconds{{{F_SEL}}})", "{{instance}}")],
+        [(f"max by (instance) (instance:rigmon_poll_duration_seconds:max{{{F_SEL}}})", "{{instance}}")],
         [],
         8,
         "How long the last poll took; near the interval, polls start to be skipped.",
@@ -220,7 +220,7 @@ FLEET = [
         "Readers working per box",
         "state-timeline",
         "none",
-        [(f"min by (instance) (rigmon_reader_success{{{F_SEL}}})", "{{instance}}")],
+        [(f"min by (instance) (instance:rigmon_reader_success:min{{{F_SEL}}})", "{{instance}}")],
         [],
         8,
         "ok while every reader (GPU, host) works; failing when one does not: no NVML, no GPUs, a failure.",
@@ -232,15 +232,15 @@ FLEET = [
         "none",
         [
             (
-                f"sum by (instance) (increase(rigmon_influxdb_points_dropped_total{{{F_SEL}}}[1h]))",
+                f"sum by (instance) (instance:rigmon_influxdb_points_dropped:increase1h{{{F_SEL}}})",
                 "{{instance}} InfluxDB points dropped",
             ),
             (
-                f"sum by (instance) (increase(rigmon_notifications_failed_total{{{F_SEL}}}[1h]))",
+                f"sum by (instance) (instance:rigmon_notifications_failed:increase1h{{{F_SEL}}})",
                 "{{instance}} notifications failed",
             ),
             (
-                f"sum by (instance) (rigmon_notifications_queued{{{F_SEL}}})",
+                f"sum by (instance) (instance:rigmon_notifications_queued:sum{{{F_SEL}}})",
                 "{{instance}} notifications waiting",
             ),
         ],
@@ -817,7 +817,8 @@ def _panel(i: int, x: int, y: int, spec: Panel, kind: str) -> dict:
                 "datasource": ds,
                 "expr": q,
                 "legendFormat": legend,
-                "range": True,
+                # a table or stat shows the value now: one instant query, not a range besides
+                "range": spec.type not in ("table", "stat"),
                 "instant": spec.type in ("table", "stat"),
             }
             for n, (q, legend) in enumerate(spec.prom)
