@@ -255,9 +255,10 @@ class Pipeline:
     def metric_collectors(self, *first) -> Iterator:
         """What /metrics shows, in order: the build, ``first`` (the daemon's own health), the
         alerts, the sinks' and ledger's state, NVML's errors, the burn-in reports, the sample."""
+        from .alerts import runbook
         from .exporters.prometheus import BuildInfo
 
-        yield BuildInfo(self.box.runbook_base)
+        yield BuildInfo(runbook.url(self.box.runbook_base, "").rstrip("#"))
         yield from first
         yield self.poller.invalid
         yield from (

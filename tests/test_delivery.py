@@ -50,6 +50,14 @@ def _firing(receiver: Receiver) -> list[str]:
     ]
 
 
+def _delivered_once_when_it_answers(receiver: Receiver) -> None:
+    """The receiver answers again: each GPU's FIRING that was kept reaches it, and only once."""
+    receiver.status = 200
+    wait_for(lambda: len(_firing(receiver)) >= 2, 30, what="the kept FIRINGs delivered")
+    time.sleep(2)
+    assert sorted(_firing(receiver)) == ["GpuAtSlowdownTemperature gpu 0", "GpuAtSlowdownTemperature gpu 1"]
+
+
 def _touch(rigmon: Rigmon) -> None:
     """A change the alerts do not care about, so that a SIGHUP reloads."""
     text = rigmon.config.read_text()
@@ -104,10 +112,7 @@ def test_queued_notifications_outlive_a_reload_and_a_restart(tmp_path):
         again.wait_output("alert(s) go on as they were, 2 queued notification(s) to send")
         assert again.output().count("start: ") == 1
         assert not kept.exists()
-        receiver.status = 200
-        wait_for(lambda: len(_firing(receiver)) >= 2, 30, what="the kept FIRINGs delivered")
-        time.sleep(2)
-        assert sorted(_firing(receiver)) == ["GpuAtSlowdownTemperature gpu 0", "GpuAtSlowdownTemperature gpu 1"]
+        _delivered_once_when_it_answers(receiver)
         assert again.stop() == 0
     finally:
         rigmon.stop()
@@ -144,10 +149,7 @@ def test_a_reload_whose_next_process_is_killed_before_it_takes_over_loses_nothin
         again.wait_output("alert(s) go on as they were, 2 queued notification(s) to send")
         assert "start: " in again.output() and "reload: " not in again.output()
         assert not kept.exists()
-        receiver.status = 200
-        wait_for(lambda: len(_firing(receiver)) >= 2, 30, what="the kept FIRINGs delivered")
-        time.sleep(2)
-        assert sorted(_firing(receiver)) == ["GpuAtSlowdownTemperature gpu 0", "GpuAtSlowdownTemperature gpu 1"]
+        _delivered_once_when_it_answers(receiver)
         assert again.stop() == 0
     finally:
         rigmon.stop()

@@ -59,25 +59,24 @@ def test_each_twin_says_what_the_engine_says_and_links_the_same_runbook():
 
 
 def test_each_box_exports_the_runbook_link_its_engine_posts():
-    """rigmon_runbook_info{url} is the page the engine's own alerts link (so the PromQL rules'
-    runbook_url, which reads it, links the same): by instance, by external_url (a proxy, HTTPS),
-    and none where the page is off."""
-    from prometheus_client import CollectorRegistry, generate_latest
+    """rigmon_runbook_info{url} on the daemon's /metrics is the page the engine's own alerts
+    link (so the PromQL rules' runbook_url, which reads it, links the same): by instance, by
+    external_url (a proxy, HTTPS), and none where the page is off."""
+    import scenarios as sc
 
     from rigmon.alerts import runbook
     from rigmon.config.box import Box
     from rigmon.config.schema import parse
-    from rigmon.exporters.prometheus import BuildInfo
 
     for daemon, want in (
         ({"instance": "rig.lab:9963"}, "http://rig.lab:9963/runbook"),
         ({"external_url": "https://rig.example/rigmon/"}, "https://rig.example/rigmon/runbook"),
         ({"page": False, "instance": "rig.lab:9963"}, None),
     ):
-        box = Box.of(parse({"daemon": daemon}, "test"), host="rig")
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(BuildInfo(box.runbook_base))
-        exposition = generate_latest(registry).decode()
+        config = parse({"daemon": daemon}, "test")
+        with sc.Replayed(sc.h200(), config) as replayed:
+            replayed.poll()
+            exposition = replayed.metrics()
         found = re.findall(r'^rigmon_runbook_info\{url="([^"]*)"\} 1\.0$', exposition, re.M)
-        assert found == ([want] if want else []), exposition
-        assert runbook.url(box.runbook_base, "FanStalled") == (f"{want}#FanStalled" if want else "")
+        assert found == ([want] if want else []), exposition[:2000]
+        assert runbook.url(Box.of(config).runbook_base, "FanStalled") == (f"{want}#FanStalled" if want else "")

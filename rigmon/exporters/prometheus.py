@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import InfoMetricFamily
 
 from .. import __version__
-from ..alerts import runbook
 from ..model.project import fill_prometheus
 from ..model.readings import FAMILIES, LAST, family_labels
 from ..model.sample import Sample
@@ -35,8 +34,8 @@ class BuildInfo:
     alerts link their runbook (its page's /runbook), which the PromQL rules' runbook_url reads,
     so both paths link the same page whatever its scheme or external URL (none: no page)."""
 
-    def __init__(self, runbook_base: str = ""):
-        self.runbook = runbook.url(runbook_base, "").rstrip("#")
+    def __init__(self, runbook: str = ""):
+        self.runbook = runbook  # the page's /runbook ("": no page)
 
     def collect(self):
         yield InfoMetricFamily(

@@ -164,6 +164,21 @@ def line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return slope, my - slope * mx
 
 
+def fitted(rows: list[dict], keys) -> dict:
+    """Each figure's straight line through the sizes: per 1,000 GPUs, and at 10,000."""
+    gpus = [r["gpus"] for r in rows]
+    fits = {}
+    for key in keys:
+        slope, intercept = line(gpus, [r[key] for r in rows])
+        fits[key] = {"per_1000_gpus": slope * 1000, "at_10000_gpus": intercept + slope * 10_000}
+    return fits
+
+
+def print_fits(fits: dict) -> None:
+    for key, f in fits.items():
+        print(f"  {key}: {f['per_1000_gpus']:.1f} per 1,000 GPUs; at 10,000 GPUs {f['at_10000_gpus']:.0f}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--boxes", default="16,32,64,128")
@@ -186,12 +201,8 @@ def main() -> int:
             rows.append(measure(n, body, server.server_address[1], args.minutes, where))
         server.shutdown()
     out = {"series_per_gpu": per_gpu, "series_per_box": per_box, "sizes": rows}
-    gpus = [r["gpus"] for r in rows]
-    fits = {}
-    for key in ("rules_ms", "panels_ms", "slowest_panel_ms", "federate_ms", "federate_mb", "head_series"):
-        slope, intercept = line(gpus, [r[key] for r in rows])
-        fits[key] = {"per_1000_gpus": slope * 1000, "at_10000_gpus": intercept + slope * 10_000}
-    out["fits"] = fits
+    keys = ("rules_ms", "panels_ms", "slowest_panel_ms", "federate_ms", "federate_mb", "head_series")
+    fits = out["fits"] = fitted(rows, keys)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -206,8 +217,7 @@ def main() -> int:
             f"{r['gpus']:>6} {r['head_series']:>8.0f} {r['rules_ms']:>9.1f} {r['panels_ms']:>10.1f} "
             f"{slowest:>30} {r['federate_ms']:>8.0f} {r['federate_mb']:>8.1f}"
         )
-    for key, f in fits.items():
-        print(f"  {key}: {f['per_1000_gpus']:.1f} per 1,000 GPUs; at 10,000 GPUs {f['at_10000_gpus']:.0f}")
+    print_fits(fits)
     return 0
 
 

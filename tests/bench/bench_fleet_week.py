@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(HERE.parent), str(ROOT / "dashboards")]
 
-from bench_fleet import GPUS_PER_BOX, SITES, _get, line  # noqa: E402
+from bench_fleet import GPUS_PER_BOX, SITES, _get, fitted, print_fits  # noqa: E402
 from servers import free_port, http_get, wait_for  # noqa: E402
 
 import build  # noqa: E402
@@ -172,11 +172,7 @@ def main() -> int:
     for n in (int(b) for b in args.boxes.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
             rows.append(measure(n, args.days, Path(tmp)))
-    gpus = [r["gpus"] for r in rows]
-    fits = {}
-    for key in (k for k in rows[0] if k.endswith("_ms")):
-        slope, intercept = line(gpus, [r[key] for r in rows])
-        fits[key] = {"per_1000_gpus": slope * 1000, "at_10000_gpus": intercept + slope * 10_000}
+    fits = fitted(rows, [k for k in rows[0] if k.endswith("_ms")])
     if args.json:
         print(json.dumps({"sizes": rows, "fits": fits}, indent=2))
         return 0
@@ -189,8 +185,7 @@ def main() -> int:
                     f"({r[f'{label} slowest_panel']}) {r[f'{label} slowest_panel_ms']:.0f} ms, the slowest "
                     f"query {r[f'{label} slowest_query_ms']:.0f} ms"
                 )
-    for key, f in fits.items():
-        print(f"  {key}: {f['per_1000_gpus']:.1f} per 1,000 GPUs; at 10,000 GPUs {f['at_10000_gpus']:.0f}")
+    print_fits(fits)
     return 0
 
 
