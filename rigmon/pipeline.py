@@ -258,7 +258,7 @@ class Pipeline:
         from .alerts import runbook
         from .exporters.prometheus import BuildInfo
 
-        yield BuildInfo(runbook.url(self.box.runbook_base, "").rstrip("#"))
+        yield BuildInfo(runbook.page(self.box.runbook_base))
         yield from first
         yield self.poller.invalid
         yield from (

@@ -50,6 +50,17 @@ def _firing(receiver: Receiver) -> list[str]:
     ]
 
 
+def _refused_while_hot(tmp_path: Path) -> tuple[Receiver, str, Path, Rigmon]:
+    """A receiver answering 503 and a 2-GPU box at its slowdown temperature that posts to it:
+    (the receiver, the config, where a stop or a reload keeps the alerts, the daemon)."""
+    receiver = Receiver()
+    receiver.status = 503
+    config = HOT.format(type="webhook", url=receiver.url)
+    recording = sc.hot_box(tmp_path, gpus=2)
+    kept = replay_state_dir(tmp_path / "state", argparse.Namespace(replay=str(recording), demo=False)) / "alerts.json"
+    return receiver, config, kept, Rigmon(tmp_path, recording, config)
+
+
 def _delivered_once_when_it_answers(receiver: Receiver) -> None:
     """The receiver answers again: each GPU's FIRING that was kept reaches it, and only once."""
     receiver.status = 200
@@ -90,12 +101,7 @@ def test_a_sigterm_at_any_moment_of_a_reload_is_a_warm_stop(tmp_path, delay):
 def test_queued_notifications_outlive_a_reload_and_a_restart(tmp_path):
     """A receiver answering 503 while the box reloads, and again while it restarts: every
     FIRING it was due reaches it once it answers, none twice."""
-    receiver = Receiver()
-    receiver.status = 503
-    config = HOT.format(type="webhook", url=receiver.url)
-    recording = sc.hot_box(tmp_path, gpus=2)
-    kept = replay_state_dir(tmp_path / "state", argparse.Namespace(replay=str(recording), demo=False)) / "alerts.json"
-    rigmon = Rigmon(tmp_path, recording, config)
+    receiver, config, kept, rigmon = _refused_while_hot(tmp_path)
     try:
         rigmon.wait_ready()
         wait_for(lambda: rigmon.metric("rigmon_notifications_queued", '{notifier="webhook"}') >= 2, 30)
@@ -123,12 +129,7 @@ def test_a_reload_whose_next_process_is_killed_before_it_takes_over_loses_nothin
     """A stop deadline that kills the process a reload execs before it has taken over (a box
     loaded by training starts it slowly): the alerts and queued notifications were kept on
     disk too, so the start after it goes on from them and delivers each FIRING once."""
-    receiver = Receiver()
-    receiver.status = 503
-    config = HOT.format(type="webhook", url=receiver.url)
-    recording = sc.hot_box(tmp_path, gpus=2)
-    kept = replay_state_dir(tmp_path / "state", argparse.Namespace(replay=str(recording), demo=False)) / "alerts.json"
-    rigmon = Rigmon(tmp_path, recording, config)
+    receiver, config, kept, rigmon = _refused_while_hot(tmp_path)
     again = None
     try:
         rigmon.wait_ready()

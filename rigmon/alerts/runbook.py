@@ -25,9 +25,14 @@ _STYLE = (
 CSP = "default-src 'none'; style-src 'unsafe-inline'"
 
 
+def page(page_url: str) -> str:
+    """The runbook's page, from the box's page ("": none, where the page is off)."""
+    return f"{page_url.rstrip('/')}/runbook" if page_url else ""
+
+
 def url(page_url: str, alertname: str) -> str:
     """The runbook's link for an alert, from the box's page ("": none, where the page is off)."""
-    return f"{page_url.rstrip('/')}/runbook#{alertname}" if page_url else ""
+    return f"{page(page_url)}#{alertname}" if page_url else ""
 
 
 def html(specs: Iterable[RuleSpec], host: str) -> bytes:
