@@ -406,6 +406,18 @@ PARTS = {"gpus": "GPU", "cpus": "CPU", "fans": "fan"}  # the file's parts, and w
 WIDTHS = {"cpus": 0.1, "fans": 0.05}  # a band of a CPU's utilisation, of a fan's duty (a GPU's: band_watts)
 
 
+def _over(bands: dict[int, list[float]], rise: dict[int, float], reference) -> float | None:
+    """How much hotter ``rise`` runs than ``reference(band)`` over the bands it gives, by the
+    baseline's seconds in each; None where it gives none."""
+    over = weight = 0.0
+    for band, cell in bands.items():
+        against = reference(band)
+        if against is not None:
+            over += (rise[band] - against) * cell[0]
+            weight += cell[0]
+    return over / weight if weight else None
+
+
 def judged(part: str, track: Track, t: float, subject: str) -> Drift:
     """A track's drift as every output shows it: a fan's rpm over its baseline's as a ratio (-0.1:
     a tenth slower), a GPU's or CPU's in °C."""
@@ -632,24 +644,17 @@ class Detector:
         }
         out: dict[int, float] = {}
         for uuid, (index, name, rise) in learned.items():
-            over = weight = 0.0
-            for band, cell in self.tracks["gpus"][uuid].bands.items():
+            bands = self.tracks["gpus"][uuid].bands
+
+            def sibling(band: int, uuid: str = uuid, name: str | None = name) -> float | None:
                 others = sorted(r[band] for u, (_, n, r) in learned.items() if u != uuid and n == name and band in r)
-                if others:
-                    over += (rise[band] - others[(len(others) - 1) // 2]) * cell[0]
-                    weight += cell[0]
-            if weight:
-                out[index] = over / weight
+                return others[(len(others) - 1) // 2] if others else None
+
             burnin = self.burnin.get(uuid)
-            if burnin is not None:
-                over = weight = 0.0
-                for band, cell in self.tracks["gpus"][uuid].bands.items():
-                    seen = burnin.bands.get(band)
-                    if seen is not None and seen[0] >= MIN_BAND_SECONDS:
-                        over += (rise[band] - seen[1] / seen[0]) * cell[0]
-                        weight += cell[0]
-                if weight:
-                    out[index] = max(out.get(index, -math.inf), over / weight)
+            seen = {k: c[1] / c[0] for k, c in burnin.bands.items() if c[0] >= MIN_BAND_SECONDS} if burnin else {}
+            found = [x for x in (_over(bands, rise, sibling), _over(bands, rise, seen.get)) if x is not None]
+            if found:
+                out[index] = max(found)
         return out
 
     # --- the file ----------------------------------------------------------------------------
