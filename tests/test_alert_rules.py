@@ -382,7 +382,7 @@ def test_a_cpu_past_its_limit_with_its_fan_stopped_is_critical(tmp_path):
         ("FanStalled", "firing"),
     ], [t.line() for t in told]
     (hot,) = [t for t in told if t.alertname == "CpuTemperatureCritical"]
-    assert "115 °C" in hot.summary and "the sensor's critical value (TjMax)" in hot.description
+    assert "115 °C" in hot.summary and "the sensor's critical value (TjMax)" in hot.summary
 
 
 def test_a_fan_its_curve_stops_is_no_stalled_fan(tmp_path):
@@ -421,7 +421,7 @@ def test_nothing_pages_for_what_mig_hides(tmp_path):
 def test_nvml_that_cannot_start_says_why_and_how_to_mend_it(tmp_path):
     (told,) = [t for t in run(SCENARIOS["NvmlUnavailable"][0](), tmp_path, {}) if t.alertname == "NvmlUnavailable"]
     assert told.summary == "NVML cannot start (DriverNotLoaded): no GPU is watched"
-    assert "the NVIDIA kernel module is not loaded" in told.description and "sudo modprobe nvidia" in told.description
+    assert "the NVIDIA kernel module is not loaded" in told.hint and "sudo modprobe nvidia" in told.hint
 
 
 def test_h200_recording_raises_nothing_above_info(tmp_path):

@@ -39,7 +39,9 @@ def test_the_engine_alert_reaches_alertmanager_with_gpu_and_site_then_resolves(t
                 "severity": "critical",
             }
             assert alert["generatorURL"] == "http://rig-04:9963/" and alert["status"]["state"] == "active"
-            assert "slowdown" in alert["annotations"]["summary"]
+            # the PromQL twin's words; the values go as the detail
+            assert alert["annotations"]["summary"] == "GPU 0 on rig-04:9963 at its slowdown threshold"
+            assert "°C" in alert["annotations"]["detail"] and "slowdown" in alert["annotations"]["detail"]
             # the receiver is told once, with the site (Alertmanager's own webhook)
             told = wait_for(
                 lambda: [a for body in receiver.json() for a in body["alerts"] if a["labels"]["alertname"] == RULE],

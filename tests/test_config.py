@@ -73,6 +73,17 @@ BAD = [
         "alerts.rules[0]: summary: {temperatur_celsius}: unknown name (did you mean temperature_celsius?)",
     ),
     (
+        "headline naming a value",
+        '[[alerts.rules]]\nname = "X"\nkind = "gpu"\nwhen = "power_watts > 1"\n'
+        'severity = "info"\nsummary = "x"\nheadline = "GPU {gpu} on {instance} at {power_watts}"\n',
+        "alerts.rules[0]: headline: {power_watts}: unknown name",
+    ),
+    (
+        "headline formatting a label",
+        '[alerts.builtin.GpuStarved]\nheadline = "GPU {gpu:>3}"\n',
+        "alerts: builtin.GpuStarved: headline: {gpu:>3}: a label is text: {gpu} alone",
+    ),
+    (
         "misspelt variable",
         '[[alerts.rules]]\nname = "X"\nkind = "gpu"\nwhen = "temperatur_celsius > 1"\n'
         'severity = "info"\nsummary = "x"\n',

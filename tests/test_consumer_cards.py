@@ -131,7 +131,7 @@ def test_the_warning_says_how_to_declare_a_narrow_slot(tmp_path):
         for t in replay_rules(Recording.load(path), parse({}))
         if t.alertname == "PcieLinkDegraded" and t.status == "firing"
     ]
-    assert fired and "gpu.pcie_expected_width = { 0 = 1 }" in fired[0].description, fired[0].description
+    assert fired and "gpu.pcie_expected_width = { 0 = 1 }" in fired[0].hint, fired[0].hint
     assert "gen 4 x1 of gen 4 x16" in fired[0].summary
 
 

@@ -183,9 +183,10 @@ def test_boxes_listed_by_ip_and_by_name_have_one_identity_on_both_paths(tmp_path
             alerts = [a for a in bodies[0]["alerts"] if a["labels"]["alertname"] == "GpuAtSlowdownTemperature"]
             assert {"host" in a["labels"] for a in alerts} == {True, False}, alerts  # the engine's and the rule's
             # the same words on both paths, and a runbook link that answers with the rule
-            said = {(a["annotations"]["description"], a["annotations"]["runbook_url"]) for a in alerts}
+            said = {tuple(a["annotations"][k] for k in ("summary", "description", "runbook_url")) for a in alerts}
             assert len(said) == 1, alerts
-            ((description, link),) = said
+            ((summary, description, link),) = said
+            assert summary == f"GPU 0 on {instance} at its slowdown threshold", summary
             assert description and link == f"http://{instance}/runbook#GpuAtSlowdownTemperature", link
             status, page = http_get(link)
             assert status == 200 and b"<section id='GpuAtSlowdownTemperature'>" in page, page[:300]

@@ -202,6 +202,27 @@ def test_alertmanager_firing_alerts_are_posted_again_until_they_resolve():
     assert not n._queue
 
 
+def test_alertmanager_gets_the_rules_headline_as_summary_and_the_values_as_detail():
+    """Posted to Alertmanager, where its PromQL twin posts too, an alert's summary is its rule's
+    headline in the labels' words, the box's instance among them (the twin's very words), and the
+    summary with its values goes as ``detail``. A kept message keeps its headline; one read back
+    from a file fills in labels alone (``{instance.__class__}`` stays as written)."""
+    import json
+
+    n = Notifier(NotifierConfig(type="alertmanager", url="http://127.0.0.1:9"), "box")
+    n._stop.set()  # the thread stops: the queue is looked at by hand
+    n._thread.join(5)
+    headline = "GPU {gpu} on {instance}: {uuid}, {instance.__class__}, {missing}"
+    n.submit(transition(1)._replace(headline=headline))
+    kept = notify.message_of(json.loads(json.dumps(notify.message_data(n._queue.popleft()))), "box", ())
+    ((alert,),) = [json.loads(n.request(m)[0]) for m in (kept,)]
+    assert alert["annotations"]["summary"] == "GPU 1 on box:9963: GPU-x, {instance.__class__}, n/a"
+    assert alert["annotations"]["detail"] == "summary 1" and alert["annotations"]["description"] == "desc"
+    n.submit(transition(2))  # no headline (a rule of the config's own): its summary as it is
+    (alert,) = json.loads(n.request(n._queue.popleft())[0])
+    assert alert["annotations"]["summary"] == "summary 2" and "detail" not in alert["annotations"]
+
+
 def test_alertmanager_takes_a_list_of_peers_each_given_every_alert():
     """An HA pair: each Alertmanager gets every alert, from its own queue (am-1, am-2)."""
     receivers = [Receiver(), Receiver()]

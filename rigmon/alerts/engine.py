@@ -151,14 +151,15 @@ class Alert:
 class Transition(
     namedtuple(
         "Transition",
-        "status alertname severity labels summary description hint starts_at ends_at time values reason",
-        defaults=("",),
+        "status alertname severity labels summary description hint starts_at ends_at time values reason headline",
+        defaults=("", ""),
     )
 ):
     """An alert that fired (``status`` "firing") or resolved ("resolved"): its rule's name and
     severity, the entity's labels, the texts, when it started and ended, when this happened,
-    the values it was described with, and ``reason``: why a resolved alert resolved, when not
-    because its condition cleared."""
+    the values it was described with, ``reason``: why a resolved alert resolved, when not
+    because its condition cleared, and ``headline``: its rule's headline, a template over the
+    labels that a notifier fills in with them once it has added the box's ``instance``."""
 
     __slots__ = ()
 
@@ -208,6 +209,12 @@ def _template_names(template: str) -> tuple[str, ...]:
 
 
 _PLAIN = frozenset((type(None), bool, int, float, str))
+
+
+def hint_of(alert: Alert) -> str:
+    """The alert's hint, its values filled in as its summary's (n/a before it was described)."""
+    hint = alert.rule.spec.hint
+    return _render_again(alert, hint, alert.context) if "{" in hint else hint
 
 
 def _render_again(alert: Alert, template: str, values: dict[str, Any]) -> str:
@@ -735,12 +742,13 @@ class AlertEngine:
             labels=dict(alert.labels),
             summary=alert.summary,
             description=description,
-            hint=alert.rule.spec.hint,
+            hint=hint_of(alert),
             starts_at=alert.fired_at or alert.active_since,
             ends_at=now if status == "resolved" else None,
             time=now,
             values=dict(alert.values),
             reason=reason,
+            headline=alert.rule.spec.headline,
         )
 
     def resolved(self, alert: Alert, now: float, reason: str) -> Transition:

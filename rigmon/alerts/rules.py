@@ -533,9 +533,12 @@ def _depth(tree: ast.AST) -> int:
     return deepest
 
 
-def check_template(text: str, field: str, params: dict | None = None, names: set[str] | None = None) -> None:
+def check_template(
+    text: str, field: str, params: dict | None = None, names: set[str] | None = None, plain: bool = False
+) -> None:
     """Summary and description templates: ``{name}`` and ``{name:format}`` only, with a bounded
-    width; no attribute or index access, no conversions, no nested fields."""
+    width; no attribute or index access, no conversions, no nested fields. ``plain``: ``{name}``
+    only (a headline names labels, which are text)."""
     try:
         parts = list(string.Formatter().parse(text))
     except ValueError as e:
@@ -549,6 +552,8 @@ def check_template(text: str, field: str, params: dict | None = None, names: set
             raise ValueError(f"{field}: {{{name}}}: unknown name{did_you_mean(name, names)}")
         if conversion:
             raise ValueError(f"{field}: {{{name}!{conversion}}}: conversions are not allowed")
+        if spec and plain:
+            raise ValueError(f"{field}: {{{name}:{spec}}}: a label is text: {{{name}}} alone")
         if spec and ("{" in spec or any(int(w) > MAX_FORMAT_WIDTH for w in re.findall(r"\d+", spec))):
             raise ValueError(f"{field}: {{{name}:{spec}}}: widths and precisions go up to {MAX_FORMAT_WIDTH}")
         if spec and params is not None and name in params:

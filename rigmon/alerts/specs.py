@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError, model_validator
 
 from ..model.durations import format_duration, parse_duration
-from .entities import DEPRECATED, inhibit_scope
+from .entities import DEPRECATED, LABELS, inhibit_scope
 from .rules import Expression, Severity, _warn_deprecated, check_template, did_you_mean, template_names
 
 # Seconds, or a string like "30s", "10m", "1h30m"; written back (JSON and TOML) as the string.
@@ -69,6 +69,14 @@ class RuleSpec(BaseModel):
             examples=["GPU {gpu} at {temperature_celsius:.0f} °C"],
         ),
     ]
+    headline: Annotated[
+        str,
+        Field(
+            description="Alertmanager's summary: words over the labels and {instance} only, as a PromQL "
+            "rule's (the summary goes as its detail). Empty: the summary.",
+            examples=["GPU {gpu} on {instance} running hot"],
+        ),
+    ] = ""
     description: Annotated[str, Field(description="More about what it means.")] = ""
     hint: Annotated[str, Field(description="What to do about it.")] = ""
     params: Annotated[
@@ -109,6 +117,7 @@ class RuleSpec(BaseModel):
     def _check_expressions(self) -> None:
         old = DEPRECATED.get(self.kind, {})
         names = template_names(self.kind, self.params, self.values)
+        check_template(self.headline, "headline", names=set(LABELS[self.kind]) | {"instance"}, plain=True)
         for field in ("summary", "description", "hint"):
             check_template(getattr(self, field), field, self.params, names)
             for _, name, _, _ in string.Formatter().parse(getattr(self, field)):
@@ -144,6 +153,7 @@ class RuleOverride(BaseModel):
     for_: Annotated[Duration | None, Field(alias="for", description="A new waiting time.", examples=["1m"])] = None
     severity: Annotated[Severity | None, Field(description="A new severity.")] = None
     summary: Annotated[str | None, Field(description="A new summary.")] = None
+    headline: Annotated[str | None, Field(description="A new headline.")] = None
     description: Annotated[str | None, Field(description="A new description.")] = None
     hint: Annotated[str | None, Field(description="A new hint.")] = None
     params: Annotated[dict[str, Param] | None, Field(description="New thresholds; the others keep their values.")] = (

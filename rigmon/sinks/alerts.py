@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..alerts.engine import Alert, AlertEngine, PsuGroup, Transition
+from ..alerts.engine import Alert, AlertEngine, PsuGroup, Transition, hint_of
 from ..alerts.rules import SEVERITY_RANK, Rule, compile_rules
 from ..model.sample import Sample
 from .base import AlertState, Budget, FiringAlert, close_side_by_side
@@ -61,7 +61,7 @@ def firing_alert(alert: Alert) -> FiringAlert:
         tuple(alert.labels.items()),
         alert.summary,
         alert.fired_at,
-        alert.rule.spec.hint,
+        hint_of(alert),
     )
 
 

@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import math
+import re
 import threading
 import time
 from collections import Counter, deque
@@ -67,9 +68,15 @@ def _rfc3339(t: float | None) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+_HEADLINE_NAME = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")  # a headline names labels, {name} alone
+
+
 def _labels_and_annotations(m: Message, runbook_base: str = "", **more: str) -> tuple[dict[str, str], dict[str, str]]:
     """An alert's labels (the box's own, then rigmon's, then its subject's) and annotations: the
-    PromQL rules' (summary, description, runbook_url: the box's /runbook at the rule), and hint."""
+    PromQL rules' (summary; description; runbook_url: the box's /runbook at the rule), and the
+    engine's extras: detail and hint. Posted to Alertmanager beside its PromQL twin, the summary
+    is the rule's headline in the labels' words, as the twin's, and the summary with its values
+    goes as the detail."""
     t = m.transition
     labels = {
         **dict(m.box_labels),
@@ -79,10 +86,13 @@ def _labels_and_annotations(m: Message, runbook_base: str = "", **more: str) -> 
         **more,
         **t.labels,
     }
+    # Alertmanager's API (with the box's instance, as Prometheus's alerts): the PromQL twin's words
+    headline = _HEADLINE_NAME.sub(lambda n: labels.get(n[1], "n/a"), t.headline) if "instance" in more else ""
     annotations = {
         k: v
         for k, v in (
-            ("summary", t.summary),
+            ("summary", headline or t.summary),
+            ("detail", t.summary if headline else ""),
             ("description", t.description),
             ("runbook_url", runbook.url(runbook_base, t.alertname)),
             ("hint", t.hint),
@@ -195,6 +205,7 @@ def message_of(data: Any, host: str, box_labels: tuple[tuple[str, str], ...]) ->
         time=_time(t["time"]),
         values=_plain(t.get("values")),
         reason=str(t.get("reason") or "")[:MAX_TEXT],
+        headline=t["headline"][:MAX_TEXT] if isinstance(t.get("headline"), str) else "",
     )
     return Message(transition, host, bool(data.get("reminder")), _time(data["queued_at"]), box_labels)
 
