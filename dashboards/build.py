@@ -247,8 +247,8 @@ FLEET = [
         [],
         8,
         "Points dropped from a full spool and notifications given up on in the last hour, and notifications "
-        "waiting now (a receiver down, refusing or slow): 0 is the norm. RigmonNotificationsUndelivered warns "
-        "when they wait 5 minutes.",
+        "waiting now (a receiver down, refusing or slow), for the boxes that have any: none is the norm. "
+        "RigmonNotificationsUndelivered warns when they wait 5 minutes.",
     ),
 ]
 
@@ -778,7 +778,7 @@ NO_DATA = {
     "Clock-event reasons (throttling)": "no clock-event reason active: full clocks",
     "Hottest CPU per box": "no CPU temperature sensor on these boxes",
     "Slowest fan per box": "no fan that has turned on these boxes",
-    "Undelivered per box (last hour)": "nothing to deliver: no InfluxDB or notifier configured",
+    "Undelivered per box (last hour)": "nothing undelivered: every point and notification got through",
     "GPU memory temperature": "this GPU reports no memory temperature",
     "CPU temperature": "no CPU temperature sensor (a VM, a container, or no hwmon driver loaded)",
     "Fans": "no fan sensors (no hwmon fan driver loaded)",

@@ -41,6 +41,12 @@ from servers import free_port, http_get, wait_for  # noqa: E402
 
 import build  # noqa: E402
 
+
+def _troubled(n: int, m: int, value: float) -> float | None:
+    """``value`` in the hour of the day that box ``n`` has trouble delivering, else no sample."""
+    return value if (m // 60 + n) % 24 == 0 else None
+
+
 # each recorded series a box has, and a value about where a busy 8-GPU box keeps it
 RECORDED = {
     "instance:rigmon_gpu_power_watts:sum": lambda n, m: 5200 + 300 * math.sin(m / 97 + n),
@@ -50,9 +56,10 @@ RECORDED = {
     "instance:rigmon_gpu_energy_joules:increase1m": lambda n, m: 60 * (5200 + 300 * math.sin(m / 97 + n)),
     "instance:rigmon_poll_duration_seconds:max": lambda n, m: 0.02 + 0.005 * math.sin(m / 7 + n),
     "instance:rigmon_reader_success:min": lambda n, m: 1.0,
-    "instance:rigmon_influxdb_points_dropped:increase1h": lambda n, m: 0.0,
-    "instance:rigmon_notifications_failed:increase1h": lambda n, m: 0.0,
-    "instance:rigmon_notifications_queued:sum": lambda n, m: 0.0,
+    # recorded only where a box has something undelivered: here every box an hour a day
+    "instance:rigmon_influxdb_points_dropped:increase1h": lambda n, m: _troubled(n, m, 120.0),
+    "instance:rigmon_notifications_failed:increase1h": lambda n, m: _troubled(n, m, 2.0),
+    "instance:rigmon_notifications_queued:sum": lambda n, m: _troubled(n, m, 3.0),
 }
 RANGES = {"24 h": (86400, 120), "7 d": (7 * 86400, 600)}
 
@@ -69,8 +76,9 @@ def openmetrics(path: Path, boxes: int, minutes: int, end: int) -> int:
             for n in range(boxes):
                 labels = f'instance="box-{n}:9963",job="rigmon",site="{SITES[n % 3]}"'
                 for name, value in RECORDED.items():
-                    f.write(f"{name}{{{labels}}} {value(n, m):.4g} {t}\n")
-                    count += 1
+                    if (v := value(n, m)) is not None:
+                        f.write(f"{name}{{{labels}}} {v:.4g} {t}\n")
+                        count += 1
         f.write("# EOF\n")
     return count
 
