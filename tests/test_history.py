@@ -68,6 +68,51 @@ def test_a_restart_keeps_the_week(tmp_path):
     pipeline.close(time.monotonic() + 5)
 
 
+@pytest.mark.parametrize("first", [False, True], ids=["a cell inside", "the first cell"])
+def test_a_loaded_cell_no_reading_can_be_is_emptied_and_counted(tmp_path, first):
+    """A history file is untrusted: a cell out of its reading's range (1e9 °C, ±inf) is loaded
+    empty and counted, whether it comes first in its column or after empty cells; the cells in
+    range around it, and the empty ones (NaN), load as they were."""
+    import json
+    import struct
+    import zlib
+
+    from rigmon.model.validity import Invalid
+    from rigmon.sinks.history import FORMAT
+
+    path = tmp_path / "history.bin"
+    now = [1_800_000_000.0]
+    history = History(path, interval=60.0)
+    pipeline = pipeline_with(history, now)
+    run_for(pipeline, now, 3600, 60.0)
+    pipeline.close(time.monotonic() + 5)
+    body = zlib.decompress(path.read_bytes()[len(FORMAT) :])
+    cut = body.index(b"\n") + 1
+    header = json.loads(body[:cut])
+    names, raw = header["series"], header["rings"][0]
+    # the last-hour ring's column of GPU 0's temperature: after every ring's times, its own place
+    times = sum(r["capacity"] * 8 for r in header["rings"])
+    column = times + names.index("gpu0/temperature_celsius") * raw["capacity"] * 4
+    cells = list(struct.unpack_from(f"{raw['capacity']}f", body, cut + column))
+    assert len(cells) == 60 and all(40 <= v <= 100 for v in cells)  # an hour of a minute's polls
+    empty = range(5, 10) if first else range(5)
+    for j in empty:
+        cells[j] = math.nan
+    for j, v in zip((0 if first else 10, 20, 30), (1e9, math.inf, -math.inf), strict=True):
+        cells[j] = v
+    body = bytearray(body)
+    struct.pack_into(f"{raw['capacity']}f", body, cut + column, *cells)
+    path.write_bytes(FORMAT + zlib.compress(bytes(body)))
+
+    invalid = Invalid()
+    again = History(path, interval=60.0, invalid=invalid)
+    assert invalid.counts["temperature_celsius"] == 3, invalid.counts
+    again.latest = now[0]
+    hour = again.query(["gpu0/temperature_celsius"], now[0] - 3600, now[0], step=15)
+    kept = hour["series"]["gpu0/temperature_celsius"]
+    assert len(kept) >= 50 and all(40 <= p[1] <= 100 and 40 <= p[3] <= 100 for p in kept), kept
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
 def test_a_damaged_history_starts_empty_with_one_warning(tmp_path, caplog, damage):
     path = tmp_path / "history.bin"

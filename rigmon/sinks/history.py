@@ -28,6 +28,7 @@ import zlib
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -77,6 +78,7 @@ MAX_FILE_BYTES = (
     MAX_RAW_POINTS * (8 + MAX_SERIES * 4) + sum(n for _, n, _ in BUCKETS) * (8 + MAX_SERIES * 12) + (8 << 20)
 )
 NAN = float("nan")
+INF = math.inf
 FLOAT32_MAX = 3.4e38
 
 
@@ -643,6 +645,10 @@ class History:
     def _checked(self, name: str, cells: memoryview[float], reading: str, lo: float, hi: float) -> memoryview[float]:
         """A column as loaded, with every cell no reading can be (out of range, infinite) made
         empty (NaN) and counted; NaN is an empty cell already."""
+        # the least and the most of the cells that are not empty, in C: a comparison with NaN is
+        # false, so past the first value (a sentinel here) min and max pass every NaN by
+        if lo <= min(chain((INF,), cells)) and max(chain((-INF,), cells)) <= hi:
+            return cells
         bad = [j for j, v in enumerate(cells) if not lo <= v <= hi and v == v]
         if not bad:
             return cells
