@@ -255,3 +255,46 @@ def test_what_the_validation_warned_of_is_told_on_every_cached_run(tmp_path):
     assert len(list((tmp_path / "cache" / "rigmon").glob("config-*.pickle"))) == 1
     assert told[0] == told[1] and len(told[0]) == 2, told
     assert any("daemon.history" in line for line in told[0]) and any("'cpu_utilization'" in line for line in told[0])
+
+
+def _daemon_start(config: Path, port: int, env: dict) -> tuple[bool, list[str]]:
+    """``rigmon run --demo`` on ``config`` (which listens on ``port``) until its first /metrics
+    answer, then stopped: whether a validation child ran (the daemon itself imports no
+    pydantic; its child does, and inherits PYTHONPROFILEIMPORTTIME) and what it warned of."""
+    from servers import http_get, wait_for
+
+    argv = [sys.executable, "-m", "rigmon", "run", "--demo", "--config", str(config)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_for(lambda: http_get(f"http://127.0.0.1:{port}/metrics", timeout=2)[0] == 200, 60, what="first answer")
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    child = re.search(r"\|\s+pydantic$", err, re.M) is not None
+    return child, sorted(line.split(": ", 1)[-1] for line in err.splitlines() if "WARNING" in line)
+
+
+def test_a_daemon_restarted_on_the_same_config_without_secrets_validates_it_once(tmp_path):
+    """The daemon keeps what its validation child made of a config (and what it warned of) in
+    the cache, secrets left out: started again on the same file, with nothing it depends on
+    changed, it answers without a child, and warns the same. A changed file, and a config
+    holding a secret, are validated by the child at every start; the cache never holds one."""
+    from servers import free_port
+
+    port = free_port()
+    config = tmp_path / "rigmon.toml"
+    plain = f'[daemon]\nstate_dir = "{tmp_path / "state"}"\nhistory = 600\n[prometheus]\nlisten = "127.0.0.1"\n'
+    config.write_text(plain + f"port = {port}\n")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPROFILEIMPORTTIME": "1"}
+    env.pop("CACHE_DIRECTORY", None)
+    starts = [_daemon_start(config, port, env) for _ in range(2)]
+    assert [child for child, _ in starts] == [True, False], starts
+    assert starts[0][1] == starts[1][1] and any("daemon.history" in line for line in starts[0][1]), starts
+    changed = plain.replace("history = 600\n", "history = 600\ninterval = 2\n")
+    config.write_text(changed + f"port = {port}\n")  # changed: validated afresh, then kept
+    assert [_daemon_start(config, port, env)[0] for _ in range(2)] == [True, False]
+    secret = '[[notifiers]]\ntype = "ntfy"\nurl = "https://ntfy.example/t"\ntoken = "tk_secret"\n'
+    config.write_text(plain + f"port = {port}\n" + secret)
+    assert [_daemon_start(config, port, env)[0] for _ in range(2)] == [True, True]  # a secret: the child every time
+    kept = b"".join(p.read_bytes() for p in (tmp_path / "cache" / "rigmon").glob("config-*.pickle"))
+    assert kept and b"tk_secret" not in kept

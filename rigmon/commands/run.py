@@ -54,23 +54,33 @@ RELOAD_ENV = "RIGMON_RELOAD_FD"  # set by a reload for the process it execs: the
 class _Validated(NamedTuple):
     settings: Settings
     text: str | None  # the file's text, as validated (None: the built-in defaults)
+    warnings: list  # what a validation from the cache warned of, to be warned of again (logger, level, message)
 
 
 def _config(args, text: str | None = None) -> _Validated:
     """The config, validated by a child Python: pydantic's models (60 ms, 20 MiB) never load in
     the process that runs for weeks. The file is read here and its text validated, so what a
-    reload hands over is exactly what was checked. ``text``: that text, handed over."""
-    from ..config.settings import DEFAULT_CONFIG, validated
+    reload hands over is exactly what was checked. ``text``: that text, handed over.
+
+    A start whose config (and all it depends on) is as a start before validated it, holding no
+    secret, takes it from the cache (rigmon.config.settings.whole): no child to wait for."""
+    from ..config.settings import DEFAULT_CONFIG, remember, validated, whole
 
     overrides = {k: v for k, v in (("listen", args.listen), ("port", args.port)) if v is not None}
-    if text is None:
+    if text is None and not overrides and (kept := whole(args.config)) is not None:
+        return _Validated(_own_state(kept[0], args), kept[1], kept[2])
+    handed = text is not None
+    if not handed:
         path = args.config if args.config is not None else (DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
         try:
             text = Path(path).read_text(encoding="utf-8") if path is not None else None
         except (OSError, UnicodeDecodeError):
             text = None  # the child says what is wrong with it
-    settings = validated(args.config, {"prometheus": overrides} if overrides else None, text=text)
-    return _Validated(_own_state(settings, args), text)
+    warnings: list = []
+    settings = validated(args.config, {"prometheus": overrides} if overrides else None, text=text, warnings=warnings)
+    if not handed and not overrides:
+        remember(args.config, text, settings, warnings)
+    return _Validated(_own_state(settings, args), text, [])  # the child warned as it validated
 
 
 def _preload() -> None:
@@ -177,16 +187,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, handed: dict) -> int:
-    from ..config.settings import ConfigError, describe_source
+    from ..config.settings import ConfigError, describe_source, warn_again
 
     reloaded = bool(handed)  # a reload, or its way back to the config before
     # the daemon's modules imported on another core while the child validates the config: the
     # two together, not one after the other, before the first scrape can be answered
     preload = threading.Thread(target=_preload, name="preload", daemon=True)
     preload.start()
-    config, text = _config(args, handed["config"]) if "config" in handed else _config(args)
+    config, text, warnings = _config(args, handed["config"]) if "config" in handed else _config(args)
     preload.join()
     logs.setup(config.daemon.log_level, args.verbose)
+    warn_again(warnings)
     speed = args.speed or 1.0
     if args.speed is not None and not (args.replay or args.demo):
         raise UsageError("--speed goes only with --replay FILE or --demo: the hardware's clock cannot be hurried")
@@ -247,7 +258,8 @@ def _run(args: argparse.Namespace, handed: dict) -> int:
         daemon.reload_requested.clear()
         daemon._stop_requested.clear()
         try:
-            new, new_text = _config(args)
+            new, new_text, warnings = _config(args)
+            warn_again(warnings)
         except ConfigError as e:
             problems = "; ".join(f"{p}: {m}" if p else m for p, m in e.problems)
             log.error("SIGHUP: %s is not valid, the running config stays: %s", e.source, problems)

@@ -11,7 +11,9 @@ holding only Python's own types. Two ways to one:
 - ``cached(path)`` keeps the result, secrets left out, in the user's cache directory (a file
   per config path), with a digest of everything the result depends on (rigmon's version,
   the file's bytes, the environment variables it names): a one-shot command validates a
-  config once per change, not at every run.
+  config once per change, not at every run. The daemon starts from the same cache where the
+  config it kept holds no secret (``whole``), so a restart answers its first scrape without
+  waiting for a child; a config with secrets is validated by the child at every start.
 
 A bad config raises ``ConfigError`` either way, with the same field paths and messages.
 """
@@ -40,9 +42,9 @@ from ..model.args import DEFAULT_CONFIG
 
 CACHE_FILES = 8  # configs a user's cache keeps (the oldest goes)
 MAX_CACHE_BYTES = 1 << 20
-# what a cached entry holds (2: the rules' analysis too; 3: the alerts' table its own class);
-# a change validates afresh
-CACHE_FORMAT = "3"
+# what a cached entry holds (2: the rules' analysis too; 3: the alerts' table its own class;
+# 4: whether it is the whole config, no secret left out); a change validates afresh
+CACHE_FORMAT = "4"
 _NAMES = re.compile(rb"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -168,12 +170,16 @@ def describe_source(path: str | Path | None = None) -> str:
 
 
 def validated(
-    path: str | Path | None = None, overrides: dict[str, dict[str, Any]] | None = None, text: str | None = None
+    path: str | Path | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    text: str | None = None,
+    warnings: list | None = None,
 ) -> Settings:
     """The config at ``path`` (or the default), validated by a child Python, with ``overrides``
     ({table: {field: value}}, the command line's) applied before validation. Its warnings (a
-    deprecated name) go to this process's standard error as the child logs them. ``text``: the
-    file's text as read before, validated in its place."""
+    deprecated name) go to this process's standard error as the child logs them, and into
+    ``warnings`` as (logger, level, message). ``text``: the file's text as read before,
+    validated in its place."""
     import json
     import subprocess
 
@@ -186,7 +192,9 @@ def validated(
         raise RuntimeError(
             f"validating the config: {sys.executable} -m rigmon.config.validate exited {done.returncode}"
         )
-    answer = pickle.loads(done.stdout)  # our own child's, through our own pipe
+    answer, warned = pickle.loads(done.stdout)  # our own child's, through our own pipe
+    if warnings is not None:
+        warnings.extend(warned)
     if isinstance(answer, ConfigError):
         raise answer
     return answer
@@ -200,19 +208,12 @@ def cached(path: str | Path | None, validate: Callable[[str | Path | None], Sett
     has changed since; else ``validate(path)`` now, kept with its secrets left out. What the
     validation warned of (a deprecated name) is kept too, and warned of again on every use."""
     text, where = _read(path)
-    inputs = _inputs(text, where)
-    directory = _cache_dir()
     # one file per config path; what it was validated from is kept in it and compared whole
-    file = (
-        directory / f"config-{zlib.crc32(where.encode(errors='surrogateescape')):08x}.pickle"
-        if directory and inputs is not None
-        else None
-    )
+    file, inputs = _cache_file(where, text)
     found = _read_cache(file) if file is not None else None
     if found is not None and found[0] == inputs:
-        _, settings, warnings = found
-        for name, level, message in warnings:
-            logging.getLogger(name).log(level, "%s", message)
+        _, settings, warnings, _ = found
+        warn_again(warnings)
         return settings
     records: list[logging.LogRecord] = []
     catch = _Catch(records)
@@ -223,9 +224,65 @@ def cached(path: str | Path | None, validate: Callable[[str | Path | None], Sett
     finally:
         logger.removeHandler(catch)
     if file is not None:
-        warnings = [(r.name, r.levelno, r.getMessage()) for r in records]
-        _write_cache(file, (inputs, _without_secrets(settings), warnings))
+        _remember(file, inputs, settings, [(r.name, r.levelno, r.getMessage()) for r in records])
     return settings
+
+
+def whole(path: str | Path | None) -> tuple[Settings, str | None, list] | None:
+    """The config at ``path`` (or the default) as the cache keeps it, where nothing it depends
+    on has changed and it holds no secret (none was left out), with the text it was validated
+    from and what that validation warned of (for the caller to warn of again); else None:
+    validate it (``validated``) and ``remember`` it."""
+    text, where = _read(path)
+    file, inputs = _cache_file(where, text)
+    found = _read_cache(file) if file is not None else None
+    if found is None or found[0] != inputs or not found[3]:
+        return None
+    try:
+        said = text.decode("utf-8") if text is not None else None
+    except UnicodeDecodeError:
+        return None
+    return found[1], said, found[2]
+
+
+def remember(path: str | Path | None, text: str | None, settings: Settings, warnings: list) -> None:
+    """Keep what ``validated`` made of ``text``, the file at ``path``, for ``whole`` (and the
+    one-shot commands): secrets left out, as always."""
+    at = Path(path) if path is not None else DEFAULT_CONFIG
+    where = str(at.resolve()) if text is not None else str(at)  # as _read names it
+    file, inputs = _cache_file(where, text.encode("utf-8") if text is not None else None)
+    if file is not None and inputs is not None:
+        _remember(file, inputs, settings, warnings)
+
+
+def _cache_file(where: str, text: bytes | None) -> tuple[Path | None, str | None]:
+    inputs = _inputs(text, where)
+    directory = _cache_dir()
+    if directory is None or inputs is None:
+        return None, inputs
+    return directory / f"config-{zlib.crc32(where.encode(errors='surrogateescape')):08x}.pickle", inputs
+
+
+def _remember(file: Path, inputs: str, settings: Settings, warnings: list) -> None:
+    kept = _without_secrets(settings)
+    _write_cache(file, (inputs, kept, warnings, not _has_secret(settings)))
+
+
+def _has_secret(value: Any) -> bool:
+    if isinstance(value, Secret):
+        return value._value is not None
+    if isinstance(value, Settings):
+        return any(_has_secret(v) for v in value._data.values())
+    if isinstance(value, dict):
+        return any(_has_secret(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_secret(v) for v in value)
+    return False
+
+
+def warn_again(warnings: list) -> None:
+    for name, level, message in warnings:
+        logging.getLogger(name).log(level, "%s", message)
 
 
 class _Catch(logging.Handler):
@@ -284,6 +341,11 @@ SCHEMA_FILES = ("config/schema.py", "alerts/builtin.toml", "alerts/specs.py")
 
 
 def _cache_dir() -> Path | None:
+    """systemd's CacheDirectory= (the service's, where its home is out of reach), else the
+    user's cache."""
+    service = os.environ.get("CACHE_DIRECTORY", "").split(":")[0]
+    if service and os.path.isabs(service):
+        return Path(service)
     base = os.environ.get("XDG_CACHE_HOME") or (os.path.join(os.path.expanduser("~"), ".cache"))
     if not os.path.isabs(base):
         return None
@@ -310,9 +372,10 @@ def _read_cache(file: Path) -> tuple[str, Settings, list] | None:
             found = pickle.load(f)
         if (
             isinstance(found, tuple)
-            and len(found) == 3
+            and len(found) == 4
             and isinstance(found[1], Settings)
             and isinstance(found[2], list)
+            and isinstance(found[3], bool)
         ):
             return found
         return None

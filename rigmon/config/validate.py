@@ -1,8 +1,9 @@
 """``python -m rigmon.config.validate [REQUEST]`` (else REQUEST on standard input): validate a config
 and write it to standard output as pickled ``rigmon.config.settings.Settings`` (or the
-``ConfigError``), for ``settings.validated``: the parent, a daemon, gets its config without
-importing pydantic. REQUEST is JSON: {"path": file or null, "overrides": {table: {field:
-value}}, "text": the file's text, read before}."""
+``ConfigError``) with what it warned of ((logger, level, message) each), for
+``settings.validated``: the parent, a daemon, gets its config without importing pydantic.
+REQUEST is JSON: {"path": file or null, "overrides": {table: {field: value}}, "text": the
+file's text, read before}."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ def main(argv: list[str]) -> int:
     handler = logging.StreamHandler(sys.stderr)  # a deprecated name's warning, as the daemon logs
     handler.setFormatter(logs.SafeFormatter(logs.FORMAT))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
+    warned: list[logging.LogRecord] = []
+    catch = logging.Handler(logging.WARNING)
+    catch.emit = warned.append  # type: ignore[method-assign]
+    logging.getLogger().addHandler(catch)
     request = json.loads(argv[1] if len(argv) > 1 else sys.stdin.buffer.read())
     try:
         config = configmod.load(request["path"], text=request.get("text"))
@@ -31,7 +36,8 @@ def main(argv: list[str]) -> int:
         answer = configmod.settings(config)
     except configmod.ConfigError as e:
         answer = e
-    sys.stdout.buffer.write(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
+    warnings = [(r.name, r.levelno, r.getMessage()) for r in warned]
+    sys.stdout.buffer.write(pickle.dumps((answer, warnings), protocol=pickle.HIGHEST_PROTOCOL))
     return 0
 
 
