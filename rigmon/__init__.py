@@ -17,4 +17,10 @@ The packages are the layers, lowest first; each imports only from those below it
 - ``commands``: the command line
 """
 
+from pathlib import Path as _Path
+
 __version__ = "0.2.0"
+
+# what the package carries beside its code (the page, the demo recording): a plain path, as
+# pip installs it; importlib.resources would cost every start its 25 ms of imports
+DATA = _Path(__file__).resolve().parent / "data"

@@ -22,8 +22,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
-from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -35,6 +33,8 @@ from .system import heap
 from .system.systemd import Notifier
 
 if TYPE_CHECKING:
+    from apscheduler.schedulers.background import BackgroundScheduler
+
     from .config.schema import Config
     from .config.settings import Settings
     from .pipeline import Inputs
@@ -201,6 +201,8 @@ class Daemon:
 
     def _on_event(self, event) -> None:
         """A poll skipped: the first said at once, then the count at most once a minute."""
+        from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
+
         if event.code not in (EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED):
             return
         self.stats.skipped += 1
@@ -245,6 +247,11 @@ class Daemon:
             log.info("serving metrics on %s/metrics", where)
             if history is not None:
                 log.info("the page: %s/", where)
+        # the scheduler (60 ms of imports: asyncio, importlib.metadata) loads once the first
+        # scrape can be answered: the first poll is in, the server up
+        from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
+        from apscheduler.schedulers.background import BackgroundScheduler
+
         interval = self.wall_interval
         self._scheduler = BackgroundScheduler(
             job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": max(interval, 1.0)}

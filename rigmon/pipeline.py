@@ -192,6 +192,7 @@ class Pipeline:
                     config.daemon.interval,
                     invalid=poller.invalid,
                     replay=inputs.source is not None,
+                    behind=True,  # the first scrape is answered while the week loads
                 )
         except BaseException:
             for part in built.values():

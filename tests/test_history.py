@@ -68,6 +68,47 @@ def test_a_restart_keeps_the_week(tmp_path):
     pipeline.close(time.monotonic() + 5)
 
 
+def test_a_history_loaded_behind_the_start_keeps_the_polls_that_came_meanwhile(tmp_path, monkeypatch):
+    """The daemon's history loads on its own thread while the first scrape is answered: polls
+    that come before the file is in are taken after it, in order; a query waits for it; and a
+    stop before it is in saves nothing over the file."""
+    path = tmp_path / "history.bin"
+    now = [1_800_000_000.0]
+    first = History(path, interval=60.0)
+    pipeline = pipeline_with(first, now)
+    run_for(pipeline, now, 3600, 60.0)
+    pipeline.close(time.monotonic() + 5)
+    before = first.query(["gpu0/power_watts"], now[0] - 3600, now[0])
+    saved = path.read_bytes()
+
+    gate = threading.Event()
+    restore = History._restore
+
+    def slow(self, data):  # the file takes as long as the test says
+        assert gate.wait(30)
+        restore(self, data)
+
+    monkeypatch.setattr(History, "_restore", slow)
+    stopped = History(path, interval=60.0, behind=True)  # a stop while it loads: the file as it was
+    stopped.close(time.monotonic() + 0.2)
+    assert path.read_bytes() == saved
+    gate.set()
+
+    gate.clear()
+    again = History(path, interval=60.0, behind=True)
+    pipeline = pipeline_with(again, now)
+    run_for(pipeline, now, 600, 60.0)  # ten polls while the file is not in yet
+    assert not again._loaded.is_set()
+    gate.set()
+    assert "gpu0/power_watts" in again.series_names()  # waits for the load
+    hour = again.query(["gpu0/power_watts"], now[0] - 3600, now[0])["series"]["gpu0/power_watts"]
+    times, loaded = [p[0] for p in hour], before["series"]["gpu0/power_watts"][-1][0]
+    assert times == sorted(set(times))  # in order, none twice
+    # the file's hour, then the ten polls that came while it loaded
+    assert sum(t <= loaded for t in times) >= 49 and sum(t > loaded for t in times) == 10, times
+    pipeline.close(time.monotonic() + 5)
+
+
 @pytest.mark.parametrize("first", [False, True], ids=["a cell inside", "the first cell"])
 def test_a_loaded_cell_no_reading_can_be_is_emptied_and_counted(tmp_path, first):
     """A history file is untrusted: a cell out of its reading's range (1e9 °C, ±inf) is loaded

@@ -20,12 +20,11 @@ import math
 import re
 import threading
 import time
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
-from .. import __version__
+from .. import DATA, __version__
 from ..alerts import runbook
 from ..alerts.engine import subject_of
 from ..model import nvml_state
@@ -60,7 +59,7 @@ def _page() -> tuple[Static, str]:
     """The page, and its Content-Security-Policy: its own script alone runs (by its hash),
     nothing is loaded from elsewhere, no other site may frame it. Shipped without its
     indentation and its comments (a quarter less to send)."""
-    text = resources.files("rigmon").joinpath("data/page.html").read_text(encoding="utf-8")
+    text = (DATA / "page.html").read_text(encoding="utf-8")
     text = "\n".join(line.strip() for line in text.splitlines() if not line.lstrip().startswith("// "))
     text = re.sub(r"  // .*", "", text)  # and the script's comments after code (two spaces, as written)
     text = text.replace("/*CHART_CSS*/", CHART_CSS)

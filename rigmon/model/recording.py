@@ -14,10 +14,10 @@ import ctypes
 import json
 import os
 from collections.abc import Callable, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any, overload
 
+from .. import DATA
 from .sample import GpuIdentity
 from .text import printable
 
@@ -39,7 +39,7 @@ DEMO_RECORDING = "h200-matmul-load.rec.jsonl"
 
 def demo_path() -> Path:
     """The bundled H200 recording (``--demo``)."""
-    return Path(str(resources.files("rigmon") / "data" / DEMO_RECORDING))
+    return DATA / DEMO_RECORDING
 
 
 def handle_key(handle: Any) -> Any:

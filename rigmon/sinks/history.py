@@ -69,6 +69,8 @@ MAX_ENCODED = 50_000  # closed groups' texts kept for the next query (~5 MB): a 
 ENCODED_KEYS = 8  # ...for this many kinds of query (tier and step) at once
 MAX_MARKS = 512  # alert transitions kept for the charts (the last day's)
 SAVE_SECONDS = 300.0
+LOAD_WAIT = 10.0  # s a query waits for a history loaded behind the start (then answers from what is in)
+MAX_EARLY = 3600  # polls kept aside while a history loads behind the start (an hour at 1 s)
 READY_AFTER = 10.0  # the asks kept ready are first made this long after start, then after each save
 MAX_READY = 4
 FORMAT = b"rigmon-history 1\n"
@@ -275,7 +277,12 @@ class History:
         save_every: float = SAVE_SECONDS,
         invalid: Invalid | None = None,
         replay: bool = False,
+        behind: bool = False,
     ):
+        """``behind``: the file is loaded by the history's own thread (the daemon's start serves
+        its first scrape meanwhile): the polls that come before it is in are kept aside and
+        taken after it, in order; a query waits for it (LOAD_WAIT at most); nothing is saved
+        before it, so a stop during the load leaves the file as it was."""
         self.path = path
         self.invalid = invalid  # rigmon.model.validity.Invalid: counts what a loaded file held that no reading can be
         self.replay = replay  # a replay's history: marked as one, never taken by a daemon of the box
@@ -298,13 +305,26 @@ class History:
         self._ready: list[Callable[[], object]] = []
         self._stop = threading.Event()
         self._saver: threading.Thread | None = None
-        if path is not None:
+        self._loaded = threading.Event()
+        self._early: deque[PollResult] = deque(maxlen=MAX_EARLY)  # polls before a load behind was in
+        if path is not None and not behind:
             self._load()
+        if path is None or not behind:
+            self._loaded.set()
+        if path is not None:
             self._saver = threading.Thread(target=self._save_loop, name="rigmon-history", daemon=True)
             self._saver.start()
 
     # --- the sink ------------------------------------------------------------------------
     def consume(self, result: PollResult) -> None:
+        if not self._loaded.is_set():
+            with self._lock:
+                if not self._loaded.is_set():  # taken in order once the file is in
+                    self._early.append(result)
+                    return
+        self._take(result)
+
+    def _take(self, result: PollResult) -> None:
         # the charts' marks: warnings and criticals (an info alert is a normal state: a power cap
         # that flaps would cover a healthy GPU's charts in lines)
         marked = [tr for tr in result.transitions if tr.severity != "info"]
@@ -387,10 +407,12 @@ class History:
     # --- queries -------------------------------------------------------------------------
     def marks_since(self, since: float) -> list[Mark]:
         """The alerts' transitions from ``since`` on: (time, status, alertname, labels)."""
+        self._loaded.wait(LOAD_WAIT)
         with self._lock:
             return [m for m in self.marks if m[0] >= since]
 
     def series_names(self) -> list[str]:
+        self._loaded.wait(LOAD_WAIT)
         with self._lock:
             return sorted(self._series)
 
@@ -411,6 +433,7 @@ class History:
         grouped, a closed group's text is kept for the next query over the same tier and step (a
         page or a script asking for the week again and again): only the first group (``since``
         cuts it), the last (it grows) and any not seen before are read and encoded."""
+        self._loaded.wait(LOAD_WAIT)
         span = max(until - since, 0.0)
         with self._lock:
             now = self.latest if self.latest is not None else time.time()
@@ -545,7 +568,7 @@ class History:
         """Atomically: the rings and the open buckets, then a rename over the last save. The
         rings are compressed into the file a column at a time, so a save never holds a copy of
         them; what it allocated goes back to the system after (heap.give_back)."""
-        if self.path is None:
+        if self.path is None or not self._loaded.is_set():  # a save before the load would lose the file
             return
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
         try:
@@ -612,12 +635,30 @@ class History:
                 log.warning("history: an ask kept ready failed: %s", e)
 
     def _save_loop(self) -> None:
+        if not self._loaded.is_set():
+            self._load_behind()
         wait = min(READY_AFTER, self._save_every)
         while not self._stop.wait(wait):
             wait = self._save_every
             if self._dirty:
                 self.save()
             self.make_ready()
+
+    def _load_behind(self) -> None:
+        """The file loaded, then the polls that came meanwhile taken in order, and the history
+        open: one poll that comes while the early ones are taken waits its turn (the lock)."""
+        try:
+            self._load()
+        finally:
+            with self._lock:
+                while self._early:
+                    result = self._early.popleft()
+                    self._lock.release()
+                    try:
+                        self._take(result)
+                    finally:
+                        self._lock.acquire()
+                self._loaded.set()
 
     def _load(self) -> None:
         if self.path is None:
@@ -734,15 +775,16 @@ class History:
             (float(t), str(status), str(alertname), {str(k): str(v) for k, v in labels.items()})
             for t, status, alertname, labels in (header.get("marks") or [])[-MAX_MARKS:]
         ]
-        # checked: taken
-        for ring, (spec, times, values) in zip(rings, loaded, strict=True):
-            if ring is self.raw and spec["capacity"] != ring.capacity:
-                continue  # the interval changed: the last hour's polls do not fit; the buckets do
-            ring.load(times, values, spec["pos"])
-        for tier, acc in enumerate(opened[: len(self._acc)]):
-            self._acc[tier] = acc
-        self.marks.extend(marks)
-        self._series = set(names)
+        # checked: taken (under the lock: a query that waited past LOAD_WAIT reads meanwhile)
+        with self._lock:
+            for ring, (spec, times, values) in zip(rings, loaded, strict=True):
+                if ring is self.raw and spec["capacity"] != ring.capacity:
+                    continue  # the interval changed: the last hour's polls do not fit; the buckets do
+                ring.load(times, values, spec["pos"])
+            for tier, acc in enumerate(opened[: len(self._acc)]):
+                self._acc[tier] = acc
+            self.marks.extend(marks)
+            self._series = set(names)
         log.info("history: %d series of the last week loaded from %s", len(names), self.path)
 
 
