@@ -8,6 +8,7 @@ import logging
 import math
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import scenarios as sc
@@ -34,6 +35,17 @@ def run_for(pipeline: Pipeline, now: list[float], seconds: float, step: float) -
     while now[0] < end:
         now[0] += step
         pipeline.step()
+
+
+def an_hour_saved(tmp_path) -> tuple[Path, list[float], History]:
+    """An hour of a poll a minute, kept in ``history.bin``: its path, the clock, the history."""
+    path = tmp_path / "history.bin"
+    now = [1_800_000_000.0]
+    history = History(path, interval=60.0)
+    pipeline = pipeline_with(history, now)
+    run_for(pipeline, now, 3600, 60.0)
+    pipeline.close(time.monotonic() + 5)
+    return path, now, history
 
 
 def test_a_restart_keeps_the_week(tmp_path):
@@ -72,12 +84,7 @@ def test_a_history_loaded_behind_the_start_keeps_the_polls_that_came_meanwhile(t
     """The daemon's history loads on its own thread while the first scrape is answered: polls
     that come before the file is in are taken after it, in order; a query waits for it; and a
     stop before it is in saves nothing over the file."""
-    path = tmp_path / "history.bin"
-    now = [1_800_000_000.0]
-    first = History(path, interval=60.0)
-    pipeline = pipeline_with(first, now)
-    run_for(pipeline, now, 3600, 60.0)
-    pipeline.close(time.monotonic() + 5)
+    path, now, first = an_hour_saved(tmp_path)
     before = first.query(["gpu0/power_watts"], now[0] - 3600, now[0])
     saved = path.read_bytes()
 
@@ -121,12 +128,7 @@ def test_a_loaded_cell_no_reading_can_be_is_emptied_and_counted(tmp_path, first)
     from rigmon.model.validity import Invalid
     from rigmon.sinks.history import FORMAT
 
-    path = tmp_path / "history.bin"
-    now = [1_800_000_000.0]
-    history = History(path, interval=60.0)
-    pipeline = pipeline_with(history, now)
-    run_for(pipeline, now, 3600, 60.0)
-    pipeline.close(time.monotonic() + 5)
+    path, now, _ = an_hour_saved(tmp_path)
     body = zlib.decompress(path.read_bytes()[len(FORMAT) :])
     cut = body.index(b"\n") + 1
     header = json.loads(body[:cut])
@@ -156,12 +158,7 @@ def test_a_loaded_cell_no_reading_can_be_is_emptied_and_counted(tmp_path, first)
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
 def test_a_damaged_history_starts_empty_with_one_warning(tmp_path, caplog, damage):
-    path = tmp_path / "history.bin"
-    now = [1_800_000_000.0]
-    history = History(path, interval=60.0)
-    pipeline = pipeline_with(history, now)
-    run_for(pipeline, now, 3600, 60.0)
-    pipeline.close(time.monotonic() + 5)
+    path, now, _ = an_hour_saved(tmp_path)
     data = path.read_bytes()
     path.write_bytes({"garbage": b"\x00not a history" * 100, "truncated": data[: len(data) // 2], "empty": b""}[damage])
     with caplog.at_level(logging.WARNING, logger="rigmon.sinks.history"):
