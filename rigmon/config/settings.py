@@ -215,8 +215,7 @@ def cached(path: str | Path | None, validate: Callable[[str | Path | None], Sett
         _, settings, warnings, _ = found
         warn_again(warnings)
         return settings
-    records: list[logging.LogRecord] = []
-    catch = _Catch(records)
+    catch = Caught()
     logger = logging.getLogger("rigmon")
     logger.addHandler(catch)
     try:
@@ -224,7 +223,7 @@ def cached(path: str | Path | None, validate: Callable[[str | Path | None], Sett
     finally:
         logger.removeHandler(catch)
     if file is not None:
-        _remember(file, inputs, settings, [(r.name, r.levelno, r.getMessage()) for r in records])
+        _remember(file, inputs, settings, catch.said())
     return settings
 
 
@@ -248,8 +247,7 @@ def whole(path: str | Path | None) -> tuple[Settings, str | None, list] | None:
 def remember(path: str | Path | None, text: str | None, settings: Settings, warnings: list) -> None:
     """Keep what ``validated`` made of ``text``, the file at ``path``, for ``whole`` (and the
     one-shot commands): secrets left out, as always."""
-    at = Path(path) if path is not None else DEFAULT_CONFIG
-    where = str(at.resolve()) if text is not None else str(at)  # as _read names it
+    where = _named(Path(path) if path is not None else DEFAULT_CONFIG, text is not None)
     file, inputs = _cache_file(where, text.encode("utf-8") if text is not None else None)
     if file is not None and inputs is not None:
         _remember(file, inputs, settings, warnings)
@@ -285,23 +283,33 @@ def warn_again(warnings: list) -> None:
         logging.getLogger(name).log(level, "%s", message)
 
 
-class _Catch(logging.Handler):
-    """What a validation logs at WARNING or above, to be told again when the cache answers."""
+class Caught(logging.Handler):
+    """What a validation logs at WARNING or above, to be told again when the cache answers
+    (``warn_again``); the validating child hands it back with its answer."""
 
-    def __init__(self, records: list[logging.LogRecord]):
+    def __init__(self) -> None:
         super().__init__(logging.WARNING)
-        self.records = records
+        self.records: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
+
+    def said(self) -> list[tuple[str, int, str]]:
+        """Each as (logger, level, message)."""
+        return [(r.name, r.levelno, r.getMessage()) for r in self.records]
 
 
 def _read(path: str | Path | None) -> tuple[bytes | None, str]:
     where = Path(path) if path is not None else DEFAULT_CONFIG
     try:
-        return where.read_bytes(), str(where.resolve())
+        return where.read_bytes(), _named(where, True)
     except OSError:
-        return None, str(where)  # validation says what is wrong (or uses the defaults)
+        return None, _named(where, False)  # validation says what is wrong (or uses the defaults)
+
+
+def _named(where: Path, read: bool) -> str:
+    """A config file as its cache entry names it: resolved where it was read."""
+    return str(where.resolve()) if read else str(where)
 
 
 def _inputs(text: bytes | None, where: str) -> str | None:

@@ -14,15 +14,14 @@ import sys
 
 from ..system import logs
 from . import schema as configmod
+from .settings import Caught
 
 
 def main(argv: list[str]) -> int:
     handler = logging.StreamHandler(sys.stderr)  # a deprecated name's warning, as the daemon logs
     handler.setFormatter(logs.SafeFormatter(logs.FORMAT))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
-    warned: list[logging.LogRecord] = []
-    catch = logging.Handler(logging.WARNING)
-    catch.emit = warned.append  # type: ignore[method-assign]
+    catch = Caught()
     logging.getLogger().addHandler(catch)
     request = json.loads(argv[1] if len(argv) > 1 else sys.stdin.buffer.read())
     try:
@@ -36,8 +35,7 @@ def main(argv: list[str]) -> int:
         answer = configmod.settings(config)
     except configmod.ConfigError as e:
         answer = e
-    warnings = [(r.name, r.levelno, r.getMessage()) for r in warned]
-    sys.stdout.buffer.write(pickle.dumps((answer, warnings), protocol=pickle.HIGHEST_PROTOCOL))
+    sys.stdout.buffer.write(pickle.dumps((answer, catch.said()), protocol=pickle.HIGHEST_PROTOCOL))
     return 0
 
 

@@ -80,7 +80,6 @@ MAX_FILE_BYTES = (
     MAX_RAW_POINTS * (8 + MAX_SERIES * 4) + sum(n for _, n, _ in BUCKETS) * (8 + MAX_SERIES * 12) + (8 << 20)
 )
 NAN = float("nan")
-INF = math.inf
 FLOAT32_MAX = 3.4e38
 
 
@@ -646,19 +645,17 @@ class History:
 
     def _load_behind(self) -> None:
         """The file loaded, then the polls that came meanwhile taken in order, and the history
-        open: one poll that comes while the early ones are taken waits its turn (the lock)."""
+        open: a poll that comes while the early ones are taken joins them, in order."""
         try:
             self._load()
         finally:
-            with self._lock:
-                while self._early:
+            while True:
+                with self._lock:  # consume adds to the early ones under it until they are all taken
+                    if not self._early:
+                        self._loaded.set()
+                        break
                     result = self._early.popleft()
-                    self._lock.release()
-                    try:
-                        self._take(result)
-                    finally:
-                        self._lock.acquire()
-                self._loaded.set()
+                self._take(result)
 
     def _load(self) -> None:
         if self.path is None:
@@ -688,7 +685,7 @@ class History:
         empty (NaN) and counted; NaN is an empty cell already."""
         # the least and the most of the cells that are not empty, in C: a comparison with NaN is
         # false, so past the first value (a sentinel here) min and max pass every NaN by
-        if lo <= min(chain((INF,), cells)) and max(chain((-INF,), cells)) <= hi:
+        if lo <= min(chain((math.inf,), cells)) and max(chain((-math.inf,), cells)) <= hi:
             return cells
         bad = [j for j, v in enumerate(cells) if not lo <= v <= hi and v == v]
         if not bad:
