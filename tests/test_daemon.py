@@ -74,6 +74,7 @@ def _exposition(url: str) -> bytes:
     return body
 
 
+@pytest.mark.system  # promtool
 @pytest.mark.parametrize("recording", ["h200", "rich"])
 def test_promtool_check_metrics_finds_no_problem(tmp_path, recording):
     rec = sc.h200() if recording == "h200" else sc.rich(sc.h200())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import scenarios as sc
 from receiver import Receiver
 from servers import Alertmanager, Rigmon, wait_for
@@ -52,6 +53,7 @@ def hot_then_cool(t, tick):
         g["nvmlDeviceGetTemperature:0"] = 95 if t < 600 else 60
 
 
+@pytest.mark.system  # Alertmanager
 def test_at_sixty_times_alertmanager_ends_a_resolved_alert_at_once(tmp_path):
     """Ten minutes at 95 °C, then half an hour cool, replayed 60 times as fast: the alert reaches
     Alertmanager started no later than its now, and leaves its active list as soon as the
