@@ -42,11 +42,13 @@ reads or writes the box's.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
 import re
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +97,72 @@ class _Bin:
         return [self.end, float(self.band), self.seconds, self.value, self.fan, self.fan_seconds, self.load]
 
 
+_STAMPS = itertools.count()
+
+
+class _Recent:
+    """The last window's closed bins, oldest first, and their sums by band: a judgement reads
+    the sums (a few bands), not the bins (up to MAX_BINS). Each bin is
+    [end, band, seconds, value×s, fan×s, fan seconds, load×s]; a band's sums are [bins, seconds,
+    value×s, fan×s, fan seconds, load×s], its fan×s counted only where fan seconds were."""
+
+    __slots__ = ("_pops", "bins", "seconds", "sums")
+
+    def __init__(self) -> None:
+        self.bins: deque[tuple[float, ...]] = deque()
+        self.seconds = 0.0
+        self.sums: dict[int, list[float]] = {}
+        self._pops = 0
+
+    def __iter__(self) -> Iterator[tuple[float, ...]]:
+        return iter(self.bins)
+
+    def __len__(self) -> int:
+        return len(self.bins)
+
+    def append(self, row: tuple[float, ...]) -> None:
+        if len(self.bins) >= MAX_BINS:
+            self.popleft()
+        self.bins.append(row)
+        self._count(row, 1.0)
+
+    def popleft(self) -> None:
+        self._count(self.bins.popleft(), -1.0)
+        self._pops += 1
+        if self._pops >= MAX_BINS:  # sums kept by adding and taking away drift: counted afresh now and then
+            self._pops = 0
+            self.seconds, self.sums = 0.0, {}
+            for row in self.bins:
+                self._count(row, 1.0)
+
+    def trim(self, window: float, end: float | None = None) -> None:
+        """The oldest bins off while the rest still hold ``window`` of steady load (and, given
+        the newest bin's ``end``, those older than MAX_AGE)."""
+        bins = self.bins
+        while len(bins) > 1 and (
+            self.seconds - bins[0][2] >= window or (end is not None and end - bins[0][0] > MAX_AGE)
+        ):
+            self.popleft()
+
+    def _count(self, row: tuple[float, ...], sign: float) -> None:
+        _, band, seconds, value, fan, fan_seconds, load = row
+        key = int(band)
+        s = self.sums.get(key)
+        if s is None:
+            s = self.sums[key] = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+        s[0] += sign
+        if s[0] <= 0:
+            del self.sums[key]
+        else:
+            s[1] += sign * seconds
+            s[2] += sign * value
+            if fan_seconds > 0:
+                s[3] += sign * fan
+                s[4] += sign * fan_seconds
+            s[5] += sign * load
+        self.seconds += sign * seconds
+
+
 class Track:
     """One subject: how steady its load is, its baseline by band of load, its recent bins.
 
@@ -118,6 +186,7 @@ class Track:
         "late",
         "learned",
         "recent",
+        "stamp",
         "thirds",
         "width",
         "window",
@@ -131,7 +200,7 @@ class Track:
         self.index: int | None = None  # a GPU's index when last seen (the file's subjects are UUIDs)
         self.learned = False
         self.bands: dict[int, list[float]] = {}  # band -> [seconds, value×s, fan×s, fan seconds, load×s]
-        self.recent: deque[tuple[float, ...]] = deque(maxlen=MAX_BINS)  # the last window's closed bins, oldest first
+        self.recent = _Recent()  # the last window's closed bins
         self._ewma: float | None = None
         self._last: float | None = None
         self._steady_since: float | None = None
@@ -144,6 +213,7 @@ class Track:
         # after: bands first seen since, learned on first sight: [seconds, value×s, fan×s, fan seconds, load×s]
         self.late: dict[int, list[float]] = {}
         self.blind = 0.0  # learned: seconds under load since a steady stretch it could compare
+        self.stamp = next(_STAMPS)  # taken again as its learned baseline changes: what a judgement of it may keep
 
     def add(self, t: float, load: float | None, floor: float, value: float | None, fan: float | None) -> bool:
         """One poll: ``load`` (None, or under ``floor``: not under load), the ``value`` it
@@ -224,20 +294,17 @@ class Track:
             _add(cell, row)
             if cell[0] >= LATE_LEARN:
                 self.bands[key] = self._as_neighbours_predict(key, self.late.pop(key))
-        recent = self.recent
-        recent.append(tuple(row))
+                self.stamp = next(_STAMPS)
         # what the next judgement reads: the last window of steady load, and no older than MAX_AGE
-        kept = sum(r[2] for r in recent) - recent[0][2]
-        while len(recent) > 1 and (kept >= self.window or end - recent[0][0] > MAX_AGE):
-            recent.popleft()
-            kept -= recent[0][2]
+        self.recent.append(tuple(row))
+        self.recent.trim(self.window, end)
 
     def freeze_if_due(self, t: float) -> None:
         """Learning ends ``learn`` after it started: the bands seen long enough are the baseline,
         each at its coolest third (of those that saw it for MIN_BAND_SECONDS): a fault that grew
         while it learned is not taken for normal."""
         if not self.learned and self.first is not None and t - self.first >= self.learn:
-            self.learned = True
+            self.learned, self.stamp = True, next(_STAMPS)
             self.bands = {k: c for k, c in self.bands.items() if c[0] >= MIN_BAND_SECONDS}
             for k, cell in self.bands.items():
                 thirds = [p for p in self.thirds.get(k, ()) if p[0] >= MIN_BAND_SECONDS]
@@ -276,12 +343,10 @@ class Track:
         if not self.learned:
             left = self.learn - (t - self.first) if self.first is not None else self.learn
             return Drift(subject, "learning", max(0.0, left), None)
-        steady = compared = over = base = load = fan_over = fan_seconds = 0.0
-        for _, band, seconds, value, fan, fs, at in reversed(self.recent):
-            if steady >= window:
-                break
-            steady += seconds
-            cell = self.bands.get(int(band))
+        steady = self.recent.seconds  # the recent bins hold the last window, no more
+        compared = over = base = load = fan_over = fan_seconds = 0.0
+        for band, (_, seconds, value, fan, fs, at) in self.recent.sums.items():
+            cell = self.bands.get(band)
             if cell is None:
                 continue
             compared += seconds
@@ -348,6 +413,7 @@ class Track:
             if not (0 <= row[1] < 1e6 and 0 < row[2] <= 86400 and 0 <= row[5] <= row[2]):
                 return None
             track.recent.append(tuple(float(x) for x in row))
+        track.recent.trim(window)  # a file kept for a longer window: its last one
         # what learns beside the baseline (absent from older files: learned from now)
         track.thirds = {k: [c[0:4], c[4:8], c[8:12]] for k, c in _cells(data.get("thirds"), 12, MAX_BANDS).items()}
         track.late = _cells(data.get("late"), 5, MAX_BANDS - len(track.bands))
@@ -453,6 +519,7 @@ class Detector:
         self._cooling: Cooling | None = None
         self._judged_at = 0.0
         self._fields: dict[int, tuple[Any, ...]] = {}  # each GPU's cooling as its COOLING_FIELDS
+        self._excess_of: tuple[tuple[Any, ...], dict[int, float]] | None = None  # the baselines it was of, it
         self._saved_at: float | None = None
         self._stamp: tuple[int, int, int] | None = None  # the file as we last wrote or read it
         self._dirty = False
@@ -637,6 +704,13 @@ class Detector:
         than its last passing burn-in saw at the same powers, whichever is more (``_judge``
         takes off what it has run cooler than its baseline since)."""
         names = {i.uuid: i.name for i in sample.gpu_info}
+        # it moves only as a baseline is learned (or a GPU renamed, renumbered, burnt in)
+        of = (
+            tuple((u, t.stamp, t.index, names.get(u)) for u, t in self.tracks["gpus"].items() if t.learned),
+            tuple((u, t.stamp) for u, t in self.burnin.items()),
+        )
+        if self._excess_of is not None and self._excess_of[0] == of:
+            return self._excess_of[1]
         learned = {
             uuid: (track.index, names.get(uuid), {k: c[1] / c[0] for k, c in track.bands.items()})
             for uuid, track in self.tracks["gpus"].items()
@@ -655,6 +729,7 @@ class Detector:
             found = [x for x in (_over(bands, rise, sibling), _over(bands, rise, seen.get)) if x is not None]
             if found:
                 out[index] = max(found)
+        self._excess_of = (of, out)
         return out
 
     # --- the file ----------------------------------------------------------------------------
