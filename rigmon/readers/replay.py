@@ -59,6 +59,11 @@ class _Raise:
         self.recorded = recorded  # False: the recording has no answer for the call at all
 
 
+def _answers(entry: dict[str, Any]) -> dict[str, Any]:
+    """One GPU's (or the host's) answers by call, each decoded: a plain dict, looked up by key."""
+    return {k: _decode(v) if v.__class__ is dict or v.__class__ is list else v for k, v in entry.items()}
+
+
 def _decode(value: Any) -> Any:
     if isinstance(value, dict):
         if "nvml_error" in value:
@@ -177,11 +182,14 @@ class ReplaySource:
                     dict(g, **{k: own[i][k] for k in EVENT_KEYS if i < len(own) and k in own[i]})
                     for i, g in enumerate(gpus)
                 ]
-                self._decoded = (index, [_decode(g) for g in gpus], _decode(host), tick.get("label"))
+                self._decoded = (index, [_answers(g) for g in gpus], _answers(host), tick.get("label"))
             return self._decoded[1:]
 
-    def gpus_at(self, index: int) -> list:
-        """The decoded answers of every GPU at tick ``index`` (carried forward)."""
+    def gpus_at(self, index: int) -> list[dict[str, Any]]:
+        """The decoded answers of every GPU at tick ``index`` (carried forward), by call."""
+        decoded = self._decoded  # the last tick's, made whole under the lock before it is set
+        if decoded is not None and decoded[0] == index:
+            return decoded[1]
         return self._current(index)[0]
 
     def host_at(self, index: int) -> Any:
@@ -263,11 +271,11 @@ class ReplayNVML:
         return self._answer(self._source.header_nvml.get(key, _NOT_RECORDED))
 
     def _device(self, index: int, key: str) -> Any:
-        tick = self._source.gpus_at(self._source.tick_index())[index]
-        value = tick.get(key, _MISSING)
+        source = self._source
+        value = source.gpus_at(source.tick_index())[index].get(key, _MISSING)
         if value is _MISSING:
-            value = self._source.header_gpus[index].get(key, _NOT_RECORDED)
-        return self._answer(value)
+            value = source.header_gpus[index].get(key, _NOT_RECORDED)
+        return self._answer(value) if value.__class__ is _Raise else value
 
     # --- system --------------------------------------------------------------------------
     def nvmlInit(self) -> None:
@@ -363,9 +371,15 @@ class ReplayNVML:
 
             fn = system_call
         elif name.startswith("nvmlDevice"):
+            source, answer = self._source, self._answer
 
-            def device_call(handle: ReplayHandle, *args: Any) -> Any:
-                return self._device(handle.index, call_key(name, args))
+            def device_call(handle: ReplayHandle, *args: Any) -> Any:  # _device, inlined: the replay's hot path
+                key = call_key(name, args) if args else name
+                index = handle.index
+                value = source.gpus_at(source.tick_index())[index].get(key, _MISSING)
+                if value is _MISSING:
+                    value = source.header_gpus[index].get(key, _NOT_RECORDED)
+                return answer(value) if value.__class__ is _Raise else value
 
             fn = device_call
         else:
