@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ..model import nvml_state
 from ..model.recording import Recording, RecordingError
 from ..model.text import fit, terminal_width
-from .common import UsageError, add_config, add_source, demo_path, load_config, replay_source
+from .common import UsageError, add_config, add_source, demo_path, load_settings, replay_source
 
 if TYPE_CHECKING:
     from ..alerts.rules import Rule
@@ -53,7 +53,7 @@ def cmd_rules_list(args) -> int:
             for name, doc in variables.items():
                 print(textwrap.fill(doc, width, initial_indent=f"  {name:<38} ", subsequent_indent=" " * 41))
         return 0
-    config = load_config(args)
+    config = load_settings(args)
     for spec in config.alerts.effective_rules():
         head = f"{spec.name:<26} {spec.severity:<8} {spec.kind:<6}"
         head += f" for {format_duration(spec.for_)}" if spec.for_ else ""
@@ -75,7 +75,7 @@ def cmd_rules_list(args) -> int:
 def cmd_rules_test(args) -> int:
     from ..offline import replay_rules
 
-    config = load_config(args)
+    config = load_settings(args)
     if args.replay is None and not args.demo:
         raise UsageError(
             "rules test runs the rules on a recording: give --replay FILE (rigmon record makes one), "
@@ -129,7 +129,7 @@ def cmd_doctor(args) -> int:
     from ..pipeline import Inputs, Outputs, Pipeline, opened
     from ..sinks.alerts import build_engine
 
-    config = load_config(args)
+    config = load_settings(args)
     source, label = replay_source(args)
     pipeline = Pipeline.from_config(config, Outputs.NOTHING, inputs=Inputs(source=source, event_thread=False))
     with opened(pipeline):
