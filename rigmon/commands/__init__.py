@@ -6,6 +6,7 @@ May import: everything. Nothing imports it but ``rigmon.__main__``."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 
@@ -13,9 +14,21 @@ from .. import __version__
 from ..model.recording import RecordingError
 from ..model.text import fit, printable, printable_lines, terminal_width
 from ..system import logs
-from . import baseline, burnin, jobs, record, rules, run, status
-from . import config as config_command
 from .common import UsageError
+
+# each sub-command and the module with its parser, in the order help lists them: a command
+# imports only its own module (and what that imports), however many others there are
+COMMANDS = {
+    "status": "status",
+    "record": "record",
+    "config": "config",
+    "run": "run",
+    "rules": "rules",
+    "doctor": "rules",
+    "jobs": "jobs",
+    "baseline": "baseline",
+    "burnin": "burnin",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -25,18 +38,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, printable(f"{self.prog}: {message} (see {self.prog} --help)") + "\n")
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: for ``argv`` that names a sub-command, with that one only;
+    else (help, a mistake, none given) with them all."""
     p = _Parser(prog="rigmon", description="Hardware-health monitoring for GPU training rigs.")
     p.add_argument("--version", action="version", version=f"rigmon {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (status, record, config_command, run, rules, jobs, baseline, burnin):
-        module.add_parser(sub)
+    named = next((a for a in argv or () if not a.startswith("-")), None)
+    modules = [COMMANDS[named]] if named in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
+    for module in modules:
+        importlib.import_module(f".{module}", __name__).add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser(argv).parse_args(argv)
     from ..config.settings import ConfigError  # no config models: a command builds them if it needs them
 
     handler = logging.StreamHandler(sys.stderr)
