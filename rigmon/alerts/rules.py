@@ -25,7 +25,6 @@ clears; the engine resolves an alert whose condition stays unknown too long.
 from __future__ import annotations
 
 import ast
-import difflib
 import logging
 import re
 import string
@@ -497,6 +496,8 @@ _WARNED: set[tuple[str, str, str]] = set()
 
 def did_you_mean(name: str, known) -> str:
     """ " (did you mean X?)" for the closest known name, or ""."""
+    import difflib  # a mistake's suggestion: not imported by every start
+
     close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else ""
 

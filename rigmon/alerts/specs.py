@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import difflib
 import functools
 import math
 import string
@@ -218,6 +217,8 @@ def merge(overrides: dict[str, RuleOverride], custom: list[RuleSpec]) -> list[Ru
     problems: list[str] = []  # every problem at once: a misspelled name beside a wrong threshold
     if unknown:
         first = sorted(unknown)[0]
+        import difflib  # a mistake's suggestion: not imported by every start
+
         close = difflib.get_close_matches(first, builtins, n=1, cutoff=0.6)
         problems.append(
             f"no built-in rule named {', '.join(sorted(unknown))}"
