@@ -15,7 +15,6 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .alerts.rules import compile_rules
@@ -42,23 +41,31 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
 class Outputs:
     """What a loop wants built from the config, besides its own sinks: each output by name.
     ``Outputs.DAEMON`` is everything the daemon runs; a loop that shows or records (status,
-    record, rules test) wants little or nothing of it."""
+    record, rules test) wants little or nothing of it. (A plain class, as ``Inputs``: a
+    dataclass would cost every command the import of ``dataclasses`` and ``inspect``.)"""
 
-    prometheus: bool = False  # the sample as metric families, and the newest burn-in report
-    influxdb: bool = False  # the config's InfluxDB, where [influxdb] enables it
-    jobs: bool = False  # the job ledger, where [jobs] and gpu.processes enable it
-    known: bool = False  # what the box has had (fans that turned, sensors), kept across restarts
-    history: bool = False  # the page's week, where daemon.page enables it
-    rules: bool = True  # the config's alert rules evaluated each step, where [alerts] enables them
-    announce: bool = False  # each transition logged and sent to the config's notifiers
-    baselines: bool = False  # the cooling baselines learned and kept in state_dir (else read, never written)
+    __slots__ = ("announce", "baselines", "history", "influxdb", "jobs", "known", "prometheus", "rules")
 
     DAEMON: ClassVar[Outputs]
     NOTHING: ClassVar[Outputs]
+
+    def __init__(
+        self,
+        *,
+        prometheus: bool = False,  # the sample as metric families, and the newest burn-in report
+        influxdb: bool = False,  # the config's InfluxDB, where [influxdb] enables it
+        jobs: bool = False,  # the job ledger, where [jobs] and gpu.processes enable it
+        known: bool = False,  # what the box has had (fans that turned, sensors), kept across restarts
+        history: bool = False,  # the page's week, where daemon.page enables it
+        rules: bool = True,  # the config's alert rules evaluated each step, where [alerts] enables them
+        announce: bool = False,  # each transition logged and sent to the config's notifiers
+        baselines: bool = False,  # the cooling baselines learned and kept in state_dir (else read, never written)
+    ):
+        self.prometheus, self.influxdb, self.jobs, self.known = prometheus, influxdb, jobs, known
+        self.history, self.rules, self.announce, self.baselines = history, rules, announce, baselines
 
 
 Outputs.DAEMON = Outputs(
@@ -67,17 +74,24 @@ Outputs.DAEMON = Outputs(
 Outputs.NOTHING = Outputs(rules=False)
 
 
-@dataclass(frozen=True)
 class Inputs:
     """What a loop brings besides the config, where it is not the box's own hardware read at its
     own pace: a replay, stand-in backends, a clock, an engine that goes on."""
 
-    source: ReplaySource | None = None  # a recording replayed in place of the hardware
-    nvml: Any = None  # a pynvml stand-in (the recorder's proxy)
-    host_backend: Any = None  # a psutil and sysfs stand-in (the recorder's proxy)
-    wall: Callable[[], float] = time.time  # the clock samples are stamped with
-    event_thread: bool = True  # XID events waited for on a thread (a one-shot read has none)
-    engine: AlertEngine | None = None  # rules whose alerts go on from an earlier replay (status --at)
+    __slots__ = ("engine", "event_thread", "host_backend", "nvml", "source", "wall")
+
+    def __init__(
+        self,
+        *,
+        source: ReplaySource | None = None,  # a recording replayed in place of the hardware
+        nvml: Any = None,  # a pynvml stand-in (the recorder's proxy)
+        host_backend: Any = None,  # a psutil and sysfs stand-in (the recorder's proxy)
+        wall: Callable[[], float] = time.time,  # the clock samples are stamped with
+        event_thread: bool = True,  # XID events waited for on a thread (a one-shot read has none)
+        engine: AlertEngine | None = None,  # rules whose alerts go on from an earlier replay (status --at)
+    ):
+        self.source, self.nvml, self.host_backend, self.wall = source, nvml, host_backend, wall
+        self.event_thread, self.engine = event_thread, engine
 
 
 class Pipeline:
