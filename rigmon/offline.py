@@ -26,8 +26,9 @@ def replay_rules(
     (up to ``until`` seconds into it). Pass an ``engine`` to look at its alerts afterwards, and
     the ``source`` (with a clock it may set) of a replay that goes on from ``until``: each tick
     is decoded once for both. ``kept``, a dict, is given the last sample the rules saw
-    (``sample``: with its cooling) and the cooling baselines learned (``cooling``, as the box's
-    file holds them), so what shows a replay at ``until`` agrees with its alerts."""
+    (``sample``: with its cooling), the cooling baselines learned (``cooling``, as the box's
+    file holds them) and the calls the recording had no answer for (``not_recorded``), so what
+    shows a replay at ``until`` agrees with its alerts."""
     if source is None:
         source = ReplaySource(recording, ReplayClock(realtime=False), loop=False)
     clock = source.clock
@@ -48,4 +49,6 @@ def replay_rules(
         if kept is not None:
             kept["sample"] = pipeline.latest
             kept["cooling"] = pipeline.cooling.plain() if pipeline.cooling is not None else None
+            gpu = pipeline.poller.gpu
+            kept["not_recorded"] = gpu.not_recorded() if gpu is not None else ()
     return transitions

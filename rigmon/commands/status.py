@@ -45,11 +45,16 @@ def cmd_status(args) -> int:
     # a watch keeps its own rules from the moment it started (shown where no daemon answers);
     # one look shows the daemon's alerts, or a recording's as of --at
     replayed = config.alerts.enabled and source is not None and not args.watch
-    engine = build_engine(config.alerts) if replayed else None  # the rules compiled once, for both pipelines
-    pipeline = Pipeline.from_config(
-        config,
-        Outputs(rules=bool(args.watch)),  # one read: no XID thread
-        inputs=Inputs(source=source, event_thread=bool(args.watch), engine=engine),
+    engine = build_engine(config.alerts) if replayed else None
+    # one look at a replay shows the sample the rules ended on; the hardware, or a watch, its own polls
+    pipeline = (
+        None
+        if replayed
+        else Pipeline.from_config(
+            config,
+            Outputs(rules=bool(args.watch)),  # one read: no XID thread
+            inputs=Inputs(source=source, event_thread=bool(args.watch)),
+        )
     )
     alerts, note, daemon, alerts_now = None, "", None, None
     replayed_to: dict = {}  # the replay's last sample as the rules saw it: its cooling, learned up to --at
@@ -68,13 +73,20 @@ def cmd_status(args) -> int:
     host = (config.daemon.hostname or socket.gethostname()) + "".join(
         f"  {k}={v}" for k, v in sorted(config.daemon.labels.items())
     )
-    pipeline.open()
+    if pipeline is not None:
+        pipeline.open()
     try:
         if source is None:
             time.sleep(0.25)  # psutil's CPU percentage and NVML's averages need a moment
         while True:
-            sample = _with_cooling_of(pipeline.step().sample, replayed_to.get("sample"))
-            own = [alert_dict(a) for a in pipeline.alerts.engine.firing()] if pipeline.alerts else None
+            if pipeline is None:
+                sample, own, not_recorded = replayed_to["sample"], None, replayed_to["not_recorded"]
+            else:
+                sample, own = pipeline.step().sample, None
+                if pipeline.alerts:
+                    own = [alert_dict(a) for a in pipeline.alerts.engine.firing()]
+                gpu = pipeline.poller.gpu
+                not_recorded = gpu.not_recorded() if source is not None and gpu is not None else ()
             if config.alerts.enabled and source is None:
                 # the daemon on this box has the history alerts need
                 alerts, note, daemon = _daemon_state(config)
@@ -82,8 +94,6 @@ def cmd_status(args) -> int:
                     alerts, note = own, "since this status started"
             elif own is not None:
                 alerts, note = own, "since this status started"
-            gpu = pipeline.poller.gpu
-            not_recorded = gpu.not_recorded() if source is not None and gpu is not None else ()
             where = f"{label} at {source.clock():.1f} s ({source.label() or 'no label'})" if source else ""
             if args.json:
                 extra = {"alerts": alerts, "daemon": daemon}
@@ -123,7 +133,8 @@ def cmd_status(args) -> int:
     except KeyboardInterrupt:  # Ctrl-C ends a watch quietly, with the shell's code for SIGINT
         return 130
     finally:
-        pipeline.close()
+        if pipeline is not None:
+            pipeline.close()
 
 
 def _width() -> int:
@@ -131,21 +142,6 @@ def _width() -> int:
     from ..status import WIDTH
 
     return max(terminal_width() or WIDTH, 40)
-
-
-def _with_cooling_of(sample, seen):
-    """``sample`` with the cooling of ``seen`` (the replay's tick the rules ended on, its
-    baselines learned from the recording up to there), so the cooling agrees with the alerts."""
-    if seen is None or seen.cooling is None:
-        return sample
-    from ..model.sample import COOLING_FIELDS
-
-    by_index = {g.index: g for g in seen.gpus}
-    gpus = tuple(
-        g._replace(**{f: getattr(by_index[g.index], f) for f in COOLING_FIELDS}) if g.index in by_index else g
-        for g in sample.gpus
-    )
-    return sample._replace(gpus=gpus, cooling=seen.cooling)
 
 
 def _height() -> int | None:
