@@ -16,7 +16,7 @@ import logging
 import math
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .readings import READINGS
@@ -119,9 +119,9 @@ class _Spec:
     def __init__(self) -> None:
         from .sample import EccCounts, RemappedRows, RetiredPages, TemperatureThresholds, ThrottleSeconds
 
-        self.gpu = _fields(GpuReading, "gpu", "g")
+        self.gpu = Checks(_fields(GpuReading, "gpu", "g"))
         self.gpu_nested = tuple(
-            (GpuReading._fields.index(attr), _nested("gpu", "g", attr, rec))
+            (GpuReading._fields.index(attr), Checks(_nested("gpu", "g", attr, rec)))
             for attr, rec in (
                 ("throttle_seconds", ThrottleSeconds),
                 ("ecc_errors", EccCounts),
@@ -139,17 +139,19 @@ class _Spec:
             for field, name in fan.items()
         )
         self.processes = GpuReading._fields.index("processes")
-        self.process = (
-            (1, "memory_bytes", *UNIT_RANGES["bytes"]),
-            (2, "sm_ratio", *range_of("gpu_process", "sm_ratio", "ratio")),
+        self.process = Checks(
+            (
+                (1, "memory_bytes", *UNIT_RANGES["bytes"]),
+                (2, "sm_ratio", *range_of("gpu_process", "sm_ratio", "ratio")),
+            )
         )
-        self.info = _fields(GpuInfo, "gpu", "i")
+        self.info = Checks(_fields(GpuInfo, "gpu", "i"))
         self.thresholds = (
             GpuInfo._fields.index("temperature_thresholds"),
-            _nested("gpu", "i", "temperature_thresholds", TemperatureThresholds),
+            Checks(_nested("gpu", "i", "temperature_thresholds", TemperatureThresholds)),
         )
         # the host's own readings, and the CPU utilisation the cpu kind reads from it too: each once
-        self.host = tuple(dict.fromkeys(_fields(HostReading, "host", "h") + _fields(HostReading, "cpu", "h")))
+        self.host = Checks(dict.fromkeys(_fields(HostReading, "host", "h") + _fields(HostReading, "cpu", "h")))
         # host records: (HostReading field, its checks, the field a record is nothing without)
         records = (
             ("cpu_temperatures", CpuTemperature, "cpu", "celsius"),
@@ -164,7 +166,7 @@ class _Spec:
         self.records = tuple(
             (
                 HostReading._fields.index(field),
-                _fields(record, entity, "r") + (_limits(record) if record is SensorTemperature else ()),
+                Checks(_fields(record, entity, "r") + (_limits(record) if record is SensorTemperature else ())),
                 record._fields.index(main) if main else None,
             )
             for field, record, entity, main in records
@@ -182,8 +184,28 @@ def _limits(record: type[Any]) -> tuple[tuple[int, str, float, float], ...]:
 _SPEC: _Spec | None = None
 
 
-def _bad(record: Sequence[Any], checks: Iterable[tuple[int, str, float, float]]) -> list[tuple[int, str]] | None:
+class Checks(tuple[tuple[int, str, float, float], ...]):
+    """(field index, reading, lowest, highest) of each checked field of one kind of record, and
+    ``passes``: the common case (every value None or in its range) tested in one compiled
+    expression, not a loop a poll."""
+
+    passes: Callable[[Sequence[Any]], bool]
+
+    def __new__(cls, checks: Iterable[tuple[int, str, float, float]]) -> Checks:
+        self = super().__new__(cls, checks)
+        bounds: dict[str, Any] = {}
+        terms = []
+        for n, (index, _, lo, hi) in enumerate(self):
+            bounds[f"lo{n}"], bounds[f"hi{n}"] = lo, hi
+            terms.append(f"((v := r[{int(index)}]) is None or lo{n} <= v <= hi{n})")  # NaN fails both
+        self.passes = eval("lambda r: " + (" and ".join(terms) or "True"), bounds)  # the tables' own indices
+        return self
+
+
+def _bad(record: Sequence[Any], checks: Checks) -> list[tuple[int, str]] | None:
     """The checks ``record`` fails: (field index, reading) each; None when it passes them all."""
+    if checks.passes(record):
+        return None
     bad: list[tuple[int, str]] | None = None
     for index, name, lo, hi in checks:
         v = record[index]
@@ -293,9 +315,10 @@ class Invalid:
         return sample._replace(**changed) if changed else sample
 
     def _info(self, infos: tuple[GpuInfo, ...], spec: _Spec) -> tuple[GpuInfo, ...]:
-        """GpuInfo is read once: checked once, the same answer after."""
-        if infos is self._info_in and self._info_out is not None:
-            return self._info_out
+        """GpuInfo is read once: checked once, the same answer after (a poller may hand the
+        same records in a new tuple)."""
+        if self._info_out is not None and (infos is self._info_in or infos == self._info_in):
+            return infos if self._info_out is self._info_in else self._info_out  # whole: as handed in
         out: list[GpuInfo] = []
         for i in infos:
             bad = _bad(i, spec.info)
