@@ -205,14 +205,14 @@ def test_an_answer_that_never_ends_or_is_cut_short_is_tried_again_and_nothing_is
         n.close()
 
 
-def test_a_404_for_ten_seconds_keeps_no_alert_out(receivers, caplog):
+def test_404s_for_seconds_keep_no_alert_out(receivers, caplog):
     r = receivers()
     r.mode = "404"
     n = notifier(r.url, retry_initial=1, retry_max=4)
     try:
         n.submit(transition(1))
-        time.sleep(10)
-        assert n.errors["refused"] >= 3 and n.failed == 0 and n.pending == 1
+        wait_for(lambda: n.errors["refused"] >= 3, 20, what="three refusals")  # tried at 0, 1 and 3 s
+        assert n.failed == 0 and n.pending == 1
         warned = [m.message for m in caplog.records if "retrying" in m.message]
         assert warned and "HTTP 404 Not Found: no route\\x1b[31m" in warned[0]  # the receiver's words, escaped
         r.mode = "ok"
