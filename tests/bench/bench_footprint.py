@@ -7,7 +7,8 @@ widened recording as rigmon's ``--demo --replay-gpus 8`` (``nvitop_replay/``). E
 measured for each side in every round, the sides' order turned each round; min / median / max
 over the rounds; each ratio is of the medians. The figures:
 
-- ``rigmon status --demo --replay-gpus 8``, wall (its CPU is its wall), and ``nvitop -1``;
+- ``rigmon status --demo --replay-gpus 8``, wall (its CPU is its wall), and ``nvitop -1``, each
+  the median of STATUS_RUNS in a round (after one status a side: the config's cache, as a box has it);
 - the idle daemon, started on its defaults with the page: start to its first /metrics answer
   (restarted on the config it ran on before, as a box restarts it; and its first start on
   that config, validated afresh), its RSS after ``--seconds``, its CPU over that time past its
@@ -15,7 +16,7 @@ over the rounds; each ratio is of the medians. The figures:
 - the same daemon started with a week of history and a ledger of 100,000 jobs in its state;
 - the page's first render in headless Chromium and Chromium's CPU with it settled;
 - ``rigmon rules test --replay`` over two weeks of 4 GPUs (a tick every 5 minutes, the
-  cooling baselines on), CPU;
+  cooling baselines on), CPU, the median of RULES_RUNS in a round;
 - ``rigmon jobs --all --json`` over the 100,000 jobs, CPU, and a bare sqlite-and-json dump of
   the same rows (the floor).
 
@@ -50,6 +51,8 @@ from servers import free_port  # noqa: E402
 
 HOOK = HERE / "nvitop_replay"
 JOBS = 100_000
+STATUS_RUNS = 5  # status and nvitop -1, each round: the round's figure is their median
+RULES_RUNS = 3  # rules test, each round: the same
 # figure: (what it is compared with, the budget for the ratio of the medians)
 BUDGETS = {
     "status_ms": ("peer", 0.85),
@@ -243,13 +246,20 @@ def main(argv=None) -> int:
         runs.setdefault(figure, {}).setdefault(side, []).append(value)
 
     sides = [("now", now), ("before", before)]
+    status = ["-m", "rigmon", "status", "--demo", "--replay-gpus", "8"]
+    for _, side in sides:  # a box's one-shot commands find the config validated by the first
+        wall_ms([sys.executable, *status], env_of(side))
     for n in range(args.rounds):
         order = sides if n % 2 == 0 else sides[::-1]
-        status = ["-m", "rigmon", "status", "--demo", "--replay-gpus", "8"]
-        for name, side in order:
-            put(name, "status_ms", wall_ms([sys.executable, *status], env_of(side)))
-        if have_peers:
-            put("peer", "status_ms", wall_ms([str(peers / "python"), "-m", "nvitop", "-1"], peer_env(args.peers)))
+        walls: dict[str, list[float]] = {}
+        for _ in range(STATUS_RUNS):  # a one-shot command's wall moves by tens of ms: a round's median
+            for name, side in order:
+                walls.setdefault(name, []).append(wall_ms([sys.executable, *status], env_of(side)))
+            if have_peers:
+                nvitop = [str(peers / "python"), "-m", "nvitop", "-1"]
+                walls.setdefault("peer", []).append(wall_ms(nvitop, peer_env(args.peers)))
+        for name, values in walls.items():
+            put(name, "status_ms", statistics.median(values))
         # the idle daemons, started one after another, then idle together
         daemons = {name: rigmon_daemon(side, tmp, f"{name}{n}") for name, side in order}
         if have_peers:
@@ -289,9 +299,10 @@ def main(argv=None) -> int:
             finally:
                 browser.close()
                 d.stop()
+        rules = [sys.executable, "-m", "rigmon", "rules", "test", "--replay", str(recording)]
         for name, side in order:
-            rules = [sys.executable, "-m", "rigmon", "rules", "test", "--replay", str(recording)]
-            put(name, "rules_test_s", cpu_of(rules, env_of(side)))
+            put(name, "rules_test_s", statistics.median(cpu_of(rules, env_of(side)) for _ in range(RULES_RUNS)))
+        for name, side in order:
             jobs = [
                 sys.executable,
                 "-m",
