@@ -4,6 +4,7 @@ cache follows every change of the file and of the environment it names, keeps no
 trusts no file it did not write; a bad config fails the same way on every path."""
 
 import json
+import marshal
 import os
 import pickle
 import re
@@ -298,3 +299,36 @@ def test_a_daemon_restarted_on_the_same_config_without_secrets_validates_it_once
     assert [_daemon_start(config, port, env)[0] for _ in range(2)] == [True, True]  # a secret: the child every time
     kept = b"".join(p.read_bytes() for p in (tmp_path / "cache" / "rigmon").glob("config-*.pickle"))
     assert kept and b"tk_secret" not in kept
+
+
+def test_generated_code_is_kept_and_only_its_own_trusted_file_is_read(tmp_path, monkeypatch):
+    """The code compiled from generated source is kept in the cache and read back by the next
+    start instead of compiled again; a file someone else could write, a damaged one, or one
+    holding other source under the same name is compiled afresh."""
+    from rigmon.system import codecache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    source = "def f(x):\n    return x * 6\n"
+
+    def run(code) -> int:
+        namespace: dict = {}
+        exec(code, namespace)
+        return namespace["f"](7)
+
+    assert run(codecache.compiled(source, "<test>")) == 42
+    (file,) = (tmp_path / "cache" / "rigmon" / "code").glob("*.marshal")
+    assert file.stat().st_mode & 0o777 == 0o600
+
+    def refused(*args):
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(codecache, "compile", refused, raising=False)  # the kept code, or this
+    assert run(codecache.compiled(source, "<test>")) == 42
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    kept = file.read_bytes()
+    other = marshal.dumps(("not the same source", compile("def f(x):\n    return 0\n", "<test>", "exec")))
+    for damage, mode in ((kept, 0o666), (b"\xffgarbage", 0o600), (other, 0o600)):
+        file.write_bytes(damage)
+        os.chmod(file, mode)
+        assert run(codecache.compiled(source, "<test>")) == 42, (damage[:10], oct(mode))

@@ -31,6 +31,7 @@ import string
 from collections.abc import Callable
 from typing import Any, Literal
 
+from ..model import generated
 from ..model.durations import parse_duration
 from .entities import DEPRECATED, KINDS, LABELS
 
@@ -286,7 +287,7 @@ def batch(expressions: list[Expression]) -> Callable[[dict, Any], tuple]:
     if code is None:
         if len(_COMPILED) >= 4096:
             _COMPILED.clear()
-        code = _COMPILED[source] = compile(source, "<rules>", "exec")
+        code = _COMPILED[source] = generated.compiled(source, "<rules>")
     exec(code, namespace)  # checked expressions only
     return namespace["_batch"]
 

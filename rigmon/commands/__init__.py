@@ -55,6 +55,10 @@ def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser(argv).parse_args(argv)
+    from ..model import generated
+    from ..system import codecache
+
+    generated.compiler = codecache.compiled  # the code generated at start, kept from the last
     from ..config.settings import ConfigError  # no config models: a command builds them if it needs them
 
     handler = logging.StreamHandler(sys.stderr)

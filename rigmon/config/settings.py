@@ -24,7 +24,6 @@ import logging
 import os
 import pickle
 import re
-import stat
 import sys
 import zlib
 from collections.abc import Callable
@@ -39,6 +38,7 @@ except ImportError:  # another Python, or 3.12's _sha2
     from hashlib import sha256
 
 from ..model.args import DEFAULT_CONFIG
+from ..system import cache
 
 CACHE_FILES = 8  # configs a user's cache keeps (the oldest goes)
 MAX_CACHE_BYTES = 1 << 20
@@ -255,7 +255,7 @@ def remember(path: str | Path | None, text: str | None, settings: Settings, warn
 
 def _cache_file(where: str, text: bytes | None) -> tuple[Path | None, str | None]:
     inputs = _inputs(text, where)
-    directory = _cache_dir()
+    directory = cache.directory()
     if directory is None or inputs is None:
         return None, inputs
     return directory / f"config-{zlib.crc32(where.encode(errors='surrogateescape')):08x}.pickle", inputs
@@ -348,62 +348,27 @@ def _schema() -> bytes:
 SCHEMA_FILES = ("config/schema.py", "alerts/builtin.toml", "alerts/specs.py")
 
 
-def _cache_dir() -> Path | None:
-    """systemd's CacheDirectory= (the service's, where its home is out of reach), else the
-    user's cache."""
-    service = os.environ.get("CACHE_DIRECTORY", "").split(":")[0]
-    if service and os.path.isabs(service):
-        return Path(service)
-    base = os.environ.get("XDG_CACHE_HOME") or (os.path.join(os.path.expanduser("~"), ".cache"))
-    if not os.path.isabs(base):
-        return None
-    return Path(base) / "rigmon"
-
-
-def _read_cache(file: Path) -> tuple[str, Settings, list] | None:
+def _read_cache(file: Path) -> tuple[str, Settings, list, bool] | None:
     """The cached settings where the file is this user's own and no one else can write it
     (as Python trusts its own __pycache__); else None."""
-    try:
-        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
+    data = cache.read_own(file, MAX_CACHE_BYTES)
+    if data is None:
         return None
     try:
-        st = os.fstat(fd)
-        if (
-            not stat.S_ISREG(st.st_mode)
-            or st.st_uid != os.geteuid()
-            or st.st_mode & 0o022
-            or st.st_size > MAX_CACHE_BYTES
-        ):
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            found = pickle.load(f)
-        if (
-            isinstance(found, tuple)
-            and len(found) == 4
-            and isinstance(found[1], Settings)
-            and isinstance(found[2], list)
-            and isinstance(found[3], bool)
-        ):
-            return found
-        return None
+        found = pickle.loads(data)
     except Exception:  # a damaged or foreign file: validate afresh
         return None
-    finally:
-        os.close(fd)
+    if (
+        isinstance(found, tuple)
+        and len(found) == 4
+        and isinstance(found[1], Settings)
+        and isinstance(found[2], list)
+        and isinstance(found[3], bool)
+    ):
+        return found
+    return None
 
 
-def _write_cache(file: Path, entry: tuple[str, Settings, list]) -> None:
+def _write_cache(file: Path, entry: tuple[str, Settings, list, bool]) -> None:
     """Atomically, readable by this user only; a cache that cannot be written is no cache."""
-    try:
-        file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = file.with_name(f".{file.name}.{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(entry, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, file)
-        kept = sorted(file.parent.glob("config-*.pickle"), key=lambda p: p.stat().st_mtime, reverse=True)
-        for old in kept[CACHE_FILES:]:
-            old.unlink(missing_ok=True)
-    except OSError:
-        pass
+    cache.write_own(file, pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL), CACHE_FILES, "config-*.pickle")

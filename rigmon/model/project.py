@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from . import generated
 from .readings import ENTITIES, FAMILIES, READINGS, Family, Reading
 from .text import printable
 
@@ -148,7 +149,7 @@ class _Writer:
     def compile(self, name: str) -> Generated:
         source = "\n".join(self.lines)
         namespace = dict(self.names)
-        exec(compile(source, f"<rigmon.model.project {name}>", "exec"), namespace)  # our own table, not input
+        exec(generated.compiled(source, f"<rigmon.model.project {name}>"), namespace)  # our own table, not input
         fn = namespace[name]
         SOURCES[name] = source
         return fn  # type: ignore[return-value]  # what exec made: a function of the source above

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ..model import generated
 from ..model.polled import MEMORY_V2, POLLED, Polled
 from ..model.recording import call_key
 from ..model.sample import COOLING_FIELDS, GpuProcess, GpuReading, MigInstance
@@ -83,7 +84,7 @@ def _builder() -> Callable:
         "_ratio": _ratio,
         "_count": _num,
     }
-    exec(compile(source, "<rigmon.readers.gpu build>", "exec"), namespace)  # our own table, not input
+    exec(generated.compiled(source, "<rigmon.readers.gpu build>"), namespace)  # our own table, not input
     namespace["build"].source = source
     return namespace["build"]
 
