@@ -502,7 +502,9 @@ def test_a_drifting_gpus_card_has_its_drift_chart_against_the_alerts_threshold(t
         assert svg is not None and "alert 6 °C" in svg, cards.get("0")
         # as a person sees it: on GPU 0's card, with the alert's line and its mark
         chromium.open(base + "/", 1400)
-        chromium.js("document.querySelector('#ranges button[data-range=\"7d\"]').click(); 0")
+        week = "document.querySelector('#ranges button[data-range=\"7d\"]')"
+        wait_for(lambda: chromium.js(f"{week} !== null"), 30, what="the page's ranges")  # navigated, not yet parsed
+        chromium.js(f"{week}.click(); 0")
 
         def titles(gpu: int) -> list[str]:
             return chromium.js(f"[...document.querySelectorAll('#gpu-{gpu} svg .title')].map(t => t.textContent)")
