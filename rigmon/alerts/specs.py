@@ -217,12 +217,9 @@ def merge(overrides: dict[str, RuleOverride], custom: list[RuleSpec]) -> list[Ru
     problems: list[str] = []  # every problem at once: a misspelled name beside a wrong threshold
     if unknown:
         first = sorted(unknown)[0]
-        import difflib  # a mistake's suggestion: not imported by every start
-
-        close = difflib.get_close_matches(first, builtins, n=1, cutoff=0.6)
         problems.append(
             f"no built-in rule named {', '.join(sorted(unknown))}"
-            + (f" (did you mean {close[0]}?)" if close else ": rigmon rules list names them")
+            + (did_you_mean(first, builtins) or ": rigmon rules list names them")
         )
     for name, raw in builtins.items():
         override = overrides.get(name)

@@ -371,15 +371,10 @@ class ReplayNVML:
 
             fn = system_call
         elif name.startswith("nvmlDevice"):
-            source, answer = self._source, self._answer
+            device = self._device
 
-            def device_call(handle: ReplayHandle, *args: Any) -> Any:  # _device, inlined: the replay's hot path
-                key = call_key(name, args) if args else name
-                index = handle.index
-                value = source.gpus_at(source.tick_index())[index].get(key, _MISSING)
-                if value is _MISSING:
-                    value = source.header_gpus[index].get(key, _NOT_RECORDED)
-                return answer(value) if value.__class__ is _Raise else value
+            def device_call(handle: ReplayHandle, *args: Any) -> Any:
+                return device(handle.index, call_key(name, args) if args else name)
 
             fn = device_call
         else:
