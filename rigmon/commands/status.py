@@ -82,9 +82,8 @@ def cmd_status(args) -> int:
             if pipeline is None:
                 sample, own, not_recorded = replayed_to["sample"], None, replayed_to["not_recorded"]
             else:
-                sample, own = pipeline.step().sample, None
-                if pipeline.alerts:
-                    own = [alert_dict(a) for a in pipeline.alerts.engine.firing()]
+                sample = pipeline.step().sample
+                own = [alert_dict(a) for a in pipeline.alerts.engine.firing()] if pipeline.alerts else None
                 gpu = pipeline.poller.gpu
                 not_recorded = gpu.not_recorded() if source is not None and gpu is not None else ()
             if config.alerts.enabled and source is None:
