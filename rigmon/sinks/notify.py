@@ -397,10 +397,10 @@ class Notifier:
         with self._cond:
             if self._queue and self._queue[0] is message:
                 self._queue.popleft()
-        self.failed += 1
         log.error(
             "notifier %s: gave up on %s %s: %s", self.name, message.transition.status, message.transition.alertname, why
         )
+        self.failed += 1  # after its log line: whoever sees the count finds the line
 
     def _refused(self, message: Message, why: str) -> None:
         """Refused for REFUSAL_PATIENCE seconds: the message is dropped and counted. Each cause
@@ -412,9 +412,9 @@ class Notifier:
         with self._cond:
             if self._queue and self._queue[0] is message:
                 self._queue.popleft()
-        self.failed += 1
         if cause in self._causes:
             log.debug("notifier %s: refused %s %s again: %s", self.name, t.status, t.alertname, why)
+            self.failed += 1
             return
         if len(self._causes) < MAX_CAUSES:
             self._causes.add(cause)
@@ -427,6 +427,7 @@ class Notifier:
             why,
             REFUSAL_PATIENCE,
         )
+        self.failed += 1  # after its log line: whoever sees the count finds the line
 
     # --- one delivery --------------------------------------------------------------------
     def request(self, message: Message) -> tuple[bytes, dict[str, str]]:
