@@ -15,7 +15,7 @@ import scenarios as sc
 
 from rigmon.config import schema as configmod
 from rigmon.pipeline import Inputs, Outputs, Pipeline
-from rigmon.sinks.history import MAX_SERIES, History
+from rigmon.sinks.history import BUCKETS, MAX_SERIES, History
 
 WEEK = 7 * 86400.0
 
@@ -191,6 +191,40 @@ def test_memory_is_bounded_by_the_series_whatever_the_samples_say(tmp_path):
         assert len(ring.index) <= ring.stride <= MAX_SERIES
         assert len(ring.values) == ring.capacity * ring.stride * ring.width and len(ring.times) == ring.capacity
     assert not any(math.isnan(p[2]) for p in history.query(["host/load1"], 1e9, 1e9 + 400)["series"]["host/load1"])
+
+
+def resident_kib(view: memoryview) -> int:
+    """The KiB of ``view``'s memory that the process holds (its mapping's ``Rss`` in smaps)."""
+    import ctypes
+
+    cells = ctypes.c_char.from_buffer(view.cast("B"))
+    at = ctypes.addressof(cells)
+    del cells
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                first, end = (int(x, 16) for x in head.split("-"))
+                inside = first <= at < end
+            elif inside and head == "Rss:":
+                return int(line.split()[1])
+    raise AssertionError("no mapping holds the ring")
+
+
+def test_a_restart_holds_the_slots_the_file_had_not_the_weeks_room(tmp_path):
+    """The rings' room for a week costs nothing until written: a restart on an hour of history,
+    then a query of the whole week and a save (both read every slot), holds the week's ring of
+    five-minute buckets in a few pages, not the 3 MB it has room for."""
+    path, now, _ = an_hour_saved(tmp_path)
+    again = History(path, interval=60.0)
+    week = again.rings[[step for step, _, _ in BUCKETS].index(300.0)]
+    room = len(week.values) * 4 // 1024
+    assert 10 <= week.filled <= 13 and room > 2000
+    again.query(again.series_names(), now[0] - WEEK, now[0])
+    again.save()
+    assert resident_kib(week.values) <= 64, f"{resident_kib(week.values)} KiB of {room} held"
+    again.close(time.monotonic() + 5)
 
 
 def test_a_grouped_query_answers_the_same_from_its_kept_groups_as_made_afresh():

@@ -150,8 +150,10 @@ def readings(result: PollResult, energy: dict[str, tuple[float, float]]) -> dict
 
 def _zeroed(nbytes: int) -> mmap.mmap:
     """Anonymous memory that costs nothing until written: a fresh daemon holds only the slots
-    it has filled, and a week's rings come to their full size as the week passes."""
-    return mmap.mmap(-1, max(nbytes, mmap.PAGESIZE))
+    it has filled, and a week's rings come to their full size as the week passes. Private: a
+    read of a slot never written (a save, a chart) maps the kernel's one page of zeros, where
+    shared anonymous memory would take a page of its own for it."""
+    return mmap.mmap(-1, max(nbytes, mmap.PAGESIZE), flags=mmap.MAP_PRIVATE)
 
 
 class _Ring:
@@ -250,12 +252,15 @@ class _Ring:
         self.index, self.stride, self.pos, self.filled = {}, 0, pos, 0
         self.add(columns)  # nothing written yet: nothing to copy or fill
         self.times[:] = times
-        self.filled = sum(1 for t in self.times if t == t and t)  # 0.0 or NaN: never written
-        step = self.stride * self.width
+        # the slots up to the last written (0.0 or NaN: never written) are copied, no more: the
+        # rest stays untouched memory, so a restart holds what the file held, not a week's room
+        last = next((i + 1 for i in range(self.capacity - 1, -1, -1) if times[i] == times[i] and times[i]), 0)
+        self.filled = max(last, pos)  # the next write's slot among them (a file that says otherwise)
+        step, end = self.stride * self.width, self.filled * self.stride * self.width
         for name, cells in columns.items():
             k = self.index[name] * self.width
             for j in range(self.width):
-                self.values[k + j :: step] = cells[j :: self.width]
+                self.values[k + j : end : step] = cells[j : self.filled * self.width : self.width]
 
     def slots(self, since: float, until: float) -> list[int]:
         """The slots with a time in [since, until], oldest first."""
