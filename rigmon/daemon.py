@@ -318,8 +318,9 @@ class Daemon:
         self.stopped.set()
 
     def wait(self) -> None:
-        while not self._stop_requested.wait(0.5):
-            pass
+        """Until a stop or a reload is asked: the signal handlers run in this thread while it
+        waits (a wait on a lock is interrupted by a signal), so it needs no tick of its own."""
+        self._stop_requested.wait()
 
     def install_signal_handlers(self) -> None:
         def handler(signum, frame):
