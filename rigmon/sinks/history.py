@@ -641,7 +641,13 @@ class History:
     def _save_loop(self) -> None:
         if not self._loaded.is_set():
             self._load_behind()
-        wait = min(READY_AFTER, self._save_every)
+        # the asks first made soon after the start; the saves every save_every from the start
+        # (a fresh start's few polls are not worth writing the week's room at once)
+        first = min(READY_AFTER, self._save_every)
+        if self._stop.wait(first):
+            return
+        self.make_ready()
+        wait = self._save_every - first
         while not self._stop.wait(wait):
             wait = self._save_every
             if self._dirty:
