@@ -156,6 +156,14 @@ def _zeroed(nbytes: int) -> mmap.mmap:
     return mmap.mmap(-1, max(nbytes, mmap.PAGESIZE), flags=mmap.MAP_PRIVATE)
 
 
+def _written(times: memoryview[float], pos: int) -> int:
+    """How many slots from the first a ring's ``times`` (0.0 or NaN: never written) and next
+    slot ``pos`` say hold writes: up to the last written, and the next write's among them (a
+    file that says otherwise)."""
+    last = next((i + 1 for i in range(len(times) - 1, -1, -1) if times[i] == times[i] and times[i]), 0)
+    return max(last, pos)
+
+
 class _Ring:
     """One resolution: a time per slot and, per series, ``width`` float32 per slot (1: the
     reading; 3: min, mean, max). A slot's readings lie together (row by row), so the memory a
@@ -254,8 +262,7 @@ class _Ring:
         self.times[:] = times
         # the slots up to the last written (0.0 or NaN: never written) are copied, no more: the
         # rest stays untouched memory, so a restart holds what the file held, not a week's room
-        last = next((i + 1 for i in range(self.capacity - 1, -1, -1) if times[i] == times[i] and times[i]), 0)
-        self.filled = max(last, pos)  # the next write's slot among them (a file that says otherwise)
+        self.filled = _written(times, pos)
         step, end = self.stride * self.width, self.filled * self.stride * self.width
         for name, cells in columns.items():
             k = self.index[name] * self.width
@@ -756,10 +763,11 @@ class History:
             loaded.append((spec, view[offset : offset + spec["capacity"] * 8].cast("d"), {}))
             offset += spec["capacity"] * 8
         ranges = {name: series_range(name) for name in names}
-        for spec, _, columns in loaded:
+        for spec, times, columns in loaded:
             n = spec["capacity"] * spec["width"] * 4
+            kept = _written(times, spec["pos"]) * spec["width"]  # the cells a load takes: no more checked
             for name in names:
-                columns[name] = self._checked(name, view[offset : offset + n].cast("f"), *ranges[name])
+                columns[name] = self._checked(name, view[offset : offset + n].cast("f")[:kept], *ranges[name])
                 offset += n
         opened = []
         for acc in header.get("open") or []:
