@@ -15,6 +15,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 
 
@@ -235,6 +236,18 @@ class Prometheus:
 
     def wait_query(self, promql: str, timeout: float = 30.0) -> list[dict]:
         return wait_for(lambda: self.query(promql), timeout, 0.25, what=f"prometheus to answer {promql}")
+
+    def wait_evaluated(self, since: float, timeout: float = 60.0) -> None:
+        """Until every rule group has been evaluated after ``since`` (the wall's time)."""
+
+        def evaluated() -> bool:
+            status, body = http_get(f"http://127.0.0.1:{self.port}/api/v1/rules")
+            groups = json.loads(body)["data"]["groups"] if status == 200 else []
+            return bool(groups) and all(
+                datetime.fromisoformat(g["lastEvaluation"].replace("Z", "+00:00")).timestamp() > since for g in groups
+            )
+
+        wait_for(evaluated, timeout, 0.5, what="every rule group evaluated again")
 
     def stop(self) -> None:
         self.proc.terminate()

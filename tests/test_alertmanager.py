@@ -2,11 +2,11 @@
 ``[[notifiers]] type = "alertmanager"`` posts API v2 alerts with the GPU, the box's labels and
 its page, renews them while they fire, and ends them when they resolve."""
 
-import time
+import json
 
 import scenarios as sc
 from receiver import Receiver
-from servers import Alertmanager, wait_for
+from servers import Alertmanager, http_get, wait_for
 from test_alert_rules import SCENARIOS, recovery
 
 RULE = "GpuAtSlowdownTemperature"
@@ -53,9 +53,13 @@ def test_the_engine_alert_reaches_alertmanager_with_gpu_and_site_then_resolves(t
             for t in range(int(end_of_fault) + 5, int(healthy_until) + 1, 5):
                 r.poll(t)
             wait_for(lambda: not ours(), 30, what=f"{RULE} resolved in Alertmanager")
-        time.sleep(2)  # two group intervals: a second firing message would have come by now
-        statuses = [a["status"] for body in receiver.json() for a in body["alerts"] if a["labels"]["alertname"] == RULE]
-        assert statuses[0] == "firing" and statuses.count("firing") == 1, statuses
+
+        def statuses() -> list[str]:
+            return [a["status"] for body in receiver.json() for a in body["alerts"] if a["labels"]["alertname"] == RULE]
+
+        # the RESOLVED told: a second firing message would have come before it
+        told = wait_for(lambda: "resolved" in (got := statuses()) and got, 30, what="the receiver told it resolved")
+        assert told[0] == "firing" and told.count("firing") == 1, told
     finally:
         am.stop()
         receiver.stop()
@@ -78,7 +82,9 @@ def test_the_shipped_grouping_pages_a_sites_outage_once_and_a_box_once(tmp_path)
         ]
         am.post("/api/v2/alerts", alerts)
         wait_for(lambda: len(receiver.json()) >= 3, 30, what="three notifications")
-        time.sleep(4)
+        # Alertmanager's own groups: three, so three notifications until the group interval (10 m)
+        held = json.loads(http_get(f"{am.url}/api/v2/alerts/groups", timeout=5)[1])
+        assert len(held) == 3, [g["labels"] for g in held]
         groups = sorted(
             (sorted(b["groupLabels"].items()), sorted(a["labels"]["instance"] for a in b["alerts"]))
             for b in receiver.json()

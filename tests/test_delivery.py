@@ -62,11 +62,15 @@ def _refused_while_hot(tmp_path: Path) -> tuple[Receiver, str, Path, Rigmon]:
     return receiver, config, kept, Rigmon(tmp_path, recording, config)
 
 
-def _delivered_once_when_it_answers(receiver: Receiver) -> None:
-    """The receiver answers again: each GPU's FIRING that was kept reaches it, and only once."""
+def _delivered_once_when_it_answers(receiver: Receiver, rigmon: Rigmon) -> None:
+    """The receiver answers again: each GPU's FIRING that was kept reaches it, and only once
+    (the daemon's queue empty, and polls past it that fire nothing new)."""
     receiver.status = 200
     wait_for(lambda: len(_firing(receiver)) >= 2, 30, what="the kept FIRINGs delivered")
-    time.sleep(2)
+    queued = '{notifier="webhook"}'
+    wait_for(lambda: rigmon.metric("rigmon_notifications_queued", queued) == 0, 30, what="the queue empty")
+    rigmon.wait_polls(3)
+    assert rigmon.metric("rigmon_notifications_queued", queued) == 0
     assert sorted(_firing(receiver)) == ["GpuAtSlowdownTemperature gpu 0", "GpuAtSlowdownTemperature gpu 1"]
 
 
@@ -119,7 +123,7 @@ def test_queued_notifications_outlive_a_reload_and_a_restart(tmp_path):
         again.wait_output("alert(s) go on as they were, 2 queued notification(s) to send")
         assert again.output().count("start: ") == 1
         assert not kept.exists()
-        _delivered_once_when_it_answers(receiver)
+        _delivered_once_when_it_answers(receiver, again)
         assert again.stop() == 0
     finally:
         rigmon.stop()
@@ -151,7 +155,7 @@ def test_a_reload_whose_next_process_is_killed_before_it_takes_over_loses_nothin
         again.wait_output("alert(s) go on as they were, 2 queued notification(s) to send")
         assert "start: " in again.output() and "reload: " not in again.output()
         assert not kept.exists()
-        _delivered_once_when_it_answers(receiver)
+        _delivered_once_when_it_answers(receiver, again)
         assert again.stop() == 0
     finally:
         rigmon.stop()

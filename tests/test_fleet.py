@@ -91,7 +91,9 @@ def test_ten_boxes_page_once_per_fault_with_their_site_and_a_dead_box_only_as_do
         boxes[2].proc.kill()  # a box that dies: no warm stop
         boxes[2].proc.wait()
         wait_for(lambda: ("RigmonDown", dead, "", "lab", "firing") in told(), 240, interval=1, what="RigmonDown")
-        time.sleep(20)  # an evaluation more: anything else of the dead box would have come by now
+        prom.wait_evaluated(time.time())  # an evaluation more: nothing else of the dead box, not even pending
+        alerts = prom.query(f'ALERTS{{instance="{dead}"}}')
+        assert [a["metric"]["alertname"] for a in alerts] == ["RigmonDown"], alerts
         got = told()
         assert sorted(got) == sorted(want | {("RigmonDown", dead, "", "lab", "firing")}), got
         assert len(got) == 3  # each once

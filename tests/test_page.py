@@ -196,14 +196,21 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
     assert chromium.js("window.__same_page") == 1  # the same document: no reload
     # each poll's state, but the charts only when the daemon has drawn them again (every 5 s for the hour)
     chromium.js(
-        "window.__asked = []; const f = window.fetch; "
+        "window.__asked = []; window.__pending = 0; const f = window.fetch; "
         "window.fetch = (u, o) => { window.__asked.push("
-        "new URL(u, location.href).href.slice(location.origin.length + 1)); return f(u, o); }; 0"
+        "new URL(u, location.href).href.slice(location.origin.length + 1)); window.__pending++; "
+        "return f(u, o).finally(() => window.__pending--); }; 0"
     )
-    time.sleep(10.5)
-    asked = chromium.js("window.__asked")
-    states, charts = (sum(u.startswith(what) for u in asked) for what in ("api/state", "api/charts"))
-    assert states >= 8 and 1 <= charts <= 3, asked
+
+    def asked_for(what: str, asked: list[str]) -> int:
+        return sum(u.startswith(what) for u in asked)
+
+    asked = wait_for(
+        lambda: (a := chromium.js("window.__asked")) and asked_for("api/state", a) >= 8 and a,
+        30,
+        what="eight polls' states asked",
+    )
+    assert 1 <= asked_for("api/charts", asked) <= 3, asked  # the charts at most every 5 s of the 8
     on_screen = [u.partition("cards=")[2].split(",") for u in asked if u.startswith("api/charts")]
     assert all(cards and "7" not in cards and "host" not in cards for cards in on_screen), asked
     # the page asks for the charts of the cards on screen only: a card below the window shows its
@@ -234,13 +241,15 @@ def test_the_page_shows_the_box_its_alerts_and_jobs_and_updates_itself(daemon, c
         "window.__hidden = true; Object.defineProperty(document, 'hidden', {configurable: true, "
         "get: () => window.__hidden}); document.dispatchEvent(new Event('visibilitychange')); 0"
     )
-    time.sleep(1.5)  # a request already under way finishes
+    time.sleep(1.2)  # the poll armed before (1 s) comes once more, and arms none
+    wait_for(lambda: chromium.js("window.__pending") == 0, 10, what="the requests under way to finish")
     chromium.js("window.__asked = []; 0")
-    time.sleep(4)
+    time.sleep(2.5)  # more than two polls (1 s apart) not asked: an absence takes its time to show
     assert chromium.js("window.__asked") == []
     chromium.js("window.__hidden = false; document.dispatchEvent(new Event('visibilitychange')); 0")
-    time.sleep(0.5)
-    assert any(u.startswith("api/state") for u in chromium.js("window.__asked"))
+    wait_for(
+        lambda: any(u.startswith("api/state") for u in chromium.js("window.__asked")), 1, what="a state asked at once"
+    )
 
     for width in (1400, 400):
         chromium.open(page, width)

@@ -76,8 +76,10 @@ def test_twenty_sighups_under_load(tmp_path):
                 # once the reloads begun are done: two changes of the rule inside one slow reload
                 # (a loaded machine) would be one change back to where it was, and no RESOLVED due
                 wait_for(
-                    lambda: rigmon.output().count("rigmon started:")
-                    > rigmon.output().count("SIGHUP: the config is valid; restarting with it"),
+                    lambda: (
+                        rigmon.output().count("rigmon started:")
+                        > rigmon.output().count("SIGHUP: the config is valid; restarting with it")
+                    ),
                     30,
                     what="the reloads begun to be done",
                 )
