@@ -107,6 +107,12 @@ def test_twenty_sighups_under_load(tmp_path):
             what="the daemon after the reloads",
         )
         rigmon.wait_polls(4)  # the last reload done: the daemon polls on, the scraper scrapes on
+        # and the last change's RESOLVEDs delivered before the stop (a stop keeps what is queued)
+        wait_for(
+            lambda: sum(b["status"] == "resolved" for b in receiver.json()) >= 8 * changed,
+            30,
+            what="every due RESOLVED delivered",
+        )
     finally:
         if scraper is not None:
             scraper.stop()
