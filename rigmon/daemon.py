@@ -318,9 +318,11 @@ class Daemon:
         self.stopped.set()
 
     def wait(self) -> None:
-        """Until a stop or a reload is asked: the signal handlers run in this thread while it
-        waits (a wait on a lock is interrupted by a signal), so it needs no tick of its own."""
-        self._stop_requested.wait()
+        """Until a stop or a reload is asked. With a tick: the kernel hands a signal to any of
+        the process's threads, and one taken by another thread interrupts no wait here, so its
+        handler (which runs in this thread only) would wait for the next signal."""
+        while not self._stop_requested.wait(0.5):
+            pass
 
     def install_signal_handlers(self) -> None:
         def handler(signum, frame):
