@@ -255,14 +255,15 @@ class _Ring:
             out[j::3] = array("f", self.values[3 * k + j :: step].tobytes())
         return out
 
-    def load(self, times: memoryview[float], columns: dict[str, memoryview[float]], pos: int) -> None:
-        """Take a file's ring (checked): its times and each series' cells, slot by slot."""
+    def load(self, times: memoryview[float], columns: dict[str, memoryview[float]], pos: int, filled: int) -> None:
+        """Take a file's ring (checked): its times and each series' cells, slot by slot, of the
+        ``filled`` slots from the first that hold writes (``_written``)."""
         self.index, self.stride, self.pos, self.filled = {}, 0, pos, 0
         self.add(columns)  # nothing written yet: nothing to copy or fill
         self.times[:] = times
         # the slots up to the last written (0.0 or NaN: never written) are copied, no more: the
         # rest stays untouched memory, so a restart holds what the file held, not a week's room
-        self.filled = _written(times, pos)
+        self.filled = filled
         step, end = self.stride * self.width, self.filled * self.stride * self.width
         for name, cells in columns.items():
             k = self.index[name] * self.width
@@ -765,7 +766,8 @@ class History:
         ranges = {name: series_range(name) for name in names}
         for spec, times, columns in loaded:
             n = spec["capacity"] * spec["width"] * 4
-            kept = _written(times, spec["pos"]) * spec["width"]  # the cells a load takes: no more checked
+            spec["filled"] = _written(times, spec["pos"])
+            kept = spec["filled"] * spec["width"]  # the cells a load takes: no more checked
             for name in names:
                 columns[name] = self._checked(name, view[offset : offset + n].cast("f")[:kept], *ranges[name])
                 offset += n
@@ -796,7 +798,7 @@ class History:
             for ring, (spec, times, values) in zip(rings, loaded, strict=True):
                 if ring is self.raw and spec["capacity"] != ring.capacity:
                     continue  # the interval changed: the last hour's polls do not fit; the buckets do
-                ring.load(times, values, spec["pos"])
+                ring.load(times, values, spec["pos"], spec["filled"])
             for tier, acc in enumerate(opened[: len(self._acc)]):
                 self._acc[tier] = acc
             self.marks.extend(marks)
